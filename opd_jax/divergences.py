@@ -1,0 +1,265 @@
+"""Per-position divergence predictors between student and teacher (paper.md, "Divergence predictors").
+
+Every function reads full-vocabulary log-probabilities: `logp [..., V]` of the student p and `logq [..., V]` of
+the teacher q (the last axis is the vocabulary, leading axes are batched), and reduces the last axis. They are
+pure and jit-able; `predictors` computes all of them in one jitted call, e.g. on a chunk `[B, C, V]` with
+V = 151936, reading each input once and computing p = exp(logp) and q = exp(logq) once.
+
+Conventions (shared by every function here):
+- Inputs are promoted to at least float32; the result has that dtype.
+- Support is decided on the log-probs: a token is in the support of p when logp > -inf (so a token whose
+  probability underflows in exp still counts). 0 log 0 = 0: tokens outside the support contribute 0.
+- Where the support condition fails (p > 0 where q = 0 for KL(p || q)), the divergence is +inf, never NaN.
+  JSD_beta is always finite.
+- Identical inputs (logp == logq bitwise) give exactly 0 for every divergence ("kl_pq", "kl_qp", "js",
+  "jsd_beta", "tv", "logq_minus_logp") and exactly 1 for the two similarities ("cosine", "topk_overlap"); the
+  two entropies are then equal. The divergences are computed from the differences logq - logp to make this
+  exact, which is the self-teacher check of paper.md ("Self-distillation contexts", `plain`).
+"""
+from __future__ import annotations
+
+import functools
+import numbers
+
+import jax
+import jax.numpy as jnp
+
+PREDICTORS = ("kl_pq", "kl_qp", "js", "jsd_beta", "tv", "cosine", "entropy_p", "entropy_q", "topk_overlap",
+              "logq_minus_logp")
+
+
+def check_beta(beta: float) -> float:
+  """Returns beta as a Python float; raises ValueError unless it is a static number strictly inside (0, 1).
+
+  JSD_beta is identically zero at beta = 0 and beta = 1 (paper.md, "Gradients in logit space"); forward and
+  reverse KL are their own names. A traced beta cannot be checked, so it is refused: pass beta as a static
+  Python float (e.g. through `static_argnames` of jax.jit).
+  """
+  try:
+    value = float(beta)
+  except (TypeError, jax.errors.ConcretizationTypeError):
+    raise ValueError(f"beta must be a static Python float strictly inside (0, 1), got a traced value {beta!r}; "
+                     "pass it as a static argument") from None
+  if not 0.0 < value < 1.0:
+    raise ValueError(f"beta must lie strictly inside (0, 1), got {beta}; use 'forward_kl' (beta -> 0) or "
+                     "'reverse_kl' (beta -> 1) for the endpoints")
+  return value
+
+
+def log_mixture_ratios(logp: jax.Array, logq: jax.Array, beta: float) -> tuple[jax.Array, jax.Array]:
+  """log(m / p) and log(m / q) for the GKD mixture m = beta q + (1 - beta) p, elementwise.
+
+  With d = logq - logp: log(m / p) = log(1 + beta (e^d - 1)) for d <= 0, and log(m / q) =
+  log(1 + (1 - beta) (e^-d - 1)) for d > 0; the other ratio is the first one -/+ d. Computed with log1p and
+  expm1 of -|d| only, so it never overflows, and both ratios are exactly 0 where logp == logq.
+
+  Args:
+    logp: log p, any shape, float; -inf allowed.
+    logq: log q, same shape as logp; -inf allowed.
+    beta: teacher weight of the mixture, strictly inside (0, 1) (not checked here).
+  Returns:
+    (log(m / p), log(m / q)), each the shape of logp. log(m / p) = +inf where p = 0 < q, log(m / q) = +inf where
+    q = 0 < p; NaN where both are -inf (callers mask those slots, which carry no mass).
+  """
+  d = logq - logp
+  pos = d > 0
+  small = jnp.log1p(jnp.where(pos, 1.0 - beta, beta) * jnp.expm1(jnp.where(pos, -d, d)))
+  return jnp.where(pos, small + d, small), jnp.where(pos, small, small - d)
+
+
+def _as_float(x: jax.Array) -> jax.Array:
+  x = jnp.asarray(x)
+  return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
+def _check_pair(logp: jax.Array, logq: jax.Array) -> tuple[jax.Array, jax.Array]:
+  logp, logq = _as_float(logp), _as_float(logq)
+  if logp.shape != logq.shape or logp.ndim == 0:
+    raise ValueError(f"logp and logq must have the same shape [..., V], got {logp.shape} and {logq.shape}")
+  return logp, logq
+
+
+def _kl(loga: jax.Array, logb: jax.Array, a: jax.Array) -> jax.Array:
+  """KL(a || b) with a = exp(loga) given; see `kl`."""
+  term = jnp.where(logb > -jnp.inf, a * (loga - logb), jnp.inf)
+  return jnp.sum(jnp.where(loga > -jnp.inf, term, 0.0), axis=-1)
+
+
+def _jsd(logp, logq, p, q, beta):
+  """JSD_beta with p, q given; see `jsd`."""
+  log_m_over_p, log_m_over_q = log_mixture_ratios(logp, logq, beta)
+  kl_pm = -jnp.sum(jnp.where(logp > -jnp.inf, p * log_m_over_p, 0.0), axis=-1)
+  kl_qm = -jnp.sum(jnp.where(logq > -jnp.inf, q * log_m_over_q, 0.0), axis=-1)
+  return beta * kl_qm + (1.0 - beta) * kl_pm
+
+
+def _entropy(logp, p):
+  return -jnp.sum(jnp.where(logp > -jnp.inf, p * logp, 0.0), axis=-1)
+
+
+def _cosine(p, q):
+  # sqrt(a * a) == a exactly in binary floating point, so identical inputs give exactly 1.
+  return jnp.sum(p * q, axis=-1) / jnp.sqrt(jnp.sum(p * p, axis=-1) * jnp.sum(q * q, axis=-1))
+
+
+def kl(loga: jax.Array, logb: jax.Array) -> jax.Array:
+  """KL(a || b) = sum_v a_v (log a_v - log b_v) in nats (paper.md, "Divergence predictors").
+
+  kl(logp, logq) is KL(p || q) (predictor "kl_pq"); kl(logq, logp) is KL(q || p) ("kl_qp").
+
+  Args:
+    loga: [..., V] float log-probabilities of a; -inf allowed.
+    logb: [..., V] float log-probabilities of b; -inf allowed.
+  Returns:
+    [...] float, >= 0 up to rounding; 0 log 0 = 0; +inf where a > 0 and b = 0 on some token.
+  Raises:
+    ValueError: if the shapes differ.
+  """
+  loga, logb = _check_pair(loga, logb)
+  return _kl(loga, logb, jnp.exp(loga))
+
+
+def jsd(logp: jax.Array, logq: jax.Array, beta: float = 0.5) -> jax.Array:
+  """Generalised Jensen-Shannon divergence JSD_beta in nats, GKD/TRL convention (paper.md, "Gradients").
+
+  m = beta q + (1 - beta) p;  JSD_beta = beta KL(q || m) + (1 - beta) KL(p || m). At beta = 0.5 this is the
+  usual Jensen-Shannon divergence (predictor "js"), equal to scipy.spatial.distance.jensenshannon(p, q) ** 2.
+
+  Args:
+    logp: [..., V] float student log-probabilities; -inf allowed.
+    logq: [..., V] float teacher log-probabilities; -inf allowed.
+    beta: static Python float strictly inside (0, 1).
+  Returns:
+    [...] float in [0, log 2 (at beta = 0.5)], always finite; 0 log 0 = 0.
+  Raises:
+    ValueError: if the shapes differ, or beta is outside (0, 1) or traced (see `check_beta`).
+  """
+  beta = check_beta(beta)
+  logp, logq = _check_pair(logp, logq)
+  return _jsd(logp, logq, jnp.exp(logp), jnp.exp(logq), beta)
+
+
+def total_variation(logp: jax.Array, logq: jax.Array) -> jax.Array:
+  """Total variation distance 0.5 sum_v |p_v - q_v| (predictor "tv").
+
+  Args:
+    logp: [..., V] float log-probabilities; -inf allowed.
+    logq: [..., V] float log-probabilities; -inf allowed.
+  Returns:
+    [...] float in [0, 1].
+  Raises:
+    ValueError: if the shapes differ.
+  """
+  logp, logq = _check_pair(logp, logq)
+  return 0.5 * jnp.sum(jnp.abs(jnp.exp(logp) - jnp.exp(logq)), axis=-1)
+
+
+def cosine(logp: jax.Array, logq: jax.Array) -> jax.Array:
+  """Cosine similarity of the probability vectors, sum p q / (|p| |q|) (predictor "cosine").
+
+  Args:
+    logp: [..., V] float log-probabilities; -inf allowed.
+    logq: [..., V] float log-probabilities; -inf allowed.
+  Returns:
+    [...] float in [0, 1]; exactly 1 for identical inputs; 0 for disjoint supports.
+  Raises:
+    ValueError: if the shapes differ.
+  """
+  logp, logq = _check_pair(logp, logq)
+  return _cosine(jnp.exp(logp), jnp.exp(logq))
+
+
+def entropy(logp: jax.Array) -> jax.Array:
+  """Shannon entropy -sum_v p_v log p_v in nats (predictors "entropy_p", "entropy_q"); 0 log 0 = 0.
+
+  Args:
+    logp: [..., V] float log-probabilities; -inf allowed.
+  Returns:
+    [...] float in [0, log V].
+  """
+  logp = _as_float(logp)
+  return _entropy(logp, jnp.exp(logp))
+
+
+def topk_overlap(logp: jax.Array, logq: jax.Array, k: int = 8) -> jax.Array:
+  """|top_k(p) ∩ top_k(q)| / k (predictor "topk_overlap").
+
+  Uses jax.lax.top_k (no full sort) on the log-probs. Ties are broken deterministically: among equal
+  log-probs the lower token id ranks first (jax.lax.top_k's documented rule), e.g. when fewer than k tokens
+  have nonzero probability the remaining slots go to the lowest ids of the -inf tokens.
+
+  Args:
+    logp: [..., V] float log-probabilities; -inf allowed.
+    logq: [..., V] float log-probabilities; -inf allowed.
+    k: static int, 1 <= k <= V.
+  Returns:
+    [...] float in {0, 1/k, ..., 1}; exactly 1 for identical inputs.
+  Raises:
+    ValueError: if the shapes differ or k is outside [1, V].
+  """
+  logp, logq = _check_pair(logp, logq)
+  if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= logp.shape[-1]:
+    raise ValueError(f"top_k must be an int in [1, V = {logp.shape[-1]}], got {k!r}")
+  k = int(k)
+  _, ids_p = jax.lax.top_k(logp, k)
+  _, ids_q = jax.lax.top_k(logq, k)
+  hits = jnp.sum(jnp.any(ids_p[..., :, None] == ids_q[..., None, :], axis=-1), axis=-1)
+  return hits.astype(logp.dtype) / k
+
+
+def logq_minus_logp(logp: jax.Array, logq: jax.Array, tokens: jax.Array) -> jax.Array:
+  """log q(y_t) - log p(y_t) of the given tokens (predictor "logq_minus_logp", the sampled-token advantage).
+
+  Args:
+    logp: [..., V] float student log-probabilities; -inf allowed.
+    logq: [..., V] float teacher log-probabilities; -inf allowed.
+    tokens: [...] int token ids y_t in [0, V) (out-of-range ids give NaN).
+  Returns:
+    [...] float; exactly 0 where the two log-probs are equal (also when both are -inf); -inf where q(y_t) = 0
+    < p(y_t), +inf where p(y_t) = 0 < q(y_t).
+  Raises:
+    ValueError: if the shapes differ or tokens is not [...] integer.
+  """
+  logp, logq = _check_pair(logp, logq)
+  tokens = jnp.asarray(tokens)
+  if tokens.shape != logp.shape[:-1] or not jnp.issubdtype(tokens.dtype, jnp.integer):
+    raise ValueError(f"tokens must be integer ids of shape {logp.shape[:-1]} (logp's leading axes), got "
+                     f"{tokens.dtype} {tokens.shape}")
+  at = lambda x: jnp.take_along_axis(x, tokens[..., None], axis=-1)[..., 0]
+  lp, lq = at(logp), at(logq)
+  return jnp.where(lq == lp, 0.0, lq - lp).astype(logp.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("beta", "top_k"))
+def predictors(logp: jax.Array, logq: jax.Array, tokens: jax.Array, *, beta: float = 0.5,
+               top_k: int = 8) -> dict[str, jax.Array]:
+  """Every per-position predictor of paper.md ("Divergence predictors") in one jitted pass.
+
+  Args:
+    logp: [..., V] float student log-probabilities (fp32; e.g. a chunk [B, C, V]); -inf allowed.
+    logq: [..., V] float teacher log-probabilities, same shape; -inf allowed.
+    tokens: [...] int sampled token ids y_t.
+    beta: static float strictly inside (0, 1), the teacher weight of "jsd_beta" ("js" always uses 0.5).
+    top_k: static int k of "topk_overlap", 1 <= k <= V.
+  Returns:
+    {name: [...] float} for every name in PREDICTORS: "kl_pq" KL(p || q), "kl_qp" KL(q || p), "js" JSD_0.5,
+    "jsd_beta" JSD_beta, "tv" total variation, "cosine" cos(p, q), "entropy_p" H(p), "entropy_q" H(q) (nats),
+    "topk_overlap", "logq_minus_logp" log q(y_t) - log p(y_t). Conventions in the module docstring.
+  Raises:
+    ValueError: on mismatched shapes, beta outside (0, 1), or k outside [1, V].
+  """
+  beta = check_beta(beta)
+  logp, logq = _check_pair(logp, logq)
+  p, q = jnp.exp(logp), jnp.exp(logq)
+  return {
+      "kl_pq": _kl(logp, logq, p),
+      "kl_qp": _kl(logq, logp, q),
+      "js": _jsd(logp, logq, p, q, 0.5),
+      "jsd_beta": _jsd(logp, logq, p, q, beta),
+      "tv": 0.5 * jnp.sum(jnp.abs(p - q), axis=-1),
+      "cosine": _cosine(p, q),
+      "entropy_p": _entropy(logp, p),
+      "entropy_q": _entropy(logq, q),
+      "topk_overlap": topk_overlap(logp, logq, top_k),
+      "logq_minus_logp": logq_minus_logp(logp, logq, tokens),
+  }

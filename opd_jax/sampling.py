@@ -1,0 +1,309 @@
+"""Batched sampling on device: prefill, a `lax.while_loop` decode loop, and prefix branching.
+
+Three jit-compiled pure functions over plain pytrees do the work; `sample` and `branch` are thin Python
+wrappers that pad to bucket shapes (so repeated calls do not recompile) and unpad the results.
+
+- `prefill`: run prompts (left-padded, pad positions -1) through the model into a fresh KV cache.
+- `decode`: from a cache and the next-token logits, sample up to N tokens per row, stopping at stop ids.
+- `branch`: from the KV cache of whole base rollouts, start many continuations at any position t, each with a
+  forced first token: the branch sees the base cache with the slots at positions >= t masked out (no
+  re-prefill of the shared prefix: one prefill per base rollout, whatever the number of branches).
+
+Randomness: row r of a call draws step i's noise from `fold_in(fold_in(key, row_id[r]), i)`, so a row's
+samples depend on the caller's key and its row id only, never on the batch it sits in or its padding.
+
+Returned log-probs are those of the sampled tokens under the model's RAW distribution (log_softmax of the
+logits at temperature 1, no top-k/top-p truncation), whatever the sampling settings: the estimators of
+paper.md need the policy's own probabilities. (With temperature 1 and no truncation, the defaults, this is
+exactly the distribution sampled from.)
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from opd_jax.models import decoder
+
+# Calls counted by the Python wrappers: "prefill_rows" (rows prefilled), "prefill_calls", "branch_calls",
+# "branch_rows". Tests and benchmarks read it to show one prefill per base rollout.
+COUNTERS: collections.Counter = collections.Counter()
+
+NUCLEUS_PREFILTER = 256  # top-p first looks at the 256 most likely tokens; full sort only if they miss p
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SamplingParams:
+  """How tokens are drawn (static under jit). temperature 0 = greedy; top_k 0 = off; top_p 1 = off."""
+  temperature: float = 1.0
+  top_p: float = 1.0
+  top_k: int = 0
+
+  def __post_init__(self):
+    if self.temperature < 0:
+      raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+    if not 0.0 < self.top_p <= 1.0:
+      raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+    if self.top_k < 0:
+      raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Samples:
+  """Sampler output (numpy, unpadded rows).
+
+  tokens:   int32 [B, N] sampled tokens; `pad_id` after the stop token.
+  logprobs: float32 [B, N] log-prob of each sampled token under the raw model distribution (0 after stop).
+  lengths:  int32 [B] number of tokens generated, the stop token included.
+  finished: bool [B] True when a stop token was sampled (False when the token cap was hit).
+  """
+  tokens: np.ndarray
+  logprobs: np.ndarray
+  lengths: np.ndarray
+  finished: np.ndarray
+
+
+def row_keys(key: jax.Array, row_ids: jax.Array) -> jax.Array:
+  """Per-row keys [B] from the caller's key and int row ids [B]."""
+  return jax.vmap(lambda r: jax.random.fold_in(key, r))(row_ids)
+
+
+def sample_logits(logits: jax.Array, keys: jax.Array, sp: SamplingParams) -> jax.Array:
+  """Draw one token per row. logits fp32 [B, V]; keys [B] (one per row, already step-specific) -> int32 [B].
+
+  Temperature, then top-k (the k most likely; ties broken toward the lower id), then top-p over what is left
+  (the nucleus: the most likely tokens up to and including the one whose cumulative mass crosses top_p),
+  then an exact draw by the Gumbel-max trick. temperature 0 and top_k 1 are greedy (lowest id among ties).
+  """
+  if sp.temperature == 0.0:
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+  scaled = logits / sp.temperature
+  V = scaled.shape[-1]
+  if sp.top_k == 0 and sp.top_p >= 1.0:
+    noise = jax.vmap(lambda k: jax.random.gumbel(k, (V,), jnp.float32))(keys)
+    return jnp.argmax(scaled + noise, axis=-1).astype(jnp.int32)
+
+  def restricted(k: int):
+    vals, idx = jax.lax.top_k(scaled, k)                              # [B, k], sorted descending
+    if sp.top_p < 1.0:
+      if sp.top_k:                                                     # nucleus within the top-k, renormalised
+        probs = jax.nn.softmax(vals, axis=-1)
+      else:
+        probs = jnp.exp(vals - jax.nn.logsumexp(scaled, axis=-1, keepdims=True))
+      before = jnp.cumsum(probs, axis=-1) - probs                      # mass strictly before each token
+      vals = jnp.where(before < sp.top_p, vals, -jnp.inf)              # keeps the token crossing top_p
+    noise = jax.vmap(lambda key: jax.random.gumbel(key, (k,), jnp.float32))(keys)
+    choice = jnp.argmax(vals + noise, axis=-1)
+    return jnp.take_along_axis(idx, choice[:, None], axis=-1)[:, 0].astype(jnp.int32)
+
+  if sp.top_k:
+    return restricted(min(sp.top_k, V))
+  k = min(NUCLEUS_PREFILTER, V)
+  if k == V:
+    return restricted(V)
+  # Exact nucleus without a full sort per step: the prefilter suffices unless it misses top_p mass.
+  top = jax.lax.top_k(scaled, k)[0]
+  covered = jnp.sum(jnp.exp(top - jax.nn.logsumexp(scaled, axis=-1, keepdims=True)), axis=-1)
+  return jax.lax.cond(jnp.all(covered >= sp.top_p), lambda: restricted(k), lambda: restricted(V))
+
+
+@functools.partial(jax.jit, static_argnames=("config", "cache_size"))
+def prefill(params, tokens, positions, *, config: decoder.Config, cache_size: int):
+  """Run left-padded prompts into a new KV cache.
+
+  Args:
+    tokens: int32 [B, P]; positions: int32 [B, P] (-1 at pad slots, 0.. on real tokens).
+    cache_size: S >= P slots (room for the tokens to come).
+  Returns:
+    (last-position logits fp32 [B, V], cache with `end` = P).
+  """
+  cache = decoder.init_cache(config, tokens.shape[0], cache_size, params["embed"].dtype)
+  h, cache = decoder.hidden_states(params, tokens, positions, cache, config=config)
+  return decoder.head(params, h[:, -1], config=config), cache
+
+
+@functools.partial(jax.jit, static_argnames=("config", "sp", "max_new_tokens", "stop_ids", "pad_id"))
+def decode(params, cache, logits, next_pos, keys, done, *, config: decoder.Config, sp: SamplingParams,
+           max_new_tokens: int, stop_ids: tuple[int, ...], pad_id: int = 0):
+  """Sample up to N = max_new_tokens tokens per row on device.
+
+  Args:
+    cache: KV cache with at least N free slots after `end`.
+    logits: fp32 [B, V] next-token logits of every row.
+    next_pos: int32 [B] position of the next token of each row.
+    keys: [B] per-row keys (`row_keys`); step i uses fold_in(keys[b], i).
+    done: bool [B] rows that must not generate (e.g. a forced stop token); they return length 0.
+  Returns:
+    tokens int32 [B, N], logprobs fp32 [B, N], lengths int32 [B], finished bool [B], final cache.
+  """
+  B = logits.shape[0]
+  stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
+  out_tok = jnp.full((B, max_new_tokens), pad_id, jnp.int32)
+  out_lp = jnp.zeros((B, max_new_tokens), jnp.float32)
+
+  def cond(state):
+    i, _, _, _, _, done, _, _ = state
+    return (i < max_new_tokens) & ~jnp.all(done)
+
+  def body(state):
+    i, cache, logits, pos, lengths, done, toks, lps = state
+    step_keys = jax.vmap(lambda k: jax.random.fold_in(k, i))(keys)
+    tok = sample_logits(logits, step_keys, sp)
+    lp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tok[:, None], axis=-1)[:, 0]
+    tok = jnp.where(done, pad_id, tok)
+    toks = toks.at[:, i].set(tok)
+    lps = lps.at[:, i].set(jnp.where(done, 0.0, lp))
+    lengths = lengths + (~done).astype(jnp.int32)
+    feed_pos = jnp.where(done, -1, pos)                                # finished rows write masked slots
+    done = done | jnp.any(tok[:, None] == stops[None, :], axis=-1)
+    new_logits, cache = decoder.forward(params, tok[:, None], feed_pos[:, None], cache, config=config)
+    return i + 1, cache, new_logits[:, 0], pos + 1, lengths, done, toks, lps
+
+  state = (jnp.zeros((), jnp.int32), cache, logits, next_pos.astype(jnp.int32), jnp.zeros((B,), jnp.int32),
+           done, out_tok, out_lp)
+  _, cache, _, _, lengths, finished, toks, lps = jax.lax.while_loop(cond, body, state)
+  # `done` is set only by a stop token (sampled, or forced before the call): rows that hit the cap are not.
+  return toks, lps, lengths, finished, cache
+
+
+def _bucket(n: int, minimum: int = 8) -> int:
+  """Smallest power of two >= n (>= minimum): few distinct shapes, so few compiles."""
+  return max(minimum, 1 << max(0, (n - 1).bit_length()))
+
+
+def _left_pad(seqs: Sequence[Sequence[int]], width: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+  tokens = np.full((len(seqs), width), pad_id, np.int32)
+  positions = np.full((len(seqs), width), -1, np.int32)
+  for r, s in enumerate(seqs):
+    if len(s):
+      tokens[r, width - len(s):] = s
+      positions[r, width - len(s):] = np.arange(len(s))
+  return tokens, positions
+
+
+def _check_prompts(prompts, config: decoder.Config, max_new_tokens: int):
+  if not len(prompts):
+    raise ValueError("prompts is empty: pass a list of token-id lists")
+  if max_new_tokens <= 0:
+    raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
+  longest = max(len(p) for p in prompts)
+  if min(len(p) for p in prompts) == 0:
+    raise ValueError("every prompt needs at least one token")
+  if longest + max_new_tokens > config.max_seq_len:
+    raise ValueError(f"prompt of {longest} tokens + max_new_tokens={max_new_tokens} exceeds the model's context "
+                     f"({config.max_seq_len}); shorten the prompt or lower max_new_tokens")
+
+
+def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array, max_new_tokens: int,
+           temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, stop_ids=None,
+           row_ids: Sequence[int] | None = None, pad_id: int = 0) -> Samples:
+  """Sample continuations of `prompts` (lists of token ids) with `model` (`opd_jax.models.Model`).
+
+  Args:
+    key: a jax PRNG key; row r uses fold_in(key, row_ids[r]) (default row id r).
+    max_new_tokens: N, the token cap (the output has exactly N columns).
+    temperature, top_p, top_k: see `sample_logits`; temperature 0 = greedy.
+    stop_ids: token ids that end a row (default: the model's stop ids).
+    row_ids: stable int ids of the rows (so a row samples the same wherever it sits).
+  Returns:
+    `Samples` (numpy): tokens [B, N], logprobs [B, N] (raw distribution, see module docstring), lengths [B],
+    finished [B].
+  Raises:
+    ValueError: empty prompts, bad sampling settings, prompt + N longer than the model's context.
+  """
+  config, params = model.config, model.params
+  sp = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
+  _check_prompts(prompts, config, max_new_tokens)
+  stop = tuple(sorted(set(model.stop_ids if stop_ids is None else stop_ids)))
+  B = len(prompts)
+  rows = np.arange(B) if row_ids is None else np.asarray(row_ids)
+  Bp, P = _bucket(B, 1), _bucket(max(len(p) for p in prompts), 16)
+  padded = list(prompts) + [[pad_id]] * (Bp - B)                      # dummy rows, discarded below
+  tokens, positions = _left_pad(padded, P, pad_id)
+  positions[B:] = -1
+  rows = np.concatenate([rows, np.arange(Bp - B) + 2**30]).astype(np.uint32)
+  next_pos = np.array([len(p) for p in padded], np.int32)
+  COUNTERS["prefill_calls"] += 1
+  COUNTERS["prefill_rows"] += B
+  logits, cache = prefill(params, tokens, positions, config=config, cache_size=P + max_new_tokens)
+  done = np.zeros(Bp, bool)
+  done[B:] = True
+  toks, lps, lengths, finished, _ = decode(
+      params, cache, logits, next_pos, row_keys(key, jnp.asarray(rows)), jnp.asarray(done), config=config,
+      sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop, pad_id=pad_id)
+  return Samples(*(np.asarray(a)[:B] for a in (toks, lps, lengths, finished)))
+
+
+@functools.partial(jax.jit, static_argnames=("config", "sp", "max_new_tokens", "stop_ids", "pad_id"))
+def _branch(params, base_cache, base_row, cut_pos, forced, keys, *, config, sp, max_new_tokens, stop_ids,
+            pad_id):
+  """Jitted core of `branch`: gather base rows, mask positions >= cut, feed the forced token, decode."""
+  pos = base_cache["pos"][base_row]
+  pos = jnp.where(pos >= cut_pos[:, None], -1, pos)
+  pad = ((0, 0), (0, 0), (0, max_new_tokens + 1), (0, 0), (0, 0))
+  cache = {"k": jnp.pad(base_cache["k"][:, base_row], pad), "v": jnp.pad(base_cache["v"][:, base_row], pad),
+           "pos": jnp.pad(pos, ((0, 0), (0, max_new_tokens + 1)), constant_values=-1),
+           "end": base_cache["end"]}
+  logits, cache = decoder.forward(params, forced[:, None], cut_pos[:, None], cache, config=config)
+  stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
+  done = jnp.any(forced[:, None] == stops[None, :], axis=-1)          # a forced stop ends the rollout at once
+  return decode(params, cache, logits[:, 0], cut_pos + 1, keys, done, config=config, sp=sp,
+                max_new_tokens=max_new_tokens, stop_ids=stop_ids, pad_id=pad_id)[:4]
+
+
+def prefill_sequences(model, sequences: Sequence[Sequence[int]]):
+  """One prefill of whole base rollouts (prompt + response ids) for later `branch` calls.
+
+  Returns a `BaseCache`: the KV cache [rows = len(sequences)] plus each row's left-pad offset.
+  """
+  config = model.config
+  B, P = len(sequences), _bucket(max(len(s) for s in sequences), 16)
+  tokens, positions = _left_pad(sequences, P, 0)
+  COUNTERS["prefill_calls"] += 1
+  COUNTERS["prefill_rows"] += B
+  _, cache = prefill(model.params, tokens, positions, config=config, cache_size=P)
+  return cache
+
+
+def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence[int],
+           forced_tokens: Sequence[int], key: jax.Array, max_new_tokens: int, row_ids: Sequence[int],
+           temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, stop_ids=None,
+           pad_id: int = 0) -> Samples:
+  """Continue base rollouts from prefix positions with forced first tokens (targeted rollouts).
+
+  Branch j reads base row `base_rows[j]` of `base_cache` (from `prefill_sequences`) truncated to its first
+  `prefix_lens[j]` tokens (prompt + response prefix: the slots at positions >= prefix_lens[j] are masked),
+  appends `forced_tokens[j]` at position prefix_lens[j], then samples up to `max_new_tokens` tokens. A forced
+  stop token ends the branch at once (length 0, finished). Equal to sampling from scratch with the prompt
+  `sequence[:prefix_len] + [forced]` and the same key and row id (up to float round-off in the logits).
+
+  Returns:
+    `Samples` of the continuations after the forced token: tokens [NB, N], logprobs, lengths, finished.
+  """
+  config = model.config
+  sp = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
+  stop = tuple(sorted(set(model.stop_ids if stop_ids is None else stop_ids)))
+  nb = len(base_rows)
+  if not (nb == len(prefix_lens) == len(forced_tokens) == len(row_ids)):
+    raise ValueError("base_rows, prefix_lens, forced_tokens and row_ids must have the same length")
+  if max(prefix_lens) + 1 + max_new_tokens > config.max_seq_len:
+    raise ValueError(f"prefix + 1 + max_new_tokens={max_new_tokens} exceeds the model's context "
+                     f"({config.max_seq_len})")
+  NB = _bucket(nb, 1)
+  fill = lambda xs, v: np.concatenate([np.asarray(xs), np.full(NB - nb, v)]).astype(np.int32)
+  rows = fill(base_rows, 0)
+  cut = fill(prefix_lens, 0)
+  forced = fill(forced_tokens, stop[0] if stop else 0)                 # dummy rows: forced stop, no work
+  ids = np.concatenate([np.asarray(row_ids), np.arange(NB - nb) + 2**30]).astype(np.uint32)
+  COUNTERS["branch_calls"] += 1
+  COUNTERS["branch_rows"] += nb
+  toks, lps, lengths, finished = _branch(
+      model.params, base_cache, jnp.asarray(rows), jnp.asarray(cut), jnp.asarray(forced),
+      row_keys(key, jnp.asarray(ids)), config=config, sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop,
+      pad_id=pad_id)
+  return Samples(*(np.asarray(a)[:nb] for a in (toks, lps, lengths, finished)))

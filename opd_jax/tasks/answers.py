@@ -1,0 +1,156 @@
+"""Answer extraction and equivalence: numeric (GSM8K-style), \\boxed{} + math-verify, <answer> tags.
+
+Pure string functions; no task state. Every extractor returns a string or None ("no answer found"), and the
+graders decide equality on those strings.
+
+Numeric extraction (`extract_number`), the first rule that yields a number wins (paper.md, "Objects": the
+verifier behind R(y) in {0, 1}):
+  1. `#### x`: the first number after the last `####`;
+  2. the first number inside the last `\\boxed{...}`;
+  3. the first number after the last "answer is" / "answer:" on the same line;
+  4. the last number in the text.
+Numbers may carry `$`, thousands commas (`70,000`, LaTeX `1{,}000`) and decimals; they are returned in a
+canonical form (`$70,000.00` -> `70000`, `29.50` -> `29.5`) and compared as exact decimals, never as text.
+"""
+import decimal
+import re
+import threading
+
+# A number that does not start inside a word or another number: optional minus, optional $, then either
+# comma-grouped thousands (1,000,000) or plain digits, then an optional decimal part.
+_NUMBER = re.compile(r"(?<![\w.])(-)?\\?\$?\s?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)")
+_ANSWER_IS = re.compile(r"answer\s*(?:is|:)", re.IGNORECASE)
+_ANSWER_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
+
+
+def _normalize_text(text: str) -> str:
+  """Unicode minus to ASCII, LaTeX thousands separators `{,}` to commas."""
+  return text.replace("\u2212", "-").replace("{,}", ",")
+
+
+def canonical_number(text: str) -> str | None:
+  """A number string in canonical form, or None when `text` is not a single number.
+
+  Strips `$`, commas and spaces; integral values lose their decimals (`29.00` -> `29`, `-0` -> `0`); other
+  values lose trailing zeros (`2.50` -> `2.5`). Exact: uses `decimal.Decimal`, never floats.
+  """
+  cleaned = _normalize_text(text).replace("\\$", "").replace("$", "").replace(",", "").replace(" ", "").strip()
+  try:
+    value = decimal.Decimal(cleaned)
+  except decimal.InvalidOperation:
+    return None
+  if not value.is_finite():
+    return None
+  if value == value.to_integral_value():
+    return str(int(value))
+  return format(value.normalize(), "f")
+
+
+def _numbers(text: str) -> list[str]:
+  """Every number in `text`, in order, canonical."""
+  out = []
+  for m in _NUMBER.finditer(_normalize_text(text)):
+    sign = "-" if m.group(1) else ""
+    out.append(canonical_number(sign + m.group(2)))
+  return [n for n in out if n is not None]
+
+
+def last_boxed(text: str) -> str | None:
+  """Content of the last `\\boxed{...}` in `text` (balanced braces), or None when there is none or it is
+  unclosed. `\\boxed{\\frac{1}{2}}` -> `\\frac{1}{2}`."""
+  start = text.rfind("\\boxed{")
+  if start < 0:
+    return None
+  i = start + len("\\boxed{")
+  depth = 1
+  for j in range(i, len(text)):
+    if text[j] == "{":
+      depth += 1
+    elif text[j] == "}":
+      depth -= 1
+      if depth == 0:
+        return text[i:j]
+  return None
+
+
+def answer_tag(text: str) -> str | None:
+  """Stripped content of the last `<answer>...</answer>` in `text` (reasoning-gym's convention), or None."""
+  matches = _ANSWER_TAG.findall(text)
+  return matches[-1].strip() if matches else None
+
+
+def extract_number(text: str) -> str | None:
+  """The final numeric answer of a response, canonical (module docstring: rules 1-4), or None.
+
+  >>> extract_number("a profit of $70,000.")
+  '70000'
+  """
+  if "####" in text:
+    found = _numbers(text[text.rfind("####") + 4:])
+    if found:
+      return found[0]
+  boxed = last_boxed(text)
+  if boxed is not None:
+    found = _numbers(boxed)
+    if found:
+      return found[0]
+  anchors = list(_ANSWER_IS.finditer(text))
+  if anchors:
+    rest = text[anchors[-1].end():].split("\n", 1)[0]
+    found = _numbers(rest)
+    if found:
+      return found[0]
+  found = _numbers(text)
+  return found[-1] if found else None
+
+
+def numbers_equal(gold: str, pred: str | None) -> bool:
+  """Exact decimal equality of two number strings after canonicalisation (`29.00` == `29`, `70,000` ==
+  `70000`). False when either is None or not a number."""
+  if pred is None:
+    return False
+  g, p = canonical_number(gold), canonical_number(pred)
+  return g is not None and p is not None and decimal.Decimal(g) == decimal.Decimal(p)
+
+
+# ----- math-verify wrapper (MATH-500 style answers) -----
+
+def _timeout_seconds() -> int | None:
+  """math-verify times out through SIGALRM, which only the main thread may set: elsewhere, no timeout."""
+  return 5 if threading.current_thread() is threading.main_thread() else None
+
+
+def parse_math(answer: str) -> list:
+  """math-verify's parse of a bare answer string (no `\\boxed`), e.g. `\\frac{1}{2}` or `1,000`.
+
+  The answer is wrapped as `\\boxed{answer}` before parsing (so math-verify reads it as one LaTeX answer, the
+  way it reads a response's boxed answer); if that yields nothing, as `$answer$`. Returns math-verify's parse
+  (a list; empty when unparseable).
+  """
+  import math_verify  # pylint: disable=g-import-not-at-top
+  timeout = _timeout_seconds()
+  for wrapped in (f"\\boxed{{{answer}}}", f"${answer}$"):
+    parsed = math_verify.parse(wrapped, parsing_timeout=timeout)
+    if parsed:
+      return parsed
+  return []
+
+
+def math_equal(gold: str | list, pred: str | None) -> bool:
+  """Whether a predicted answer (the content of a response's last `\\boxed{}`) equals the gold answer.
+
+  Args:
+    gold: the gold answer string (bare, no `\\boxed`), or its `parse_math` result (cache it: parsing costs
+      milliseconds).
+    pred: the predicted answer string (bare), or None (no answer: False).
+  Returns:
+    math_verify.verify(parse_math(gold), parse_math(pred)); False when either side does not parse.
+  """
+  if pred is None:
+    return False
+  import math_verify  # pylint: disable=g-import-not-at-top
+  gold_parsed = parse_math(gold) if isinstance(gold, str) else gold
+  pred_parsed = parse_math(pred)
+  if not gold_parsed or not pred_parsed:
+    return False
+  return bool(math_verify.verify(gold_parsed, pred_parsed, timeout_seconds=_timeout_seconds()))

@@ -1,0 +1,127 @@
+"""Problem and Task: problems + prompt template + answer extraction + verifier (reward in {0, 1}).
+
+A task's verifier is the R(y) in {0, 1} of paper.md ("Objects"); its reference solutions feed the
+`solution`, `summary` and `contrastive` self-distillation contexts (paper.md, "Self-distillation contexts").
+"""
+import dataclasses
+import re
+from typing import Any, Callable
+
+QUESTION_SLOT = "{question}"
+_SAFE_ID = re.compile(r"[^A-Za-z0-9_.-]+")
+_CALCULATOR = re.compile(r"<<([^<>]*?)>>")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+  """One question with a verifiable answer.
+
+  Attributes:
+    id: stable and deterministic, safe in a file name (`[A-Za-z0-9_.-]`), e.g. "gsm8k-test-00017"; the same
+      source, split, seed and index always give the same id. Never a random uuid.
+    question: the question text, without any answer-format instruction (the task's template adds that).
+    answer: the gold answer, as a string (e.g. "72", "\\frac{1}{2}", "94*4 - 61 - 6").
+    solution: a worked reference solution when the source has one, else None.
+    fields: extra source fields that are safe to store in records (JSON-serialisable; never random ids).
+  """
+  id: str
+  question: str
+  answer: str
+  solution: str | None = None
+  fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """A named list of problems with a prompt template, an answer extractor and a grader.
+
+  Attributes:
+    name: the task name as given to `load_task`, e.g. "gsm8k" or "reasoning_gym:chain_sum".
+    problems: the problems, in a deterministic order.
+    template: the user message; `{question}` is replaced by the question (plain replacement, not str.format,
+      so literal braces such as `\\boxed{}` need no escaping).
+    extractor: response text -> extracted answer string, or None when the response has no answer.
+    grader: (problem, extracted answer) -> whether it is correct. Called only with a non-None answer.
+  """
+  name: str
+  problems: list[Problem]
+  template: str
+  extractor: Callable[[str], str | None]
+  grader: Callable[[Problem, str], bool]
+
+  def __post_init__(self):
+    check_template(self.template)
+    ids = [p.id for p in self.problems]
+    if len(set(ids)) != len(ids):
+      raise ValueError(f"task {self.name!r}: problem ids must be unique, got duplicates in {ids[:10]}...")
+
+  @property
+  def has_solutions(self) -> bool:
+    """True when every problem carries a reference solution (needed by the solution/summary/contrastive
+    self-distillation contexts)."""
+    return bool(self.problems) and all(p.solution is not None for p in self.problems)
+
+  def prompt(self, problem: Problem) -> str:
+    """The user message for `problem`: the template with `{question}` replaced (no chat template)."""
+    return self.template.replace(QUESTION_SLOT, problem.question)
+
+  def extract(self, response_text: str) -> str | None:
+    """The answer a response gives (task-specific rule, see the loader), or None."""
+    return self.extractor(response_text)
+
+  def reward(self, problem: Problem, response_text: str) -> float:
+    """R(y): 1.0 when the extracted answer is correct, else 0.0 (also when no answer is found)."""
+    answer = self.extractor(response_text)
+    if answer is None:
+      return 0.0
+    return 1.0 if self.grader(problem, answer) else 0.0
+
+
+def check_template(template: str) -> str:
+  """Returns `template` when it holds the `{question}` slot, else raises ValueError."""
+  if not isinstance(template, str) or QUESTION_SLOT not in template:
+    raise ValueError(f"task template must be a string containing {QUESTION_SLOT!r}, got {template!r}; "
+                     "e.g. '{question}\\nPut the final answer after \\'####\\'.'")
+  return template
+
+
+def safe_id(*parts: Any) -> str:
+  """Joins parts with '-' after replacing characters outside `[A-Za-z0-9_.-]` by '_' (ids name files)."""
+  return "-".join(_SAFE_ID.sub("_", str(p)).strip("_") for p in parts)
+
+
+def limit(rows: list, num_problems: int | None, source: str) -> list:
+  """The first `num_problems` rows (all when None); ValueError when more are asked than exist."""
+  if num_problems is None:
+    return rows
+  if not isinstance(num_problems, int) or num_problems <= 0:
+    raise ValueError(f"num_problems must be a positive int or None, got {num_problems!r}")
+  if num_problems > len(rows):
+    raise ValueError(f"num_problems={num_problems} but {source} has only {len(rows)} problems; "
+                     "lower num_problems or pass None for all")
+  return rows[:num_problems]
+
+
+def summarize_solution(task_name: str, solution: str) -> str:
+  """The reference solution reduced to its equations, in order, one per line (paper.md, "summary" context).
+
+  GSM8K-style solutions (task "gsm8k", or any solution with calculator annotations, e.g. tfds
+  "huggingface:gsm8k/main"): the annotations `<<48/2=24>>` -> "48/2=24". Other tasks, or a GSM8K solution
+  without annotations: the stripped lines that contain "=". Deterministic; "" when nothing qualifies.
+
+  Args:
+    task_name: the task name as given to `load_task`.
+    solution: the problem's reference solution text.
+  Returns:
+    The equations joined by newlines.
+  """
+  if not isinstance(solution, str):
+    raise ValueError(f"summarize_solution: solution must be a string, got {type(solution).__name__} for task "
+                     f"{task_name!r}; tasks without reference solutions have no summary")
+  if task_name == "gsm8k" or "gsm8k" in task_name and not task_name.startswith("reasoning_gym:"):
+    equations = [e.strip() for e in _CALCULATOR.findall(solution)]
+    if equations:
+      return "\n".join(equations)
+  if _CALCULATOR.search(solution):
+    return "\n".join(e.strip() for e in _CALCULATOR.findall(solution))
+  return "\n".join(line.strip() for line in solution.splitlines() if "=" in line)

