@@ -1,14 +1,16 @@
 """Summary of a study's node records: alignment by configuration x correctness, predictors, oracle filter.
 
-  python -m opd_jax.report --workdir=runs/teacher_sweep           # rebuilds summary.md / summary.csv, prints it
+  python -m opd_jax.report --workdir=runs/teacher_sweep     # rebuilds summary.md, summary.csv, alignment.png
 
 Reads `<workdir>/records/nodes/part-*.parquet` (one part per question, from every host: the parts of all
 processes of a multi-host study land in the same directory, so reading them all merges the shards), and
 `config.json` / `manifest.json` beside them when present (title and run facts). Every mean comes with a
-cluster-bootstrap interval over questions (opd_jax.stats). paper.md, "What the paper reports" and "Where
-opd_jax goes further".
+cluster-bootstrap interval over questions (opd_jax.stats). `rollout_html` renders one rollout token by token,
+coloured by alignment or by a predictor. paper.md, "What the paper reports" and "Where opd_jax goes further".
 """
 import glob
+import html
+import io
 import json
 import math
 import os
@@ -259,10 +261,122 @@ def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
-def read_records(workdir: str, table: str = "nodes") -> pd.DataFrame:
+def plot_alignment(summary: pd.DataFrame, path: str) -> None:
+  """Mean alignment with its interval per configuration (x) and correctness group (marker), as a PNG.
+
+  Uses matplotlib's object API (no pyplot, no global backend change); written atomically.
+
+  Args:
+    summary: the DataFrame returned by `summarize`.
+    path: the PNG file to write, e.g. `<workdir>/alignment.png`.
+  """
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+
+  configs = list(pd.unique(summary["config_id"]))
+  fig = Figure(figsize=(max(4.0, 1.3 * len(configs) + 2.0), 3.5), dpi=120)
+  FigureCanvasAgg(fig)
+  ax = fig.add_subplot(1, 1, 1)
+  for offset, (group, marker) in zip((-0.2, 0.0, 0.2), zip(GROUPS, "o^s")):
+    rows = summary[summary["group"] == group].set_index("config_id").reindex(configs)
+    mean = rows["mean_alignment"].to_numpy(np.float64)
+    err = np.stack([mean - rows["alignment_ci_lo"].to_numpy(np.float64),
+                    rows["alignment_ci_hi"].to_numpy(np.float64) - mean])
+    err = np.clip(np.nan_to_num(err), 0.0, None)          # empty groups: no point and no bar
+    ax.errorbar(np.arange(len(configs)) + offset, mean, yerr=err, fmt=marker, capsize=3, label=group)
+  ax.axhline(0.0, color="grey", lw=0.8)
+  ax.set_xticks(np.arange(len(configs)))
+  ax.set_xticklabels(configs, rotation=20, ha="right")
+  ax.set_ylabel("mean alignment cos(g*, g_c)")
+  level = float(summary["ci_level"].iloc[0])
+  ax.set_title(f"alignment by configuration ({100 * level:g}% cluster-bootstrap CI)", fontsize=9)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format="png")
+  _atomic_write(path, buffer.getvalue())
+
+
+def _colour(value: float, scale: float) -> str:
+  """Red (< 0) to white to green (> 0) as an rgb() string; value / scale clipped to [-1, 1]."""
+  t = float(np.clip(value / scale, -1.0, 1.0)) if scale > 0 else 0.0
+  fade = int(round(255 * (1 - abs(t))))
+  return f"rgb(255,{fade},{fade})" if t < 0 else f"rgb({fade},255,{fade})"
+
+
+def rollout_html(nodes: pd.DataFrame, tokens: pd.DataFrame, *, question_id: str, rollout_id: int,
+                 config_id: str, colour_by: str = "alignment", decode=None) -> str:
+  """One rollout as HTML, each response token coloured by alignment (nodes) or by a predictor (every token).
+
+  paper.md, "Where opd_jax goes further": per-token view of where a configuration helps (green) or hurts (red).
+  Colour by "alignment": selected nodes are coloured by align in [-1, 1]; nodes with an undefined alignment
+  get a dashed grey box; other tokens stay white. Colour by a predictor column of the tokens table (e.g.
+  "kl_pq", "logq_minus_logp"): every token, scaled by the largest |finite value| of the rollout. Hovering a
+  token shows its position, the predictors and, at nodes, alignment, V and teacher advantage.
+
+  Args:
+    nodes: node records (all questions are fine; this rollout and config_id are selected).
+    tokens: token records holding this rollout's positions for the configuration's (teacher, context).
+    question_id, rollout_id, config_id: which rollout and configuration.
+    colour_by: "alignment" or a predictor column name of `tokens`.
+    decode: token id -> text (e.g. `lambda t: tokenizer.decode([t])`); default shows the ids as `[id]`.
+  Returns:
+    A standalone HTML document.
+  Raises:
+    ValueError: unknown config_id, no tokens for the rollout, or an unknown colour_by column.
+  """
+  config_rows = nodes[nodes["config_id"] == config_id]
+  if config_rows.empty:
+    raise ValueError(f"config_id {config_id!r} not in nodes; known: {sorted(pd.unique(nodes['config_id']))}")
+  teacher, context = config_rows["teacher"].iloc[0], config_rows["context"].iloc[0]
+  toks = tokens[(tokens["question_id"] == question_id) & (tokens["rollout_id"] == rollout_id)
+                & (tokens["teacher"] == teacher) & (tokens["context"] == context)].sort_values("position")
+  if toks.empty:
+    raise ValueError(f"no tokens for question_id={question_id!r} rollout_id={rollout_id} teacher={teacher!r} "
+                     f"context={context!r}; pick a rollout that the study scored")
+  if colour_by != "alignment" and colour_by not in toks.columns:
+    raise ValueError(f"colour_by={colour_by!r} is neither 'alignment' nor a tokens column "
+                     f"({[c for c in PREDICTORS if c in toks.columns]})")
+  at = config_rows[(config_rows["question_id"] == question_id) & (config_rows["rollout_id"] == rollout_id)]
+  at = at.set_index("position")
+  decode = decode or (lambda t: f"[{t}]")
+  if colour_by == "alignment":
+    scale = 1.0
+  else:
+    finite = toks[colour_by].to_numpy(np.float64)
+    finite = np.abs(finite[np.isfinite(finite)])
+    scale = float(finite.max()) if finite.size else 0.0
+  spans = []
+  for _, tok in toks.iterrows():
+    position = int(tok["position"])
+    tip = [f"position {position}"] + [f"{c}={tok[c]:.4g}" for c in PREDICTORS if c in toks.columns]
+    style = ""
+    if position in at.index:
+      node = at.loc[position]
+      tip += [f"alignment={node['alignment']:.4g}", f"teacher_advantage={node['teacher_advantage']:.4g}"]
+      if "value" in at.columns:
+        tip.append(f"V={node['value']:.4g}")
+      if pd.isna(node["alignment"]):
+        tip.append(f"undefined: {node['alignment_nan_reason']}")
+    if colour_by == "alignment":
+      if position in at.index:
+        a = at.loc[position, "alignment"]
+        style = "border:1px dashed grey" if pd.isna(a) else f"background:{_colour(a, scale)};font-weight:bold"
+    elif np.isfinite(tok[colour_by]):
+      style = f"background:{_colour(tok[colour_by], scale)}"
+    text = html.escape(decode(int(tok["token"])))
+    spans.append(f'<span title="{html.escape("; ".join(tip))}" style="{style}">{text}</span>')
+  title = html.escape(f"{config_id}: question {question_id}, rollout {rollout_id}, coloured by {colour_by}")
+  return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + title + "</title></head>\n"
+          "<body style=\"font-family:monospace;white-space:pre-wrap\">\n<h3>" + title + "</h3>\n"
+          + "".join(spans) + "\n</body></html>\n")
+
+
+def read_records(workdir: str, table: str = "nodes", columns: list[str] | None = None) -> pd.DataFrame:
   """All part files of `<workdir>/records/<table>` in one DataFrame (parts in file-name order).
 
-  Reads `part-*.parquet` only, so a temporary file left by an interrupted write is never read.
+  Reads `part-*.parquet` only, so a temporary file left by an interrupted write is never read. `columns`
+  restricts the columns read (all by default).
 
   Raises:
     FileNotFoundError: the directory is missing or holds no part file; the message names the directory.
@@ -275,7 +389,7 @@ def read_records(workdir: str, table: str = "nodes") -> pd.DataFrame:
   if not parts:
     raise FileNotFoundError(f"no {table} records: directory {directory} holds no part-*.parquet file; the study "
                             "has not finished a question yet")
-  return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+  return pd.concat([pd.read_parquet(p, columns=columns) for p in parts], ignore_index=True)
 
 
 def _flatten(tree, prefix: str = "") -> dict:
@@ -297,11 +411,15 @@ def _load_json(path: str) -> dict | None:
     return json.load(f)
 
 
-def _atomic_write(path: str, text: str) -> None:
+def _atomic_write(path: str, text: str | bytes) -> None:
+  """Writes a temporary file beside `path`, then renames it over `path` (readers never see half a file)."""
   fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.", suffix=".tmp")
   try:
-    with os.fdopen(fd, "w") as f:
+    with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
       f.write(text)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)                          # mkstemp creates 0600; give the usual permissions
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):
@@ -309,8 +427,9 @@ def _atomic_write(path: str, text: str) -> None:
     raise
 
 
-def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes: int = 10) -> str:
-  """Rebuilds `<workdir>/summary.md` and `<workdir>/summary.csv` from the node records.
+def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes: int = 10,
+                  plot: bool = True) -> str:
+  """Rebuilds `<workdir>/summary.md`, `<workdir>/summary.csv` (and `alignment.png`) from the node records.
 
   Each file is written atomically (temporary file in the workdir, then os.replace). The markdown depends only
   on the records, config.json, manifest.json and the arguments (no clock, no absolute paths), so rebuilding
@@ -319,6 +438,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   Args:
     workdir: the study's working directory (holds records/nodes).
     n_boot, seed, min_nodes: see `summarize`.
+    plot: also write `<workdir>/alignment.png` (plot_alignment) and link it from the markdown.
   Returns:
     The markdown written to summary.md.
   Raises:
@@ -332,19 +452,22 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   meta = {"nodes": f"{len(nodes)} node rows, {nodes['question_id'].nunique()} questions, "
                    f"{nodes['config_id'].nunique()} configurations"}
   try:
-    rollouts = read_records(workdir, "rollouts")
+    rollouts = read_records(workdir, "rollouts", columns=["question_id", "reward"])
     reward = rollouts["reward"].to_numpy(np.float64)
     meta["rollouts"] = (f"{len(rollouts)} rollouts, {rollouts['question_id'].nunique()} questions, "
                         f"accuracy {np.mean(reward == 1):.3f}")
-  except (FileNotFoundError, KeyError):
+  except (FileNotFoundError, KeyError, ValueError):        # no rollout records, or without a reward column
     pass
-  meta["intervals"] = (f"{100 * summary['ci_level'].iloc[0]:g}% percentile cluster bootstrap over questions, n_boot={n_boot}, "
-                       f"seed={seed}; underpowered below {min_nodes} defined alignments")
+  meta["intervals"] = (f"{100 * summary['ci_level'].iloc[0]:g}% percentile cluster bootstrap over questions, "
+                       f"n_boot={n_boot}, seed={seed}; underpowered below {min_nodes} defined alignments")
   if config is not None:
     meta["config.json"] = _flatten(config)
   if manifest is not None:
     meta["manifest.json"] = _flatten(manifest)
   markdown = render_markdown(summary, title=f"opd_jax summary: {name}", meta=meta)
+  if plot:
+    plot_alignment(summary, os.path.join(workdir, "alignment.png"))
+    markdown += "\n![mean alignment by configuration and group](alignment.png)\n"
   _atomic_write(os.path.join(workdir, "summary.md"), markdown)
   _atomic_write(os.path.join(workdir, "summary.csv"), summary.to_csv(index=False))
   return markdown
@@ -353,7 +476,12 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
 def _main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}; use --workdir=...")
-  print(write_summary(flags.FLAGS.workdir, n_boot=flags.FLAGS.n_boot, seed=flags.FLAGS.seed), end="")
+  try:
+    markdown = write_summary(flags.FLAGS.workdir, n_boot=flags.FLAGS.n_boot, seed=flags.FLAGS.seed,
+                             plot=flags.FLAGS.plot)
+  except FileNotFoundError as e:
+    raise SystemExit(f"error: {e}") from None
+  print(markdown, end="")
 
 
 if __name__ == "__main__":
@@ -361,5 +489,6 @@ if __name__ == "__main__":
   flags.DEFINE_string("workdir", None, "Study working directory holding records/nodes.")
   flags.DEFINE_integer("n_boot", 2000, "Bootstrap replicates per interval.")
   flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
+  flags.DEFINE_bool("plot", True, "Also write alignment.png.")
   flags.mark_flag_as_required("workdir")
   app.run(_main)

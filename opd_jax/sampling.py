@@ -128,8 +128,8 @@ def prefill(params, tokens, positions, *, config: decoder.Config, cache_size: in
 
 
 @functools.partial(jax.jit, static_argnames=("config", "sp", "max_new_tokens", "stop_ids", "pad_id"))
-def decode(params, cache, logits, next_pos, keys, done, *, config: decoder.Config, sp: SamplingParams,
-           max_new_tokens: int, stop_ids: tuple[int, ...], pad_id: int = 0):
+def decode(params, cache, logits, next_pos, keys, done, caps=None, *, config: decoder.Config,
+           sp: SamplingParams, max_new_tokens: int, stop_ids: tuple[int, ...], pad_id: int = 0):
   """Sample up to N = max_new_tokens tokens per row on device.
 
   Args:
@@ -138,6 +138,7 @@ def decode(params, cache, logits, next_pos, keys, done, *, config: decoder.Confi
     next_pos: int32 [B] position of the next token of each row.
     keys: [B] per-row keys (`row_keys`); step i uses fold_in(keys[b], i).
     done: bool [B] rows that must not generate (e.g. a forced stop token); they return length 0.
+    caps: int32 [B] per-row token caps <= N (default N): a row stops, unfinished, after caps[b] tokens.
   Returns:
     tokens int32 [B, N], logprobs fp32 [B, N], lengths int32 [B], finished bool [B], final cache.
   """
@@ -146,28 +147,31 @@ def decode(params, cache, logits, next_pos, keys, done, *, config: decoder.Confi
   out_tok = jnp.full((B, max_new_tokens), pad_id, jnp.int32)
   out_lp = jnp.zeros((B, max_new_tokens), jnp.float32)
 
+  caps = jnp.full((B,), max_new_tokens, jnp.int32) if caps is None else jnp.minimum(caps, max_new_tokens)
+
   def cond(state):
-    i, _, _, _, _, done, _, _ = state
-    return (i < max_new_tokens) & ~jnp.all(done)
+    i, _, _, _, lengths, stopped, _, _ = state
+    return (i < max_new_tokens) & ~jnp.all(stopped | (lengths >= caps))
 
   def body(state):
-    i, cache, logits, pos, lengths, done, toks, lps = state
+    i, cache, logits, pos, lengths, stopped, toks, lps = state
+    active = ~stopped & (lengths < caps)
     step_keys = jax.vmap(lambda k: jax.random.fold_in(k, i))(keys)
     tok = sample_logits(logits, step_keys, sp)
     lp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tok[:, None], axis=-1)[:, 0]
-    tok = jnp.where(done, pad_id, tok)
+    tok = jnp.where(active, tok, pad_id)
     toks = toks.at[:, i].set(tok)
-    lps = lps.at[:, i].set(jnp.where(done, 0.0, lp))
-    lengths = lengths + (~done).astype(jnp.int32)
-    feed_pos = jnp.where(done, -1, pos)                                # finished rows write masked slots
-    done = done | jnp.any(tok[:, None] == stops[None, :], axis=-1)
+    lps = lps.at[:, i].set(jnp.where(active, lp, 0.0))
+    lengths = lengths + active.astype(jnp.int32)
+    stopped = stopped | (active & jnp.any(tok[:, None] == stops[None, :], axis=-1))
+    feed_pos = jnp.where(active, pos, -1)                              # inactive rows write masked slots
     new_logits, cache = decoder.forward(params, tok[:, None], feed_pos[:, None], cache, config=config)
-    return i + 1, cache, new_logits[:, 0], pos + 1, lengths, done, toks, lps
+    return i + 1, cache, new_logits[:, 0], pos + 1, lengths, stopped, toks, lps
 
   state = (jnp.zeros((), jnp.int32), cache, logits, next_pos.astype(jnp.int32), jnp.zeros((B,), jnp.int32),
            done, out_tok, out_lp)
   _, cache, _, _, lengths, finished, toks, lps = jax.lax.while_loop(cond, body, state)
-  # `done` is set only by a stop token (sampled, or forced before the call): rows that hit the cap are not.
+  # `finished` is set only by a stop token (sampled, or forced before the call): rows that hit a cap are not.
   return toks, lps, lengths, finished, cache
 
 
@@ -240,8 +244,8 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array, max_new_t
 
 
 @functools.partial(jax.jit, static_argnames=("config", "sp", "max_new_tokens", "stop_ids", "pad_id"))
-def _branch(params, base_cache, base_row, cut_pos, forced, keys, *, config, sp, max_new_tokens, stop_ids,
-            pad_id):
+def _branch(params, base_cache, base_row, cut_pos, forced, keys, caps, *, config, sp, max_new_tokens,
+            stop_ids, pad_id):
   """Jitted core of `branch`: gather base rows, mask positions >= cut, feed the forced token, decode."""
   pos = base_cache["pos"][base_row]
   pos = jnp.where(pos >= cut_pos[:, None], -1, pos)
@@ -252,7 +256,7 @@ def _branch(params, base_cache, base_row, cut_pos, forced, keys, *, config, sp, 
   logits, cache = decoder.forward(params, forced[:, None], cut_pos[:, None], cache, config=config)
   stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
   done = jnp.any(forced[:, None] == stops[None, :], axis=-1)          # a forced stop ends the rollout at once
-  return decode(params, cache, logits[:, 0], cut_pos + 1, keys, done, config=config, sp=sp,
+  return decode(params, cache, logits[:, 0], cut_pos + 1, keys, done, caps, config=config, sp=sp,
                 max_new_tokens=max_new_tokens, stop_ids=stop_ids, pad_id=pad_id)[:4]
 
 
@@ -272,14 +276,15 @@ def prefill_sequences(model, sequences: Sequence[Sequence[int]]):
 
 def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence[int],
            forced_tokens: Sequence[int], key: jax.Array, max_new_tokens: int, row_ids: Sequence[int],
-           temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, stop_ids=None,
-           pad_id: int = 0) -> Samples:
+           caps: Sequence[int] | None = None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+           stop_ids=None, pad_id: int = 0) -> Samples:
   """Continue base rollouts from prefix positions with forced first tokens (targeted rollouts).
 
   Branch j reads base row `base_rows[j]` of `base_cache` (from `prefill_sequences`) truncated to its first
   `prefix_lens[j]` tokens (prompt + response prefix: the slots at positions >= prefix_lens[j] are masked),
   appends `forced_tokens[j]` at position prefix_lens[j], then samples up to `max_new_tokens` tokens. A forced
-  stop token ends the branch at once (length 0, finished). Equal to sampling from scratch with the prompt
+  stop token ends the branch at once (length 0, finished). `caps[j]` <= max_new_tokens (default: all
+  max_new_tokens) caps branch j's own length; a row's tokens never depend on the others'. Equal to sampling from scratch with the prompt
   `sequence[:prefix_len] + [forced]` and the same key and row id (up to float round-off in the logits).
 
   Returns:
@@ -300,10 +305,12 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
   cut = fill(prefix_lens, 0)
   forced = fill(forced_tokens, stop[0] if stop else 0)                 # dummy rows: forced stop, no work
   ids = np.concatenate([np.asarray(row_ids), np.arange(NB - nb) + 2**30]).astype(np.uint32)
+  row_caps = fill([max_new_tokens] * nb if caps is None else caps, 0)
   COUNTERS["branch_calls"] += 1
   COUNTERS["branch_rows"] += nb
   toks, lps, lengths, finished = _branch(
       model.params, base_cache, jnp.asarray(rows), jnp.asarray(cut), jnp.asarray(forced),
-      row_keys(key, jnp.asarray(ids)), config=config, sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop,
+      row_keys(key, jnp.asarray(ids)), jnp.asarray(row_caps), config=config, sp=sp,
+      max_new_tokens=max_new_tokens, stop_ids=stop,
       pad_id=pad_id)
   return Samples(*(np.asarray(a)[:nb] for a in (toks, lps, lengths, finished)))

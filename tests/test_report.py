@@ -269,6 +269,10 @@ def test_write_summary_files_markdown_and_cli(tmp_path):
   workdir = tmp_path / "run"
   write_parts(nodes, workdir)
   (workdir / "config.json").write_text(json.dumps({"name": "smoke", "student": {"name": "tiny-student"}}))
+  (workdir / "records" / "rollouts").mkdir()
+  for qi in range(6):
+    pd.DataFrame({"question_id": [f"q{qi}"] * 2, "rollout_id": [0, 1], "reward": [1.0, 0.0], "text": ["a", "b"]}
+                 ).to_parquet(workdir / "records" / "rollouts" / f"part-q{qi}.parquet")
   markdown = report.write_summary(str(workdir), n_boot=300, seed=1)
   assert (workdir / "summary.md").read_text() == markdown
   assert not [p for p in os.listdir(workdir) if p.endswith(".tmp")]
@@ -280,6 +284,7 @@ def test_write_summary_files_markdown_and_cli(tmp_path):
   np.testing.assert_allclose(got[numeric].to_numpy(float), want[numeric].to_numpy(float), rtol=1e-12)
   assert markdown.startswith("# opd_jax summary: smoke\n")
   assert "`student.name`: tiny-student" in markdown
+  assert "- **rollouts**: 12 rollouts, 6 questions, accuracy 0.500\n" in markdown
   assert underpowered_lines(markdown) == {("solution", "correct"): 6}
   jsd_all = want[(want.config_id == "jsd") & (want.group == "all")].iloc[0]
   assert f"| jsd | all | 60 | 56 | 0 | 3 | 1 | 0 | 6 | {jsd_all.mean_alignment:.4f} |" in markdown
@@ -307,3 +312,43 @@ def test_missing_or_empty_records_name_the_directory(tmp_path):
   (tmp_path / "records" / "nodes").mkdir(parents=True)
   with pytest.raises(FileNotFoundError, match="no part-"):
     report.write_summary(str(tmp_path))
+
+
+def test_plot_written_and_linked(tmp_path):
+  write_parts(synthetic_nodes(), tmp_path)
+  markdown = report.write_summary(str(tmp_path), n_boot=50)
+  assert (tmp_path / "alignment.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert "](alignment.png)" in markdown
+  os.remove(tmp_path / "alignment.png")
+  assert "alignment.png" not in report.write_summary(str(tmp_path), n_boot=50, plot=False)
+  assert not (tmp_path / "alignment.png").exists()
+
+
+def test_rollout_html_colours_nodes_and_predictors():
+  nodes = synthetic_nodes()
+  columns = ["question_id", "rollout_id", "position", "teacher", "context", "kl_pq", "cosine"]
+  tokens = nodes[columns + ["sampled_token"]].rename(columns={"sampled_token": "token"})
+  extra = tokens[tokens.position == 0].assign(position=5, token=7, kl_pq=0.0)   # a position without a node
+  tokens = pd.concat([tokens, extra], ignore_index=True)
+  page = report.rollout_html(nodes, tokens, question_id="q1", rollout_id=0, config_id="solution",
+                             decode=lambda t: "<b>" if t == 7 else f"t{t}")
+  spans = re.findall(r'<span title="([^"]*)" style="([^"]*)">([^<]*)</span>', page)
+  assert len(spans) == 6 and spans[-1][2] == "&lt;b&gt;" and spans[-1][1] == ""
+  rows = nodes[(nodes.config_id == "solution") & (nodes.question_id == "q1") & (nodes.rollout_id == 0)]
+  for (tip, style, _), (_, node) in zip(spans, rows.sort_values("position").iterrows()):
+    assert f"position {node.position};" in tip
+    if np.isnan(node.alignment):
+      assert style == "border:1px dashed grey" and "undefined: degenerate" in tip
+    else:                                                 # a = 0.5 -> rgb(128,255,128); a = -0.5 -> rgb(255,128,128)
+      fade = int(round(255 * (1 - abs(node.alignment))))
+      want = f"rgb({fade},255,{fade})" if node.alignment > 0 else f"rgb(255,{fade},{fade})"
+      assert style == f"background:{want};font-weight:bold"
+  by_kl = report.rollout_html(nodes, tokens, question_id="q1", rollout_id=0, config_id="jsd", colour_by="kl_pq")
+  kl = tokens[(tokens.question_id == "q1") & (tokens.rollout_id == 0) & (tokens.teacher == "teacher-1.5b")]
+  fades = np.round(255 * (1 - kl.sort_values("position").kl_pq / kl.kl_pq.abs().max())).astype(int)
+  assert re.findall(r'style="background:([^"]*)"', by_kl) == [f"rgb({f},255,{f})" for f in fades]
+  assert "rgb(0,255,0)" in by_kl                          # the largest KL is fully saturated
+  with pytest.raises(ValueError, match="colour_by"):
+    report.rollout_html(nodes, tokens, question_id="q1", rollout_id=0, config_id="jsd", colour_by="nope")
+  with pytest.raises(ValueError, match="no tokens"):
+    report.rollout_html(nodes, tokens, question_id="q9", rollout_id=0, config_id="jsd")

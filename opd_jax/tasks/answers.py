@@ -6,7 +6,8 @@ graders decide equality on those strings.
 Numeric extraction (`extract_number`), the first rule that yields a number wins (paper.md, "Objects": the
 verifier behind R(y) in {0, 1}):
   1. `#### x`: the first number after the last `####`;
-  2. the first number inside the last `\\boxed{...}`;
+  2. the first number inside the last `\\boxed{...}` (a fraction there, `\\frac{1}{2}` or `1/2`, is returned
+     as written and grades as wrong against a number);
   3. the first number after the last "answer is" / "answer:" on the same line;
   4. the last number in the text.
 Numbers may carry `$`, thousands commas (`70,000`, LaTeX `1{,}000`) and decimals; they are returned in a
@@ -18,7 +19,8 @@ import threading
 
 # A number that does not start inside a word or another number: optional minus, optional $, then either
 # comma-grouped thousands (1,000,000) or plain digits, then an optional decimal part.
-_NUMBER = re.compile(r"(?<![\w.])(-)?\\?\$?\s?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)")
+_NUMBER = re.compile(r"(?<![\w.])(-)?(?:\\?\$\s?)?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)")
+_FRACTION = re.compile(r"\\[dt]?frac|/")
 _ANSWER_IS = re.compile(r"answer\s*(?:is|:)", re.IGNORECASE)
 _ANSWER_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
 
@@ -91,6 +93,8 @@ def extract_number(text: str) -> str | None:
       return found[0]
   boxed = last_boxed(text)
   if boxed is not None:
+    if _FRACTION.search(boxed):
+      return boxed.strip()  # an answer, but not a decimal number: grades as wrong, never as its numerator
     found = _numbers(boxed)
     if found:
       return found[0]

@@ -105,12 +105,13 @@ def limit(rows: list, num_problems: int | None, source: str) -> list:
 def summarize_solution(task_name: str, solution: str) -> str:
   """The reference solution reduced to its equations, in order, one per line (paper.md, "summary" context).
 
-  GSM8K-style solutions (task "gsm8k", or any solution with calculator annotations, e.g. tfds
-  "huggingface:gsm8k/main"): the annotations `<<48/2=24>>` -> "48/2=24". Other tasks, or a GSM8K solution
-  without annotations: the stripped lines that contain "=". Deterministic; "" when nothing qualifies.
+  GSM8K-style solutions (those with calculator annotations: task "gsm8k", tfds "huggingface:gsm8k/main"):
+  the annotations `<<48/2=24>>` -> "48/2=24". Other solutions (reasoning-gym's answer_cot, MATH, and the few
+  GSM8K solutions without annotations): the stripped lines that contain "=". Deterministic; "" when nothing
+  qualifies.
 
   Args:
-    task_name: the task name as given to `load_task`.
+    task_name: the task name as given to `load_task` (named in errors).
     solution: the problem's reference solution text.
   Returns:
     The equations joined by newlines.
@@ -118,10 +119,7 @@ def summarize_solution(task_name: str, solution: str) -> str:
   if not isinstance(solution, str):
     raise ValueError(f"summarize_solution: solution must be a string, got {type(solution).__name__} for task "
                      f"{task_name!r}; tasks without reference solutions have no summary")
-  if task_name == "gsm8k" or "gsm8k" in task_name and not task_name.startswith("reasoning_gym:"):
-    equations = [e.strip() for e in _CALCULATOR.findall(solution)]
-    if equations:
-      return "\n".join(equations)
-  if _CALCULATOR.search(solution):
-    return "\n".join(e.strip() for e in _CALCULATOR.findall(solution))
+  annotations = _CALCULATOR.findall(solution)
+  if annotations:
+    return "\n".join(e.strip() for e in annotations)
   return "\n".join(line.strip() for line in solution.splitlines() if "=" in line)

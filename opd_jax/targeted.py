@@ -1,0 +1,273 @@
+"""Targeted rollouts: node selection, candidate sets, forced-token continuations -> P_succ, node estimates.
+
+paper.md, "Targeted rollouts -> P_succ": at a node u (a prefix of a student rollout) force each candidate
+token k, let the student finish R times, verify: P_succ(k | u) = successes / R. This module is shared by the
+study (real models, `ModelPolicy`) and the exactly solvable toy (`opd_jax.toy.ToyPolicy`): both implement the
+`Policy` protocol, and `estimate_successes` / `node_estimates` are the one code path for both.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Protocol, Sequence
+
+import jax
+import numpy as np
+
+from opd_jax import gradients
+from opd_jax import sampling
+
+STRATEGIES = ("exponential", "uniform", "entropy", "all")
+
+# Why an alignment is NaN (records' `alignment_nan_reason`).
+DEGENERATE = "degenerate"                        # P_succ equal on every candidate: g* = 0
+ZERO_DISTILLATION = "zero_distillation_gradient"  # q = p on C(u), or the clip binds: g_D = 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Node selection and candidate sets.
+
+def select_nodes(length: int, n: int, strategy: str = "exponential", *,
+                 entropy: Sequence[float] | None = None) -> np.ndarray:
+  """0-based response positions of the nodes of one rollout (paper.md, "Node selection" [ours]).
+
+  Args:
+    length: L, the response length in tokens (stop token included).
+    n: nodes wanted per rollout (ignored by "all").
+    strategy: "exponential": t_i = round(L^(i/(n-1))) - 1, i = 0..n-1, de-duplicated (dense early, sparse
+      late); "uniform": n evenly spaced positions over [0, L-1]; "entropy": the n positions of highest student
+      entropy (ties: earlier first); "all": every position.
+    entropy: float [L] student entropy per position (required by "entropy").
+  Returns:
+    int64 sorted unique positions in [0, L-1] (fewer than n when L is short).
+  Raises:
+    ValueError: unknown strategy, n <= 0, missing entropy.
+  """
+  if strategy not in STRATEGIES:
+    raise ValueError(f"unknown node strategy {strategy!r}; use one of {STRATEGIES}")
+  if length <= 0:
+    return np.zeros((0,), np.int64)
+  if strategy == "all":
+    return np.arange(length)
+  if n <= 0:
+    raise ValueError(f"budget.nodes_per_rollout must be > 0, got {n}")
+  if strategy == "exponential":
+    if n == 1:
+      return np.zeros((1,), np.int64)
+    t = np.round(np.power(float(length), np.arange(n) / (n - 1))).astype(np.int64) - 1
+  elif strategy == "uniform":
+    t = np.round(np.linspace(0, length - 1, n)).astype(np.int64)
+  else:
+    if entropy is None or len(entropy) < length:
+      raise ValueError("strategy 'entropy' needs the student entropy at every response position")
+    t = np.argsort(-np.asarray(entropy[:length]), kind="stable")[:n]
+  return np.unique(np.clip(t, 0, length - 1))
+
+
+def candidate_set(sampled: int, student_top: Sequence[int], teacher_tops: Sequence[Sequence[int]],
+                  size: int) -> np.ndarray:
+  """C(u) [ours]: the sampled token, then the student's top-k_s, then each teacher's top-k_t (order kept,
+  duplicates dropped), padded with -1 to `size` (int64 [size]). Raises ValueError if it does not fit."""
+  ids = [int(sampled)]
+  for tok in list(student_top) + [t for top in teacher_tops for t in top]:
+    if int(tok) not in ids:
+      ids.append(int(tok))
+  if len(ids) > size:
+    raise ValueError(f"candidate set of {len(ids)} tokens exceeds size {size}")
+  return np.array(ids + [-1] * (size - len(ids)), np.int64)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Policies: what continues a prefix with a forced token.
+
+class Policy(Protocol):
+  """Continues one base rollout from many (position, forced token) branches.
+
+  `continue_branches(prompt, response, positions, forced, *, key, row_ids, max_response_len)` returns, for
+  branch j, the new response `response[:positions[j]] + [forced[j]] + continuation` (at most
+  `max_response_len` tokens) and whether it finished (ended with a stop token) as a list of (list, bool).
+  Branch j's randomness comes from (key, row_ids[j]) alone.
+  """
+
+  def continue_branches(self, prompt: Sequence[int], response: Sequence[int], positions: Sequence[int],
+                        forced: Sequence[int], *, key: jax.Array, row_ids: Sequence[int],
+                        max_response_len: int) -> list[tuple[list[int], bool]]:
+    ...
+
+
+@dataclasses.dataclass
+class ModelPolicy:
+  """The student model as a `Policy`: one prefill of the base rollout, branches batched from its KV cache.
+
+  batch_size: branches per decode call (fixed, so one compile serves every call).
+  """
+  model: object
+  temperature: float = 1.0
+  top_p: float = 1.0
+  top_k: int = 0
+  batch_size: int = 64
+
+  def continue_branches(self, prompt, response, positions, forced, *, key, row_ids, max_response_len):
+    seq = list(prompt) + list(response)
+    cache = sampling.prefill_sequences(self.model, [seq])
+    caps = [max_response_len - int(t) - 1 for t in positions]
+    n_new = sampling._bucket(max(max(caps), 1), 16)
+    out = []
+    for s in range(0, len(positions), self.batch_size):
+      sl = slice(s, s + self.batch_size)
+      res = sampling.branch(
+          self.model, cache, base_rows=[0] * len(positions[sl]),
+          prefix_lens=[len(prompt) + int(t) for t in positions[sl]], forced_tokens=forced[sl], key=key,
+          max_new_tokens=n_new, row_ids=row_ids[sl], caps=caps[sl], temperature=self.temperature,
+          top_p=self.top_p, top_k=self.top_k)
+      stops = set(self.model.stop_ids)
+      for j, t in enumerate(positions[sl]):
+        f = int(forced[sl][j])
+        cont = res.tokens[j, :res.lengths[j]].tolist()
+        new = list(response[:int(t)]) + [f] + cont
+        out.append((new, bool(res.finished[j]) or f in stops))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Estimation.
+
+@dataclasses.dataclass(frozen=True)
+class Outcomes:
+  """Per-replicate rewards of targeted continuations of one rollout.
+
+  rewards: int8 [M, K, R] (0/1) for M nodes, K candidate slots, R continuations; padded slots are 0 with
+    `valid` False.
+  valid: bool [M, K] candidate slot is a real candidate (id >= 0).
+  """
+  rewards: np.ndarray
+  valid: np.ndarray
+
+  @property
+  def successes(self) -> np.ndarray:   # int64 [M, K]
+    return self.rewards.sum(-1).astype(np.int64) * self.valid
+
+  @property
+  def n(self) -> np.ndarray:           # int64 [M, K]
+    return np.where(self.valid, self.rewards.shape[-1], 0).astype(np.int64)
+
+  def half(self, which: int) -> tuple[np.ndarray, np.ndarray]:
+    """(successes, n) over the first (0) or second (1) half of the replicates (disjoint)."""
+    R = self.rewards.shape[-1]
+    sl = slice(0, R // 2) if which == 0 else slice(R // 2, 2 * (R // 2))
+    r = self.rewards[..., sl]
+    return r.sum(-1).astype(np.int64) * self.valid, np.where(self.valid, r.shape[-1], 0).astype(np.int64)
+
+
+def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float], prompt: Sequence[int],
+                       response: Sequence[int], positions: Sequence[int], candidates: np.ndarray, *, R: int,
+                       key: jax.Array, max_response_len: int) -> Outcomes:
+  """Targeted continuations of one rollout: force every candidate at every node R times, verify each.
+
+  Args:
+    policy: the student (`ModelPolicy`) or the toy; continuations use the student in its own context.
+    verify: (response ids, finished) -> reward in {0, 1}; an unfinished continuation (token cap) must get 0.
+    prompt, response: the base rollout's token ids.
+    positions: int [M] node positions (0-based response indices).
+    candidates: int [M, K] candidate ids, -1 padded.
+    R: continuations per candidate (`budget.continuations_per_candidate`).
+    key: PRNG key of this rollout; branch (m, k, r) uses row id (m * K + k) * R + r.
+    max_response_len: the base rollouts' token cap; continuations share it (response length <= cap).
+  Returns:
+    `Outcomes` with rewards [M, K, R].
+  """
+  candidates = np.asarray(candidates)
+  M, K = candidates.shape
+  if R <= 0:
+    raise ValueError(f"budget.continuations_per_candidate must be > 0, got {R}")
+  branches = [(m, k, r) for m in range(M) for k in range(K) if candidates[m, k] >= 0 for r in range(R)]
+  rewards = np.zeros((M, K, R), np.int8)
+  if branches:
+    res = policy.continue_branches(
+        prompt, response, [int(positions[m]) for m, _, _ in branches],
+        [int(candidates[m, k]) for m, k, _ in branches], key=key,
+        row_ids=[(m * K + k) * R + r for m, k, r in branches], max_response_len=max_response_len)
+    for (m, k, r), (new_response, finished) in zip(branches, res):
+      rewards[m, k, r] = int(verify(new_response, finished) == 1.0)
+  return Outcomes(rewards=rewards, valid=candidates >= 0)
+
+
+def wilson_interval(successes, n, z: float = 1.959964) -> tuple[np.ndarray, np.ndarray]:
+  """Wilson score interval for a binomial proportion (float64 arrays; [0, 1] where n = 0)."""
+  s, n = np.asarray(successes, np.float64), np.asarray(n, np.float64)
+  safe = np.maximum(n, 1)
+  ph = s / safe
+  denom = 1 + z * z / safe
+  center = (ph + z * z / (2 * safe)) / denom
+  half = z * np.sqrt(ph * (1 - ph) / safe + z * z / (4 * safe * safe)) / denom
+  lo, hi = np.clip(center - half, 0, 1), np.clip(center + half, 0, 1)
+  return np.where(n > 0, lo, 0.0), np.where(n > 0, hi, 1.0)
+
+
+def p_succ(successes, n) -> np.ndarray:
+  """P_succ = successes / n (float64; 0 where n = 0, i.e. padded candidate slots)."""
+  s, n = np.asarray(successes, np.float64), np.asarray(n, np.float64)
+  return np.where(n > 0, s / np.maximum(n, 1), 0.0)
+
+
+def split_half_noise_ceiling(p: np.ndarray, outcomes: Outcomes) -> np.ndarray:
+  """cos(g* from the first half of the replicates, g* from the second half), per node [M] (paper.md,
+  "Where opd_jax goes further"). NaN where either half is degenerate or R < 2."""
+  gs = []
+  for which in (0, 1):
+    s, n = outcomes.half(which)
+    g = np.asarray(gradients.ideal_gradient(p, p_succ(s, n).astype(p.dtype)))
+    bad = np.asarray(gradients.is_degenerate(s, n)) | (outcomes.rewards.shape[-1] < 2)
+    gs.append((g, bad))
+  cos = np.asarray(gradients.alignment(gs[0][0], gs[1][0]), np.float64)
+  return np.where(gs[0][1] | gs[1][1], np.nan, cos)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeEstimates:
+  """Estimates at M nodes for one configuration (arrays [M] unless stated; float64)."""
+  p_succ: np.ndarray               # [M, K]
+  value: np.ndarray                # V = sum_k p_k P_succ(k)
+  alignment: np.ndarray            # cos(g*, g_D); NaN when undefined
+  nan_reason: np.ndarray           # object [M]: "" or DEGENERATE or ZERO_DISTILLATION
+  teacher_advantage: np.ndarray    # sum_k q_k P_succ(k) - V
+  degenerate: np.ndarray           # bool, decided on the integer counts
+  g_ideal: np.ndarray              # [M, K]
+  g_distill: np.ndarray            # [M, K]
+
+
+def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.ndarray, *, divergence: str,
+                   beta: float = 0.5, clip: float | None = None, sampled_index: np.ndarray | None = None,
+                   advantage: np.ndarray | None = None) -> NodeEstimates:
+  """g*, g_D, alignment, teacher advantage at M nodes (paper.md, "Gradients in logit space").
+
+  Args:
+    p, q: float [M, K] student / teacher probabilities on C(u), renormalised, 0 on padding.
+    successes, n: int [M, K] counts (n = 0 on padding).
+    divergence, beta, clip: the configuration's divergence (`gradients.distillation_gradient`).
+    sampled_index: int [M] index in C(u) of the sampled token (needed by "sampled_token").
+    advantage: float [M] full-vocabulary log q(y_t) - log p(y_t) (for "sampled_token"; optional).
+  Returns:
+    `NodeEstimates`. Alignment is NaN with reason DEGENERATE when the counts make every P_succ equal (g* = 0),
+    else with reason ZERO_DISTILLATION when |g_D| < 1e-12 (q = p on C(u), or the clip binds).
+  """
+  ps = p_succ(successes, n).astype(p.dtype)
+  g_ideal = np.asarray(gradients.ideal_gradient(p, ps))
+  g = np.asarray(gradients.distillation_gradient(divergence, p, q, beta=beta, clip=clip,
+                                                 sampled_token=sampled_index, advantage=advantage))
+  degenerate = np.asarray(gradients.is_degenerate(successes, n))
+  cos = np.asarray(gradients.alignment(g_ideal, g), np.float64)
+  zero_g = np.linalg.norm(g.astype(np.float64), axis=-1) < 1e-12
+  reason = np.where(degenerate, DEGENERATE, np.where(zero_g, ZERO_DISTILLATION, "")).astype(object)
+  cos = np.where(degenerate | zero_g, np.nan, cos)
+  value = np.asarray(gradients.node_value(p, ps), np.float64)
+  adv = np.asarray(gradients.teacher_advantage(p, q, ps), np.float64)
+  return NodeEstimates(p_succ=ps.astype(np.float64), value=value, alignment=cos, nan_reason=reason,
+                       teacher_advantage=adv, degenerate=degenerate, g_ideal=g_ideal, g_distill=g)
+
+
+def planned_cost(n_rollouts: int, nodes_per_rollout: int, candidates: int, R: int,
+                 tokens_per_continuation: float) -> dict[str, float]:
+  """Planned work: continuations and generated tokens (printed before they are spent)."""
+  cont = n_rollouts * nodes_per_rollout * candidates * R
+  return {"continuations": cont, "tokens": cont * tokens_per_continuation}
+

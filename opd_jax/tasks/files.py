@@ -1,0 +1,104 @@
+"""GSM8K (JSONL) and MATH-500 (JSON) from local files; nothing is downloaded.
+
+GSM8K rows: {"question", "answer"}, the answer being the worked solution (with calculator annotations
+`<<48/2=24>>`) then `#### <number>`. MATH-500 rows: {"problem", "solution", "answer", "subject", "level",
+"unique_id"}, the solution ending in `\\boxed{answer}`.
+"""
+import json
+import pathlib
+
+from opd_jax.tasks import answers
+from opd_jax.tasks import base
+
+GSM8K_TEMPLATE = ("{question}\nSolve it step by step, then write the final answer as a number after '####', "
+                  "e.g. '#### 42'.")
+MATH_TEMPLATE = "{question}\nSolve it step by step, then put the final answer within \\boxed{}."
+
+GSM8K_SOURCE = ("https://github.com/openai/grade-school-math (grade_school_math/data/test.jsonl, train.jsonl); "
+                "this project's tests use ../shared/data/gsm8k_test.jsonl")
+MATH500_SOURCE = ("https://github.com/openai/prm800k (prm800k/math_splits/test.jsonl, the 500-problem subset of "
+                  "MATH, as a JSON list); this project's tests use ../shared/data/math500_test.json")
+
+
+def _resolve(task: str, path, data_dir, default_name: str, source: str) -> pathlib.Path:
+  """The file to read: `path`, else `data_dir/default_name`; clear errors when neither exists."""
+  if path is None and data_dir is None:
+    raise ValueError(f"task {task!r} reads a local file: pass path=... (or data_dir=... holding {default_name}); "
+                     f"get it from {source}")
+  resolved = pathlib.Path(path) if path is not None else pathlib.Path(data_dir) / default_name
+  if not resolved.is_file():
+    raise FileNotFoundError(f"task {task!r}: file {str(resolved)!r} not found; get it from {source}")
+  return resolved
+
+
+def load_gsm8k(*, path=None, data_dir=None, split: str = "test", num_problems: int | None = None,
+               template: str = GSM8K_TEMPLATE) -> base.Task:
+  """GSM8K from a JSONL file: gold = the text after the last `#### `, solution = the text before it.
+
+  Args:
+    path: the JSONL file; default `data_dir/gsm8k_<split>.jsonl`.
+    data_dir: folder holding `gsm8k_<split>.jsonl` when `path` is None.
+    split: names the ids ("gsm8k-<split>-<row:05d>", row = 0-based line index) and the default file.
+    num_problems: the first n rows in file order (None: all).
+    template: the user message, with `{question}`.
+  Returns:
+    A Task graded by `answers.extract_number` / `answers.numbers_equal` (exact decimal equality).
+  """
+  file = _resolve("gsm8k", path, data_dir, f"gsm8k_{split}.jsonl", GSM8K_SOURCE)
+  problems = []
+  with open(file, encoding="utf-8") as f:
+    for row, line in enumerate(l for l in f if l.strip()):
+      record = json.loads(line)
+      text = record.get("answer", "")
+      if "####" not in text or "question" not in record:
+        raise ValueError(f"{file}: row {row} has no 'question' or no '#### <answer>' in its 'answer' field; "
+                         "expected GSM8K JSONL rows")
+      solution, gold = text.rsplit("####", 1)
+      problems.append(base.Problem(id=base.safe_id("gsm8k", split, f"{row:05d}"), question=record["question"],
+                                   answer=gold.strip(), solution=solution.rstrip(), fields={"row": row}))
+  problems = base.limit(problems, num_problems, str(file))
+  return base.Task(name="gsm8k", problems=problems, template=base.check_template(template),
+                   extractor=answers.extract_number, grader=lambda p, a: answers.numbers_equal(p.answer, a))
+
+
+def load_math500(*, path=None, data_dir=None, split: str = "test", num_problems: int | None = None,
+                 template: str = MATH_TEMPLATE) -> base.Task:
+  """MATH-500 from a JSON list: gold = the `answer` field, solution = the `solution` field.
+
+  Extraction: the content of the response's last `\\boxed{...}` (None when there is none: reward 0).
+  Grading: `answers.math_equal` (math-verify, both sides wrapped in `\\boxed{}` before parsing).
+
+  Args:
+    path: the JSON file; default `data_dir/math500_<split>.json`.
+    data_dir: folder holding `math500_<split>.json` when `path` is None.
+    split: names the ids ("math500-<split>-<row:05d>", row = 0-based list index) and the default file.
+    num_problems: the first n rows in file order (None: all).
+    template: the user message, with `{question}`.
+  """
+  file = _resolve("math500", path, data_dir, f"math500_{split}.json", MATH500_SOURCE)
+  with open(file, encoding="utf-8") as f:
+    rows = json.load(f)
+  problems = []
+  for row, record in enumerate(rows):
+    missing = {"problem", "answer"} - set(record)
+    if missing:
+      raise ValueError(f"{file}: row {row} lacks fields {sorted(missing)}; expected MATH-500 rows")
+    fields = {k: record[k] for k in ("subject", "level", "unique_id") if k in record}
+    problems.append(base.Problem(id=base.safe_id("math500", split, f"{row:05d}"), question=record["problem"],
+                                 answer=str(record["answer"]), solution=record.get("solution"),
+                                 fields={"row": row, **fields}))
+  problems = base.limit(problems, num_problems, str(file))
+  return base.Task(name="math500", problems=problems, template=base.check_template(template),
+                   extractor=answers.last_boxed, grader=math_grader())
+
+
+def math_grader():
+  """A grader (problem, answer) -> bool by math-verify that parses each distinct gold answer once."""
+  parsed_golds = {}
+
+  def grade(problem: base.Problem, answer: str) -> bool:
+    if problem.answer not in parsed_golds:
+      parsed_golds[problem.answer] = answers.parse_math(problem.answer)
+    return answers.math_equal(parsed_golds[problem.answer], answer)
+
+  return grade

@@ -1,0 +1,259 @@
+"""Tests for opd_jax.tasks: extraction, verifiers against real gold solutions, generators, tfds round trip."""
+import decimal
+import json
+import re
+
+import pytest
+
+from opd_jax import tasks
+from opd_jax.tasks import answers
+from opd_jax.tasks import base
+
+RG_TASKS = ("gsm_symbolic", "basic_arithmetic", "chain_sum", "countdown")
+
+
+def _numeric_task(gold: str) -> tuple[base.Task, base.Problem]:
+  problem = base.Problem(id="p-0", question="q", answer=gold)
+  task = base.Task(name="gsm8k", problems=[problem], template="{question}", extractor=answers.extract_number,
+                   grader=lambda p, a: answers.numbers_equal(p.answer, a))
+  return task, problem
+
+
+@pytest.mark.parametrize("gold, response, expected", [
+    ("72", "The answer is 72, in total, she sold 72 clips.", 1.0),
+    ("72", "The answer is 72, in total, ...", 1.0),
+    ("29", "The shirt costs $29.00.", 1.0),
+    ("70000", "He made a profit of $70,000.", 1.0),
+    ("70000", "#### $70,000", 1.0),
+    ("1000", "So the total is \\boxed{1,000}", 1.0),
+    ("1000", "So the total is $\\boxed{1{,}000}$", 1.0),
+    ("-3", "The answer is -3.", 1.0),
+    ("2.5", "It weighs 2.50 kg.", 1.0),
+    # Precedence: #### > last \boxed{} > "answer is" > last number.
+    ("5", "#### 5\nthen \\boxed{6} and the answer is 7, 8", 1.0),
+    ("6", "\\boxed{3} no: \\boxed{6}; the answer is 7, 8", 1.0),
+    ("7", "The answer is 7 and not 8.\nCheck: 9", 1.0),
+    ("9", "16-3-4=9", 1.0),
+    # Wrong ones.
+    ("72", "The answer is 73.", 0.0),
+    ("3", "The answer is -3.", 0.0),
+    ("70000", "#### 7000", 0.0),
+    ("1", "\\boxed{\\frac{1}{2}}", 0.0),  # never graded as its numerator
+    ("12", "I do not know.", 0.0),
+])
+def test_numeric_extraction_cases(gold, response, expected):
+  task, problem = _numeric_task(gold)
+  assert task.reward(problem, response) == expected
+
+
+def test_extract_number_returns_canonical_strings():
+  assert answers.extract_number("a profit of $70,000.") == "70000"
+  assert answers.extract_number("costs $29.00.") == "29"
+  assert answers.extract_number("x - 3 = y") == "3"  # a spaced minus is an operator, not a sign
+  assert answers.extract_number("no digits here") is None
+  assert answers.canonical_number("-0.50") == "-0.5"
+  assert answers.canonical_number("1,2") == "12"  # canonical_number strips commas; _NUMBER never yields "1,2"
+  assert answers.last_boxed("\\boxed{a} \\boxed{\\frac{1}{2}} x") == "\\frac{1}{2}"
+  assert answers.last_boxed("\\boxed{unclosed") is None
+
+
+def _gsm8k_rows(shared_data):
+  with open(shared_data / "gsm8k_test.jsonl", encoding="utf-8") as f:
+    return [json.loads(line) for line in f]
+
+
+def test_gsm8k_every_gold_solution_grades_1_and_a_changed_final_number_0(shared_data):
+  task = tasks.load_task("gsm8k", path=shared_data / "gsm8k_test.jsonl")
+  rows = _gsm8k_rows(shared_data)
+  assert len(task.problems) == len(rows) == 1319
+  assert sum(task.reward(p, row["answer"]) for p, row in zip(task.problems, rows)) == 1319
+  changed = 0
+  for p, row in zip(task.problems, rows):
+    head, final = row["answer"].rsplit("####", 1)
+    wrong = decimal.Decimal(final.strip().replace(",", "")) + 1
+    changed += task.reward(p, f"{head}#### {wrong}")
+  assert changed == 0
+
+
+def test_gsm8k_problems_split_gold_and_solution(shared_data):
+  task = tasks.load_task("gsm8k", data_dir=shared_data, num_problems=3)
+  rows = _gsm8k_rows(shared_data)[:3]
+  assert [p.id for p in task.problems] == ["gsm8k-test-00000", "gsm8k-test-00001", "gsm8k-test-00002"]
+  for p, row in zip(task.problems, rows):
+    assert p.question == row["question"]
+    assert row["answer"] == f"{p.solution}\n#### {p.answer}"
+    assert "<<" in p.solution
+  assert task.has_solutions
+  prompt = task.prompt(task.problems[0])
+  assert prompt.startswith(rows[0]["question"]) and "####" in prompt
+
+
+def test_summarize_solution_gsm8k_and_equation_lines(shared_data):
+  first = tasks.load_task("gsm8k", data_dir=shared_data, num_problems=1).problems[0]
+  # Janet's ducks: "16 - 3 - 4 = <<16-3-4=9>>9 ... 9 * 2 = $<<9*2=18>>18".
+  assert tasks.summarize_solution("gsm8k", first.solution) == "16-3-4=9\n9*2=18"
+  solution = "We have x + 1 = 3.\nSo x is small.\n  Thus x = 2.  \nDone"
+  assert tasks.summarize_solution("math500", solution) == "We have x + 1 = 3.\nThus x = 2."
+  with pytest.raises(ValueError, match="no summary"):
+    tasks.summarize_solution("reasoning_gym:chain_sum", None)
+
+
+def test_math500_gold_solutions_grade_1_and_wrong_answers_0(shared_data):
+  task = tasks.load_task("math500", path=shared_data / "math500_test.json")
+  with open(shared_data / "math500_test.json", encoding="utf-8") as f:
+    rows = json.load(f)
+  assert len(task.problems) == 500 and task.has_solutions
+  assert task.problems[7].id == "math500-test-00007"
+  assert task.problems[7].fields["unique_id"] == rows[7]["unique_id"]
+  # Every gold solution text (its last \boxed{}) grades 1 against its own answer field.
+  assert sum(task.reward(p, row["solution"]) for p, row in zip(task.problems, rows)) == 500
+  for p in task.problems[:20:4]:
+    assert task.reward(p, f"so \\boxed{{{p.answer}}}") == 1.0
+    assert task.reward(p, f"so \\boxed{{{p.answer}+1}}") == 0.0
+    assert task.reward(p, f"\\boxed{{{p.answer}}} no, wait: \\boxed{{{p.answer}+1}}") == 0.0  # last box counts
+    assert task.reward(p, p.answer) == 0.0  # no \boxed{}: no answer
+  thousand = base.Problem(id="x-0", question="q", answer="1000")
+  assert task.reward(thousand, "The total is \\boxed{1,000}.") == 1.0
+  assert task.reward(thousand, "The total is \\boxed{1,001}.") == 0.0
+  half = base.Problem(id="x-1", question="q", answer="\\frac{1}{2}")
+  assert task.reward(half, "\\boxed{0.5}") == 1.0 and task.reward(half, "\\boxed{\\frac{2}{3}}") == 0.0
+
+
+@pytest.mark.parametrize("name", RG_TASKS)
+def test_reasoning_gym_deterministic_gold_1_wrong_0(name):
+  import reasoning_gym  # pylint: disable=g-import-not-at-top
+  n = 6
+  task = tasks.load_task(f"reasoning_gym:{name}", num_problems=n, seed=3)
+  again = tasks.load_task(f"reasoning_gym:{name}", num_problems=n, seed=3)
+  other = tasks.load_task(f"reasoning_gym:{name}", num_problems=n, seed=4)
+  assert [(p.id, p.question, p.answer) for p in task.problems] == [(p.id, p.question, p.answer)
+                                                                   for p in again.problems]
+  assert [p.question for p in task.problems] != [p.question for p in other.problems]
+  assert task.problems[5].id == f"{name}-seed3-00005"
+  reference = reasoning_gym.create_dataset(name, size=n, seed=3)
+  for i, p in enumerate(task.problems):
+    entry = reference[i]
+    assert (p.question, p.answer) == (entry["question"], entry["answer"])
+    assert "_rgid" not in json.dumps(p.fields)
+    assert task.reward(p, f"Let me think.\n<answer>{p.answer}</answer>") == 1.0
+    wrong = f"{p.answer} + 1" if name == "countdown" else str(int(p.answer) + 1)
+    assert 0.0 <= reference.score_answer(wrong, entry) < 1.0
+    assert task.reward(p, f"<answer>{wrong}</answer>") == 0.0
+    assert task.reward(p, "no answer at all") == 0.0
+  assert task.prompt(task.problems[0]).startswith(task.problems[0].question)
+  assert "<answer>" in task.prompt(task.problems[0])
+
+
+def test_reasoning_gym_partial_credit_is_0_and_answer_formats():
+  import reasoning_gym  # pylint: disable=g-import-not-at-top
+  task = tasks.load_task("reasoning_gym:gsm_symbolic", num_problems=2, seed=0)
+  reference = reasoning_gym.create_dataset("gsm_symbolic", size=2, seed=0)
+  p, entry = task.problems[0], reference[0]
+  wrong = str(int(p.answer) + 1)
+  assert reference.score_answer(wrong, entry) == 0.01  # partial credit upstream ...
+  assert task.reward(p, f"<answer>{wrong}</answer>") == 0.0  # ... is a 0 here
+  big = int(p.answer) * 1000 + 5
+  assert task.extract(f"<answer>${big:,}.00</answer>") == str(big)  # canonical before scoring
+  assert task.reward(p, f"<answer>${int(p.answer):,}.00</answer>") == 1.0
+  assert task.reward(p, f"so #### {p.answer}") == 1.0  # numeric fallback without tags
+  assert task.reward(p, f"\\boxed{{{p.answer}}}") == 1.0
+  assert task.has_solutions and p.solution == entry["metadata"]["answer_cot"]
+  assert "answer_cot" not in p.fields
+  summary = tasks.summarize_solution(task.name, p.solution)
+  assert summary and all("=" in line for line in summary.splitlines())
+  # countdown grades by value: another expression with the same value scores 1, unlike string equality.
+  countdown = tasks.load_task("reasoning_gym:countdown", num_problems=2, seed=0)
+  c = countdown.problems[0]
+  assert countdown.reward(c, f"<answer>({c.answer})</answer>") == 1.0
+  assert not countdown.has_solutions and c.solution is None
+
+
+def test_reasoning_gym_random_id_never_stored(monkeypatch):
+  """Newer reasoning-gym versions add a random metadata["_rgid"] per entry: it must not reach the problems."""
+  import uuid  # pylint: disable=g-import-not-at-top
+  from reasoning_gym.arithmetic import chain_sum  # pylint: disable=g-import-not-at-top
+  original = chain_sum.ChainSumDataset.__getitem__
+
+  def with_random_id(self, idx):
+    entry = original(self, idx)
+    entry["metadata"]["_rgid"] = str(uuid.uuid4())
+    return entry
+
+  monkeypatch.setattr(chain_sum.ChainSumDataset, "__getitem__", with_random_id)
+  task = tasks.load_task("reasoning_gym:chain_sum", num_problems=4, seed=0)
+  again = tasks.load_task("reasoning_gym:chain_sum", num_problems=4, seed=0)
+  assert [p.fields for p in task.problems] == [p.fields for p in again.problems]
+  assert "_rgid" not in json.dumps([p.fields for p in task.problems])
+  assert all(task.reward(p, f"<answer>{p.answer}</answer>") == 1.0 for p in task.problems)
+
+
+def test_reasoning_gym_config_changes_ids():
+  task = tasks.load_task("reasoning_gym:chain_sum", num_problems=3, seed=0, config={"min_terms": 2, "max_terms": 2})
+  assert all(re.fullmatch(r"chain_sum-seed0-cfg[0-9a-f]{8}-0000\d", p.id) for p in task.problems)
+  assert all(len(p.fields["expression"].split()) == 3 for p in task.problems)  # "a + b": two terms
+  with pytest.raises(ValueError, match="bad config"):
+    tasks.load_task("reasoning_gym:chain_sum", num_problems=2, config={"bogus": 1})
+
+
+def test_load_task_errors(shared_data, tmp_path):
+  with pytest.raises(ValueError, match=r"unknown task 'gsm9k'.*gsm8k, math500, reasoning_gym:<dataset>"):
+    tasks.load_task("gsm9k")
+  with pytest.raises(ValueError, match=r"unknown reasoning-gym dataset 'nope'.*chain_sum"):
+    tasks.load_task("reasoning_gym:nope")
+  missing = tmp_path / "gsm8k_test.jsonl"
+  with pytest.raises(FileNotFoundError, match=re.escape(str(missing)) + ".*grade-school-math"):
+    tasks.load_task("gsm8k", path=missing)
+  with pytest.raises(ValueError, match="pass path="):
+    tasks.load_task("math500")
+  with pytest.raises(ValueError, match="num_problems=2000 but"):
+    tasks.load_task("gsm8k", data_dir=shared_data, num_problems=2000)
+  with pytest.raises(ValueError, match=r"\{question\}"):
+    tasks.load_task("gsm8k", data_dir=shared_data, template="no slot")
+  with pytest.raises(ValueError, match="takes no options"):
+    tasks.load_task("gsm8k", data_dir=shared_data, question_field="q")
+
+
+def test_tfds_round_trip_through_array_record(tmp_path):
+  tfds = pytest.importorskip("tensorflow_datasets", reason="tensorflow-datasets not installed: "
+                             "pip install tensorflow-datasets array-record (tensorflow is not needed)")
+  pytest.importorskip("array_record", reason="array-record not installed: pip install array-record")
+  import tfds_fixture  # pylint: disable=g-import-not-at-top  (tests/ is on sys.path under pytest)
+  name = tfds_fixture.build(str(tmp_path))
+
+  task = tasks.load_task(f"tfds:{name}", split="test", data_dir=tmp_path, solution_field="solution")
+  source = tfds.data_source(name, split="test", data_dir=str(tmp_path), download=False)
+  assert len(task.problems) == len(source) == 2
+  expected = {q: (a, s) for q, a, s in tfds_fixture.ROWS["test"]}
+  for i, p in enumerate(task.problems):
+    assert p.id == f"{name}-test-{i:05d}"
+    assert p.question == source[i]["question"].decode()
+    assert (p.answer, p.solution) == expected[p.question]
+    assert task.reward(p, f"\\boxed{{{p.answer}}}") == 1.0
+    assert task.reward(p, f"\\boxed{{{p.answer}1}}") == 0.0
+  assert task.has_solutions
+
+  train = tasks.load_task(f"tfds:{name}", split="train", data_dir=tmp_path, num_problems=3)
+  assert {p.answer for p in train.problems} == {a for _, a, _ in tfds_fixture.ROWS["train"]}
+  assert not train.has_solutions
+  half = next(p for p in train.problems if p.answer == "\\frac{9}{2}")
+  assert train.reward(half, "\\boxed{4.5}") == 1.0
+
+  # GSM8K-style combined field: gold after '####', solution before it, numeric grading.
+  gsm = tasks.load_task(f"tfds:{name}", split="test", data_dir=tmp_path, answer_field="gsm", answer_marker="####",
+                        grader="numeric")
+  for p, q in zip(gsm.problems, task.problems):
+    assert p.answer == q.answer and p.solution == f"<<{q.solution}>>"
+    assert tasks.summarize_solution(gsm.name, p.solution) == q.solution
+    assert gsm.reward(p, f"The answer is {int(p.answer):,}.") == 1.0 and gsm.reward(p, "#### 7") == 0.0
+
+  levels = tasks.load_task(f"tfds:{name}", split="train", data_dir=tmp_path, question_field="meta/level")
+  assert sorted(p.question for p in levels.problems) == ["0", "1", "2"]  # nested int32 feature, as text
+
+  with pytest.raises(ValueError, match="no feature 'nope'"):
+    tasks.load_task(f"tfds:{name}", data_dir=tmp_path, question_field="nope")
+  empty = tmp_path / "empty"
+  with pytest.raises(FileNotFoundError, match="not prepared.*download=True"):
+    tasks.load_task(f"tfds:{name}", data_dir=empty)
+  with pytest.raises(ValueError, match="no such TFDS dataset"):
+    tasks.load_task("tfds:opd_jax_not_a_dataset", data_dir=tmp_path)
+  assert not empty.exists() or not any(empty.rglob("*.array_record*"))  # nothing was downloaded or built
