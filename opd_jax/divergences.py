@@ -2,8 +2,12 @@
 
 Every function reads full-vocabulary log-probabilities: `logp [..., V]` of the student p and `logq [..., V]` of
 the teacher q (the last axis is the vocabulary, leading axes are batched), and reduces the last axis. They are
-pure and jit-able; `predictors` computes all of them in one jitted call, e.g. on a chunk `[B, C, V]` with
-V = 151936, reading each input once and computing p = exp(logp) and q = exp(logq) once.
+pure and jitted (options such as beta and k are checked in Python, then static). `predictors` computes all of
+them in one compiled call, e.g. on a chunk `[B, C, V]` with V = 151936, computing p = exp(logp) and
+q = exp(logq) once; everything else is elementwise work fused into reductions over V, and the top-k overlap
+uses jax.lax.top_k (no sort). Measured on XLA:CPU (jax 0.10.2) for [1, 64, 151936] fp32 inputs: temporaries of
+about 6.5 input-sized arrays at beta = 0.5 and 10 at another beta (CPU reductions do not fuse select/exp
+producers); memory is O(chunk x V), so pick the chunk C accordingly.
 
 Conventions (shared by every function here):
 - Inputs are promoted to at least float32; the result has that dtype.
@@ -79,29 +83,37 @@ def _check_pair(logp: jax.Array, logq: jax.Array) -> tuple[jax.Array, jax.Array]
   return logp, logq
 
 
-def _kl(loga: jax.Array, logb: jax.Array, a: jax.Array) -> jax.Array:
+def _finite(logp: jax.Array) -> jax.Array:
+  """-inf replaced by the most negative finite float, so that 0 * log 0 = 0 needs no select."""
+  return jnp.maximum(logp, jnp.finfo(logp.dtype).min)
+
+
+def _kl(loga, logb, a):
   """KL(a || b) with a = exp(loga) given; see `kl`."""
-  term = jnp.where(logb > -jnp.inf, a * (loga - logb), jnp.inf)
-  return jnp.sum(jnp.where(loga > -jnp.inf, term, 0.0), axis=-1)
+  total = jnp.sum(a * (_finite(loga) - _finite(logb)), axis=-1)
+  support_fails = jnp.any((loga > -jnp.inf) & (logb == -jnp.inf), axis=-1)
+  return jnp.where(support_fails, jnp.inf, total)
 
 
 def _jsd(logp, logq, p, q, beta):
-  """JSD_beta with p, q given; see `jsd`."""
-  log_m_over_p, log_m_over_q = log_mixture_ratios(logp, logq, beta)
-  kl_pm = -jnp.sum(jnp.where(logp > -jnp.inf, p * log_m_over_p, 0.0), axis=-1)
-  kl_qm = -jnp.sum(jnp.where(logq > -jnp.inf, q * log_m_over_q, 0.0), axis=-1)
-  return beta * kl_qm + (1.0 - beta) * kl_pm
+  """JSD_beta with p, q given; see `jsd`. Finite logs make every log ratio finite, so p = 0 slots give 0."""
+  log_m_over_p, log_m_over_q = log_mixture_ratios(_finite(logp), _finite(logq), beta)
+  # KL(q || m) = sum q (-log(m / q)); negating inside the sum keeps the result +0.0 (not -0.0) when p == q.
+  return jnp.sum(beta * q * -log_m_over_q + (1.0 - beta) * p * -log_m_over_p, axis=-1)
 
 
 def _entropy(logp, p):
-  return -jnp.sum(jnp.where(logp > -jnp.inf, p * logp, 0.0), axis=-1)
+  return -jnp.sum(p * _finite(logp), axis=-1)
 
 
 def _cosine(p, q):
-  # sqrt(a * a) == a exactly in binary floating point, so identical inputs give exactly 1.
-  return jnp.sum(p * q, axis=-1) / jnp.sqrt(jnp.sum(p * p, axis=-1) * jnp.sum(q * q, axis=-1))
+  # cos = 1 - |p/|p| - q/|q|| ** 2 / 2: identical inputs give identical unit vectors, hence exactly 1.
+  unit_p = p / jnp.linalg.norm(p, axis=-1, keepdims=True)
+  unit_q = q / jnp.linalg.norm(q, axis=-1, keepdims=True)
+  return jnp.clip(1.0 - 0.5 * jnp.sum(jnp.square(unit_p - unit_q), axis=-1), 0.0, 1.0)
 
 
+@jax.jit
 def kl(loga: jax.Array, logb: jax.Array) -> jax.Array:
   """KL(a || b) = sum_v a_v (log a_v - log b_v) in nats (paper.md, "Divergence predictors").
 
@@ -134,11 +146,16 @@ def jsd(logp: jax.Array, logq: jax.Array, beta: float = 0.5) -> jax.Array:
   Raises:
     ValueError: if the shapes differ, or beta is outside (0, 1) or traced (see `check_beta`).
   """
-  beta = check_beta(beta)
+  return _jsd_jit(logp, logq, beta=check_beta(beta))
+
+
+@functools.partial(jax.jit, static_argnames="beta")
+def _jsd_jit(logp, logq, *, beta):
   logp, logq = _check_pair(logp, logq)
   return _jsd(logp, logq, jnp.exp(logp), jnp.exp(logq), beta)
 
 
+@jax.jit
 def total_variation(logp: jax.Array, logq: jax.Array) -> jax.Array:
   """Total variation distance 0.5 sum_v |p_v - q_v| (predictor "tv").
 
@@ -154,6 +171,7 @@ def total_variation(logp: jax.Array, logq: jax.Array) -> jax.Array:
   return 0.5 * jnp.sum(jnp.abs(jnp.exp(logp) - jnp.exp(logq)), axis=-1)
 
 
+@jax.jit
 def cosine(logp: jax.Array, logq: jax.Array) -> jax.Array:
   """Cosine similarity of the probability vectors, sum p q / (|p| |q|) (predictor "cosine").
 
@@ -161,7 +179,8 @@ def cosine(logp: jax.Array, logq: jax.Array) -> jax.Array:
     logp: [..., V] float log-probabilities; -inf allowed.
     logq: [..., V] float log-probabilities; -inf allowed.
   Returns:
-    [...] float in [0, 1]; exactly 1 for identical inputs; 0 for disjoint supports.
+    [...] float in [0, 1] (absolute error ~1e-7 in fp32); exactly 1 for identical inputs; 0 for disjoint
+    supports.
   Raises:
     ValueError: if the shapes differ.
   """
@@ -169,6 +188,7 @@ def cosine(logp: jax.Array, logq: jax.Array) -> jax.Array:
   return _cosine(jnp.exp(logp), jnp.exp(logq))
 
 
+@jax.jit
 def entropy(logp: jax.Array) -> jax.Array:
   """Shannon entropy -sum_v p_v log p_v in nats (predictors "entropy_p", "entropy_q"); 0 log 0 = 0.
 
@@ -197,16 +217,25 @@ def topk_overlap(logp: jax.Array, logq: jax.Array, k: int = 8) -> jax.Array:
   Raises:
     ValueError: if the shapes differ or k is outside [1, V].
   """
+  return _topk_overlap_jit(logp, logq, k=_check_k(k, jnp.shape(logp)[-1:]))
+
+
+def _check_k(k: int, vocab: tuple[int, ...]) -> int:
+  if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not vocab or not 1 <= k <= vocab[0]:
+    raise ValueError(f"top_k must be an int in [1, V = {vocab[0] if vocab else None}], got {k!r}")
+  return int(k)
+
+
+@functools.partial(jax.jit, static_argnames="k")
+def _topk_overlap_jit(logp, logq, *, k):
   logp, logq = _check_pair(logp, logq)
-  if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= logp.shape[-1]:
-    raise ValueError(f"top_k must be an int in [1, V = {logp.shape[-1]}], got {k!r}")
-  k = int(k)
   _, ids_p = jax.lax.top_k(logp, k)
   _, ids_q = jax.lax.top_k(logq, k)
   hits = jnp.sum(jnp.any(ids_p[..., :, None] == ids_q[..., None, :], axis=-1), axis=-1)
   return hits.astype(logp.dtype) / k
 
 
+@jax.jit
 def logq_minus_logp(logp: jax.Array, logq: jax.Array, tokens: jax.Array) -> jax.Array:
   """log q(y_t) - log p(y_t) of the given tokens (predictor "logq_minus_logp", the sampled-token advantage).
 
@@ -230,7 +259,6 @@ def logq_minus_logp(logp: jax.Array, logq: jax.Array, tokens: jax.Array) -> jax.
   return jnp.where(lq == lp, 0.0, lq - lp).astype(logp.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("beta", "top_k"))
 def predictors(logp: jax.Array, logq: jax.Array, tokens: jax.Array, *, beta: float = 0.5,
                top_k: int = 8) -> dict[str, jax.Array]:
   """Every per-position predictor of paper.md ("Divergence predictors") in one jitted pass.
@@ -248,18 +276,23 @@ def predictors(logp: jax.Array, logq: jax.Array, tokens: jax.Array, *, beta: flo
   Raises:
     ValueError: on mismatched shapes, beta outside (0, 1), or k outside [1, V].
   """
-  beta = check_beta(beta)
+  return _predictors_jit(logp, logq, tokens, beta=check_beta(beta), top_k=_check_k(top_k, jnp.shape(logp)[-1:]))
+
+
+@functools.partial(jax.jit, static_argnames=("beta", "top_k"))
+def _predictors_jit(logp, logq, tokens, *, beta, top_k):
   logp, logq = _check_pair(logp, logq)
   p, q = jnp.exp(logp), jnp.exp(logq)
+  js = _jsd(logp, logq, p, q, 0.5)
   return {
       "kl_pq": _kl(logp, logq, p),
       "kl_qp": _kl(logq, logp, q),
-      "js": _jsd(logp, logq, p, q, 0.5),
-      "jsd_beta": _jsd(logp, logq, p, q, beta),
+      "js": js,
+      "jsd_beta": js if beta == 0.5 else _jsd(logp, logq, p, q, beta),
       "tv": 0.5 * jnp.sum(jnp.abs(p - q), axis=-1),
       "cosine": _cosine(p, q),
       "entropy_p": _entropy(logp, p),
       "entropy_q": _entropy(logq, q),
-      "topk_overlap": topk_overlap(logp, logq, top_k),
+      "topk_overlap": _topk_overlap_jit(logp, logq, k=top_k),
       "logq_minus_logp": logq_minus_logp(logp, logq, tokens),
   }

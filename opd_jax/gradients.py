@@ -3,7 +3,9 @@
 Every vector here lives on the candidate axis `K` of one node (the last axis; leading axes are batched): p is
 the student's distribution restricted to the candidate set C(u) and renormalised (`restrict`), q a teacher's,
 p_succ the estimated success probability after forcing each candidate. Padded slots carry p = q = 0 and
-contribute 0. All functions are pure and jit-able; string and float options (divergence, beta, clip) are static.
+contribute 0. Float inputs are promoted to at least float32. All functions are pure and jitted (callable inside
+jit, grad and vmap); options (divergence, beta, clip) are checked in Python and passed as static arguments, so a
+traced beta or clip is refused with a ValueError.
 
 Sign convention (paper.md): every direction is the way the update moves the student logits z, with
 p = softmax(z): the ideal g* = +dV/dz, a distillation direction g = -dLoss/dz. So alignment(g*, g) > 0 means
@@ -13,9 +15,13 @@ Zero probabilities: log 0 is never formed. Logs of probabilities are taken at ma
 normal number of the dtype (jnp.finfo(dtype).tiny; log tiny = -87.3 in fp32, -708.4 in fp64). A padded slot
 (p = q = 0) then contributes exactly 0 (0 log 0 = 0). A candidate with p > 0 but q = 0 (only after underflow:
 candidate sets come from the union of top-k of p and of q, so both are positive after softmax) gets the finite
-score log tiny - log p: a large, finite push off that candidate, and a finite KL, instead of inf or NaN.
+score log tiny - log p: a large, finite push off that candidate, and a finite KL, instead of inf or NaN. A
+candidate with q > 0 but p = 0 gets direction 0 from every KL-type loss (it is scaled by p); forward KL gives
+q - p = q there.
 """
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +65,7 @@ def _check_clip(clip: float | None) -> float:
   return value
 
 
+@jax.jit
 def restrict(logp: jax.Array, candidates: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Restricts a full-vocabulary distribution to a node's candidate set and renormalises it (paper.md, "C(u)").
 
@@ -90,6 +97,7 @@ def restrict(logp: jax.Array, candidates: jax.Array) -> tuple[jax.Array, jax.Arr
   return p_c, jnp.exp(lse[..., 0])
 
 
+@jax.jit
 def node_value(p: jax.Array, p_succ: jax.Array) -> jax.Array:
   """Node value V(u) = sum_k p_k P_succ(k | u) (paper.md, "Targeted rollouts").
 
@@ -104,6 +112,7 @@ def node_value(p: jax.Array, p_succ: jax.Array) -> jax.Array:
   return jnp.sum(p * p_succ, axis=-1)
 
 
+@jax.jit
 def ideal_gradient(p: jax.Array, p_succ: jax.Array) -> jax.Array:
   """Ideal direction g* = dV/dz = p * (P_succ - V) (paper.md, "Gradients in logit space", row "ideal").
 
@@ -122,6 +131,7 @@ def ideal_gradient(p: jax.Array, p_succ: jax.Array) -> jax.Array:
   return _centred(p, p_succ - reference)
 
 
+@jax.jit
 def reverse_kl(p: jax.Array, q: jax.Array) -> jax.Array:
   """KL(p || q) = sum_k p_k (log p_k - log q_k) over the candidates (the OPD loss; logs clamped at tiny).
 
@@ -136,6 +146,7 @@ def reverse_kl(p: jax.Array, q: jax.Array) -> jax.Array:
   return jnp.sum(p * (_log(p) - _log(q)), axis=-1)
 
 
+@jax.jit
 def forward_kl(p: jax.Array, q: jax.Array) -> jax.Array:
   """KL(q || p) = sum_k q_k (log q_k - log p_k) over the candidates (logs clamped at tiny).
 
@@ -162,11 +173,15 @@ def jsd(p: jax.Array, q: jax.Array, beta: float = 0.5) -> jax.Array:
   Raises:
     ValueError: if beta is outside (0, 1) or traced (divergences.check_beta).
   """
-  beta = divergences.check_beta(beta)
+  return _jsd(p, q, beta=divergences.check_beta(beta))
+
+
+@functools.partial(jax.jit, static_argnames="beta")
+def _jsd(p, q, *, beta):
   p, q = _float(p), _float(q)
   _check_same("p", p, "q", q)
   log_m_over_p, log_m_over_q = divergences.log_mixture_ratios(_log(p), _log(q), beta)
-  return -beta * jnp.sum(q * log_m_over_q, axis=-1) - (1.0 - beta) * jnp.sum(p * log_m_over_p, axis=-1)
+  return jnp.sum(beta * q * -log_m_over_q + (1.0 - beta) * p * -log_m_over_p, axis=-1)
 
 
 def clipped_reverse_kl(p: jax.Array, q: jax.Array, clip: float) -> jax.Array:
@@ -184,7 +199,11 @@ def clipped_reverse_kl(p: jax.Array, q: jax.Array, clip: float) -> jax.Array:
   Raises:
     ValueError: if clip is None, not > 0, or traced.
   """
-  clip = _check_clip(clip)
+  return _clipped_reverse_kl(p, q, clip=_check_clip(clip))
+
+
+@functools.partial(jax.jit, static_argnames="clip")
+def _clipped_reverse_kl(p, q, *, clip):
   kl = reverse_kl(p, q)
   kl = kl + jax.lax.stop_gradient(jnp.maximum(kl, 0.0) - kl)
   return jnp.where(kl < clip, kl, clip)
@@ -213,7 +232,8 @@ def distillation_gradient(divergence: str, p: jax.Array, q: jax.Array, *, beta: 
     clip: static float > 0, the threshold tau; required by "clipped_reverse_kl".
     sampled_token: [...] int, the index within the candidate axis (not the token id) of the sampled token
       y_t; required by "sampled_token"; must point to a valid slot.
-    advantage: optional [...] float A for "sampled_token".
+    advantage: optional [...] float A for "sampled_token"; must be finite (divergences.logq_minus_logp is -inf
+      where the teacher gives y_t zero probability: clamp it first).
   Returns:
     [..., K] float direction, 0 on padded slots (except "sampled_token" at y, which is never padding).
   Raises:
@@ -222,18 +242,26 @@ def distillation_gradient(divergence: str, p: jax.Array, q: jax.Array, *, beta: 
   """
   if divergence not in DIVERGENCES:
     raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
+  beta = divergences.check_beta(beta) if divergence == "jsd" else None
+  clip = _check_clip(clip) if divergence == "clipped_reverse_kl" else None
+  if divergence == "sampled_token" and sampled_token is None:
+    raise ValueError("sampled_token (the index of y_t within the candidate axis, shape [...]) is required for "
+                     "divergence 'sampled_token'")
+  if divergence != "sampled_token":
+    sampled_token = advantage = None
+  return _distillation_gradient(p, q, sampled_token, advantage, divergence=divergence, beta=beta, clip=clip)
+
+
+@functools.partial(jax.jit, static_argnames=("divergence", "beta", "clip"))
+def _distillation_gradient(p, q, sampled_token, advantage, *, divergence, beta, clip):
   p, q = _float(p), _float(q)
   _check_same("p", p, "q", q)
   if divergence == "forward_kl":
     return q - p
   if divergence == "jsd":
-    beta = divergences.check_beta(beta)
     log_m_over_p, _ = divergences.log_mixture_ratios(_log(p), _log(q), beta)
     return (1.0 - beta) * _centred(p, log_m_over_p)
   if divergence == "sampled_token":
-    if sampled_token is None:
-      raise ValueError("sampled_token (the index of y_t within the candidate axis, shape [...]) is required for "
-                       "divergence 'sampled_token'")
     y = jnp.asarray(sampled_token)
     if y.shape != p.shape[:-1] or not jnp.issubdtype(y.dtype, jnp.integer):
       raise ValueError(f"sampled_token must be integer indices of shape {p.shape[:-1]}, got {y.dtype} {y.shape}")
@@ -246,10 +274,11 @@ def distillation_gradient(divergence: str, p: jax.Array, q: jax.Array, *, beta: 
     return advantage[..., None] * (jax.nn.one_hot(y, p.shape[-1], dtype=p.dtype) - p)
   g = _centred(p, _log(q) - _log(p))  # reverse KL
   if divergence == "clipped_reverse_kl":
-    g = jnp.where((reverse_kl(p, q) < _check_clip(clip))[..., None], g, 0.0)
+    g = jnp.where((reverse_kl(p, q) < clip)[..., None], g, 0.0)
   return g
 
 
+@jax.jit
 def alignment(g_ideal: jax.Array, g: jax.Array) -> jax.Array:
   """Gradient alignment score align_c(u) = cos(g*, g_c) over the last axis (paper.md, "Gradients").
 
@@ -268,6 +297,7 @@ def alignment(g_ideal: jax.Array, g: jax.Array) -> jax.Array:
   return jnp.where(undefined, jnp.nan, jnp.clip(cos, -1.0, 1.0))
 
 
+@jax.jit
 def nan_reason(degenerate: jax.Array, g_ideal: jax.Array, g: jax.Array) -> jax.Array:
   """Why an alignment is NaN, as an index into NAN_REASONS (paper.md, "Gradients": "record why").
 
@@ -291,6 +321,7 @@ def nan_reason(degenerate: jax.Array, g_ideal: jax.Array, g: jax.Array) -> jax.A
   return jnp.where(degenerate, 1, jnp.where(zero_g, 2, jnp.where(zero_ideal, 3, 0))).astype(jnp.int32)
 
 
+@jax.jit
 def teacher_advantage(p: jax.Array, q: jax.Array, p_succ: jax.Array) -> jax.Array:
   """Teacher advantage A_c(u) = sum_k q_k P_succ(k) - sum_k p_k P_succ(k) (paper.md, "Gradients").
 
@@ -309,6 +340,7 @@ def teacher_advantage(p: jax.Array, q: jax.Array, p_succ: jax.Array) -> jax.Arra
   return jnp.sum((q - p) * p_succ, axis=-1)
 
 
+@jax.jit
 def is_degenerate(successes: jax.Array, n: jax.Array) -> jax.Array:
   """Whether the estimated P_succ = successes / n is equal on every valid candidate (paper.md, "Degenerate node").
 

@@ -277,11 +277,12 @@ def prefill_sequences(model, sequences: Sequence[Sequence[int]]):
 def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence[int],
            forced_tokens: Sequence[int], key: jax.Array, max_new_tokens: int, row_ids: Sequence[int],
            caps: Sequence[int] | None = None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-           stop_ids=None, pad_id: int = 0) -> Samples:
+           stop_ids=None, pad_id: int = 0, pad_to: int = 1) -> Samples:
   """Continue base rollouts from prefix positions with forced first tokens (targeted rollouts).
 
   Branch j reads base row `base_rows[j]` of `base_cache` (from `prefill_sequences`) truncated to its first
   `prefix_lens[j]` tokens (prompt + response prefix: the slots at positions >= prefix_lens[j] are masked),
+  (rows are padded to at least `pad_to`, so fixed-size callers compile once),
   appends `forced_tokens[j]` at position prefix_lens[j], then samples up to `max_new_tokens` tokens. A forced
   stop token ends the branch at once (length 0, finished). `caps[j]` <= max_new_tokens (default: all
   max_new_tokens) caps branch j's own length; a row's tokens never depend on the others'. Equal to sampling from scratch with the prompt
@@ -299,7 +300,7 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
   if max(prefix_lens) + 1 + max_new_tokens > config.max_seq_len:
     raise ValueError(f"prefix + 1 + max_new_tokens={max_new_tokens} exceeds the model's context "
                      f"({config.max_seq_len})")
-  NB = _bucket(nb, 1)
+  NB = max(_bucket(nb, 1), pad_to)                                     # pad_to: one shape for every call
   fill = lambda xs, v: np.concatenate([np.asarray(xs), np.full(NB - nb, v)]).astype(np.int32)
   rows = fill(base_rows, 0)
   cut = fill(prefix_lens, 0)

@@ -18,7 +18,7 @@ from opd_jax import sampling
 
 STRATEGIES = ("exponential", "uniform", "entropy", "all")
 
-# Why an alignment is NaN (records' `alignment_nan_reason`).
+# Why an alignment is NaN (records' `alignment_nan_reason`; gradients.NAN_REASONS).
 DEGENERATE = "degenerate"                        # P_succ equal on every candidate: g* = 0
 ZERO_DISTILLATION = "zero_distillation_gradient"  # q = p on C(u), or the clip binds: g_D = 0
 
@@ -110,7 +110,7 @@ class ModelPolicy:
     seq = list(prompt) + list(response)
     cache = sampling.prefill_sequences(self.model, [seq])
     caps = [max_response_len - int(t) - 1 for t in positions]
-    n_new = sampling._bucket(max(max(caps), 1), 16)
+    n_new = max(max_response_len - 1, 1)           # one decode shape for every node; rows stop at their caps
     out = []
     for s in range(0, len(positions), self.batch_size):
       sl = slice(s, s + self.batch_size)
@@ -118,7 +118,7 @@ class ModelPolicy:
           self.model, cache, base_rows=[0] * len(positions[sl]),
           prefix_lens=[len(prompt) + int(t) for t in positions[sl]], forced_tokens=forced[sl], key=key,
           max_new_tokens=n_new, row_ids=row_ids[sl], caps=caps[sl], temperature=self.temperature,
-          top_p=self.top_p, top_k=self.top_k)
+          top_p=self.top_p, top_k=self.top_k, pad_to=self.batch_size)
       stops = set(self.model.stop_ids)
       for j, t in enumerate(positions[sl]):
         f = int(forced[sl][j])
@@ -213,18 +213,19 @@ def split_half_noise_ceiling(p: np.ndarray, outcomes: Outcomes) -> np.ndarray:
   """cos(g* from the first half of the replicates, g* from the second half), per node [M] (paper.md,
   "Where opd_jax goes further"). NaN where either half is degenerate or R < 2."""
   gs = []
-  for which in (0, 1):
-    s, n = outcomes.half(which)
-    g = np.asarray(gradients.ideal_gradient(p, p_succ(s, n).astype(p.dtype)))
-    bad = np.asarray(gradients.is_degenerate(s, n)) | (outcomes.rewards.shape[-1] < 2)
-    gs.append((g, bad))
-  cos = np.asarray(gradients.alignment(gs[0][0], gs[1][0]), np.float64)
+  with jax.enable_x64(True):
+    for which in (0, 1):
+      s, n = outcomes.half(which)
+      g = np.asarray(gradients.ideal_gradient(np.asarray(p, np.float64), p_succ(s, n)))
+      bad = np.asarray(gradients.is_degenerate(s, n)) | (outcomes.rewards.shape[-1] < 2)
+      gs.append((g, bad))
+    cos = np.asarray(gradients.alignment(gs[0][0], gs[1][0]), np.float64)
   return np.where(gs[0][1] | gs[1][1], np.nan, cos)
 
 
 @dataclasses.dataclass(frozen=True)
 class NodeEstimates:
-  """Estimates at M nodes for one configuration (arrays [M] unless stated; float64)."""
+  """Estimates at M nodes for one configuration (arrays [M] unless stated; computed in float64)."""
   p_succ: np.ndarray               # [M, K]
   value: np.ndarray                # V = sum_k p_k P_succ(k)
   alignment: np.ndarray            # cos(g*, g_D); NaN when undefined
@@ -247,20 +248,25 @@ def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.nd
     sampled_index: int [M] index in C(u) of the sampled token (needed by "sampled_token").
     advantage: float [M] full-vocabulary log q(y_t) - log p(y_t) (for "sampled_token"; optional).
   Returns:
-    `NodeEstimates`. Alignment is NaN with reason DEGENERATE when the counts make every P_succ equal (g* = 0),
-    else with reason ZERO_DISTILLATION when |g_D| < 1e-12 (q = p on C(u), or the clip binds).
+    `NodeEstimates`. Alignment is NaN with a reason (`gradients.nan_reason`): DEGENERATE when the counts make
+    every P_succ equal (g* = 0), else ZERO_DISTILLATION when |g_D| < 1e-12 (q = p on C(u), or the clip
+    binds), else "zero_ideal_gradient" (P_succ differs only where p underflows to 0).
   """
-  ps = p_succ(successes, n).astype(p.dtype)
-  g_ideal = np.asarray(gradients.ideal_gradient(p, ps))
-  g = np.asarray(gradients.distillation_gradient(divergence, p, q, beta=beta, clip=clip,
-                                                 sampled_token=sampled_index, advantage=advantage))
-  degenerate = np.asarray(gradients.is_degenerate(successes, n))
-  cos = np.asarray(gradients.alignment(g_ideal, g), np.float64)
-  zero_g = np.linalg.norm(g.astype(np.float64), axis=-1) < 1e-12
-  reason = np.where(degenerate, DEGENERATE, np.where(zero_g, ZERO_DISTILLATION, "")).astype(object)
-  cos = np.where(degenerate | zero_g, np.nan, cos)
-  value = np.asarray(gradients.node_value(p, ps), np.float64)
-  adv = np.asarray(gradients.teacher_advantage(p, q, ps), np.float64)
+  # float64: near-degenerate nodes have g* components far below P_succ's scale (P_succ - V ~ 1e-7), where
+  # fp32 cancellation would cost the alignment its second digit.
+  p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
+  ps = p_succ(successes, n)
+  with jax.enable_x64(True):
+    g_ideal = np.asarray(gradients.ideal_gradient(p, ps))
+    g = np.asarray(gradients.distillation_gradient(
+        divergence, p, q, beta=beta, clip=clip, sampled_token=sampled_index,
+        advantage=None if advantage is None else np.asarray(advantage, np.float64)))
+    degenerate = np.asarray(gradients.is_degenerate(successes, n))
+    code = np.asarray(gradients.nan_reason(degenerate, g_ideal, g))
+    cos = np.where(code > 0, np.nan, np.asarray(gradients.alignment(g_ideal, g)))
+    value = np.asarray(gradients.node_value(p, ps))
+    adv = np.asarray(gradients.teacher_advantage(p, q, ps))
+  reason = np.asarray(gradients.NAN_REASONS, object)[code]
   return NodeEstimates(p_succ=ps.astype(np.float64), value=value, alignment=cos, nan_reason=reason,
                        teacher_advantage=adv, degenerate=degenerate, g_ideal=g_ideal, g_distill=g)
 

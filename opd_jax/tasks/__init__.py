@@ -5,14 +5,15 @@
   task.reward(task.problems[0], "... #### 18")     # 1.0 or 0.0
 
 Known names: "gsm8k" (JSONL), "math500" (JSON), "reasoning_gym:<dataset>" (offline generators), and
-"tfds:<name>" (any TFDS dataset prepared in array_record format under data_dir). Nothing is downloaded at run
+"tfds:<name>" (any TFDS dataset prepared in array_record format under data_dir), and "synthetic:parity" (for
+tiny random models: smoke runs and tests). Nothing is downloaded at run
 time unless download=True (tfds only).
 """
 from opd_jax.tasks.base import Problem
 from opd_jax.tasks.base import summarize_solution
 from opd_jax.tasks.base import Task
 
-KNOWN_TASKS = ("gsm8k", "math500", "reasoning_gym:<dataset>", "tfds:<name>")
+KNOWN_TASKS = ("gsm8k", "math500", "reasoning_gym:<dataset>", "tfds:<name>", "synthetic:parity")
 
 
 def load_task(name: str, *, path=None, split: str = "test", num_problems: int | None = None, seed: int = 0,
@@ -42,6 +43,7 @@ def load_task(name: str, *, path=None, split: str = "test", num_problems: int | 
   # Imported here so that `import opd_jax.tasks` costs nothing (reasoning_gym and math_verify are slow to import).
   from opd_jax.tasks import files  # pylint: disable=g-import-not-at-top
   from opd_jax.tasks import generators  # pylint: disable=g-import-not-at-top
+  from opd_jax.tasks import synthetic  # pylint: disable=g-import-not-at-top
   from opd_jax.tasks import tfds_source  # pylint: disable=g-import-not-at-top
   if not isinstance(name, str):
     raise ValueError(f"task name must be a string, got {name!r}; known: {', '.join(KNOWN_TASKS)}")
@@ -59,6 +61,9 @@ def load_task(name: str, *, path=None, split: str = "test", num_problems: int | 
     _no_kw(name, {k: v for k, v in kw.items() if k not in allowed})
     return tfds_source.load(rest, split=split, data_dir=data_dir, download=download, num_problems=num_problems,
                             **kw, **extra)
+  if family == "synthetic" and rest:
+    _no_kw(name, kw)
+    return synthetic.load(rest, num_problems=num_problems, seed=seed, **extra)
   raise ValueError(f"unknown task {name!r}; known: {', '.join(KNOWN_TASKS)}")
 
 

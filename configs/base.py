@@ -1,0 +1,62 @@
+"""Defaults and field reference for every study config (configs/*.py start from `get_config()`).
+
+Fields (override any of them on the command line, e.g. `--config.budget.continuations_per_candidate=64`):
+  name                      study name; the default workdir is runs/<name>
+  seed                      every random draw of the study derives from it (same seed -> same records)
+  student.name              preset name, HF folder or .gguf path, or "random:<seed>" (tiny random model)
+  student.dtype             "" (platform default: float32 on CPU, bfloat16 on GPU/TPU), "float32", "bfloat16"
+  random_model.*            architecture of "random:<seed>" models (tests, smoke): arch, d_model, n_layers,
+                            n_heads, n_kv_heads, head_dim, d_ff, init_scale (std of the random weights), max_seq_len
+  task.name                 gsm8k | math500 | reasoning_gym:<name> | tfds:<name> | synthetic:parity
+  task.path, task.data_dir  data file (gsm8k JSONL, math500 JSON) or folder; TFDS data_dir
+  task.split, task.num_problems (question pool; 0 = all / the generator default), task.download (tfds only)
+  task.template             user message with {question} ("" = the task's default)
+  task.grade_truncated      False (paper.md): a rollout or continuation that hits the token cap gets reward 0;
+                            True: grade its text anyway (the smoke config: random models rarely stop)
+  chat.system_prompt        system message for student and teacher prompts ("" = none)
+  chat.kwargs               extra apply_chat_template flags (e.g. {"enable_thinking": False} for Qwen3)
+  sampling.temperature, sampling.top_p, sampling.top_k    policy of base rollouts and continuations
+  sampling.max_new_tokens   response cap; a rollout hitting it is unfinished and gets reward 0
+  configurations            dict name -> "teacher:context:divergence[@x]" (opd_jax/contexts.py)
+  contexts.templates        dict context -> template overriding opd_jax.contexts.TEMPLATES
+  budget.questions          questions to study (kept in pool order, see selection)
+  budget.rollouts_per_question          base rollouts per question
+  budget.node_rollouts_per_question     rollouts that get nodes (balanced correct / incorrect)
+  budget.nodes_per_rollout              nodes per node rollout
+  budget.node_strategy                  exponential | uniform | entropy | all
+  budget.continuations_per_candidate    R: continuations per (node, candidate)
+  budget.student_top_k, budget.teacher_top_k   candidate set: sampled token + top-k of p + top-k of each q_c
+  budget.branch_batch       continuations per decode call (fixed shape)
+  selection                 "informative" (questions with both a correct and an incorrect rollout) | "all"
+  scoring.chunk             response positions per chunk of the divergence reduction
+  scoring.top_k             k of the top-k overlap predictor
+  scoring.beta              beta of the JSD_beta predictor
+  scoring.all_rollouts      score every rollout (True) or only node rollouts (False)
+  mesh.data, mesh.model     device mesh of one process (-1: all remaining devices)
+  logging.verbosity, logging.progress    (changing these does not change the run: resume allowed)
+"""
+import ml_collections
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  del arg
+  c = ml_collections.ConfigDict()
+  c.name = "base"
+  c.seed = 0
+  c.student = dict(name="qwen2.5-coder-0.5b-instruct", dtype="")
+  c.random_model = dict(arch="qwen2", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64,
+                        init_scale=0.5, max_seq_len=4096)
+  c.task = dict(name="reasoning_gym:gsm_symbolic", path="", data_dir="", split="test", num_problems=0,
+                download=False, template="", grade_truncated=False)
+  c.chat = dict(system_prompt="", kwargs={})
+  c.sampling = dict(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=256)
+  c.configurations = {"solution": "self:solution:reverse_kl"}
+  c.contexts = dict(templates={})
+  c.budget = dict(questions=4, rollouts_per_question=8, node_rollouts_per_question=2, nodes_per_rollout=4,
+                  node_strategy="exponential", continuations_per_candidate=8, student_top_k=2, teacher_top_k=1,
+                  branch_batch=64)
+  c.selection = "informative"
+  c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False)
+  c.mesh = dict(data=-1, model=1)
+  c.logging = dict(verbosity=1, progress=True)
+  return c

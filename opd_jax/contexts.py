@@ -1,0 +1,147 @@
+"""Teacher configurations: (teacher model, context, divergence), written `teacher:context:divergence[@x]`.
+
+paper.md, "Objects" and "Self-distillation contexts". The teacher reads the student's own response token ids
+verbatim after its own context (never decoded and re-tokenized), so response position t scores the same
+token id on both sides. Every context is a user message rendered with the student's chat template and flags.
+
+  self:solution:reverse_kl                         the student, given a reference solution, reverse KL
+  qwen2.5-coder-1.5b-instruct:plain:jsd@0.5        an external teacher, the plain question, JSD_beta=0.5
+  self:plain:clipped_reverse_kl@0.5                the student itself (q = p), clip 0.5
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping, Sequence
+
+from opd_jax import gradients
+from opd_jax.tasks import base as task_base
+
+CONTEXTS = ("plain", "solution", "summary", "answer", "contrastive")
+NEEDS_SOLUTION = ("solution", "summary", "contrastive")
+SELF = "self"
+
+# Default context templates [ours, configurable via config.contexts.templates]. `{prompt}` is the student's
+# own user message (task template applied); {solution}, {summary}, {answer}, {incorrect} are filled per
+# question (and per rollout for {incorrect}).
+TEMPLATES = {
+    "plain": "{prompt}",
+    "solution": ("{prompt}\n\nHere is a reference solution:\n{solution}\n\n"
+                 "Using it as a guide, solve the problem yourself."),
+    "summary": ("{prompt}\n\nThe key equations of a reference solution, in order:\n{summary}\n\n"
+                "Using them as a guide, solve the problem yourself."),
+    "answer": "{prompt}\n\nThe correct final answer is {answer}. Solve the problem yourself.",
+    "contrastive": ("{prompt}\n\nHere is a reference solution:\n{solution}\n\n"
+                    "Here is an INCORRECT attempt; do not repeat its mistakes:\n{incorrect}\n\n"
+                    "Using the reference solution as a guide, solve the problem yourself."),
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TeacherConfig:
+  """One configuration c = (teacher, context, divergence) of paper.md.
+
+  config_id: the name given in `config.configurations`; teacher: "self" or a model spec (preset, HF folder,
+  .gguf path); beta: JSD_beta's beta (NaN unless divergence == "jsd"); clip: the clipped reverse KL's
+  threshold tau (NaN unless divergence == "clipped_reverse_kl").
+  """
+  config_id: str
+  teacher: str
+  context: str
+  divergence: str
+  beta: float = math.nan
+  clip: float = math.nan
+
+  @property
+  def scoring_key(self) -> tuple[str, str]:
+    """(teacher, context): configurations sharing it share one teacher forward and one q."""
+    return (self.teacher, self.context)
+
+
+def parse(config_id: str, spec: str) -> TeacherConfig:
+  """Parse `teacher:context:divergence[@param]` (the teacher may itself contain ':', e.g. a path).
+
+  Raises:
+    ValueError: malformed spec, unknown context or divergence, jsd beta outside (0, 1), clip <= 0 or missing.
+  """
+  where = f"config.configurations[{config_id!r}] = {spec!r}"
+  parts = spec.rsplit(":", 2)
+  if len(parts) != 3 or not all(parts):
+    raise ValueError(f"{where}: expected 'teacher:context:divergence', e.g. 'self:solution:reverse_kl'")
+  teacher, context, div = parts
+  if context not in CONTEXTS:
+    raise ValueError(f"{where}: unknown context {context!r}; use one of {CONTEXTS}")
+  name, _, arg = div.partition("@")
+  if name not in gradients.DIVERGENCES:
+    raise ValueError(f"{where}: unknown divergence {name!r}; use one of {gradients.DIVERGENCES}")
+  beta = clip = math.nan
+  try:
+    value = float(arg) if arg else None
+  except ValueError:
+    raise ValueError(f"{where}: the parameter after '@' must be a number, got {arg!r}") from None
+  if name == "jsd":
+    beta = 0.5 if value is None else value
+    if not 0.0 < beta < 1.0:
+      raise ValueError(f"{where}: jsd beta must lie strictly inside (0, 1), got {beta}; use forward_kl or "
+                       "reverse_kl for the end points")
+  elif name == "clipped_reverse_kl":
+    if value is None or value <= 0:
+      raise ValueError(f"{where}: clipped_reverse_kl needs a positive clip, e.g. 'clipped_reverse_kl@0.5'")
+    clip = value
+  elif value is not None:
+    raise ValueError(f"{where}: divergence {name!r} takes no '@' parameter")
+  return TeacherConfig(config_id=config_id, teacher=teacher, context=context, divergence=name, beta=beta,
+                       clip=clip)
+
+
+def parse_all(configurations: Mapping[str, str], *, has_solutions: bool, task_name: str) -> list[TeacherConfig]:
+  """Parse `config.configurations` (name -> spec), sorted by name, checking contexts against the task.
+
+  Raises:
+    ValueError: empty mapping, a bad spec, or a context that needs a reference solution on a task without one.
+  """
+  if not configurations:
+    raise ValueError("config.configurations is empty: add at least one 'name': 'teacher:context:divergence'")
+  out = [parse(k, v) for k, v in sorted(configurations.items())]
+  for c in out:
+    if c.context in NEEDS_SOLUTION and not has_solutions:
+      raise ValueError(f"config.configurations[{c.config_id!r}]: context {c.context!r} needs a reference "
+                       f"solution, but task {task_name!r} has none; use 'plain' or 'answer', or a task with "
+                       "solutions (gsm8k, math500, reasoning_gym:gsm_symbolic)")
+  return out
+
+
+def render_chat(tokenizer, user_message: str, *, system_prompt: str = "",
+                chat_kwargs: Mapping | None = None) -> list[int]:
+  """Token ids of a one-turn chat prompt (generation prompt added), the same way for student and teacher."""
+  messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+      {"role": "user", "content": user_message}]
+  text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                       **dict(chat_kwargs or {}))
+  return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def context_message(context: str, task, problem: task_base.Problem, *, incorrect: str | None = None,
+                    templates: Mapping[str, str] | None = None) -> str | None:
+  """The teacher's user message for `context`, or None when it is unavailable (contrastive, no incorrect
+  rollout other than the one scored)."""
+  template = dict(TEMPLATES, **dict(templates or {}))[context]
+  if context == "contrastive" and incorrect is None:
+    return None
+  fields = {"prompt": task.prompt(problem), "solution": problem.solution or "", "answer": problem.answer,
+            "incorrect": incorrect or ""}
+  if context == "summary":
+    fields["summary"] = task_base.summarize_solution(task.name, problem.solution)
+  out = template
+  for k, v in fields.items():       # plain replacement: solutions contain braces (\boxed{...})
+    out = out.replace("{" + k + "}", v)
+  return out
+
+
+def contrastive_source(rewards: Sequence[float], scored: int) -> int | None:
+  """Index of the incorrect rollout shown in the contrastive context of rollout `scored`: the first incorrect
+  rollout other than `scored` (never the scored one: that would leak its tokens), else None."""
+  for i, r in enumerate(rewards):
+    if i != scored and r != 1.0:
+      return i
+  return None

@@ -1,0 +1,509 @@
+"""Student and teacher log-probs along student rollouts, and the per-position predictors (paper.md, "Objects",
+"Divergence predictors"), streamed in chunks of positions so no `[B, T, V]` tensor ever exists.
+
+One row is (student prompt, teacher context, response): the student's chat-formatted question, the teacher's
+own context (it may differ in length: paper.md, "Self-distillation contexts") and the student's sampled tokens
+y_1..y_T, which both models read verbatim after their own prompt. Response token t is predicted by p(u_t) =
+pi_theta(. | x, y_<t) and q_c(u_t) = pi_T(. | context_c(x), y_<t).
+
+Array layout (the jitted functions; the Python wrappers `score` and `score_nodes` build it from token lists):
+  prompt   int32 [B, P]  left-padded (any id at the pad slots), prompt_len [B] >= 1 real tokens at the right end;
+                         prompt token i of a row sits at position i.
+  response int32 [B, T]  right-padded (any id beyond each row's length), lengths [B] in [0, T]; token t of a
+                         row sits at position prompt_len + t.
+Masks come from `prompt_len` and `lengths` only, never from a pad id (Qwen's pad id is also an end-of-text id,
+which a response may contain inside its length).
+
+Streaming (both models, one pass): the prompt minus its last token is prefilled into a KV cache in chunks of
+at most C tokens; then the feed sequence [last prompt token, y_0, .., y_{T-2}] runs through the model C
+tokens at a time, each chunk attending to the cache, and the hidden states of chunk j (which predict response
+tokens jC .. jC+C-1) go through the output head, an fp32 log-softmax and `divergences.predictors` before the
+next chunk. So the live memory is the KV caches plus one chunk:
+  KV cache       2 L B S K Dh x bytes(params dtype) per model, S = prompt slots + T rounded up to C;
+  attention      about 2 B H C S x 4 bytes (one chunk of queries against the cache, fp32 scores and probs);
+  logits         about 10 B C V x 4 bytes (logits, log-softmax, p = exp and elementwise temporaries, both models);
+instead of B T V x 4 bytes per model for the logits and B H S^2 x 4 bytes for a full-sequence attention.
+Compiled numbers for a tiny model are printed by `pytest -s tests/test_scoring.py -k memory`.
+
+Self-teacher: pass the student itself as the teacher (`teacher is student`; `t_params=None` in the jitted
+functions). Both sides then run through one `lax.map` over a leading "side" axis of 2, i.e. the same compiled
+code; with identical prompts q and p are bitwise identical and every predictor is exactly 0 (cosine and top-k
+overlap exactly 1): the `self:plain` check of paper.md. (The wrappers take this path when the two prompt widths
+bucket alike, which identical prompts always do; a much longer self-teacher context runs as a separate model
+instead of padding the student's prompts to it. Two different param trees with equal values, or the separate
+path, give values equal up to float round-off only.) The `lax.map` path holds one extra copy of the KV caches.
+"""
+from __future__ import annotations
+
+import functools
+import numbers
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from opd_jax import divergences
+from opd_jax.models import decoder
+
+DENSE_KEYS = ("logp", "logq") + divergences.PREDICTORS  # outputs of `score_arrays` besides "mask"
+NODE_KEYS = ("logp", "logq", "topk_ids_p", "topk_logp", "topk_ids_q", "topk_logq")  # outputs of `node_arrays`
+
+
+def _left_positions(prompt_len: jax.Array, width: int) -> jax.Array:
+  """Positions [B, width] of left-padded prompts: 0.. on the last prompt_len columns, -1 before."""
+  col = jnp.arange(width, dtype=jnp.int32)[None, :]
+  start = width - prompt_len.astype(jnp.int32)[:, None]
+  return jnp.where(col >= start, col - start, -1)
+
+
+def _feed(prompt, prompt_len, response, lengths, T_pad):
+  """Feed tokens and positions [B, T_pad]: column t holds the token whose hidden state predicts y_t.
+
+  Column 0 is the last prompt token, column t >= 1 the response token t - 1; columns t >= lengths get position
+  -1 (never attended to, outputs masked).
+  """
+  T = response.shape[1]
+  response = jnp.pad(response, ((0, 0), (0, T_pad - T)))
+  tokens = jnp.concatenate([prompt[:, -1:], response[:, :T_pad - 1]], axis=1)
+  t = jnp.arange(T_pad, dtype=jnp.int32)[None, :]
+  positions = jnp.where(t < lengths[:, None], prompt_len[:, None].astype(jnp.int32) - 1 + t, -1)
+  return jnp.where(positions >= 0, tokens, 0), positions
+
+
+def _prefill(params, prompt, prompt_len, *, config, chunk, extra):
+  """A KV cache holding all but the last prompt column, with `extra` free slots after them.
+
+  The P - 1 prompt columns are left-padded to a multiple of c = min(chunk, P - 1) and run c at a time, so the
+  attention scores are at most [B, H, c, S].
+  """
+  B, P = prompt.shape
+  n = P - 1
+  c = max(1, min(chunk, n))
+  width = -(-n // c) * c
+  positions = jnp.pad(_left_positions(prompt_len, P)[:, :n], ((0, 0), (width - n, 0)), constant_values=-1)
+  tokens = jnp.pad(prompt[:, :n], ((0, 0), (width - n, 0)))
+  tokens = jnp.where(positions >= 0, tokens, 0)
+  cache = decoder.init_cache(config, B, width + extra, params["embed"].dtype)
+  if not n:
+    return (cache,)
+
+  def body(cache, j):
+    sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * c, c, axis=1)
+    _, cache = decoder.hidden_states(params, sl(tokens), sl(positions), cache, config=config)
+    return cache, None
+
+  cache, _ = jax.lax.scan(body, cache, jnp.arange(width // c))
+  return (cache,)
+
+
+def _logprob_step(params, cache, tokens, positions, *, config):
+  """One chunk through the model: (cache, fp32 log-softmax [B, C, V] of the next-token logits, h [B, C, D])."""
+  h, cache = decoder.hidden_states(params, tokens, positions, cache, config=config)
+  return cache, jax.nn.log_softmax(decoder.head(params, h, config=config), axis=-1), h
+
+
+def _gather_step(params, cache, acc, tokens, positions, local, *, config):
+  """One chunk through the model; rows' hidden states at chunk-local node indices `local` [B, M] go to acc."""
+  h, cache = decoder.hidden_states(params, tokens, positions, cache, config=config)
+  inside = (local >= 0) & (local < tokens.shape[1])
+  picked = jnp.take_along_axis(h, jnp.clip(local, 0, tokens.shape[1] - 1)[..., None], axis=1)
+  return cache, jnp.where(inside[..., None], picked, acc)
+
+
+def _node_outputs(params, h, candidates, valid, *, config, top_k):
+  """Full-vocabulary log-probs at node hidden states h [B, M, D]: gathered at candidates and top-k."""
+  logp = jax.nn.log_softmax(decoder.head(params, h, config=config), axis=-1)         # [B, M, V]
+  ok = valid[..., None] & (candidates >= 0)
+  at = jnp.take_along_axis(logp, jnp.where(ok, candidates, 0), axis=-1)
+  top_lp, top_ids = jax.lax.top_k(logp, top_k)
+  return (jnp.where(ok, at, -jnp.inf), jnp.where(valid[..., None], top_ids, -1).astype(jnp.int32),
+          jnp.where(valid[..., None], top_lp, -jnp.inf))
+
+
+def _sides(shared, fn, s_params, t_params, s_config, t_config, *xs):
+  """fn(params, *xs_side, config) for the student and the teacher; fn returns a tuple.
+
+  shared (teacher is the student): each x is stacked [2, ...] (student, teacher) and one `lax.map` runs the
+  same compiled body for both sides; the outputs come back stacked. Otherwise each x is a pair (student,
+  teacher) and the outputs come back as pairs. Either way, out[i][0] is the student's, out[i][1] the teacher's.
+  """
+  if shared:
+    return jax.lax.map(lambda a: fn(s_params, *a, config=s_config), xs)
+  s = fn(s_params, *(x[0] for x in xs), config=s_config)
+  t = fn(t_params, *(x[1] for x in xs), config=t_config)
+  return tuple(zip(s, t))
+
+
+def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, *, s_config,
+           t_config, chunk):
+  """Shared checks and inputs of the jitted functions: (shared, pack, caches, s feed, t feed, C, T_pad)."""
+  shared = t_params is None
+  _check_positive("chunk", chunk)
+  if shared:
+    if t_config is not None and t_config != s_config:
+      raise ValueError("t_params=None means the teacher is the student, but t_config differs from s_config; pass "
+                       "t_config=None or the teacher's params")
+    t_config = s_config
+    if s_prompt.shape != t_prompt.shape:
+      raise ValueError(f"with the student as teacher (t_params=None) both prompts must be padded to one width, got "
+                       f"s_prompt {s_prompt.shape} and t_prompt {t_prompt.shape}")
+  check_vocab(s_config, t_config)
+  B, T = response.shape
+  for name, a in (("s_prompt", s_prompt), ("t_prompt", t_prompt)):
+    if a.ndim != 2 or a.shape[0] != B or a.shape[1] < 1:
+      raise ValueError(f"{name} must be [B={B}, P >= 1] token ids, got shape {a.shape}")
+  C = max(1, min(chunk, T))
+  T_pad = -(-T // C) * C
+  pack = (lambda a, b: jnp.stack([a, b])) if shared else (lambda a, b: (a, b))
+  prefill = functools.partial(_prefill, chunk=C, extra=T_pad)
+  (caches,) = _sides(shared, prefill, s_params, t_params, s_config, t_config,
+                     pack(s_prompt, t_prompt), pack(s_prompt_len, t_prompt_len))
+  s_feed = _feed(s_prompt, s_prompt_len, response, lengths, T_pad)
+  t_feed = _feed(t_prompt, t_prompt_len, response, lengths, T_pad)
+  return shared, pack, caches, s_feed, t_feed, C, T_pad, t_config
+
+
+@functools.partial(jax.jit, static_argnames=("s_config", "t_config", "chunk", "top_k", "beta", "return_hidden"))
+def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, *,
+                 s_config: decoder.Config, t_config: decoder.Config | None, chunk: int = 128, top_k: int = 8,
+                 beta: float = 0.5, return_hidden: bool = False) -> dict[str, jax.Array]:
+  """Log-probs of the response tokens and every predictor at every response position, streamed in chunks.
+
+  For each row and each t < lengths: logp = log p(y_t | x, y_<t), logq = log q_c(y_t | context_c, y_<t), and
+  `divergences.predictors(log p(u_t), log q_c(u_t), y_t)` (paper.md, "Divergence predictors"): KL(p || q),
+  KL(q || p), JS (beta 0.5), JSD_beta (GKD convention), total variation, cosine(p, q), entropies (nats), top-k
+  overlap, log q(y_t) - log p(y_t). Layout, memory per chunk and the self-teacher guarantee: module docstring.
+
+  Args:
+    s_params, t_params: param trees of the student and the teacher; t_params=None: the teacher is the student
+      (one compiled body for both sides; bitwise-equal outputs for identical prompts).
+    s_prompt: int32 [B, Ps] left-padded student prompts; s_prompt_len: int32 [B] in [1, Ps].
+    t_prompt: int32 [B, Pt] left-padded teacher contexts; t_prompt_len: int32 [B] in [1, Pt].
+    response: int32 [B, T] right-padded response ids, read by both models; lengths: int32 [B] in [0, T].
+    s_config, t_config: static configs (t_config None or equal to s_config when t_params is None).
+    chunk: static C, positions per chunk (T need not be a multiple: it is padded up inside).
+    top_k: static k of "topk_overlap"; beta: static JSD_beta weight strictly inside (0, 1).
+    return_hidden: static; also return the final-normed hidden states that predict each response token,
+      "h_p" [B, T, Ds] and "h_q" [B, T, Dt] (params' dtype), for `head_logprobs` at nodes without another pass.
+  Returns:
+    {name: fp32 [B, T]} for name in DENSE_KEYS, exactly 0 at masked positions, and "mask": bool [B, T],
+    t < lengths (plus "h_p", "h_q" with return_hidden).
+  Raises:
+    ValueError: bad chunk, top_k or beta, vocab sizes that differ, prompts of different widths with
+      t_params=None, or arrays of inconsistent shapes.
+  """
+  shared, pack, caches, s_feed, t_feed, C, T_pad, t_config = _setup(
+      s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_config=s_config,
+      t_config=t_config, chunk=chunk)
+  B, T = response.shape
+  t_idx = jnp.arange(T_pad, dtype=jnp.int32)[None, :]
+  mask = t_idx < lengths[:, None]
+  targets = jnp.where(mask, jnp.pad(response, ((0, 0), (0, T_pad - T))), 0)
+
+  def body(caches, j):
+    sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * C, C, axis=1)
+    caches, logps, hs = _sides(shared, _logprob_step, s_params, t_params, s_config, t_config, caches,
+                               pack(sl(s_feed[0]), sl(t_feed[0])), pack(sl(s_feed[1]), sl(t_feed[1])))
+    logp, logq = logps[0], logps[1]                                              # [B, C, V] fp32 each
+    y, m = sl(targets), sl(mask)
+    out = divergences.predictors(logp, logq, y, beta=beta, top_k=top_k)
+    at = lambda lp: jnp.take_along_axis(lp, y[..., None], axis=-1)[..., 0]
+    out["logp"], out["logq"] = at(logp), at(logq)
+    out = {k: jnp.where(m, out[k], 0.0).astype(jnp.float32) for k in DENSE_KEYS}
+    if return_hidden:
+      out["h_p"], out["h_q"] = hs[0], hs[1]
+    return caches, out
+
+  _, outs = jax.lax.scan(body, caches, jnp.arange(T_pad // C))                  # {k: [n, B, C, ...]}
+  result = {k: jnp.moveaxis(v, 0, 1).reshape(B, T_pad, *v.shape[3:])[:, :T] for k, v in outs.items()}
+  result["mask"] = mask[:, :T]
+  return result
+
+
+@functools.partial(jax.jit, static_argnames=("s_config", "t_config", "chunk", "top_k"))
+def node_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, nodes,
+                candidates, *, s_config: decoder.Config, t_config: decoder.Config | None, chunk: int = 128,
+                top_k: int = 8) -> dict[str, jax.Array]:
+  """Full-vocabulary log-probs of p and q at node positions, gathered at candidate ids, and their top-k.
+
+  A node u_t is response position t of a row (paper.md, "Node"). The candidate set C(u) (paper.md, "Candidate
+  set") is built from the top-k outputs ({y_t} ∪ top-k_s(p) ∪ top-k_t(q_c) over configurations) and then
+  passed back as `candidates`; p and q_c on C(u) are the full-vocabulary log-probs gathered here, which the
+  caller renormalises, e.g. `gradients.restrict(logp, jnp.where(candidates >= 0, jnp.arange(K), -1))` (the
+  gathered values play the role of the vocabulary), mass covered = sum over valid slots of exp(logp).
+  Same streaming and arguments as `score_arrays`; the head runs only at the M node rows ([B, M, V] fp32).
+
+  Args:
+    nodes: int32 [B, M] response positions in [0, lengths); -1 (or any position outside) is padding.
+    candidates: int32 [B, M, K] token ids in [0, V); -1 is padding (K may be 0).
+    top_k: static k of the top-k outputs, 1 <= k <= V (sorted by decreasing log-prob; ties: lower id first).
+  Returns:
+    "logp", "logq": fp32 [B, M, K], log p and log q_c at the candidates; -inf at padded slots and nodes.
+    "topk_ids_p", "topk_ids_q": int32 [B, M, k] the k most likely ids of p and of q_c; -1 at padded nodes.
+    "topk_logp", "topk_logq": fp32 [B, M, k] their log-probs; -inf at padded nodes.
+  Raises:
+    ValueError: as `score_arrays`, or top_k outside [1, V], or nodes / candidates of inconsistent shapes.
+  """
+  shared, pack, caches, s_feed, t_feed, C, T_pad, t_config = _setup(
+      s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_config=s_config,
+      t_config=t_config, chunk=chunk)
+  B, T = response.shape
+  if nodes.ndim != 2 or nodes.shape[0] != B:
+    raise ValueError(f"nodes must be [B={B}, M] response positions, got shape {nodes.shape}")
+  if candidates.shape[:2] != nodes.shape or candidates.ndim != 3:
+    raise ValueError(f"candidates must be [B, M, K] = {nodes.shape} + (K,), got shape {candidates.shape}")
+  if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or not 1 <= top_k <= s_config.vocab_size:
+    raise ValueError(f"top_k must be an int in [1, V = {s_config.vocab_size}], got {top_k!r}")
+  valid = (nodes >= 0) & (nodes < lengths[:, None])
+  nodes = jnp.where(valid, nodes, -1)
+  zeros = lambda p, cfg: jnp.zeros((B, nodes.shape[1], cfg.d_model), p["embed"].dtype)
+  acc = (jnp.stack([zeros(s_params, s_config)] * 2) if shared
+         else (zeros(s_params, s_config), zeros(t_params, t_config)))
+
+  def body(carry, j):
+    caches, acc = carry
+    sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * C, C, axis=1)
+    local = jnp.where(valid, nodes - j * C, -1)
+    caches, acc = _sides(shared, _gather_step, s_params, t_params, s_config, t_config, caches, acc,
+                         pack(sl(s_feed[0]), sl(t_feed[0])), pack(sl(s_feed[1]), sl(t_feed[1])),
+                         pack(local, local))
+    return (caches, acc), None
+
+  (_, acc), _ = jax.lax.scan(body, (caches, acc), jnp.arange(T_pad // C))
+  heads = functools.partial(_node_outputs, top_k=top_k)
+  at, ids, top = _sides(shared, heads, s_params, t_params, s_config, t_config, acc, pack(candidates, candidates),
+                        pack(valid, valid))
+  return {"logp": at[0], "logq": at[1], "topk_ids_p": ids[0], "topk_logp": top[0], "topk_ids_q": ids[1],
+          "topk_logq": top[1]}
+
+
+def check_vocab(s_config: decoder.Config, t_config: decoder.Config) -> None:
+  """Raises ValueError unless student and teacher have the same vocabulary size (paper.md: shared tokenizer)."""
+  if s_config.vocab_size != t_config.vocab_size:
+    raise ValueError(f"student and teacher must share the tokenizer, but their vocabulary sizes differ: student "
+                     f"{s_config.vocab_size}, teacher {t_config.vocab_size}; pick a teacher of the student's "
+                     "family with the same vocabulary")
+
+
+# ----------------------------------------------------------------------------------------------- Python wrappers
+
+
+def _bucket(n: int, minimum: int) -> int:
+  """Few distinct shapes: powers of two up to 512, then multiples of 512."""
+  n = max(n, minimum)
+  return 1 << (n - 1).bit_length() if n <= 512 else -(-n // 512) * 512
+
+
+def _check_ids(name: str, seqs: Sequence[Sequence[int]], vocab: int) -> None:
+  for r, s in enumerate(seqs):
+    a = np.asarray(s, np.int64)
+    if a.size and (a.min() < 0 or a.max() >= vocab):
+      raise ValueError(f"{name}[{r}] has token ids outside [0, V = {vocab}) (min {a.min()}, max {a.max()}); "
+                       "pass ids of the shared tokenizer, without padding")
+
+
+def _prepare(student, teacher, student_prompts, teacher_prompts, responses, chunk, batch_size):
+  """Validates the wrapper inputs; returns whether the teacher is the student."""
+  _check_positive("chunk", chunk)
+  _check_positive("batch_size", batch_size)
+  shared = teacher is student or (teacher.params is student.params and teacher.config == student.config)
+  s_config, t_config = student.config, teacher.config
+  check_vocab(s_config, t_config)
+  n = len(responses)
+  if not n or len(student_prompts) != n or len(teacher_prompts) != n:
+    raise ValueError(f"student_prompts, teacher_prompts and responses must be non-empty lists of equal length, got "
+                     f"{len(student_prompts)}, {len(teacher_prompts)} and {n}")
+  for name, prompts, config in (("student_prompts", student_prompts, s_config),
+                                ("teacher_prompts", teacher_prompts, t_config)):
+    for r, p in enumerate(prompts):
+      if not len(p):
+        raise ValueError(f"{name}[{r}] is empty: every prompt needs at least one token (its last token predicts "
+                         "the first response token)")
+      if len(p) + len(responses[r]) > config.max_seq_len:
+        raise ValueError(f"{name}[{r}] ({len(p)} tokens) + responses[{r}] ({len(responses[r])} tokens) exceeds the "
+                         f"model's context ({config.max_seq_len}); shorten the context or the response")
+    _check_ids(name, prompts, config.vocab_size)
+  _check_ids("responses", responses, s_config.vocab_size)
+  return shared
+
+
+def _check_positive(name: str, value: Any) -> None:
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def _batches(n: int, batch_size: int):
+  for start in range(0, n, batch_size):
+    rows = list(range(start, min(n, start + batch_size)))
+    yield rows, min(_bucket(len(rows), 1), batch_size)
+
+
+def _pad_rows(prompts_s, prompts_t, responses, rows, Bp, chunk):
+  """numpy arrays for `score_arrays` / `node_arrays` at bucketed shapes; dummy rows are scored as empty."""
+  ps = [list(prompts_s[r]) for r in rows] + [[0]] * (Bp - len(rows))
+  pt = [list(prompts_t[r]) for r in rows] + [[0]] * (Bp - len(rows))
+  rs = [list(responses[r]) for r in rows] + [[]] * (Bp - len(rows))
+  Ps, Pt = _bucket(max(map(len, ps)), 16), _bucket(max(map(len, pt)), 16)
+  T = _bucket(max(1, max(map(len, rs))), 16)
+  if T > chunk:
+    T = -(-T // chunk) * chunk
+
+  def left(seqs, width):
+    out = np.zeros((len(seqs), width), np.int32)
+    for i, s in enumerate(seqs):
+      out[i, width - len(s):] = s
+    return out, np.array([len(s) for s in seqs], np.int32)
+
+  response = np.zeros((Bp, T), np.int32)
+  for i, s in enumerate(rs):
+    response[i, :len(s)] = s
+  return (*left(ps, Ps), *left(pt, Pt), response, np.array([len(s) for s in rs], np.int32))
+
+
+def _teacher_args(student, teacher, shared, arrays):
+  """(t_params, t_config) for one batch: (None, None), i.e. one compiled body for both sides (bitwise-equal p and
+  q on identical prompts), when the teacher is the student and both prompt widths bucket alike; otherwise the
+  teacher's own (a self-teacher with a much longer context then does not pad the student's prompts to it)."""
+  if shared and arrays[0].shape == arrays[2].shape:
+    return None, None
+  return teacher.params, teacher.config
+
+
+def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
+          teacher_prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, chunk: int = 128,
+          top_k: int = 8, beta: float = 0.5, batch_size: int = 8,
+          return_hidden: bool = False) -> dict[str, list[np.ndarray]]:
+  """Per-token log-probs and predictors of rollouts under a student and a teacher (paper.md, "Divergence
+  predictors"); see `score_arrays` for the quantities and the module docstring for memory.
+
+  Rows are scored `batch_size` at a time, padded to bucketed shapes (batch: powers of two up to batch_size;
+  prompt widths and T: powers of two up to 512, then multiples of 512; T also a multiple of chunk) so that
+  repeated calls reuse a few compiled programs. A row's result does not depend on the other rows (beyond
+  float round-off from the batch shape).
+
+  Args:
+    student, teacher: `opd_jax.models.Model`-like objects with `.config` (decoder.Config) and `.params`. Pass
+      the student itself as the teacher for self-distillation (bitwise-equal p and q for identical prompts).
+    student_prompts: per row, the student's prompt ids (>= 1 token).
+    teacher_prompts: per row, the teacher's context ids (>= 1 token; any length).
+    responses: per row, the student's sampled ids y_0..y_{L-1} (may be empty; pad/end-of-text ids inside are
+      scored like any other token).
+    chunk: positions per chunk C (memory O(B C V)); top_k: k of "topk_overlap"; beta: JSD_beta weight.
+    batch_size: rows per compiled call.
+    return_hidden: also return "h_p" [L_r, Ds] and "h_q" [L_r, Dt] per row, the final hidden states that
+      predict each response token (feed them to `head_logprobs` for p and q at nodes: no second pass).
+  Returns:
+    {name: [float32 [L_r] per row r]} for name in DENSE_KEYS ("logp", "logq" and every divergences.PREDICTORS),
+    plus "h_p", "h_q" with return_hidden.
+  Raises:
+    ValueError: mismatched list lengths, empty prompts, ids outside [0, V), vocab sizes that differ, prompt +
+      response longer than a model's context, or bad chunk / top_k / beta / batch_size.
+  """
+  shared = _prepare(student, teacher, student_prompts, teacher_prompts, responses, chunk, batch_size)
+  keys = DENSE_KEYS + (("h_p", "h_q") if return_hidden else ())
+  out = {k: [None] * len(responses) for k in keys}
+  for rows, Bp in _batches(len(responses), batch_size):
+    arrays = _pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk)
+    t_params, t_config = _teacher_args(student, teacher, shared, arrays)
+    got = score_arrays(student.params, t_params, *arrays, s_config=student.config, t_config=t_config, chunk=chunk,
+                       top_k=top_k, beta=beta, return_hidden=return_hidden)
+    got = {k: np.asarray(got[k]) for k in keys}
+    for i, r in enumerate(rows):
+      for k in keys:
+        out[k][r] = got[k][i, :len(responses[r])]
+  return out
+
+
+@functools.partial(jax.jit, static_argnames=("config", "top_k"))
+def _head_logprobs(params, h, candidates, *, config, top_k):
+  valid = jnp.ones(h.shape[:-1], bool)
+  return _node_outputs(params, h[None], candidates[None], valid[None], config=config, top_k=top_k)
+
+
+def head_logprobs(model: Any, h: np.ndarray, candidates: np.ndarray | None = None, *,
+                  top_k: int = 8) -> dict[str, np.ndarray]:
+  """Full-vocabulary log-probs at given hidden states (from `score(..., return_hidden=True)`).
+
+  Args:
+    model: the model whose hidden states these are (its head and config are used).
+    h: [N, D] final-normed hidden states (N nodes); candidates: int [N, K] token ids, -1 padded (or None).
+    top_k: k of the returned top-k, 1 <= k <= V.
+  Returns:
+    "logp": fp32 [N, K] log-probs at the candidates (-inf at padding); "topk_ids": int32 [N, k] the k most
+    likely ids (ties: lower id first); "topk_logp": fp32 [N, k] their log-probs.
+  """
+  h = np.asarray(h)
+  N = h.shape[0]
+  cand = np.full((N, 0), -1, np.int32) if candidates is None else np.asarray(candidates, np.int32)
+  Nb, Kb = _bucket(max(N, 1), 8), _bucket(max(cand.shape[1], 1), 1)          # few shapes, few compiles
+  hp = np.zeros((Nb, h.shape[1]), h.dtype)
+  hp[:N] = h
+  cp = np.full((Nb, Kb), -1, np.int32)
+  cp[:N, :cand.shape[1]] = cand
+  at, ids, top = _head_logprobs(model.params, jnp.asarray(hp), jnp.asarray(cp), config=model.config, top_k=top_k)
+  return {"logp": np.asarray(at[0])[:N, :cand.shape[1]], "topk_ids": np.asarray(ids[0])[:N],
+          "topk_logp": np.asarray(top[0])[:N]}
+
+
+def score_nodes(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
+                teacher_prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+                nodes: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]] | None = None, *,
+                top_k: int = 8, chunk: int = 128, batch_size: int = 8) -> dict[str, list[np.ndarray]]:
+  """p and q_c at selected nodes: log-probs at candidate ids and the top-k of each (see `node_arrays`).
+
+  Typical use (paper.md, "Candidate set"): call without candidates to get each configuration's top-k, build
+  C(u) = {y_t} ∪ top-k_s(p) ∪ top-k_t(q_c) (slice the sorted top-k to k_s / k_t), then call again with C(u)
+  for p and every q_c on the same tokens.
+
+  Args:
+    student, teacher, student_prompts, teacher_prompts, responses, chunk, batch_size: as in `score`.
+    nodes: per row, response positions in [0, len(response)) (any order, may be empty).
+    candidates: per row and node, candidate token ids in [0, V) (lists may differ in length); None: no
+      candidates (K = 0).
+    top_k: k of the top-k outputs, 1 <= k <= V.
+  Returns:
+    {name: [array per row r]}: "candidates" int32 [M_r, K] (the ids, padded with -1 to the longest list of
+    the call), "logp", "logq" float32 [M_r, K] (-inf at padding), "topk_ids_p", "topk_ids_q" int32 [M_r, k],
+    "topk_logp", "topk_logq" float32 [M_r, k].
+  Raises:
+    ValueError: as `score`, plus nodes outside a row's response, candidate ids outside [0, V), or lengths
+      of nodes / candidates that do not match the rows.
+  """
+  shared = _prepare(student, teacher, student_prompts, teacher_prompts, responses, chunk, batch_size)
+  n, V = len(responses), student.config.vocab_size
+  if len(nodes) != n:
+    raise ValueError(f"nodes must have one list per row ({n}), got {len(nodes)}")
+  if candidates is None:
+    candidates = [[[] for _ in row] for row in nodes]
+  if len(candidates) != n or any(len(c) != len(m) for c, m in zip(candidates, nodes)):
+    raise ValueError("candidates must have one list per node of every row (same nesting as nodes)")
+  for r, row in enumerate(nodes):
+    bad = [t for t in row if not 0 <= t < len(responses[r])]
+    if bad:
+      raise ValueError(f"nodes[{r}] has positions {bad} outside its response [0, {len(responses[r])}); node "
+                       "positions are 0-based indices into the response tokens")
+    _check_ids(f"candidates[{r}]", candidates[r], V)
+  K = max([len(c) for row in candidates for c in row], default=0)
+  keys = ("candidates",) + NODE_KEYS
+  out = {k: [None] * n for k in keys}
+  for rows, Bp in _batches(n, batch_size):
+    arrays = _pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk)
+    t_params, t_config = _teacher_args(student, teacher, shared, arrays)
+    M = _bucket(max(1, max(len(nodes[r]) for r in rows)), 1)
+    Kb = _bucket(K, 1) if K else 0
+    node_ids = np.full((Bp, M), -1, np.int32)
+    cand = np.full((Bp, M, Kb), -1, np.int32)
+    for i, r in enumerate(rows):
+      node_ids[i, :len(nodes[r])] = nodes[r]
+      for m, c in enumerate(candidates[r]):
+        cand[i, m, :len(c)] = c
+    got = node_arrays(student.params, t_params, *arrays, node_ids, cand, s_config=student.config,
+                      t_config=t_config, chunk=chunk, top_k=top_k)
+    got = {k: np.asarray(v) for k, v in got.items()}
+    got["candidates"] = cand
+    for i, r in enumerate(rows):
+      m = len(nodes[r])
+      for k in keys:
+        out[k][r] = got[k][i, :m, :K] if k in ("candidates", "logp", "logq") else got[k][i, :m]
+  return out

@@ -1,0 +1,469 @@
+"""The study pipeline of design.md, resumable per question.
+
+config -> task problems -> student prompts -> base rollouts -> verifier -> question selection
+       -> teacher scoring for every (teacher, context) -> dense per-token predictors (`tokens`)
+       -> node selection -> candidate sets C(u) -> p, q_c on C(u) -> targeted continuations -> P_succ
+       -> g*, g_c, alignment, teacher advantage, intervals (`nodes`) -> summary
+
+Randomness: question i (pool index) draws its base rollouts from fold_in(fold_in(key(seed), i), 0) and the
+continuations of its rollout r from fold_in(fold_in(fold_in(key(seed), i), 1), r), with stable row ids, so a
+question's records do not depend on which questions ran before it, in this process or another.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import math
+import pathlib
+import time
+from typing import Any
+
+import jax
+import numpy as np
+import pandas as pd
+from absl import logging
+from tqdm import tqdm
+
+from opd_jax import contexts
+from opd_jax import gradients
+from opd_jax import records
+from opd_jax import report
+from opd_jax import sampling
+from opd_jax import scoring
+from opd_jax import targeted
+from opd_jax import tasks
+from opd_jax import models
+
+PREDICTORS = ("kl_pq", "kl_qp", "js", "jsd_beta", "tv", "cosine", "entropy_p", "entropy_q", "topk_overlap",
+              "logq_minus_logp")
+UNAVAILABLE = "context_unavailable"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Configuration checks and the plan.
+
+def _positive(config, field: str) -> int:
+  section, name = field.split(".")
+  value = config[section][name]
+  if not isinstance(value, int) or value <= 0:
+    raise ValueError(f"config.{field} must be a positive integer, got {value!r}")
+  return value
+
+
+def validate(config) -> None:
+  """Config errors that need no model or data (each names the field and the fix)."""
+  for f in ("budget.questions", "budget.rollouts_per_question", "budget.node_rollouts_per_question",
+            "budget.nodes_per_rollout", "budget.continuations_per_candidate", "budget.branch_batch",
+            "sampling.max_new_tokens", "scoring.chunk", "scoring.top_k"):
+    _positive(config, f)
+  for f in ("budget.student_top_k", "budget.teacher_top_k"):
+    if config.budget[f.split(".")[1]] < 0:
+      raise ValueError(f"config.{f} must be >= 0, got {config.budget[f.split('.')[1]]}")
+  if config.budget.node_strategy not in targeted.STRATEGIES:
+    raise ValueError(f"config.budget.node_strategy must be one of {targeted.STRATEGIES}, got "
+                     f"{config.budget.node_strategy!r}")
+  if config.selection not in ("informative", "all"):
+    raise ValueError(f"config.selection must be 'informative' or 'all', got {config.selection!r}")
+  if not 0.0 < config.scoring.beta < 1.0:
+    raise ValueError(f"config.scoring.beta must lie strictly inside (0, 1), got {config.scoring.beta}")
+  sampling.SamplingParams(temperature=config.sampling.temperature, top_p=config.sampling.top_p,
+                          top_k=config.sampling.top_k)
+  for cid, spec in config.configurations.items():
+    contexts.parse(cid, spec)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Planned work (upper bounds: every question selected, every rollout at the token cap)."""
+  questions: int
+  rollouts: int
+  scored_rollouts: int
+  scoring_passes: int
+  nodes: int
+  candidates_per_node: int
+  continuations: int
+  tokens_generated: int
+  tokens_scored: int
+  seconds: float
+
+  def describe(self) -> str:
+    return "\n".join([
+        f"planned: {self.questions} questions, {self.rollouts} base rollouts, {self.scored_rollouts} scored "
+        f"rollouts x {self.scoring_passes} (teacher, context) scorings",
+        f"         {self.nodes} nodes x <= {self.candidates_per_node} candidates -> <= {self.continuations} "
+        f"targeted continuations",
+        f"         <= {self.tokens_generated:,} tokens generated, <= {self.tokens_scored:,} tokens scored",
+        f"         estimated wall time <= {self.seconds / 60:.1f} min (2-core CPU rates of the 0.5B student; "
+        "scale by model size and hardware)"])
+
+
+# Measured on the 2-core CPU with the 0.5B student, fp32 (benchmarks/e2e.py): decode tokens/s at the branch
+# batch and prefill tokens/s of one scoring pass. Only used for the dry-run estimate.
+DECODE_TOKENS_PER_S = 60.0
+SCORE_TOKENS_PER_S = 150.0
+
+
+def plan(config) -> Plan:
+  """The work a config asks for, printed by `--dry_run` and before a run (no model or data loaded)."""
+  validate(config)
+  b, n_tok = config.budget, config.sampling.max_new_tokens
+  confs = [contexts.parse(k, v) for k, v in config.configurations.items()]
+  keys = {c.scoring_key for c in confs}
+  q = b.questions
+  rollouts = q * b.rollouts_per_question
+  scored = q * (b.rollouts_per_question if config.scoring.all_rollouts else b.node_rollouts_per_question)
+  nodes = q * b.node_rollouts_per_question * (n_tok if b.node_strategy == "all" else b.nodes_per_rollout)
+  cand = 1 + b.student_top_k + b.teacher_top_k * len(keys)
+  cont = nodes * cand * b.continuations_per_candidate
+  gen = rollouts * n_tok + cont * n_tok // 2
+  scored_tokens = scored * n_tok * len(keys) * 3
+  secs = gen / DECODE_TOKENS_PER_S + scored_tokens / SCORE_TOKENS_PER_S
+  return Plan(q, rollouts, scored, len(keys), nodes, cand, cont, gen, scored_tokens, secs)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Loading.
+
+def load_model(spec: str, config):
+  """A model spec: preset, HF folder, .gguf path, or "random:<seed>" (config.random_model architecture)."""
+  if spec.startswith("random:"):
+    r = config.random_model
+    try:
+      seed = int(spec.split(":", 1)[1])
+    except ValueError:
+      raise ValueError(f"random model spec must be 'random:<int seed>', got {spec!r}") from None
+    tok = models.byte_tokenizer()
+    cfg = models.Config(arch=r.arch, vocab_size=len(tok), d_model=r.d_model, n_layers=r.n_layers,
+                        n_heads=r.n_heads, n_kv_heads=r.n_kv_heads, head_dim=r.head_dim, d_ff=r.d_ff,
+                        qkv_bias=r.arch == "qwen2", qk_norm=r.arch == "qwen3", max_seq_len=r.max_seq_len)
+    params = models.init_params(jax.random.key(seed), cfg, scale=r.init_scale)
+    return models.Model(config=cfg, params=params, tokenizer=tok, stop_ids=(int(tok.eos_token_id),), name=spec,
+                        sha256=None, source="random")
+  return models.load(spec, dtype=config.student.dtype or None)
+
+
+def load_task(config):
+  t = config.task
+  return tasks.load_task(t.name, path=t.path or None, split=t.split, num_problems=t.num_problems or None,
+                         seed=config.seed, data_dir=t.data_dir or None, download=t.download,
+                         template=t.template or None)
+
+
+@dataclasses.dataclass
+class Env:
+  """Everything a question needs: config, task, parsed configurations and loaded models."""
+  config: Any
+  task: Any
+  confs: list
+  student: Any
+  teachers: dict
+  timings: dict
+
+  def teacher(self, name: str):
+    return self.student if name == contexts.SELF else self.teachers[name]
+
+  def chat(self, message: str) -> list[int]:
+    return contexts.render_chat(self.student.tokenizer, message, system_prompt=self.config.chat.system_prompt,
+                                chat_kwargs=self.config.chat.kwargs)
+
+
+def setup(config) -> Env:
+  """Validate, load the task and every model, check tokenizers (clear errors before any work)."""
+  validate(config)
+  t0 = time.time()
+  task = load_task(config)
+  confs = contexts.parse_all(dict(config.configurations), has_solutions=task.has_solutions, task_name=task.name)
+  student = load_model(config.student.name, config)
+  teachers = {}
+  for c in confs:
+    if c.teacher != contexts.SELF and c.teacher not in teachers:
+      teachers[c.teacher] = load_model(c.teacher, config)
+      diff = models.tokenizer_difference(student.tokenizer, teachers[c.teacher].tokenizer)
+      if diff is not None:
+        raise ValueError(f"config.configurations[{c.config_id!r}]: teacher {c.teacher!r} does not share the "
+                         f"student's tokenizer ({diff}); per-token distillation needs identical tokenizers: "
+                         "pick a teacher of the student's family")
+  env = Env(config, task, confs, student, teachers, {"load_s": time.time() - t0})
+  n_tok, limit = config.sampling.max_new_tokens, min(m.config.max_seq_len for m in [student, *teachers.values()])
+  for problem in task.problems:
+    length = len(env.chat(task.prompt(problem)))
+    if length + n_tok > limit:
+      raise ValueError(f"question {problem.id}: prompt of {length} tokens + config.sampling.max_new_tokens="
+                       f"{n_tok} exceeds the models' context ({limit} tokens); lower config.sampling."
+                       "max_new_tokens or config.task.num_problems to skip long questions")
+  return env
+
+
+# ----------------------------------------------------------------------------------------------------------
+# One question.
+
+def _balanced(correct: list[bool], k: int) -> list[int]:
+  """Up to k rollout ids alternating correct / incorrect (lowest ids first) while both last."""
+  pos = [i for i, c in enumerate(correct) if c]
+  neg = [i for i, c in enumerate(correct) if not c]
+  out = []
+  while len(out) < k and (pos or neg):
+    for pool in (pos, neg):
+      if pool and len(out) < k:
+        out.append(pool.pop(0))
+  return sorted(out)
+
+
+def _timed(env: Env, stage: str):
+  class _T:
+    def __enter__(self):
+      self.t = time.time()
+
+    def __exit__(self, *a):
+      env.timings[stage] = env.timings.get(stage, 0.0) + time.time() - self.t
+  return _T()
+
+
+def process_question(env: Env, index: int, problem) -> dict[str, pd.DataFrame] | None:
+  """All records of one question, or None when selection skips it (not informative)."""
+  c, student = env.config, env.student
+  key_q = jax.random.fold_in(jax.random.key(c.seed), index)
+  prompt = env.chat(env.task.prompt(problem))
+  n_tok = c.sampling.max_new_tokens
+  if len(prompt) + n_tok > student.config.max_seq_len:
+    raise ValueError(f"question {problem.id}: prompt of {len(prompt)} tokens + config.sampling.max_new_tokens="
+                     f"{n_tok} exceeds the student's context ({student.config.max_seq_len}); lower "
+                     "config.sampling.max_new_tokens")
+  sp = dict(temperature=c.sampling.temperature, top_p=c.sampling.top_p, top_k=c.sampling.top_k)
+  n = c.budget.rollouts_per_question
+
+  # --- Base rollouts and verification --------------------------------------------------------------------
+  with _timed(env, "rollouts_s"):
+    out = sampling.sample(student, [prompt] * n, key=jax.random.fold_in(key_q, 0), max_new_tokens=n_tok,
+                          row_ids=list(range(n)), **sp)
+  responses = [out.tokens[r, :out.lengths[r]].tolist() for r in range(n)]
+  texts = [student.tokenizer.decode(resp, skip_special_tokens=True) for resp in responses]
+  rewards = [env.task.reward(problem, t) if out.finished[r] or c.task.grade_truncated else 0.0
+             for r, t in enumerate(texts)]
+  correct = [r == 1.0 for r in rewards]
+  rollouts = pd.DataFrame({
+      "question_id": problem.id, "question_index": index, "rollout_id": np.arange(n),
+      "prompt_ids": [prompt] * n, "response_ids": responses, "text": texts,
+      "length": out.lengths.astype(np.int64), "truncated": ~out.finished, "reward": rewards,
+      "answer": problem.answer, "extracted": [env.task.extract(t) for t in texts],
+      "logprob_sum": [float(out.logprobs[r, :out.lengths[r]].sum()) for r in range(n)],
+      "fields": json.dumps(problem.fields, sort_keys=True, default=str)})
+  if c.selection == "informative" and (all(correct) or not any(correct)):
+    return None
+
+  # --- Teacher scoring: dense predictors of every (teacher, context) ------------------------------------
+  node_rows = [r for r in _balanced(correct, c.budget.node_rollouts_per_question) if responses[r]]
+  scored = [r for r in range(n) if responses[r]] if c.scoring.all_rollouts else node_rows
+  keys = sorted({conf.scoring_key for conf in env.confs})
+  t_prompts, dense = {}, {}
+  with _timed(env, "scoring_s"):
+    for key in keys:
+      teacher, ctx = key
+      rows, tp = [], []
+      for r in scored:
+        incorrect = None
+        if ctx == "contrastive":
+          src = contexts.contrastive_source(rewards, r)
+          incorrect = None if src is None else texts[src]
+        msg = contexts.context_message(ctx, env.task, problem, incorrect=incorrect,
+                                       templates=c.contexts.templates)
+        if msg is not None:
+          rows.append(r)
+          tp.append(env.chat(msg))
+      t_prompts[key] = dict(zip(rows, tp))
+      if rows:
+        got = scoring.score(student, env.teacher(teacher), [prompt] * len(rows), tp, [responses[r] for r in rows],
+                            chunk=c.scoring.chunk, top_k=c.scoring.top_k, beta=c.scoring.beta, return_hidden=True)
+        dense[key] = {r: {k: v[i] for k, v in got.items()} for i, r in enumerate(rows)}
+      else:
+        dense[key] = {}
+  tokens = _tokens_table(problem, keys, dense, responses)
+
+  # --- Nodes, candidate sets C(u), and p, q_c on C(u) (from the hidden states of the scoring pass) -------
+  h_p = {}                                     # one student pass per rollout serves every configuration
+  for r in node_rows:
+    k0 = next((k for k in keys if r in dense[k]), None)
+    if k0 is not None:
+      h_p[r] = dense[k0][r]["h_p"]
+  node_rows = [r for r in node_rows if r in h_p]
+  nodes = {r: targeted.select_nodes(len(responses[r]), c.budget.nodes_per_rollout, c.budget.node_strategy,
+                                    entropy=dense[next(k for k in keys if r in dense[k])][r]["entropy_p"]).tolist()
+           for r in node_rows}
+  k_top = max(1, c.budget.student_top_k, c.budget.teacher_top_k)
+  size = 1 + c.budget.student_top_k + c.budget.teacher_top_k * len(keys)
+  cand, p_at, q_at = {}, {}, {key: {} for key in keys}
+  with _timed(env, "scoring_s"):
+    for r in node_rows:
+      s_top = scoring.head_logprobs(student, h_p[r][nodes[r]], top_k=k_top)["topk_ids"]
+      t_tops = {key: scoring.head_logprobs(env.teacher(key[0]), dense[key][r]["h_q"][nodes[r]],
+                                           top_k=k_top)["topk_ids"] for key in keys if r in dense[key]}
+      cand[r] = np.stack([
+          targeted.candidate_set(responses[r][t], s_top[m][:c.budget.student_top_k],
+                                 [t_tops[key][m][:c.budget.teacher_top_k] for key in keys if key in t_tops], size)
+          for m, t in enumerate(nodes[r])])
+      p_at[r] = scoring.head_logprobs(student, h_p[r][nodes[r]], cand[r], top_k=1)["logp"]
+      for key in t_tops:
+        q_at[key][r] = scoring.head_logprobs(env.teacher(key[0]), dense[key][r]["h_q"][nodes[r]], cand[r],
+                                             top_k=1)["logp"]
+
+  # --- Targeted continuations -> P_succ ------------------------------------------------------------------
+  policy = targeted.ModelPolicy(student, batch_size=c.budget.branch_batch, **sp)
+
+  def verify(resp, finished):
+    if not (finished or c.task.grade_truncated):
+      return 0.0
+    return env.task.reward(problem, student.tokenizer.decode(resp, skip_special_tokens=True))
+
+  node_frames = []
+  key_c = jax.random.fold_in(key_q, 1)
+  for r in node_rows:
+    cands = cand[r]
+    with _timed(env, "continuations_s"):
+      outcomes = targeted.estimate_successes(policy, verify, prompt, responses[r], nodes[r], cands,
+                                             R=c.budget.continuations_per_candidate,
+                                             key=jax.random.fold_in(key_c, r), max_response_len=n_tok)
+    node_frames.append(_node_rows(env, problem, r, correct[r], responses[r], nodes[r], cands, outcomes, p_at[r],
+                                  {key: q_at[key].get(r) for key in keys}, dense))
+  nodes_df = pd.concat(node_frames, ignore_index=True) if node_frames else pd.DataFrame()
+  return {"rollouts": rollouts, "tokens": tokens, "nodes": nodes_df}
+
+
+def _tokens_table(problem, keys, dense, responses) -> pd.DataFrame:
+  frames = []
+  for key in keys:
+    for r, d in sorted(dense[key].items()):
+      L = len(responses[r])
+      frame = {"question_id": problem.id, "rollout_id": r, "position": np.arange(L),
+               "token": np.asarray(responses[r], np.int64), "teacher": key[0], "context": key[1],
+               "logp": d["logp"].astype(np.float64), "logq": d["logq"].astype(np.float64)}
+      frame.update({k: d[k].astype(np.float64) for k in PREDICTORS})
+      frames.append(pd.DataFrame(frame))
+  return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _node_rows(env, problem, r, correct, response, positions, cands, outcomes, p_at, q_at, dense):
+  """One row per (node, configuration) of rollout r; p_at [M, K] and q_at[key] [M, K] are log-probs on C(u)."""
+  rows = []
+  succ, n = outcomes.successes, outcomes.n
+  noise = None
+  for conf in env.confs:
+    key = conf.scoring_key
+    base = {"question_id": problem.id, "rollout_id": r, "config_id": conf.config_id, "teacher": conf.teacher,
+            "context": conf.context, "divergence": conf.divergence, "beta": conf.beta, "clip": conf.clip,
+            "correct": correct}
+    if q_at[key] is None:
+      for m, t in enumerate(positions):
+        rows.append({**base, "position": t, "sampled_token": int(response[t]), "candidates": _ids(cands[m]),
+                     "p": [], "q": [], "successes": succ[m][cands[m] >= 0].tolist(),
+                     "n": n[m][cands[m] >= 0].tolist(), "p_succ": [], "value": math.nan,
+                     "alignment": math.nan, "alignment_nan_reason": UNAVAILABLE, "teacher_advantage": math.nan,
+                     "degenerate": bool(gradients.is_degenerate(succ[m], n[m])), "p_mass": math.nan,
+                     "q_mass": math.nan, "noise_ceiling": math.nan, **{k: math.nan for k in PREDICTORS}})
+      continue
+    slots = np.where(cands >= 0, np.arange(cands.shape[-1]), -1)        # log-probs are already on C(u)
+    p, p_mass = gradients.restrict(p_at, slots)                         # renormalised, and the mass covered
+    q, q_mass = gradients.restrict(q_at[key], slots)
+    p, q = _renormalise(p), _renormalise(q)
+    sampled_index = np.zeros(len(positions), np.int64)                  # the sampled token is C(u)'s first
+    adv = np.array([dense[key][r]["logq_minus_logp"][t] for t in positions], np.float64)
+    adv = np.clip(adv, -1e30, 1e30)                                     # -inf where q(y_t) underflows to 0
+    est = targeted.node_estimates(p, q, succ, n, divergence=conf.divergence,
+                                  beta=0.5 if math.isnan(conf.beta) else conf.beta,
+                                  clip=None if math.isnan(conf.clip) else conf.clip,
+                                  sampled_index=sampled_index, advantage=adv)
+    if noise is None:
+      noise = targeted.split_half_noise_ceiling(p, outcomes)
+    for m, t in enumerate(positions):
+      valid = cands[m] >= 0
+      rows.append({**base, "position": int(t), "sampled_token": int(response[t]), "candidates": _ids(cands[m]),
+                   "p": p[m][valid].tolist(), "q": q[m][valid].tolist(),
+                   "successes": succ[m][valid].tolist(), "n": n[m][valid].tolist(),
+                   "p_succ": est.p_succ[m][valid].tolist(), "value": float(est.value[m]),
+                   "alignment": float(est.alignment[m]), "alignment_nan_reason": str(est.nan_reason[m]),
+                   "teacher_advantage": float(est.teacher_advantage[m]), "degenerate": bool(est.degenerate[m]),
+                   "p_mass": float(np.asarray(p_mass)[m]), "q_mass": float(np.asarray(q_mass)[m]),
+                   "noise_ceiling": float(noise[m]),
+                   **{k: float(dense[key][r][k][t]) for k in PREDICTORS}})
+  return pd.DataFrame(rows)
+
+
+def _renormalise(p):
+  """Exactly normalised in float64 (restrict's fp32 sums are 1 +- 1e-7, which near-degenerate nodes feel:
+  g* = p (P_succ - V) assumes sum p = 1)."""
+  p = np.asarray(p, np.float64)
+  return p / np.maximum(p.sum(-1, keepdims=True), 1e-300)
+
+
+def _ids(c):
+  return [int(x) for x in c if x >= 0]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The study.
+
+def _versions() -> dict:
+  out = {}
+  for pkg in ("jax", "jaxlib", "flax", "numpy", "transformers", "orbax-checkpoint", "pandas", "pyarrow",
+              "reasoning-gym", "math-verify", "opd_jax"):
+    try:
+      out[pkg] = importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+      out[pkg] = None
+  return out
+
+
+def run(config, workdir: str) -> str:
+  """Run (or resume) the study of `config` in `workdir`; returns the summary markdown.
+
+  Raises:
+    ValueError / FileNotFoundError: bad config, data or checkpoints (before any record is written), or a
+      workdir holding another config's run (left untouched).
+  """
+  cfg = config.to_dict()
+  validate(config)
+  workdir = pathlib.Path(workdir)
+  if (workdir / "config.json").exists():
+    records.check_workdir(workdir, cfg)                                  # refuse before loading anything
+  pl = plan(config)
+  logging.info("%s", pl.describe())
+  print(pl.describe(), flush=True)
+  env = setup(config)
+  progress = records.check_workdir(workdir, cfg)
+  processed, selected = list(progress["processed"]), list(progress["selected"])
+  done = set(processed)
+  bar = tqdm(total=config.budget.questions, initial=len(selected), desc="questions", unit="q",
+             disable=not config.logging.progress)
+  for index, problem in enumerate(env.task.problems):
+    if len(selected) >= config.budget.questions:
+      break
+    if problem.id in done:
+      continue
+    tables = process_question(env, index, problem)
+    if tables is not None:
+      for name in records.TABLES:
+        records.write_part(workdir, name, problem.id, tables[name])
+      selected.append(problem.id)
+      bar.update(1)
+    processed.append(problem.id)
+    records.write_progress(workdir, {"processed": processed, "selected": selected})
+  bar.close()
+  if len(selected) < config.budget.questions:
+    logging.warning("only %d of config.budget.questions=%d questions were informative in the pool of %d",
+                    len(selected), config.budget.questions, len(env.task.problems))
+  devices = jax.devices()
+  manifest = {
+      "schema_version": records.SCHEMA_VERSION, "config_hash": records.config_hash(cfg),
+      "versions": _versions(), "seed": config.seed, "device_count": len(devices),
+      "platform": devices[0].platform, "mesh_shape": {"data": len(devices), "model": 1},
+      "models": {m.name: {"sha256": m.sha256, "source": m.source, "dtype": str(m.params["embed"].dtype)}
+                 for m in [env.student, *env.teachers.values()]},
+      "questions_processed": len(processed), "questions_selected": len(selected),
+      "timings_s": {k: round(v, 3) for k, v in env.timings.items()},
+  }
+  records.atomic_write_json(workdir / "manifest.json", manifest)
+  if not selected:
+    raise ValueError(f"no question of the pool ({len(env.task.problems)}) was informative (both a correct and "
+                     "an incorrect rollout); raise config.task.num_problems or config.budget.rollouts_per_question"
+                     ", or set config.selection='all'")
+  return report.write_summary(workdir)

@@ -1,0 +1,216 @@
+"""The smoke study end to end: records recomputed with numpy, resume after SIGKILL, bad inputs."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from opd_jax import records
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+PREDICTORS = ("kl_pq", "kl_qp", "js", "jsd_beta", "tv", "cosine", "entropy_p", "entropy_q", "topk_overlap",
+              "logq_minus_logp")
+KEYS = {"rollouts": ["question_id", "rollout_id"], "tokens": ["question_id", "rollout_id", "teacher", "context",
+                                                              "position"],
+        "nodes": ["question_id", "rollout_id", "config_id", "position"]}
+
+
+def _env(cache_dir):
+  env = dict(os.environ, PYTHONPATH=str(REPO), JAX_COMPILATION_CACHE_DIR=str(cache_dir),
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PLATFORMS="cpu")
+  return env
+
+
+def _main(workdir, cache_dir, *overrides, config="configs/smoke.py"):
+  return [sys.executable, "-m", "opd_jax.main", f"--config={REPO / config}", f"--workdir={workdir}",
+          "--config.logging.progress=False", *overrides]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+  """An uninterrupted smoke run (subprocess) -> its workdir."""
+  base = tmp_path_factory.mktemp("smoke")
+  workdir = base / "full"
+  proc = subprocess.run(_main(workdir, base / "jax_cache"), env=_env(base / "jax_cache"), capture_output=True,
+                        text=True, timeout=900, cwd=REPO)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "Mean alignment" in proc.stdout or "alignment" in proc.stdout
+  return workdir, base / "jax_cache"
+
+
+def _tables(workdir):
+  out = {}
+  for name in records.TABLES:
+    frame = records.read_table(workdir, name)
+    out[name] = frame.sort_values(KEYS[name]).reset_index(drop=True)
+  return out
+
+
+def _softmax_free(p, q, div, beta, clip, adv):
+  """Independent numpy transcription of paper.md's descent directions (0 log 0 = 0)."""
+  with np.errstate(divide="ignore", invalid="ignore"):
+    lp, lq = np.where(p > 0, np.log(p), 0.0), np.where(q > 0, np.log(q), 0.0)
+    kl = np.sum(np.where(p > 0, p * (lp - lq), 0.0))
+    if div == "reverse_kl":
+      return p * (lq - lp + kl)
+    if div == "clipped_reverse_kl":
+      return np.zeros_like(p) if kl >= clip else p * (lq - lp + kl)
+    if div == "forward_kl":
+      return q - p
+    if div == "jsd":
+      m = beta * q + (1 - beta) * p
+      lm = np.where(m > 0, np.log(m), 0.0)
+      klm = np.sum(np.where(p > 0, p * (lp - lm), 0.0))
+      return (1 - beta) * p * (lm - lp + klm)
+    if div == "sampled_token":
+      e = np.zeros_like(p)
+      e[0] = 1.0
+      return adv * (e - p)
+  raise AssertionError(div)
+
+
+def test_nodes_recomputed_with_numpy_and_tables_agree(smoke):
+  workdir, _ = smoke
+  t = _tables(workdir)
+  nodes, tokens = t["nodes"], t["tokens"]
+  assert len(nodes) > 0 and len(tokens) > 0
+  defined = nodes[nodes.alignment_nan_reason != "context_unavailable"]
+  assert (defined.correct).any() and (~defined.correct).any()
+  assert (defined.alignment.notna() & defined.correct).any() and (defined.alignment.notna() & ~defined.correct).any()
+  student = tokens[(tokens.teacher == "self")].drop_duplicates(["question_id", "rollout_id", "position"])
+  logp = student.set_index(["question_id", "rollout_id", "position"]).logp
+  checked = 0
+  for row in defined.itertuples():
+    p, q = np.asarray(row.p), np.asarray(row.q)
+    succ, n = np.asarray(row.successes), np.asarray(row.n)
+    assert np.issubdtype(succ.dtype, np.integer) and np.all((0 <= succ) & (succ <= n))
+    assert row.candidates[0] == row.sampled_token and row.sampled_token in row.candidates
+    np.testing.assert_allclose(row.p_succ, succ / n, atol=1e-12)
+    ps = succ / n
+    value = p @ ps
+    assert abs(row.value - value) < 1e-5
+    assert abs(row.teacher_advantage - (q @ ps - value)) < 1e-5
+    np.testing.assert_allclose(p[0] * row.p_mass, np.exp(logp[(row.question_id, row.rollout_id, row.position)]),
+                               rtol=1e-5, atol=1e-7)
+    g_star = p * (ps - value)
+    degenerate = all(succ[i] * n[j] == succ[j] * n[i] for i in range(len(n)) for j in range(len(n)))
+    assert row.degenerate == degenerate
+    g = _softmax_free(p, q, row.divergence, row.beta, row.clip, row.logq_minus_logp)
+    if degenerate:
+      assert np.isnan(row.alignment) and row.alignment_nan_reason == "degenerate"
+    elif np.linalg.norm(g) < 1e-9:
+      assert np.isnan(row.alignment) and row.alignment_nan_reason == "zero_distillation_gradient"
+    else:
+      cos = g_star @ g / (np.linalg.norm(g_star) * np.linalg.norm(g))
+      assert abs(row.alignment - cos) < 1e-4, (row.config_id, row.alignment, cos)
+      checked += 1
+  assert checked >= 10
+
+
+def test_self_plain_context_gives_exact_zero_predictors(smoke):
+  tokens = _tables(smoke[0])["tokens"]
+  plain = tokens[(tokens.teacher == "self") & (tokens.context == "plain")]
+  assert len(plain) > 0
+  for k in ("kl_pq", "kl_qp", "js", "jsd_beta", "tv", "logq_minus_logp"):
+    assert (plain[k] == 0.0).all(), k
+  assert (plain.logp == plain.logq).all()
+  assert (plain.cosine == 1.0).all() and (plain.topk_overlap == 1.0).all()
+  assert (plain.entropy_p == plain.entropy_q).all()
+
+
+def test_sigkill_then_resume_equals_uninterrupted(smoke, tmp_path):
+  full, cache = smoke
+  workdir = tmp_path / "killed"
+  proc = subprocess.Popen(_main(workdir, cache), env=_env(cache), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, cwd=REPO)
+  prog = workdir / "progress.json"
+  deadline = time.time() + 600
+  killed = False
+  while time.time() < deadline and proc.poll() is None:
+    if prog.exists():
+      try:
+        n = len(json.loads(prog.read_text())["selected"])
+      except (json.JSONDecodeError, KeyError):
+        n = 0
+      if 1 <= n < 3:
+        proc.send_signal(signal.SIGKILL)
+        killed = True
+        break
+    time.sleep(0.02)
+  proc.wait()
+  assert killed, "the smoke run ended before it could be killed mid-way"
+  assert len(json.loads(prog.read_text())["selected"]) < 3
+  rerun = subprocess.run(_main(workdir, cache), env=_env(cache), capture_output=True, text=True, timeout=900,
+                         cwd=REPO)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  a, b = _tables(full), _tables(workdir)
+  for name in records.TABLES:
+    assert list(a[name].columns) == list(b[name].columns)
+    pd.testing.assert_frame_equal(a[name], b[name], check_exact=True)
+  assert (full / "summary.csv").read_text() == (workdir / "summary.csv").read_text()
+  strip = lambda text: [l for l in text.splitlines() if "timings_s" not in l]   # wall times differ, nothing else
+  assert strip((full / "summary.md").read_text()) == strip((workdir / "summary.md").read_text())
+
+
+def _snapshot(workdir):
+  return {p: p.read_bytes() for p in sorted(pathlib.Path(workdir).rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("override,needle", [
+    (["--config.student.name=no-such-preset"], "no-such-preset"),
+    (["--config.student.name=/nonexistent/model/folder"], "/nonexistent/model/folder"),
+    (["--config.task.name=no_such_task"], "no_such_task"),
+    (["--config.configurations.external=random:1:no_context:reverse_kl"], "no_context"),
+    (["--config.configurations.external=random:1:plain:no_divergence"], "no_divergence"),
+    (["--config.configurations.solution_jsd=self:solution:jsd@1.0"], "beta"),
+    (["--config.budget.continuations_per_candidate=0"], "continuations_per_candidate"),
+    (["--config.budget.nodes_per_rollout=-2"], "nodes_per_rollout"),
+    (["--config.task.name=reasoning_gym:chain_sum"], "solution"),
+    (["--config.random_model.max_seq_len=16"], "max_new_tokens"),
+])
+def test_bad_inputs_fail_with_one_clear_line(smoke, tmp_path, override, needle):
+  _, cache = smoke
+  workdir = tmp_path / "bad"
+  proc = subprocess.run(_main(workdir, cache, *override), env=_env(cache), capture_output=True, text=True,
+                        timeout=300, cwd=REPO)
+  assert proc.returncode != 0
+  lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+  assert len(lines) == 1 and needle in lines[0], proc.stderr[-2000:]
+  assert not (workdir / "records").exists() and not (workdir / "config.json").exists()
+
+
+def test_workdir_of_another_config_is_refused_untouched(smoke):
+  workdir, cache = smoke
+  before = _snapshot(workdir)
+  proc = subprocess.run(_main(workdir, cache, "--config.seed=1"), env=_env(cache), capture_output=True,
+                        text=True, timeout=300, cwd=REPO)
+  assert proc.returncode != 0
+  lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+  assert len(lines) == 1 and "different config" in lines[0] and "seed" in lines[0]
+  assert _snapshot(workdir) == before
+
+
+def test_tokenizer_mismatch_is_refused(monkeypatch, tmp_path):
+  from configs import smoke as smoke_config
+  from opd_jax import study
+  from opd_jax.models import tokenizer as tok_lib
+  original = study.load_model
+
+  def load(spec, config):
+    model = original(spec, config)
+    if spec == "random:1":
+      other = tok_lib.byte_tokenizer()
+      other.add_special_tokens({"additional_special_tokens": ["<|tool|>"]})
+      model = type(model)(**{**model.__dict__, "tokenizer": other})
+    return model
+
+  monkeypatch.setattr(study, "load_model", load)
+  with pytest.raises(ValueError, match="tokenizer"):
+    study.run(smoke_config.get_config(), str(tmp_path / "w"))
+  assert not (tmp_path / "w" / "records").exists()
