@@ -32,7 +32,7 @@ setuptools.setup(
         "tqdm",
     ],
     extras_require={
-        "test": ["pytest", "scipy", "torch==2.13.0", "tensorflow-datasets>=4.9", "array-record"],
+        "test": ["pytest", "scipy", "torch==2.13.0", "accelerate", "tensorflow-datasets>=4.9", "array-record"],
         "tfds": ["tensorflow-datasets>=4.9", "array-record"],  # `tfds:<name>` tasks (no tensorflow needed)
         "demo": STUDENT + TEACHER,
     },

@@ -117,7 +117,7 @@ def plan(config) -> Plan:
   cand = 1 + b.student_top_k + b.teacher_top_k * len(keys)
   cont = nodes * cand * b.continuations_per_candidate
   gen = rollouts * n_tok + cont * n_tok // 2
-  scored_tokens = scored * n_tok * len(keys) * 3
+  scored_tokens = scored * n_tok * len(keys)          # one pass per (teacher, context)
   secs = gen / DECODE_TOKENS_PER_S + scored_tokens / SCORE_TOKENS_PER_S
   return Plan(q, rollouts, scored, len(keys), nodes, cand, cont, gen, scored_tokens, secs)
 
@@ -425,9 +425,7 @@ def run(config, workdir: str) -> str:
   workdir = pathlib.Path(workdir)
   if (workdir / "config.json").exists():
     records.check_workdir(workdir, cfg)                                  # refuse before loading anything
-  pl = plan(config)
-  logging.info("%s", pl.describe())
-  print(pl.describe(), flush=True)
+  print(plan(config).describe(), flush=True)
   env = setup(config)
   progress = records.check_workdir(workdir, cfg)
   processed, selected = list(progress["processed"]), list(progress["selected"])

@@ -1,0 +1,71 @@
+"""Models: load a checkpoint (preset, HF folder or GGUF file) and run it.
+
+  model = models.load("qwen2.5-coder-0.5b-instruct")          # or an HF folder, or a .gguf path
+  text = model.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+  tokens = np.asarray([model.tokenizer(text)["input_ids"]])    # int [1, T]
+  logits = models.logits(model, tokens)                        # fp32 [1, T, V]
+
+`Model` fields: config (decoder.Config), params (nested dict, decoder.py layout), tokenizer (transformers
+PreTrainedTokenizerFast), stop_ids, name, sha256 (checkpoint file checksum where known), source.
+Presets (offline weights in pip packages): qwen2.5-coder-0.5b-instruct (student), qwen2.5-coder-1.5b-instruct
+(teacher), smollm2-135m-instruct (own tokenizer); see checkpoints.py for the cache under $OPD_JAX_CACHE.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from opd_jax.models import checkpoints
+from opd_jax.models import decoder
+from opd_jax.models import tokenizer
+from opd_jax.models.checkpoints import CONVERTER_VERSION, PRESETS, Model, load
+from opd_jax.models.decoder import Config, init_params
+from opd_jax.models.tokenizer import byte_tokenizer, same_tokenizer, tokenizer_difference
+
+__all__ = ["CONVERTER_VERSION", "PRESETS", "Config", "Model", "byte_tokenizer", "checkpoints", "decoder",
+           "init_params", "load", "logits", "random_model", "same_tokenizer", "tokenizer", "tokenizer_difference"]
+
+
+@functools.partial(jax.jit, static_argnames="config")
+def _logits(params, tokens, *, config):
+  positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
+  return decoder.forward(params, tokens, positions, config=config)[0]
+
+
+def logits(model: Model, tokens) -> jax.Array:
+  """Full causal forward: int tokens [B, T] (numpy or jax) -> fp32 logits [B, T, V], positions arange(T).
+
+  Jit-compiled once per (config, shape, dtype). V is the checkpoint's vocabulary rows (may exceed the
+  tokenizer's size: Qwen pads its embedding).
+
+  Raises:
+    ValueError: tokens not 2-D, or ids outside [0, V).
+  """
+  tokens = np.asarray(tokens) if not isinstance(tokens, jax.Array) else tokens
+  if tokens.ndim != 2:
+    raise ValueError(f"tokens must be [B, T], got shape {tuple(tokens.shape)}; add a batch axis with tokens[None]")
+  lo, hi = int(tokens.min()), int(tokens.max())
+  if lo < 0 or hi >= model.config.vocab_size:
+    raise ValueError(f"token ids must be in [0, {model.config.vocab_size}), got range [{lo}, {hi}]")
+  return _logits(model.params, jnp.asarray(tokens, jnp.int32), config=model.config)
+
+
+def random_model(config: Config, *, seed: int, tokenizer=None, dtype=jnp.float32) -> Model:
+  """A randomly initialised model (decoder.init_params) for tests and smoke runs.
+
+  Args:
+    config: the architecture; its vocab_size must cover the tokenizer's ids (byte_tokenizer(): 259).
+    seed: PRNG seed of the params.
+    tokenizer: None, or a tokenizer (e.g. `byte_tokenizer()`); its eos id becomes the stop id.
+    dtype: params dtype.
+  """
+  if tokenizer is not None and len(tokenizer) > config.vocab_size:
+    raise ValueError(f"config.vocab_size={config.vocab_size} is smaller than the tokenizer's {len(tokenizer)} "
+                     "tokens; raise vocab_size")
+  stop = () if tokenizer is None or tokenizer.eos_token_id is None else (int(tokenizer.eos_token_id),)
+  params = init_params(jax.random.key(seed), config, dtype=dtype)
+  return Model(config=config, params=params, tokenizer=tokenizer, stop_ids=stop,
+               name=f"random-{config.arch}-seed{seed}", sha256=None, source="random")

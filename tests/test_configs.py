@@ -1,0 +1,43 @@
+"""Every study config parses and plans; the `:paper` variant runs end to end on tiny Qwen3 HF folders."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from test_parity import make_hf_folder  # pylint: disable=g-import-not-at-top
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("config", ["configs/smoke.py", "configs/teacher_sweep.py", "configs/teacher_sweep.py:paper",
+                                    "configs/context_sweep.py"])
+def test_dry_run_prints_the_plan(config):
+  proc = subprocess.run([sys.executable, "-m", "opd_jax.main", f"--config={REPO / config}", "--dry_run"],
+                        capture_output=True, text=True, timeout=120, cwd=REPO,
+                        env=dict(os.environ, PYTHONPATH=str(REPO)))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  for word in ("rollouts", "nodes", "continuations", "tokens", "estimated wall time"):
+    assert word in proc.stdout
+
+
+def test_paper_variant_runs_on_tiny_qwen3_folders(tmp_path):
+  student, teacher = tmp_path / "student", tmp_path / "teacher"
+  make_hf_folder(student, "qwen3", tie=True, seed=1, max_position_embeddings=4096)
+  make_hf_folder(teacher, "qwen3", tie=False, seed=2, max_position_embeddings=4096)
+  workdir = tmp_path / "run"
+  proc = subprocess.run(
+      [sys.executable, "-m", "opd_jax.main", f"--config={REPO / 'configs/teacher_sweep.py'}:paper",
+       f"--workdir={workdir}", f"--config.student.name={student}",
+       f"--config.configurations.external={teacher}:plain:reverse_kl", "--config.selection=all",
+       "--config.task.num_problems=2", "--config.sampling.max_new_tokens=8", "--config.budget.questions=1",
+       "--config.budget.rollouts_per_question=2", "--config.budget.node_rollouts_per_question=1",
+       "--config.budget.nodes_per_rollout=2", "--config.budget.continuations_per_candidate=2",
+       "--config.budget.branch_batch=16", "--config.scoring.chunk=8", "--config.logging.progress=False"],
+      capture_output=True, text=True, timeout=600, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  nodes = pd.read_parquet(workdir / "records" / "nodes")
+  assert set(nodes.config_id) == {"external", "solution", "summary", "contrastive", "solution_fkl", "solution_jsd"}
+  assert len(nodes) == 2 * 6 and (workdir / "summary.md").exists()
