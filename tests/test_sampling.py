@@ -157,3 +157,20 @@ def test_bad_inputs(model):
     sampling.sample(model, [[1] * 250], key=jax.random.key(0), max_new_tokens=10)
   with pytest.raises(ValueError, match="at least one token"):
     sampling.sample(model, [[]], key=jax.random.key(0), max_new_tokens=4)
+
+
+def test_two_level_categorical_across_blocks_is_exact():
+  # Mass on ids at block edges (block 512), the rest spread thin; excluded ids (-inf) must never be drawn.
+  N, n = 1500, 40000
+  hot = np.array([0, 3, 511, 512, 1023, 1024, 1400, 1499])
+  logits = np.full(N, -4.0)
+  logits[hot] = np.log([0.2, 0.1, 0.15, 0.1, 0.05, 0.1, 0.08, 0.1]) + 4.0
+  logits[700:800] = -np.inf
+  keys = sampling.row_keys(jax.random.key(12), jnp.arange(n))
+  draws = np.asarray(sampling.categorical(jnp.tile(jnp.asarray(logits, jnp.float32), (n, 1)), keys))
+  p = np.exp(logits - logits.max())
+  p /= p.sum()
+  assert not np.any((draws >= 700) & (draws < 800))
+  counts = np.array([np.sum(draws == h) for h in hot] + [np.sum(~np.isin(draws, hot))])
+  expected = n * np.append(p[hot], 1 - p[hot].sum())
+  assert stats.chisquare(counts, expected).pvalue > 1e-3, (counts, expected)
