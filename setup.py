@@ -12,11 +12,8 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["opd_jax", "opd_jax.*", "configs"]),
     python_requires=">=3.10",
     install_requires=[
-        "jax>=0.4.35",
-        "flax",
-        "optax",
-        "orbax-checkpoint",
-        "transformers>=4.46",
+        "jax>=0.10",
+        "transformers>=5",
         "ml-collections",
         "safetensors",
         "tokenizers",

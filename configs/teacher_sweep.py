@@ -19,7 +19,9 @@ def get_config(arg: str | None = None):
   config.student.name = "qwen2.5-coder-0.5b-instruct"
   config.task.name = "reasoning_gym:gsm_symbolic"
   config.task.num_problems = 40
-  config.sampling.max_new_tokens = 320
+  config.task.template = ("{question}\nSolve it step by step, briefly. Then write the final answer inside "
+                          "<answer></answer> tags.")
+  config.sampling.max_new_tokens = 256
   config.configurations = {                     # name -> "teacher:context:divergence"
       "external": "qwen2.5-coder-1.5b-instruct:plain:reverse_kl",
       "solution": "self:solution:reverse_kl",
@@ -28,14 +30,18 @@ def get_config(arg: str | None = None):
       "solution_fkl": "self:solution:forward_kl",
       "solution_jsd": "self:solution:jsd@0.5",
   }
-  config.budget.questions = 2
-  config.budget.rollouts_per_question = 6
+  # The 2-core CPU budget: one informative question (8 rollouts make one likely within the first few), one
+  # correct and one incorrect node rollout, the 2 most uncertain tokens of each, R = 4. A smoke test of the
+  # science on real models, not a measurement: every group prints as UNDERPOWERED.
+  config.budget.questions = 1
+  config.budget.rollouts_per_question = 8
   config.budget.node_rollouts_per_question = 2
-  config.budget.nodes_per_rollout = 4
+  config.budget.nodes_per_rollout = 2
+  config.budget.node_strategy = "entropy"        # the student's most uncertain tokens: where candidates differ
   config.budget.continuations_per_candidate = 4
   config.budget.student_top_k = 1
   config.budget.teacher_top_k = 1
-  config.budget.branch_batch = 32
+  config.budget.branch_batch = 64
   if arg == "paper":
     config.name = "teacher_sweep_paper"
     config.student.name = "/data/Qwen3-1.7B"                      # an HF folder (config.json, safetensors)
@@ -47,6 +53,7 @@ def get_config(arg: str | None = None):
     config.budget.rollouts_per_question = 16
     config.budget.node_rollouts_per_question = 4
     config.budget.nodes_per_rollout = 16
+    config.budget.node_strategy = "exponential"
     config.budget.continuations_per_candidate = 64
     config.budget.student_top_k = 4
     config.budget.teacher_top_k = 2

@@ -19,6 +19,10 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Study config file (co
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (default: runs/<config.name>).")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the planned work and an estimated wall time; run nothing.")
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() (pods, SLURM).")
+_COORDINATOR = flags.DEFINE_string("coordinator", None, "host:port of process 0 (local multi-process runs; "
+                                   "pods and SLURM detect it).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes (with --coordinator).")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index (with --coordinator).")
 
 
 def main(argv):
@@ -29,9 +33,10 @@ def main(argv):
   workdir = _WORKDIR.value or os.path.join("runs", config.name)
 
   # --- Distributed runtime and devices ------------------------------------------------------------------
-  if _MULTIHOST.value:
+  if _MULTIHOST.value or _COORDINATOR.value:
     import jax  # pylint: disable=g-import-not-at-top
-    jax.distributed.initialize()
+    jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
+                               process_id=_PROCESS_ID.value)
 
   from opd_jax import study  # pylint: disable=g-import-not-at-top  (after distributed init)
 

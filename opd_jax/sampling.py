@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from opd_jax import sharding
 from opd_jax.models import decoder
 
 # Calls counted by the Python wrappers: "prefill_rows" (rows prefilled), "prefill_calls", "branch_calls",
@@ -145,7 +146,8 @@ def prefill(params, tokens, positions, *, config: decoder.Config, cache_size: in
   Returns:
     (last-position logits fp32 [B, V], cache with `end` = P).
   """
-  cache = decoder.init_cache(config, tokens.shape[0], cache_size, params["embed"].dtype)
+  cache = decoder.init_cache(config, tokens.shape[0], cache_size, params["embed"].dtype,
+                             layered=decoder.is_layered(params))
   h, cache = decoder.hidden_states(params, tokens, positions, cache, config=config)
   return decoder.head(params, h[:, -1], config=config), cache
 
@@ -249,7 +251,7 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array, max_new_t
   stop = tuple(sorted(set(model.stop_ids if stop_ids is None else stop_ids)))
   B = len(prompts)
   rows = np.arange(B) if row_ids is None else np.asarray(row_ids)
-  Bp, P = _bucket(B, 1), _bucket(max(len(p) for p in prompts), 16)
+  Bp, P = sharding.pad_rows(_bucket(B, 1), sharding.mesh_of(params)), _bucket(max(len(p) for p in prompts), 16)
   padded = list(prompts) + [[pad_id]] * (Bp - B)                      # dummy rows, discarded below
   tokens, positions = _left_pad(padded, P, pad_id)
   positions[B:] = -1
@@ -257,11 +259,13 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array, max_new_t
   next_pos = np.array([len(p) for p in padded], np.int32)
   COUNTERS["prefill_calls"] += 1
   COUNTERS["prefill_rows"] += B
+  tokens, positions = sharding.place_batch(params, tokens, positions)
   logits, cache = prefill(params, tokens, positions, config=config, cache_size=P + max_new_tokens)
   done = np.zeros(Bp, bool)
   done[B:] = True
+  next_pos, keys, done = sharding.place_batch(params, next_pos, row_keys(key, jnp.asarray(rows)), done)
   toks, lps, lengths, finished, _ = decode(
-      params, cache, logits, next_pos, row_keys(key, jnp.asarray(rows)), jnp.asarray(done), config=config,
+      params, cache, logits, next_pos, keys, done, config=config,
       sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop, pad_id=pad_id)
   return Samples(*(np.asarray(a)[:B] for a in (toks, lps, lengths, finished)))
 
@@ -270,12 +274,14 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array, max_new_t
 def _branch(params, base_cache, base_row, cut_pos, forced, keys, caps, *, config, sp, max_new_tokens,
             stop_ids, pad_id):
   """Jitted core of `branch`: gather base rows, mask positions >= cut, feed the forced token, decode."""
-  pos = base_cache["pos"][base_row]
-  pos = jnp.where(pos >= cut_pos[:, None], -1, pos)
-  pad = ((0, 0), (0, 0), (0, max_new_tokens + 1), (0, 0), (0, 0))
-  cache = {"k": jnp.pad(base_cache["k"][:, base_row], pad), "v": jnp.pad(base_cache["v"][:, base_row], pad),
-           "pos": jnp.pad(pos, ((0, 0), (0, max_new_tokens + 1)), constant_values=-1),
-           "end": base_cache["end"]}
+  extra = max_new_tokens + 1
+
+  def rows(a):                                   # [B_base, S, ...] -> [NB, S + extra, ...]
+    a = a[base_row]
+    return jnp.pad(a, ((0, 0), (0, extra)) + ((0, 0),) * (a.ndim - 2), constant_values=-1 if a.ndim == 2 else 0)
+
+  cache = decoder.map_cache_rows(rows, base_cache)
+  cache["pos"] = jnp.where(cache["pos"] >= cut_pos[:, None], -1, cache["pos"])
   logits, cache = decoder.forward(params, forced[:, None], cut_pos[:, None], cache, config=config)
   stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
   done = jnp.any(forced[:, None] == stops[None, :], axis=-1)          # a forced stop ends the rollout at once
@@ -290,7 +296,7 @@ def prefill_sequences(model, sequences: Sequence[Sequence[int]]):
   """
   config = model.config
   B, P = len(sequences), _bucket(max(len(s) for s in sequences), 16)
-  tokens, positions = _left_pad(sequences, P, 0)
+  tokens, positions = sharding.place_batch(model.params, *_left_pad(sequences, P, 0))
   COUNTERS["prefill_calls"] += 1
   COUNTERS["prefill_rows"] += B
   _, cache = prefill(model.params, tokens, positions, config=config, cache_size=P)
@@ -323,7 +329,7 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
   if max(prefix_lens) + 1 + max_new_tokens > config.max_seq_len:
     raise ValueError(f"prefix + 1 + max_new_tokens={max_new_tokens} exceeds the model's context "
                      f"({config.max_seq_len})")
-  NB = max(_bucket(nb, 1), pad_to)                                     # pad_to: one shape for every call
+  NB = sharding.pad_rows(max(_bucket(nb, 1), pad_to), sharding.mesh_of(model.params))  # pad_to: one shape
   fill = lambda xs, v: np.concatenate([np.asarray(xs), np.full(NB - nb, v)]).astype(np.int32)
   rows = fill(base_rows, 0)
   cut = fill(prefix_lens, 0)
@@ -333,8 +339,9 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
   COUNTERS["branch_calls"] += 1
   COUNTERS["branch_rows"] += nb
   toks, lps, lengths, finished = _branch(
-      model.params, base_cache, jnp.asarray(rows), jnp.asarray(cut), jnp.asarray(forced),
-      row_keys(key, jnp.asarray(ids)), jnp.asarray(row_caps), config=config, sp=sp,
+      model.params, base_cache, *sharding.place_batch(model.params, rows, cut, forced,
+                                                      row_keys(key, jnp.asarray(ids)), row_caps),
+      config=config, sp=sp,
       max_new_tokens=max_new_tokens, stop_ids=stop,
       pad_id=pad_id)
   return Samples(*(np.asarray(a)[:nb] for a in (toks, lps, lengths, finished)))

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from opd_jax import divergences
+from opd_jax import sharding
 from opd_jax.models import decoder
 
 DENSE_KEYS = ("logp", "logq") + divergences.PREDICTORS  # outputs of `score_arrays` besides "mask"
@@ -84,7 +85,7 @@ def _prefill(params, prompt, prompt_len, *, config, chunk, extra):
   positions = jnp.pad(_left_positions(prompt_len, P)[:, :n], ((0, 0), (width - n, 0)), constant_values=-1)
   tokens = jnp.pad(prompt[:, :n], ((0, 0), (width - n, 0)))
   tokens = jnp.where(positions >= 0, tokens, 0)
-  cache = decoder.init_cache(config, B, width + extra, params["embed"].dtype)
+  cache = decoder.init_cache(config, B, width + extra, params["embed"].dtype, layered=decoder.is_layered(params))
   if not n:
     return (cache,)
 
@@ -333,10 +334,10 @@ def _check_positive(name: str, value: Any) -> None:
     raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
-def _batches(n: int, batch_size: int):
+def _batches(n: int, batch_size: int, mesh=None):
   for start in range(0, n, batch_size):
     rows = list(range(start, min(n, start + batch_size)))
-    yield rows, min(_bucket(len(rows), 1), batch_size)
+    yield rows, sharding.pad_rows(min(_bucket(len(rows), 1), batch_size), mesh)
 
 
 def _pad_rows(prompts_s, prompts_t, responses, rows, Bp, chunk):
@@ -403,8 +404,9 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
   shared = _prepare(student, teacher, student_prompts, teacher_prompts, responses, chunk, batch_size)
   keys = DENSE_KEYS + (("h_p", "h_q") if return_hidden else ())
   out = {k: [None] * len(responses) for k in keys}
-  for rows, Bp in _batches(len(responses), batch_size):
-    arrays = _pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk)
+  for rows, Bp in _batches(len(responses), batch_size, sharding.mesh_of(student.params)):
+    arrays = sharding.place_batch(student.params,
+                                  *_pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk))
     t_params, t_config = _teacher_args(student, teacher, shared, arrays)
     got = score_arrays(student.params, t_params, *arrays, s_config=student.config, t_config=t_config, chunk=chunk,
                        top_k=top_k, beta=beta, return_hidden=return_hidden)
@@ -436,12 +438,13 @@ def head_logprobs(model: Any, h: np.ndarray, candidates: np.ndarray | None = Non
   h = np.asarray(h)
   N = h.shape[0]
   cand = np.full((N, 0), -1, np.int32) if candidates is None else np.asarray(candidates, np.int32)
-  Nb, Kb = _bucket(max(N, 1), 8), _bucket(max(cand.shape[1], 1), 1)          # few shapes, few compiles
+  Nb, Kb = sharding.pad_rows(_bucket(max(N, 1), 8), sharding.mesh_of(model.params)), _bucket(max(cand.shape[1], 1), 1)          # few shapes, few compiles
   hp = np.zeros((Nb, h.shape[1]), h.dtype)
   hp[:N] = h
   cp = np.full((Nb, Kb), -1, np.int32)
   cp[:N, :cand.shape[1]] = cand
-  at, ids, top = _head_logprobs(model.params, jnp.asarray(hp), jnp.asarray(cp), config=model.config, top_k=top_k)
+  at, ids, top = _head_logprobs(model.params, *sharding.place_batch(model.params, hp, cp), config=model.config,
+                                top_k=top_k)
   return {"logp": np.asarray(at[0])[:N, :cand.shape[1]], "topk_ids": np.asarray(ids[0])[:N],
           "topk_logp": np.asarray(top[0])[:N]}
 
@@ -487,8 +490,9 @@ def score_nodes(student: Any, teacher: Any, student_prompts: Sequence[Sequence[i
   K = max([len(c) for row in candidates for c in row], default=0)
   keys = ("candidates",) + NODE_KEYS
   out = {k: [None] * n for k in keys}
-  for rows, Bp in _batches(n, batch_size):
-    arrays = _pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk)
+  for rows, Bp in _batches(n, batch_size, sharding.mesh_of(student.params)):
+    arrays = sharding.place_batch(student.params,
+                                  *_pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk))
     t_params, t_config = _teacher_args(student, teacher, shared, arrays)
     M = _bucket(max(1, max(len(nodes[r]) for r in rows)), 1)
     Kb = _bucket(K, 1) if K else 0
@@ -498,7 +502,8 @@ def score_nodes(student: Any, teacher: Any, student_prompts: Sequence[Sequence[i
       node_ids[i, :len(nodes[r])] = nodes[r]
       for m, c in enumerate(candidates[r]):
         cand[i, m, :len(c)] = c
-    got = node_arrays(student.params, t_params, *arrays, node_ids, cand, s_config=student.config,
+    got = node_arrays(student.params, t_params, *arrays, *sharding.place_batch(student.params, node_ids, cand),
+                      s_config=student.config,
                       t_config=t_config, chunk=chunk, top_k=top_k)
     got = {k: np.asarray(v) for k, v in got.items()}
     got["candidates"] = cand

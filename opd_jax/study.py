@@ -31,6 +31,7 @@ from opd_jax import records
 from opd_jax import report
 from opd_jax import sampling
 from opd_jax import scoring
+from opd_jax import sharding
 from opd_jax import targeted
 from opd_jax import tasks
 from opd_jax import models
@@ -138,8 +139,9 @@ def load_model(spec: str, config):
                         n_heads=r.n_heads, n_kv_heads=r.n_kv_heads, head_dim=r.head_dim, d_ff=r.d_ff,
                         qkv_bias=r.arch == "qwen2", qk_norm=r.arch == "qwen3", max_seq_len=r.max_seq_len)
     params = models.init_params(jax.random.key(seed), cfg, scale=r.init_scale)
-    return models.Model(config=cfg, params=params, tokenizer=tok, stop_ids=(int(tok.eos_token_id),), name=spec,
-                        sha256=None, source="random")
+    return models.with_layout(models.Model(config=cfg, params=params, tokenizer=tok,
+                                           stop_ids=(int(tok.eos_token_id),), name=spec, sha256=None,
+                                           source="random"))
   return models.load(spec, dtype=config.student.dtype or None)
 
 
@@ -159,6 +161,7 @@ class Env:
   student: Any
   teachers: dict
   timings: dict
+  mesh: Any = None                       # this process's ("data", "model") mesh; params are placed on it
 
   def teacher(self, name: str):
     return self.student if name == contexts.SELF else self.teachers[name]
@@ -184,7 +187,10 @@ def setup(config) -> Env:
         raise ValueError(f"config.configurations[{c.config_id!r}]: teacher {c.teacher!r} does not share the "
                          f"student's tokenizer ({diff}); per-token distillation needs identical tokenizers: "
                          "pick a teacher of the student's family")
-  env = Env(config, task, confs, student, teachers, {"load_s": time.time() - t0})
+  mesh = sharding.mesh_from_config(config)
+  student = sharding.shard_model(student, mesh)
+  teachers = {name: sharding.shard_model(m, mesh) for name, m in teachers.items()}
+  env = Env(config, task, confs, student, teachers, {"load_s": time.time() - t0}, mesh)
   n_tok, limit = config.sampling.max_new_tokens, min(m.config.max_seq_len for m in [student, *teachers.values()])
   for problem in task.problems:
     length = len(env.chat(task.prompt(problem)))
@@ -315,16 +321,14 @@ def process_question(env: Env, index: int, problem) -> dict[str, pd.DataFrame] |
       return 0.0
     return env.task.reward(problem, student.tokenizer.decode(resp, skip_special_tokens=True))
 
-  node_frames = []
   key_c = jax.random.fold_in(key_q, 1)
-  for r in node_rows:
-    cands = cand[r]
-    with _timed(env, "continuations_s"):
-      outcomes = targeted.estimate_successes(policy, verify, prompt, responses[r], nodes[r], cands,
-                                             R=c.budget.continuations_per_candidate,
-                                             key=jax.random.fold_in(key_c, r), max_response_len=n_tok)
-    node_frames.append(_node_rows(env, problem, r, correct[r], responses[r], nodes[r], cands, outcomes, p_at[r],
-                                  {key: q_at[key].get(r) for key in keys}, dense))
+  with _timed(env, "continuations_s"):
+    outcomes = targeted.estimate_successes(
+        policy, verify, prompt, [(r, responses[r], nodes[r], cand[r]) for r in node_rows],
+        R=c.budget.continuations_per_candidate, key=key_c, max_response_len=n_tok)
+  node_frames = [_node_rows(env, problem, r, correct[r], responses[r], nodes[r], cand[r], out, p_at[r],
+                            {key: q_at[key].get(r) for key in keys}, dense)
+                 for r, out in zip(node_rows, outcomes)]
   nodes_df = pd.concat(node_frames, ignore_index=True) if node_frames else pd.DataFrame()
   return {"rollouts": rollouts, "tokens": tokens, "nodes": nodes_df}
 
@@ -404,7 +408,7 @@ def _ids(c):
 
 def _versions() -> dict:
   out = {}
-  for pkg in ("jax", "jaxlib", "flax", "numpy", "transformers", "orbax-checkpoint", "pandas", "pyarrow",
+  for pkg in ("jax", "jaxlib", "numpy", "transformers", "tokenizers", "gguf", "pandas", "pyarrow",
               "reasoning-gym", "math-verify", "opd_jax"):
     try:
       out[pkg] = importlib.metadata.version(pkg)
@@ -426,34 +430,53 @@ def run(config, workdir: str) -> str:
   if (workdir / "config.json").exists():
     records.check_workdir(workdir, cfg)                                  # refuse before loading anything
   print(plan(config).describe(), flush=True)
+  pi, pc = sharding.process_index(), sharding.process_count()
   env = setup(config)
-  progress = records.check_workdir(workdir, cfg)
+  records.check_workdir(workdir, cfg)
+  progress = sharding.read_progress(workdir, pi, pc)        # progress.json, or progress.<i>-of-<n>.json
   processed, selected = list(progress["processed"]), list(progress["selected"])
   done = set(processed)
-  bar = tqdm(total=config.budget.questions, initial=len(selected), desc="questions", unit="q",
+  quota = sharding.question_quota(config.budget.questions, pi, pc)
+  bar = tqdm(total=quota, initial=len(selected), desc="questions", unit="q",
              disable=not config.logging.progress)
-  for index, problem in enumerate(env.task.problems):
-    if len(selected) >= config.budget.questions:
-      break
-    if problem.id in done:
-      continue
-    tables = process_question(env, index, problem)
-    if tables is not None:
-      for name in records.TABLES:
-        records.write_part(workdir, name, problem.id, tables[name])
-      selected.append(problem.id)
-      bar.update(1)
-    processed.append(problem.id)
-    records.write_progress(workdir, {"processed": processed, "selected": selected})
+  try:
+    for index in sharding.split_questions(range(len(env.task.problems)), pi, pc):
+      problem = env.task.problems[index]
+      if len(selected) >= quota:
+        break
+      if problem.id in done:
+        continue
+      tables = process_question(env, index, problem)
+      if tables is not None:
+        for name in records.TABLES:
+          records.write_part(workdir, name, problem.id, tables[name])
+        selected.append(problem.id)
+        bar.update(1)
+      processed.append(problem.id)
+      sharding.write_progress(workdir, {"processed": processed, "selected": selected}, pi, pc)
+  except Exception as e:
+    if pc > 1:                                             # the other processes stop waiting and raise too
+      sharding.write_progress(workdir, {"processed": processed, "selected": selected}, pi, pc,
+                              error=f"{type(e).__name__}: {e}")
+    raise
   bar.close()
-  if len(selected) < config.budget.questions:
-    logging.warning("only %d of config.budget.questions=%d questions were informative in the pool of %d",
-                    len(selected), config.budget.questions, len(env.task.problems))
+  sharding.write_progress(workdir, {"processed": processed, "selected": selected,
+                                    "timings_s": {k: round(v, 3) for k, v in env.timings.items()}}, pi, pc,
+                          done=True)
+  if len(selected) < quota:
+    logging.warning("only %d of this process's %d questions (config.budget.questions=%d over %d processes) were "
+                    "informative in its share of the pool of %d", len(selected), quota, config.budget.questions,
+                    pc, len(env.task.problems))
+  states = sharding.wait_for_processes(workdir, pc)          # every process waits: none exits early
+  if pi != 0:
+    return ""
+  processed = [q for s in states for q in s["processed"]]
+  selected = [q for s in states for q in s["selected"]]
   devices = jax.devices()
   manifest = {
       "schema_version": records.SCHEMA_VERSION, "config_hash": records.config_hash(cfg),
       "versions": _versions(), "seed": config.seed, "device_count": len(devices),
-      "platform": devices[0].platform, "mesh_shape": {"data": len(devices), "model": 1},
+      "platform": devices[0].platform, "mesh_shape": sharding.describe(env.mesh),
       "models": {m.name: {"sha256": m.sha256, "source": m.source, "dtype": str(m.params["embed"].dtype)}
                  for m in [env.student, *env.teachers.values()]},
       "questions_processed": len(processed), "questions_selected": len(selected),

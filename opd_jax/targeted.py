@@ -80,23 +80,24 @@ def candidate_set(sampled: int, student_top: Sequence[int], teacher_tops: Sequen
 # Policies: what continues a prefix with a forced token.
 
 class Policy(Protocol):
-  """Continues one base rollout from many (position, forced token) branches.
+  """Continues base rollouts of one prompt from many (rollout, position, forced token) branches.
 
-  `continue_branches(prompt, response, positions, forced, *, key, row_ids, max_response_len)` returns, for
-  branch j, the new response `response[:positions[j]] + [forced[j]] + continuation` (at most
-  `max_response_len` tokens) and whether it finished (ended with a stop token) as a list of (list, bool).
+  `continue_branches(prompt, responses, bases, positions, forced, *, key, row_ids, max_response_len)` returns,
+  for branch j, the new response `responses[bases[j]][:positions[j]] + [forced[j]] + continuation` (at most
+  `max_response_len` tokens) and whether it finished (ended with a stop token), as a list of (list, bool).
   Branch j's randomness comes from (key, row_ids[j]) alone.
   """
 
-  def continue_branches(self, prompt: Sequence[int], response: Sequence[int], positions: Sequence[int],
-                        forced: Sequence[int], *, key: jax.Array, row_ids: Sequence[int],
-                        max_response_len: int) -> list[tuple[list[int], bool]]:
+  def continue_branches(self, prompt: Sequence[int], responses: Sequence[Sequence[int]], bases: Sequence[int],
+                        positions: Sequence[int], forced: Sequence[int], *, key: jax.Array,
+                        row_ids: Sequence[int], max_response_len: int) -> list[tuple[list[int], bool]]:
     ...
 
 
 @dataclasses.dataclass
 class ModelPolicy:
-  """The student model as a `Policy`: one prefill of the base rollout, branches batched from its KV cache.
+  """The student model as a `Policy`: one prefill of all base rollouts, branches batched from their KV cache
+  (branches of different rollouts share a batch).
 
   batch_size: branches per decode call (fixed, so one compile serves every call).
   """
@@ -106,25 +107,21 @@ class ModelPolicy:
   top_k: int = 0
   batch_size: int = 64
 
-  def continue_branches(self, prompt, response, positions, forced, *, key, row_ids, max_response_len):
-    seq = list(prompt) + list(response)
-    cache = sampling.prefill_sequences(self.model, [seq])
+  def continue_branches(self, prompt, responses, bases, positions, forced, *, key, row_ids, max_response_len):
+    cache = sampling.prefill_sequences(self.model, [list(prompt) + list(r) for r in responses])
     caps = [max_response_len - int(t) - 1 for t in positions]
     n_new = max(max_response_len - 1, 1)           # one decode shape for every node; rows stop at their caps
+    stops = set(self.model.stop_ids)
     out = []
     for s in range(0, len(positions), self.batch_size):
       sl = slice(s, s + self.batch_size)
       res = sampling.branch(
-          self.model, cache, base_rows=[0] * len(positions[sl]),
-          prefix_lens=[len(prompt) + int(t) for t in positions[sl]], forced_tokens=forced[sl], key=key,
-          max_new_tokens=n_new, row_ids=row_ids[sl], caps=caps[sl], temperature=self.temperature,
-          top_p=self.top_p, top_k=self.top_k, pad_to=self.batch_size)
-      stops = set(self.model.stop_ids)
-      for j, t in enumerate(positions[sl]):
-        f = int(forced[sl][j])
+          self.model, cache, base_rows=bases[sl], prefix_lens=[len(prompt) + int(t) for t in positions[sl]],
+          forced_tokens=forced[sl], key=key, max_new_tokens=n_new, row_ids=row_ids[sl], caps=caps[sl],
+          temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, pad_to=self.batch_size)
+      for j, (b, t, f) in enumerate(zip(bases[sl], positions[sl], forced[sl])):
         cont = res.tokens[j, :res.lengths[j]].tolist()
-        new = list(response[:int(t)]) + [f] + cont
-        out.append((new, bool(res.finished[j]) or f in stops))
+        out.append((list(responses[b][:int(t)]) + [int(f)] + cont, bool(res.finished[j]) or int(f) in stops))
     return out
 
 
@@ -158,37 +155,49 @@ class Outcomes:
     return r.sum(-1).astype(np.int64) * self.valid, np.where(self.valid, r.shape[-1], 0).astype(np.int64)
 
 
+ROLLOUT_STRIDE = 1 << 20   # row ids: rollout_id * ROLLOUT_STRIDE + (m * K + k) * R + r
+
+
 def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float], prompt: Sequence[int],
-                       response: Sequence[int], positions: Sequence[int], candidates: np.ndarray, *, R: int,
-                       key: jax.Array, max_response_len: int) -> Outcomes:
-  """Targeted continuations of one rollout: force every candidate at every node R times, verify each.
+                       rollouts: Sequence[tuple[int, Sequence[int], Sequence[int], np.ndarray]], *, R: int,
+                       key: jax.Array, max_response_len: int) -> list[Outcomes]:
+  """Targeted continuations: force every candidate at every node of every given rollout R times, verify each.
+
+  All branches of the call (every rollout, node, candidate, replicate) go to the policy together, so the
+  student batches them across rollouts and reuses each rollout's prefix cache.
 
   Args:
     policy: the student (`ModelPolicy`) or the toy; continuations use the student in its own context.
     verify: (response ids, finished) -> reward in {0, 1}; an unfinished continuation (token cap) must get 0.
-    prompt, response: the base rollout's token ids.
-    positions: int [M] node positions (0-based response indices).
-    candidates: int [M, K] candidate ids, -1 padded.
+    prompt: the question's prompt ids (shared by the rollouts).
+    rollouts: per rollout, (rollout_id, response ids, node positions int [M] (0-based response indices),
+      candidate ids int [M, K] padded with -1).
     R: continuations per candidate (`budget.continuations_per_candidate`).
-    key: PRNG key of this rollout; branch (m, k, r) uses row id (m * K + k) * R + r.
+    key: PRNG key of the question; branch (rollout_id, m, k, r) uses row id
+      rollout_id * ROLLOUT_STRIDE + (m * K + k) * R + r, so its draws never depend on the other branches.
     max_response_len: the base rollouts' token cap; continuations share it (response length <= cap).
   Returns:
-    `Outcomes` with rewards [M, K, R].
+    One `Outcomes` per rollout, rewards [M, K, R].
   """
-  candidates = np.asarray(candidates)
-  M, K = candidates.shape
   if R <= 0:
     raise ValueError(f"budget.continuations_per_candidate must be > 0, got {R}")
-  branches = [(m, k, r) for m in range(M) for k in range(K) if candidates[m, k] >= 0 for r in range(R)]
-  rewards = np.zeros((M, K, R), np.int8)
+  branches, outs = [], []
+  for i, (rid, _, positions, candidates) in enumerate(rollouts):
+    candidates = np.asarray(candidates)
+    M, K = candidates.shape
+    if M * K * R >= ROLLOUT_STRIDE:
+      raise ValueError(f"{M} nodes x {K} candidates x R={R} exceeds {ROLLOUT_STRIDE} branches per rollout")
+    outs.append(np.zeros((M, K, R), np.int8))
+    branches += [(i, m, k, r, int(positions[m]), int(candidates[m, k]),
+                  rid * ROLLOUT_STRIDE + (m * K + k) * R + r)
+                 for m in range(M) for k in range(K) if candidates[m, k] >= 0 for r in range(R)]
   if branches:
     res = policy.continue_branches(
-        prompt, response, [int(positions[m]) for m, _, _ in branches],
-        [int(candidates[m, k]) for m, k, _ in branches], key=key,
-        row_ids=[(m * K + k) * R + r for m, k, r in branches], max_response_len=max_response_len)
-    for (m, k, r), (new_response, finished) in zip(branches, res):
-      rewards[m, k, r] = int(verify(new_response, finished) == 1.0)
-  return Outcomes(rewards=rewards, valid=candidates >= 0)
+        prompt, [r[1] for r in rollouts], [b[0] for b in branches], [b[4] for b in branches],
+        [b[5] for b in branches], key=key, row_ids=[b[6] for b in branches], max_response_len=max_response_len)
+    for (i, m, k, r, *_), (new_response, finished) in zip(branches, res):
+      outs[i][m, k, r] = int(verify(new_response, finished) == 1.0)
+  return [Outcomes(rewards=o, valid=np.asarray(c) >= 0) for o, (_, _, _, c) in zip(outs, rollouts)]
 
 
 def wilson_interval(successes, n, z: float = 1.959964) -> tuple[np.ndarray, np.ndarray]:

@@ -84,8 +84,8 @@ class ToyPolicy:
     return np.asarray(_continue(jnp.asarray(self.logits, jnp.float32), seqs, jnp.full((n,), -1), keys,
                                 horizon=self.horizon))
 
-  def continue_branches(self, prompt, response, positions, forced, *, key, row_ids, max_response_len):
-    """`targeted.Policy`: force `forced[j]` at response position `positions[j]`, sample to the horizon."""
+  def continue_branches(self, prompt, responses, bases, positions, forced, *, key, row_ids, max_response_len):
+    """`targeted.Policy`: force `forced[j]` at position `positions[j]` of `responses[bases[j]]`, sample on."""
     del prompt  # the toy has no prompt: position 0 is the first response token
     if max_response_len != self.horizon:
       raise ValueError(f"the toy's rollouts have exactly H={self.horizon} tokens, got cap {max_response_len}")
@@ -93,8 +93,8 @@ class ToyPolicy:
     B = 1 << max(0, (n - 1).bit_length())                               # bucketed: few compiles
     seqs = np.zeros((B, self.horizon), np.int32)
     starts = np.full((B,), self.horizon, np.int32)
-    for j, (t, f) in enumerate(zip(positions, forced)):
-      seqs[j, :t] = response[:t]
+    for j, (b, t, f) in enumerate(zip(bases, positions, forced)):
+      seqs[j, :t] = responses[b][:t]
       seqs[j, t] = f
       starts[j] = t
     ids = np.concatenate([np.asarray(row_ids), np.zeros(B - n)]).astype(np.uint32)

@@ -160,3 +160,19 @@ def test_left_padded_row_matches_the_prompt_alone():
     step_logits, cache = _step(params, nxt[:, t:t + 1], jnp.array([[10 + t], [6 + t]]), cache)
     np.testing.assert_allclose(step_logits[0, 0], alone_long[10 + t], atol=1e-5, rtol=0)
     np.testing.assert_allclose(step_logits[1, 0], alone_short[6 + t], atol=1e-5, rtol=0)
+
+
+def test_layered_layout_equals_stacked():
+  """The two param layouts (lax.scan over stacked layers; a loop over per-layer dicts) compute the same."""
+  params = _params()
+  layered = decoder.unstack_layers(params)
+  assert decoder.is_layered(layered) and len(layered["layers"]) == CONFIG.n_layers
+  tokens = jax.random.randint(jax.random.key(5), (2, 9), 0, CONFIG.vocab_size)
+  np.testing.assert_allclose(_full(layered, tokens), _full(params, tokens), atol=1e-6, rtol=0)
+  for p in (params, layered):                        # incremental decode with each layout's cache
+    cache = decoder.init_cache(CONFIG, batch=2, size=12, layered=decoder.is_layered(p))
+    got, cache = _step(p, tokens[:, :6], jnp.broadcast_to(jnp.arange(6), (2, 6)), cache)
+    step, _ = _step(p, tokens[:, 6:7], jnp.full((2, 1), 6), cache)
+    np.testing.assert_allclose(step[:, 0], _full(params, tokens)[:, 6], atol=1e-5, rtol=0)
+  back = decoder.stack_layers(layered)
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), back, params)

@@ -53,9 +53,8 @@ def run_estimator():
     for trial in range(TRIALS):
       key = jax.random.fold_in(jax.random.key(R), trial)
       for (i, t) in chosen:
-        out = targeted.estimate_successes(student, verify, [], rollouts[i].tolist(), [t],
-                                          np.arange(4)[None], R=R, key=jax.random.fold_in(key, i),
-                                          max_response_len=6)
+        rollout = (i, rollouts[i].tolist(), [t], np.arange(4)[None])
+        out, = targeted.estimate_successes(student, verify, [], [rollout], R=R, key=key, max_response_len=6)
         p, q = exact[(i, t)][:2]
         ne = targeted.node_estimates(p[None], q[None], out.successes, out.n, divergence="reverse_kl")
         est.setdefault((R, (i, t)), []).append((out.successes[0], ne))
@@ -88,13 +87,15 @@ def test_estimated_ideal_gradient_matches_binomial_prediction_and_converges(setu
     preds.append(pred)
     print(f"R={R}: mean cos(g*_hat, g*) = {means[-1]:.4f}, binomial prediction {pred:.4f}, se {se:.4f}")
   assert np.all(np.diff(means) > 0), means
-  # Nodes already well estimated: 1 - cos shrinks about 4x per 4x R (variance ~ 1/R).
-  for n in chosen:
-    for R0, R1 in zip(RS[1:-1], RS[2:]):
-      if predicted_cos(exact[n][2], exact[n][0], exact[n][3], R0, rng) >= 0.9:
-        e0 = 1 - np.mean([cos(ne.g_ideal[0], exact[n][3]) for _, ne in est[(R0, n)]])
-        e1 = 1 - np.mean([cos(ne.g_ideal[0], exact[n][3]) for _, ne in est[(R1, n)]])
-        assert 2.0 < e0 / e1 < 8.0, (n, R0, e0, e1)
+  # Nodes already well estimated: 1 - cos shrinks about 4x per 4x R (variance ~ 1/R), pooled over the nodes
+  # whose predicted cos is >= 0.9 at the smaller R.
+  for R0, R1 in zip(RS[1:-1], RS[2:]):
+    good = [n for n in chosen if predicted_cos(exact[n][2], exact[n][0], exact[n][3], R0, rng) >= 0.9]
+    assert good
+    e0 = np.mean([1 - cos(ne.g_ideal[0], exact[n][3]) for n in good for _, ne in est[(R0, n)]])
+    e1 = np.mean([1 - cos(ne.g_ideal[0], exact[n][3]) for n in good for _, ne in est[(R1, n)]])
+    print(f"R {R0} -> {R1}: 1 - cos {e0:.5f} -> {e1:.5f} (x{e0 / e1:.2f} smaller) on {len(good)} nodes")
+    assert 2.5 < e0 / e1 < 6.5, (R0, e0, e1)
 
 
 def test_wilson_coverage(setup):
@@ -138,8 +139,8 @@ def test_dr_grpo_identity(setup):
   n = 60000
   rng = np.random.default_rng(1)
   ks = rng.choice(4, size=n, p=p)
-  res = student.continue_branches([], rollouts[i].tolist(), [t] * n, ks.tolist(), key=jax.random.key(11),
-                                  row_ids=list(range(n)), max_response_len=6)
+  res = student.continue_branches([], [rollouts[i].tolist()], [0] * n, [t] * n, ks.tolist(),
+                                  key=jax.random.key(11), row_ids=list(range(n)), max_response_len=6)
   reward = np.array([VERIFY(seq) for seq, _ in res])
   for b in (0.0, 0.5):
     contrib = (reward - b)[:, None] * (np.eye(4)[ks] - p[None])

@@ -21,11 +21,12 @@ import numpy as np
 from opd_jax.models import checkpoints
 from opd_jax.models import decoder
 from opd_jax.models import tokenizer
-from opd_jax.models.checkpoints import CONVERTER_VERSION, PRESETS, Model, load
+from opd_jax.models.checkpoints import CONVERTER_VERSION, PRESETS, Model, default_layout, load, with_layout
 from opd_jax.models.decoder import Config, init_params
 from opd_jax.models.tokenizer import byte_tokenizer, same_tokenizer, tokenizer_difference
 
 __all__ = ["CONVERTER_VERSION", "PRESETS", "Config", "Model", "byte_tokenizer", "checkpoints", "decoder",
+           "default_layout", "with_layout",
            "init_params", "load", "logits", "random_model", "same_tokenizer", "tokenizer", "tokenizer_difference"]
 
 
@@ -53,7 +54,7 @@ def logits(model: Model, tokens) -> jax.Array:
   return _logits(model.params, jnp.asarray(tokens, jnp.int32), config=model.config)
 
 
-def random_model(config: Config, *, seed: int, tokenizer=None, dtype=jnp.float32) -> Model:
+def random_model(config: Config, *, seed: int, tokenizer=None, dtype=jnp.float32, layout: str | None = None) -> Model:
   """A randomly initialised model (decoder.init_params) for tests and smoke runs.
 
   Args:
@@ -61,11 +62,12 @@ def random_model(config: Config, *, seed: int, tokenizer=None, dtype=jnp.float32
     seed: PRNG seed of the params.
     tokenizer: None, or a tokenizer (e.g. `byte_tokenizer()`); its eos id becomes the stop id.
     dtype: params dtype.
+    layout: "stacked" | "layered" (decoder.py); None = `default_layout()` of the platform.
   """
   if tokenizer is not None and len(tokenizer) > config.vocab_size:
     raise ValueError(f"config.vocab_size={config.vocab_size} is smaller than the tokenizer's {len(tokenizer)} "
                      "tokens; raise vocab_size")
   stop = () if tokenizer is None or tokenizer.eos_token_id is None else (int(tokenizer.eos_token_id),)
   params = init_params(jax.random.key(seed), config, dtype=dtype)
-  return Model(config=config, params=params, tokenizer=tokenizer, stop_ids=stop,
-               name=f"random-{config.arch}-seed{seed}", sha256=None, source="random")
+  return with_layout(Model(config=config, params=params, tokenizer=tokenizer, stop_ids=stop,
+                          name=f"random-{config.arch}-seed{seed}", sha256=None, source="random"), layout)

@@ -18,7 +18,14 @@ Params are a nested dict of arrays; the layers are stacked along a leading axis 
   layers/mlp_norm [L, D]
   layers/w_gate [L, D, F]     layers/w_up [L, D, F]   layers/w_down [L, F, D]   (SwiGLU MLP)
 
-The KV cache is a dict {"k": [L, B, S, K, Dh], "v": [L, B, S, K, Dh], "pos": [B, S] int32, "end": [] int32}:
+Two layouts of the same weights (`stack_layers` / `unstack_layers` convert): "stacked" (above: one array per
+name with a leading L axis, run with `lax.scan`: a 24-layer model compiles in seconds; the accelerator default)
+and "layered" (`params["layers"]` a tuple of L per-layer dicts without the L axis, run with a Python loop:
+slower to compile, but no per-layer slice copies; on CPU a decode step is 1.7x faster: `models.load` picks it
+on CPU). The KV cache follows the params' layout (`init_cache(..., layered=...)`).
+
+The KV cache is a dict {"k": [L, B, S, K, Dh], "v": [L, B, S, K, Dh], "pos": [B, S] int32, "end": [] int32}
+(layered: "k" and "v" are tuples of L arrays [B, S, K, Dh]):
 slot s of row b holds the keys/values of the token at position `pos[b, s]` (-1: empty or masked out); new
 tokens are written at slots [end, end + T). Attention is decided by positions alone: a query at position p
 sees the slots with 0 <= pos <= p. So left padding (pad tokens get position -1), ragged batches and
@@ -90,11 +97,45 @@ def init_params(key: jax.Array, config: Config, dtype=jnp.float32, scale: float 
   return params
 
 
-def init_cache(config: Config, batch: int, size: int, dtype=jnp.float32) -> Cache:
+def is_layered(params: Params) -> bool:
+  """True for the "layered" layout (a tuple of per-layer dicts), False for "stacked"."""
+  return isinstance(params["layers"], (list, tuple))
+
+
+def unstack_layers(params: Params) -> Params:
+  """"stacked" -> "layered": params["layers"] becomes a tuple of L per-layer dicts (copies each slice)."""
+  if is_layered(params):
+    return params
+  layers = params["layers"]
+  L = next(iter(layers.values())).shape[0]
+  return {**params, "layers": tuple({k: v[i] for k, v in layers.items()} for i in range(L))}
+
+
+def stack_layers(params: Params) -> Params:
+  """"layered" -> "stacked"."""
+  if not is_layered(params):
+    return params
+  layers = params["layers"]
+  return {**params, "layers": {k: jnp.stack([lp[k] for lp in layers]) for k in layers[0]}}
+
+
+def init_cache(config: Config, batch: int, size: int, dtype=jnp.float32, *, layered: bool = False) -> Cache:
   """An empty KV cache of `size` slots per row (see the module docstring for the layout)."""
-  shape = (config.n_layers, batch, size, config.n_kv_heads, config.head_dim)
-  return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype),
-          "pos": jnp.full((batch, size), -1, jnp.int32), "end": jnp.zeros((), jnp.int32)}
+  one = (batch, size, config.n_kv_heads, config.head_dim)
+  if layered:
+    k = tuple(jnp.zeros(one, dtype) for _ in range(config.n_layers))
+    v = tuple(jnp.zeros(one, dtype) for _ in range(config.n_layers))
+  else:
+    k = v = jnp.zeros((config.n_layers, *one), dtype)
+  return {"k": k, "v": v, "pos": jnp.full((batch, size), -1, jnp.int32), "end": jnp.zeros((), jnp.int32)}
+
+
+def map_cache_rows(fn, cache: Cache) -> Cache:
+  """Apply fn to every per-row array of a cache (batch axis first: each layer's k and v, and pos), e.g. to
+  gather rows or pad slots; either layout."""
+  def kv(a):
+    return tuple(fn(x) for x in a) if isinstance(a, (list, tuple)) else jax.vmap(fn)(a)
+  return {"k": kv(cache["k"]), "v": kv(cache["v"]), "pos": fn(cache["pos"]), "end": cache["end"]}
 
 
 def _rms_norm(x, w, eps):
@@ -169,7 +210,14 @@ def hidden_states(params: Params, tokens: jax.Array, positions: jax.Array, cache
     return x, new_kv
 
   kv_in = None if cache is None else (cache["k"], cache["v"])
-  x, kv_out = jax.lax.scan(body, x, (params["layers"], kv_in))
+  if is_layered(params):
+    outs = []
+    for i, p in enumerate(params["layers"]):
+      x, new_kv = body(x, (p, None if kv_in is None else (kv_in[0][i], kv_in[1][i])))
+      outs.append(new_kv)
+    kv_out = None if cache is None else (tuple(o[0] for o in outs), tuple(o[1] for o in outs))
+  else:
+    x, kv_out = jax.lax.scan(body, x, (params["layers"], kv_in))
   x = _rms_norm(x, params["final_norm"], config.norm_eps)
   if cache is None:
     return x, None

@@ -1,0 +1,364 @@
+"""Device meshes, partition rules for params and batches, and splitting a study between processes.
+
+Within a process: a ("data", "model") `Mesh` of the process's own devices (`make_mesh`, from `config.mesh`).
+Params are placed by a small table of rules (`RULES`: regex on the flattened param path -> PartitionSpec):
+FSDP shards a matrix's input dim over "data", tensor parallelism its output dim over "model"; batches are
+sharded on their leading axis over "data". A dim that the mesh axis does not divide (or, with a config, that
+would split an attention head) is replicated along that axis instead, so odd sizes never fail.
+
+The jitted functions of sampling.py and scoring.py stay plain `jax.jit`: jit takes its input shardings from
+its arguments ("computation follows data"; jit and pjit are one API), so params placed by `shard_params` and
+batches placed by `shard_batch` / `place_batch` make XLA's sharding propagation run the program on the mesh,
+and outputs come back sharded as propagation decides (fetching them with np.asarray gathers them). The same
+code runs on 1 CPU device, 8 fake CPU devices (tests), a GPU host and a TPU host.
+
+Across processes (jax.distributed, one process per host: TPU pods, multi-GPU nodes), nothing is shared but
+the workdir, which must be on a filesystem every host sees (NFS, gcsfuse): `split_questions` deals the
+question pool round-robin by pool index, each process runs its questions on its own local mesh and writes its
+own record parts and `progress.<i>-of-<n>.json`; every process marks itself done, `wait_for_processes` waits
+until all are, and then process 0 alone builds the summary from all parts. No collective crosses processes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import re
+import time
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from absl import logging
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from opd_jax import records
+
+AXES = ("data", "model")
+
+# Partition rules, first match wins: regex searched in the "/"-joined param path (decoder.py layout) -> one
+# entry per array dim (a mesh axis name or None). Layers are stacked on a leading L axis, never sharded.
+# The third field names the dim made of attention heads (its shards must hold whole heads), or None.
+RULES: tuple[tuple[str, tuple[str | None, ...], int | None], ...] = (
+    (r"^embed$", ("model", "data"), None),                               # [V, D]
+    (r"^lm_head$", ("data", "model"), None),                             # [D, V]
+    (r"^layers/(wq|wk|wv)$", (None, "data", "model"), 2),                # [L, D, H*Dh], [L, D, K*Dh]
+    (r"^layers/(w_gate|w_up)$", (None, "data", "model"), None),          # [L, D, F]
+    (r"^layers/wo$", (None, "model", "data"), 1),                        # [L, H*Dh, D]
+    (r"^layers/w_down$", (None, "model", "data"), None),                 # [L, F, D]
+    (r"^layers/(bq|bk|bv)$", (None, "model"), 1),                        # [L, H*Dh], [L, K*Dh]
+    (r"norm$", (), None),                                                # RMSNorm scales: replicated (small)
+)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Meshes.
+
+def make_mesh(data: int = -1, model: int = 1, devices: Sequence[Any] | None = None) -> Mesh:
+  """A ("data", "model") mesh over this process's devices.
+
+  Args:
+    data: size of the "data" axis (batch rows and FSDP); -1: all devices left after `model`.
+    model: size of the "model" axis (tensor parallelism); -1: all devices left after `data`.
+    devices: the devices to use (default `jax.local_devices()`: a process never spans another's devices).
+      When data * model is a proper divisor of their number, the first data * model are used.
+  Returns:
+    A `Mesh` of shape (data, model); devices in order, "model" the faster-varying axis (neighbouring devices).
+  Raises:
+    ValueError: a size that is not a positive int or -1, both sizes -1, or data * model not dividing the
+      number of devices.
+  """
+  devices = list(jax.local_devices() if devices is None else devices)
+  n = len(devices)
+  for name, v in (("data", data), ("model", model)):
+    if isinstance(v, bool) or not isinstance(v, int) or (v < 1 and v != -1):
+      raise ValueError(f"mesh {name} (config.mesh.{name}) must be a positive int or -1 (all remaining devices), "
+                       f"got {v!r}")
+  if data == -1 and model == -1:
+    raise ValueError("mesh data and model (config.mesh.data, config.mesh.model) cannot both be -1; set one of "
+                     "them, e.g. --config.mesh.model=1")
+  known = model if data == -1 else data
+  if n % known:
+    raise ValueError(f"mesh {'model' if data == -1 else 'data'}={known} does not divide the {n} local devices; "
+                     f"pick a divisor of {n} (config.mesh.data, config.mesh.model)")
+  data = n // model if data == -1 else data
+  model = n // data if model == -1 else model
+  if n % (data * model):
+    raise ValueError(f"mesh data={data} x model={model} = {data * model} devices does not divide the {n} local "
+                     f"devices; pick sizes whose product divides {n} (config.mesh.data, config.mesh.model)")
+  if data * model < n:
+    logging.warning("mesh data=%d x model=%d uses %d of the %d local devices", data, model, data * model, n)
+  return Mesh(np.array(devices[:data * model], dtype=object).reshape(data, model), AXES)
+
+
+def mesh_from_config(config) -> Mesh:
+  """`make_mesh(config.mesh.data, config.mesh.model)` over the local devices."""
+  return make_mesh(config.mesh.data, config.mesh.model)
+
+
+def data_size(mesh: Mesh) -> int:
+  """Size of the "data" axis: batches are padded to a multiple of it (`pad_rows`)."""
+  return mesh.shape["data"]
+
+
+def mesh_of(params) -> Mesh | None:
+  """The mesh the params were placed on by `shard_params`, or None (plain single-device arrays)."""
+  for leaf in jax.tree.leaves(params):
+    sharding = getattr(leaf, "sharding", None)
+    if isinstance(sharding, NamedSharding):
+      return sharding.mesh
+  return None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Params.
+
+def _path(keys) -> str:
+  return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in keys)
+
+
+def param_spec(path: str, shape: Sequence[int], mesh: Mesh, head_dim: int | None = None) -> P:
+  """The PartitionSpec of one param from `RULES`, with every impossible axis replaced by None.
+
+  An entry stays sharded over mesh axis a only when the axis has size > 1 and divides the dim (for a dim of
+  attention heads with `head_dim` given: divides dim / head_dim, so each shard holds whole heads). A param no
+  rule names is replicated.
+
+  Args:
+    path: "/"-joined param path, e.g. "layers/wq" (stacked) or "layers/3/wq" (layered: rules lose the L axis).
+    shape: the param's shape.
+    mesh: a mesh with axes ("data", "model").
+    head_dim: Dh of the model (None: do not keep heads whole).
+  Raises:
+    ValueError: a rule matches but its rank differs from the param's (the layout changed: update RULES).
+  """
+  layered = re.match(r"^layers/\d+/", path)          # the "layered" layout: no leading L axis
+  if layered:
+    path = "layers/" + path[layered.end():]
+  for pattern, spec, heads in RULES:
+    if re.search(pattern, path):
+      break
+  else:
+    return P()
+  if layered and spec and spec[0] is None and path.startswith("layers/"):
+    spec, heads = spec[1:], None if heads is None else heads - 1
+  if spec and len(spec) != len(shape):
+    raise ValueError(f"param {path!r} has shape {tuple(shape)} but its sharding rule {pattern!r} expects rank "
+                     f"{len(spec)}; update opd_jax.sharding.RULES for the new layout")
+  out = []
+  for d, axis in enumerate(spec):
+    size = 1 if axis is None else mesh.shape[axis]
+    units = shape[d] // head_dim if (d == heads and head_dim and shape[d] % head_dim == 0) else shape[d]
+    out.append(axis if size > 1 and units % size == 0 else None)
+  return P(*out)
+
+
+def param_shardings(params, mesh: Mesh, config=None):
+  """A pytree of `NamedSharding` matching `params` (decoder.py layout), from `RULES` (see `param_spec`).
+
+  Args:
+    params: nested dict of arrays (or ShapeDtypeStructs).
+    mesh: ("data", "model") mesh.
+    config: the model's decoder.Config (optional): with it, attention projections are split on head
+      boundaries only (otherwise any divisor of the dim is used).
+  """
+  head_dim = getattr(config, "head_dim", None)
+  return jax.tree_util.tree_map_with_path(
+      lambda keys, x: NamedSharding(mesh, param_spec(_path(keys), np.shape(x), mesh, head_dim)), params)
+
+
+def shard_params(params, mesh: Mesh, config=None):
+  """`params` placed on `mesh` by the partition rules (`jax.device_put`; the arrays are not copied to host)."""
+  return jax.device_put(params, param_shardings(params, mesh, config))
+
+
+def shard_model(model, mesh: Mesh):
+  """A `models.Model` (frozen dataclass) whose params are placed on `mesh`; everything else is shared."""
+  return dataclasses.replace(model, params=shard_params(model.params, mesh, model.config))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Batches.
+
+def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
+  """Leading (batch) axis over "data", the other `ndim - 1` axes replicated (ndim 0: replicated)."""
+  return NamedSharding(mesh, P(*(("data",) + (None,) * (ndim - 1))) if ndim else P())
+
+
+def pad_rows(n: int, mesh: Mesh | None) -> int:
+  """Smallest multiple of the "data" axis size >= n (>= 1): a batch of that many rows shards evenly.
+
+  mesh None (params not placed on a mesh): n unchanged.
+  """
+  if mesh is None:
+    return n
+  k = data_size(mesh)
+  return max(1, -(-n // k)) * k
+
+
+def pad_batch(x, mesh: Mesh | None, value=0) -> np.ndarray:
+  """numpy `x` [B, ...] padded with `value` rows to [pad_rows(B), ...] (the caller drops the extra rows)."""
+  x = np.asarray(x)
+  extra = pad_rows(x.shape[0], mesh) - x.shape[0]
+  return np.pad(x, [(0, extra)] + [(0, 0)] * (x.ndim - 1), constant_values=value) if extra else x
+
+
+def shard_batch(mesh: Mesh | None, *arrays):
+  """Place arrays [B, ...] on `mesh`: rows over "data" when the axis size divides B, else replicated.
+
+  With mesh None the arrays are returned unchanged (single device: jit places them). Works for numpy arrays,
+  jax arrays and typed PRNG key arrays. Returns one array for one argument, else a tuple.
+  """
+  if mesh is None:
+    out = arrays
+  else:
+    k = data_size(mesh)
+    out = tuple(jax.device_put(a, batch_sharding(mesh, np.ndim(a)) if np.ndim(a) and np.shape(a)[0] % k == 0
+                               else NamedSharding(mesh, P())) for a in arrays)
+  return out[0] if len(out) == 1 else out
+
+
+def place_batch(params, *arrays):
+  """`shard_batch` on the mesh of `params` (`mesh_of`): the one-line call for the sampling / scoring wrappers."""
+  return shard_batch(mesh_of(params), *arrays)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Processes: question split, per-process progress, and "all done".
+
+def process_index() -> int:
+  """This process's index in [0, process_count()) (`jax.process_index`; 0 without jax.distributed)."""
+  return jax.process_index()
+
+
+def process_count() -> int:
+  """Number of processes of the run (`jax.process_count`; 1 without jax.distributed)."""
+  return jax.process_count()
+
+
+def _check_process(process_index: int, process_count: int) -> None:
+  if not isinstance(process_count, int) or process_count < 1:
+    raise ValueError(f"process_count must be an int >= 1, got {process_count!r}")
+  if not isinstance(process_index, int) or not 0 <= process_index < process_count:
+    raise ValueError(f"process_index must be an int in [0, {process_count}), got {process_index!r}")
+
+
+def split_questions(ids: Sequence[Any], process_index: int, process_count: int) -> list:
+  """This process's share of the question pool: ids[k] for k = process_index (mod process_count).
+
+  Round-robin by pool index, so every process gets early (informative-selection) questions and the shares
+  are disjoint, cover the pool, and depend on nothing but (len(ids), process_index, process_count).
+  """
+  _check_process(process_index, process_count)
+  return list(ids)[process_index::process_count]
+
+
+def question_quota(total: int, process_index: int, process_count: int) -> int:
+  """Questions this process selects out of `total` (config.budget.questions): as even as possible, sum = total.
+
+  Each process stops after its quota of selected questions from its own share, so which questions are
+  selected depends on process_count (each selected question's records do not).
+  """
+  _check_process(process_index, process_count)
+  return total // process_count + (process_index < total % process_count)
+
+
+_PROGRESS = re.compile(r"^progress\.(\d+)-of-(\d+)\.json$")
+
+
+def progress_path(workdir, process_index: int, process_count: int) -> pathlib.Path:
+  """`<workdir>/progress.json` for one process (records.py's file), else `<workdir>/progress.<i>-of-<n>.json`."""
+  _check_process(process_index, process_count)
+  workdir = pathlib.Path(workdir)
+  return workdir / ("progress.json" if process_count == 1 else f"progress.{process_index}-of-{process_count}.json")
+
+
+def _check_count(workdir: pathlib.Path, process_count: int) -> None:
+  """Refuse to resume a workdir started with another number of processes (the question split would differ)."""
+  counts = {int(m.group(2)) for p in workdir.glob("progress.*-of-*.json") if (m := _PROGRESS.match(p.name))}
+  if (workdir / "progress.json").exists():
+    counts.add(1)
+  other = sorted(counts - {process_count})
+  if other:
+    raise ValueError(f"--workdir={workdir} was started with {other[0]} process(es), this run has {process_count}; "
+                     f"rerun with {other[0]} process(es) to resume, or pass a new --workdir")
+
+
+def read_progress(workdir, process_index: int, process_count: int) -> dict:
+  """This process's progress to resume from: {"processed": [...], "selected": [...], "done": bool, ...}.
+
+  Raises:
+    ValueError: the workdir holds progress files of another process count.
+  """
+  path = progress_path(workdir, process_index, process_count)
+  _check_count(path.parent, process_count)
+  progress = {"processed": [], "selected": [], "done": False}
+  if path.exists():
+    progress.update(json.loads(path.read_text()))
+  return progress
+
+
+def write_progress(workdir, progress: dict, process_index: int, process_count: int, *, done: bool = False,
+                   error: str | None = None) -> None:
+  """Write this process's progress atomically (`records.atomic_write_json`), with its done / error status.
+
+  Args:
+    progress: {"processed": [...], "selected": [...]} plus anything else JSON-serialisable (e.g. timings).
+    done: this process has finished all its questions (`wait_for_processes` waits for every process's).
+    error: a one-line failure; the processes waiting for this one then raise instead of waiting forever.
+  """
+  status = {"done": bool(done), "error": error, "process_index": process_index, "process_count": process_count}
+  records.atomic_write_json(progress_path(workdir, process_index, process_count), {**progress, **status})
+
+
+def _read_json(path: pathlib.Path) -> dict | None:
+  """The file's JSON, or None while it is absent or (on a filesystem without atomic rename) half written."""
+  try:
+    return json.loads(path.read_text())
+  except (FileNotFoundError, json.JSONDecodeError):
+    return None
+
+
+def wait_for_processes(workdir, process_count: int, *, timeout_s: float | None = None,
+                       poll_s: float = 1.0) -> list[dict]:
+  """Block until every process has written its progress with done=True; returns them in process order.
+
+  File-based (the workdir is shared), so it needs no collective and works on any platform; call it in every
+  process after `write_progress(..., done=True)` so no process exits (and enters jax.distributed's shutdown
+  barrier) long before the others, then let process 0 build the summary.
+
+  With one process it returns at once ([its progress], or [{}] when none was written).
+
+  Raises:
+    RuntimeError: a process reported an error.
+    TimeoutError: not all done after timeout_s seconds (None: wait forever); names the processes missing.
+  """
+  paths = [progress_path(workdir, i, process_count) for i in range(process_count)]
+  if process_count == 1:                                   # nobody to wait for
+    return [json.loads(paths[0].read_text()) if paths[0].exists() else {}]
+  start, last_log = time.monotonic(), time.monotonic()
+  while True:
+    states = [_read_json(p) for p in paths]
+    failed = [(i, s["error"]) for i, s in enumerate(states) if s and s.get("error")]
+    if failed:
+      raise RuntimeError(f"process {failed[0][0]} of {process_count} failed: {failed[0][1]}; fix it and rerun all "
+                         "processes with the same --workdir to resume")
+    missing = [i for i, s in enumerate(states) if not (s and s.get("done"))]
+    if not missing:
+      return states
+    now = time.monotonic()
+    if timeout_s is not None and now - start > timeout_s:
+      raise TimeoutError(f"processes {missing} of {process_count} did not finish within {timeout_s:.0f} s (no "
+                         f"done status in {paths[missing[0]].name}); check their logs, then rerun all processes "
+                         "with the same --workdir to resume")
+    if now - last_log > 60:
+      logging.info("waiting for processes %s of %d to finish", missing, process_count)
+      last_log = now
+    time.sleep(poll_s)
+
+
+def describe(mesh: Mesh) -> dict:
+  """For the run manifest: {"data": n, "model": m, "devices": n * m, "platform": ..., "process_index": i,
+  "process_count": n}."""
+  return {"data": mesh.shape["data"], "model": mesh.shape["model"], "devices": int(mesh.devices.size),
+          "platform": mesh.devices.flat[0].platform, "process_index": process_index(), "process_count": process_count()}
