@@ -1,6 +1,7 @@
 """Context sweep: the student as its own teacher, given each privileged context, with two divergences.
 
-  python -m opd_jax.main --config=configs/context_sweep.py       # ~15 min on a 2-core CPU (warm cache)
+  python -m opd_jax.main --config=configs/context_sweep.py       # 2-core CPU: longer than teacher_sweep (not
+                                                                  # yet timed); --dry_run prints an estimate
 
 Contexts: the final answer only, the reference solution, its equations (summary), and the solution plus one
 of the student's own incorrect rollouts (contrastive), each with reverse KL and with sampled-token OPD.

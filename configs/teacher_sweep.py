@@ -1,6 +1,7 @@
 """Teacher sweep: which teacher and which self-distillation context align with success, per token.
 
-  python -m opd_jax.main --config=configs/teacher_sweep.py               # ~15 min on a 2-core CPU, cold cache
+  python -m opd_jax.main --config=configs/teacher_sweep.py               # target 15 min on a 2-core CPU; today
+                                                                          # longer (decode-bound, see README)
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper \
       --config.student.name=/data/Qwen3-1.7B \
       --config.configurations.external=/data/Qwen3-8B:plain:reverse_kl   # GPU/TPU, hours

@@ -99,9 +99,10 @@ class Plan:
         "scale by model size and hardware)"])
 
 
-# Measured on the 2-core CPU with the 0.5B student, fp32 (benchmarks/e2e.py): decode tokens/s at the branch
-# batch and prefill tokens/s of one scoring pass. Only used for the dry-run estimate.
-DECODE_TOKENS_PER_S = 60.0
+# Rough rates of the 0.5B student on the 2-core CPU, fp32, for the dry-run estimate only: decode measured at
+# 22 tokens/s (batch 8) to 35 (batch 32) (benchmarks/sampling.py); scoring is prefill-like, not yet measured
+# at full size (benchmarks/scoring.py): a guess.
+DECODE_TOKENS_PER_S = 30.0
 SCORE_TOKENS_PER_S = 150.0
 
 
