@@ -14,6 +14,7 @@ deterministic, so the records end equal to an uninterrupted run's.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pathlib
@@ -28,16 +29,20 @@ TABLES = ("rollouts", "tokens", "nodes")
 VOLATILE_FIELDS = ("logging",)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-  """Write `data` to `path` through a temporary file in the same directory and `os.replace`."""
+def atomic_write_bytes(path: str | os.PathLike, data: bytes | str) -> None:
+  """Write `data` to `path` through a temporary file in the same directory and `os.replace` (readers never see
+  half a file); the file gets the usual umask permissions (mkstemp alone would leave 0600)."""
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
   try:
     with os.fdopen(fd, "wb") as f:
-      f.write(data)
+      f.write(data.encode() if isinstance(data, str) else data)
       f.flush()
       os.fsync(f.fileno())
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):
@@ -54,16 +59,9 @@ def write_part(workdir, table: str, question_id: str, frame: pd.DataFrame) -> pa
   if table not in TABLES:
     raise ValueError(f"unknown table {table!r}; use one of {TABLES}")
   path = pathlib.Path(workdir) / "records" / table / f"part-{question_id}.parquet"
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  os.close(fd)
-  try:
-    frame.reset_index(drop=True).to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+  buffer = io.BytesIO()
+  frame.reset_index(drop=True).to_parquet(buffer, index=False)
+  atomic_write_bytes(path, buffer.getvalue())
   return path
 
 

@@ -14,13 +14,13 @@ import io
 import json
 import math
 import os
-import tempfile
 
 from absl import app
 from absl import flags
 import numpy as np
 import pandas as pd
 
+from opd_jax import records
 from opd_jax import stats
 
 GROUPS = ("correct", "incorrect", "all")
@@ -294,7 +294,7 @@ def plot_alignment(summary: pd.DataFrame, path: str) -> None:
   fig.tight_layout()
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png")
-  _atomic_write(path, buffer.getvalue())
+  records.atomic_write_bytes(path, buffer.getvalue())
 
 
 def _colour(value: float, scale: float) -> str:
@@ -411,22 +411,6 @@ def _load_json(path: str) -> dict | None:
     return json.load(f)
 
 
-def _atomic_write(path: str, text: str | bytes) -> None:
-  """Writes a temporary file beside `path`, then renames it over `path` (readers never see half a file)."""
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
-      f.write(text)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)                          # mkstemp creates 0600; give the usual permissions
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
-
-
 def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes: int = 10,
                   plot: bool = True) -> str:
   """Rebuilds `<workdir>/summary.md`, `<workdir>/summary.csv` (and `alignment.png`) from the node records.
@@ -468,8 +452,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   if plot:
     plot_alignment(summary, os.path.join(workdir, "alignment.png"))
     markdown += "\n![mean alignment by configuration and group](alignment.png)\n"
-  _atomic_write(os.path.join(workdir, "summary.md"), markdown)
-  _atomic_write(os.path.join(workdir, "summary.csv"), summary.to_csv(index=False))
+  records.atomic_write_bytes(os.path.join(workdir, "summary.md"), markdown)
+  records.atomic_write_bytes(os.path.join(workdir, "summary.csv"), summary.to_csv(index=False))
   return markdown
 
 

@@ -292,7 +292,7 @@ def _branch(params, base_cache, base_row, cut_pos, forced, keys, caps, *, config
 def prefill_sequences(model, sequences: Sequence[Sequence[int]]):
   """One prefill of whole base rollouts (prompt + response ids) for later `branch` calls.
 
-  Returns a `BaseCache`: the KV cache [rows = len(sequences)] plus each row's left-pad offset.
+  Returns the KV cache (rows = len(sequences), left-padded; each row's tokens sit at positions 0..).
   """
   config = model.config
   B, P = len(sequences), _bucket(max(len(s) for s in sequences), 16)

@@ -26,6 +26,7 @@ from absl import logging
 from tqdm import tqdm
 
 from opd_jax import contexts
+from opd_jax import divergences
 from opd_jax import gradients
 from opd_jax import records
 from opd_jax import report
@@ -36,8 +37,7 @@ from opd_jax import targeted
 from opd_jax import tasks
 from opd_jax import models
 
-PREDICTORS = ("kl_pq", "kl_qp", "js", "jsd_beta", "tv", "cosine", "entropy_p", "entropy_q", "topk_overlap",
-              "logq_minus_logp")
+PREDICTORS = divergences.PREDICTORS
 UNAVAILABLE = "context_unavailable"
 
 
@@ -288,15 +288,12 @@ def process_question(env: Env, index: int, problem) -> dict[str, pd.DataFrame] |
   tokens = _tokens_table(problem, keys, dense, responses)
 
   # --- Nodes, candidate sets C(u), and p, q_c on C(u) (from the hidden states of the scoring pass) -------
-  h_p = {}                                     # one student pass per rollout serves every configuration
-  for r in node_rows:
-    k0 = next((k for k in keys if r in dense[k]), None)
-    if k0 is not None:
-      h_p[r] = dense[k0][r]["h_p"]
-  node_rows = [r for r in node_rows if r in h_p]
+  # One student pass per rollout (the first scoring key that scored it) serves every configuration.
+  first = {r: next(k for k in keys if r in dense[k]) for r in node_rows if any(r in dense[k] for k in keys)}
+  node_rows = [r for r in node_rows if r in first]
+  h_p = {r: dense[first[r]][r]["h_p"] for r in node_rows}
   nodes = {r: targeted.select_nodes(len(responses[r]), c.budget.nodes_per_rollout, c.budget.node_strategy,
-                                    entropy=dense[next(k for k in keys if r in dense[k])][r]["entropy_p"]).tolist()
-           for r in node_rows}
+                                    entropy=dense[first[r]][r]["entropy_p"]).tolist() for r in node_rows}
   k_top = max(1, c.budget.student_top_k, c.budget.teacher_top_k)
   size = 1 + c.budget.student_top_k + c.budget.teacher_top_k * len(keys)
   cand, p_at, q_at = {}, {}, {key: {} for key in keys}

@@ -278,11 +278,3 @@ def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.nd
   reason = np.asarray(gradients.NAN_REASONS, object)[code]
   return NodeEstimates(p_succ=ps.astype(np.float64), value=value, alignment=cos, nan_reason=reason,
                        teacher_advantage=adv, degenerate=degenerate, g_ideal=g_ideal, g_distill=g)
-
-
-def planned_cost(n_rollouts: int, nodes_per_rollout: int, candidates: int, R: int,
-                 tokens_per_continuation: float) -> dict[str, float]:
-  """Planned work: continuations and generated tokens (printed before they are spent)."""
-  cont = n_rollouts * nodes_per_rollout * candidates * R
-  return {"continuations": cont, "tokens": cont * tokens_per_continuation}
-
