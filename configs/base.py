@@ -22,11 +22,18 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   budget.questions          questions to study (kept in pool order, see selection)
   budget.rollouts_per_question          base rollouts per question
   budget.node_rollouts_per_question     rollouts that get nodes (balanced correct / incorrect)
+  budget.prefer_finished                False: node rollouts are the lowest ids of each group; True: rollouts that
+                                        stopped (answered) come before truncated ones (cheaper continuations,
+                                        and a truncated rollout's late nodes rarely lead to a success; a bias of
+                                        the incorrect group toward wrong answers: say so when reporting)
   budget.nodes_per_rollout              nodes per node rollout
   budget.node_strategy                  exponential | uniform | entropy | all
   budget.continuations_per_candidate    R: continuations per (node, candidate)
   budget.student_top_k, budget.teacher_top_k   candidate set: sampled token + top-k of p + top-k of each q_c
   budget.branch_batch       continuations per decode call (fixed shape)
+  budget.question_batch     questions whose base rollouts are sampled in one batch (question_batch x
+                            rollouts_per_question rows: larger batches use the hardware better; a block may
+                            sample questions that are never needed once budget.questions are selected)
   selection                 "informative" (questions with both a correct and an incorrect rollout) | "all"
   scoring.chunk             response positions per chunk of the divergence reduction
   scoring.top_k             k of the top-k overlap predictor
@@ -54,7 +61,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.contexts = dict(templates={})
   c.budget = dict(questions=4, rollouts_per_question=8, node_rollouts_per_question=2, nodes_per_rollout=4,
                   node_strategy="exponential", continuations_per_candidate=8, student_top_k=2, teacher_top_k=1,
-                  branch_batch=64)
+                  branch_batch=64, question_batch=1, prefer_finished=False)
   c.selection = "informative"
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False)
   c.mesh = dict(data=-1, model=1)

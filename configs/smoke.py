@@ -28,6 +28,7 @@ def get_config(arg: str | None = None):
   config.budget.nodes_per_rollout = 3
   config.budget.continuations_per_candidate = 4
   config.budget.branch_batch = 32
+  config.budget.question_batch = 2               # blocks of 2 questions: the resume test kills mid-block
   config.scoring.chunk = 8
   config.scoring.top_k = 4
   if arg == "all":

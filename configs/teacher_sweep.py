@@ -1,7 +1,7 @@
 """Teacher sweep: which teacher and which self-distillation context align with success, per token.
 
-  python -m opd_jax.main --config=configs/teacher_sweep.py               # target 15 min on a 2-core CPU; today
-                                                                          # longer (decode-bound, see README)
+  python -m opd_jax.main --config=configs/teacher_sweep.py               # ~11.5 min on a 2-core CPU, cold cache
+                                                                          # (README: measured stage times)
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper \
       --config.student.name=/data/Qwen3-1.7B \
       --config.configurations.external=/data/Qwen3-8B:plain:reverse_kl   # GPU/TPU, hours
@@ -20,8 +20,8 @@ def get_config(arg: str | None = None):
   config.student.name = "qwen2.5-coder-0.5b-instruct"
   config.task.name = "reasoning_gym:gsm_symbolic"
   config.task.num_problems = 40
-  config.task.template = ("{question}\nSolve it step by step, briefly. Then write the final answer inside "
-                          "<answer></answer> tags.")
+  config.task.template = ("{question}\nSolve it in a few short steps (no more than 100 words). Then write the "
+                          "final answer, a number, inside <answer></answer> tags.")
   config.sampling.max_new_tokens = 256
   config.configurations = {                     # name -> "teacher:context:divergence"
       "external": "qwen2.5-coder-1.5b-instruct:plain:reverse_kl",
@@ -31,18 +31,22 @@ def get_config(arg: str | None = None):
       "solution_fkl": "self:solution:forward_kl",
       "solution_jsd": "self:solution:jsd@0.5",
   }
-  # The 2-core CPU budget: one informative question (8 rollouts make one likely within the first few), one
-  # correct and one incorrect node rollout, the 2 most uncertain tokens of each, R = 4. A smoke test of the
-  # science on real models, not a measurement: every group prints as UNDERPOWERED.
+  # The 2-core CPU budget: one informative question, one correct and one incorrect node rollout, the 3 most
+  # uncertain tokens of each, R = 4. The 0.5B rarely solves gsm_symbolic within 256 tokens (measured with this
+  # template: 6 of 32 rollouts on a 16-question probe, 1 of 56 on the pool's first 7 questions), so informative
+  # questions are rare: a decode batch of 8 questions x 4 rollouts covers twice the questions of 4 x 8 for the
+  # same cost. A smoke test of the science on real models, not a measurement: every group prints UNDERPOWERED.
   config.budget.questions = 1
-  config.budget.rollouts_per_question = 8
+  config.budget.rollouts_per_question = 4
   config.budget.node_rollouts_per_question = 2
-  config.budget.nodes_per_rollout = 2
+  config.budget.nodes_per_rollout = 3
+  config.budget.prefer_finished = True           # an answered-wrong rollout, not a truncated one, when there is one
   config.budget.node_strategy = "entropy"        # the student's most uncertain tokens: where candidates differ
   config.budget.continuations_per_candidate = 4
   config.budget.student_top_k = 1
   config.budget.teacher_top_k = 1
   config.budget.branch_batch = 64
+  config.budget.question_batch = 8               # base rollouts of 8 questions per decode batch (32 rows)
   if arg == "paper":
     config.name = "teacher_sweep_paper"
     config.student.name = "/data/Qwen3-1.7B"                      # an HF folder (config.json, safetensors)
@@ -54,6 +58,9 @@ def get_config(arg: str | None = None):
     config.budget.rollouts_per_question = 16
     config.budget.node_rollouts_per_question = 4
     config.budget.nodes_per_rollout = 16
+    config.budget.prefer_finished = False
+    config.task.template = ("{question}\nSolve it step by step. Then write the final answer inside <answer></answer> "
+                            "tags.")
     config.budget.node_strategy = "exponential"
     config.budget.continuations_per_candidate = 64
     config.budget.student_top_k = 4

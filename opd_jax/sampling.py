@@ -32,9 +32,11 @@ from opd_jax import sharding
 from opd_jax.models import decoder
 
 # Calls counted by the Python wrappers: "prefill_rows" (rows prefilled), "prefill_calls", "branch_calls",
-# "branch_rows". Tests and benchmarks read it to show one prefill per base rollout.
+# "branch_rows", "compactions" (batches shrunk to their live rows). Tests and benchmarks read it to show one prefill per base rollout.
 COUNTERS: collections.Counter = collections.Counter()
 
+SEGMENT = 64   # decode steps between checks for rows that stopped (`_decode_compacting`)
+MIN_ROWS = 8   # batches shrink no further than this
 NUCLEUS_PREFILTER = 256  # top-p first looks at the 256 most likely tokens; full sort only if they miss p
 
 
@@ -153,7 +155,7 @@ def prefill(params, tokens, positions, *, config: decoder.Config, cache_size: in
 
 
 @functools.partial(jax.jit, static_argnames=("config", "sp", "max_new_tokens", "stop_ids", "pad_id"))
-def decode(params, cache, logits, next_pos, keys, done, caps=None, *, config: decoder.Config,
+def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, config: decoder.Config,
            sp: SamplingParams, max_new_tokens: int, stop_ids: tuple[int, ...], pad_id: int = 0):
   """Sample up to N = max_new_tokens tokens per row on device.
 
@@ -161,11 +163,13 @@ def decode(params, cache, logits, next_pos, keys, done, caps=None, *, config: de
     cache: KV cache with at least N free slots after `end`.
     logits: fp32 [B, V] next-token logits of every row.
     next_pos: int32 [B] position of the next token of each row.
-    keys: [B] per-row keys (`row_keys`); step i uses fold_in(keys[b], i).
+    keys: [B] per-row keys (`row_keys`); step i uses fold_in(keys[b], start + i).
     done: bool [B] rows that must not generate (e.g. a forced stop token); they return length 0.
     caps: int32 [B] per-row token caps <= N (default N): a row stops, unfinished, after caps[b] tokens.
+    start: int32 [] index of the first step in the rows' random streams (a later segment of the same rows).
   Returns:
-    tokens int32 [B, N], logprobs fp32 [B, N], lengths int32 [B], finished bool [B], final cache.
+    tokens int32 [B, N], logprobs fp32 [B, N], lengths int32 [B], finished bool [B], and the state to
+    continue from: final cache, next-token logits fp32 [B, V], next positions int32 [B].
   """
   B = logits.shape[0]
   stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
@@ -181,7 +185,7 @@ def decode(params, cache, logits, next_pos, keys, done, caps=None, *, config: de
   def body(state):
     i, cache, logits, pos, lengths, stopped, toks, lps = state
     active = ~stopped & (lengths < caps)
-    step_keys = jax.vmap(lambda k: jax.random.fold_in(k, i))(keys)
+    step_keys = jax.vmap(lambda k: jax.random.fold_in(k, start + i))(keys)
     tok = sample_logits(logits, step_keys, sp)
     lp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tok[:, None], axis=-1)[:, 0]
     tok = jnp.where(active, tok, pad_id)
@@ -195,9 +199,55 @@ def decode(params, cache, logits, next_pos, keys, done, caps=None, *, config: de
 
   state = (jnp.zeros((), jnp.int32), cache, logits, next_pos.astype(jnp.int32), jnp.zeros((B,), jnp.int32),
            done, out_tok, out_lp)
-  _, cache, _, _, lengths, finished, toks, lps = jax.lax.while_loop(cond, body, state)
+  _, cache, logits, pos, lengths, finished, toks, lps = jax.lax.while_loop(cond, body, state)
   # `finished` is set only by a stop token (sampled, or forced before the call): rows that hit a cap are not.
-  return toks, lps, lengths, finished, cache
+  return toks, lps, lengths, finished, cache, logits, pos
+
+
+@jax.jit
+def _take_rows(rows, cache, logits, next_pos, keys):
+  """Rows `rows` (int32 [B']) of a decode state: the live rows of a batch, compacted."""
+  return decoder.map_cache_rows(lambda a: a[rows], cache), logits[rows], next_pos[rows], keys[rows]
+
+
+def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, config, sp, max_new_tokens,
+                       stop_ids, pad_id, segment, min_rows):
+  """`decode` in segments of `segment` steps; once at most half of a batch's rows are still generating, the
+  live rows move to a batch half as large (down to `min_rows`), so rows that stopped early cost nothing.
+
+  A row's tokens depend only on its own key (step i of its stream is step i whatever the segment), so the
+  output equals one `decode` call up to float round-off of the smaller batches. Returns numpy tokens [B, N],
+  logprobs [B, N], lengths [B], finished [B] as `decode`.
+  """
+  B, N = logits.shape[0], max_new_tokens
+  toks, lps = np.full((B, N), pad_id, np.int32), np.zeros((B, N), np.float32)
+  lengths, finished = np.zeros(B, np.int32), np.asarray(done).copy()
+  caps = np.full(B, N, np.int32) if caps is None else np.minimum(np.asarray(caps), N).astype(np.int32)
+  slots = np.arange(B)                                   # original row of each slot of the current batch
+  live = np.ones(B, bool)                                # slot holds a real row (not a filler)
+  mesh = sharding.mesh_of(params)
+  for start in range(0, N, segment):
+    steps = min(segment, N - start)
+    rem = np.where(live, caps[slots] - lengths[slots], 0).astype(np.int32)
+    stopped = ~live | finished[slots]
+    seg = decode(params, cache, logits, next_pos, keys, *sharding.place_batch(params, stopped, rem),
+                 jnp.int32(start), config=config, sp=sp, max_new_tokens=segment, stop_ids=stop_ids, pad_id=pad_id)
+    t, lp, n, f = (np.asarray(a) for a in seg[:4])
+    cache, logits, next_pos = seg[4:]
+    real = slots[live]
+    toks[real, start:start + steps], lps[real, start:start + steps] = t[live, :steps], lp[live, :steps]
+    lengths[real] += n[live]
+    finished[real] |= f[live]
+    going = live & ~finished[slots] & (lengths[slots] < caps[slots])
+    if not going.any():
+      break
+    size = sharding.pad_rows(max(_bucket(int(going.sum()), 1), min_rows), mesh)
+    if size <= len(slots) // 2:                          # compact: live rows first, then fillers (stopped)
+      keep = np.concatenate([np.flatnonzero(going), np.flatnonzero(~going)])[:size]
+      cache, logits, next_pos, keys = _take_rows(jnp.asarray(keep, jnp.int32), cache, logits, next_pos, keys)
+      COUNTERS["compactions"] += 1
+      slots, live = slots[keep], going[keep]
+  return toks, lps, lengths, finished
 
 
 def _bucket(n: int, minimum: int = 8) -> int:
@@ -228,10 +278,21 @@ def _check_prompts(prompts, config: decoder.Config, max_new_tokens: int):
                      f"({config.max_seq_len}); shorten the prompt or lower max_new_tokens")
 
 
-def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array, max_new_tokens: int,
+@functools.partial(jax.jit, static_argnames=("config", "cache_size"))
+def _prefill_rows(params, tokens, positions, rows, *, config: decoder.Config, cache_size: int):
+  """`prefill` of distinct prompts [U, P], then row b of the result copies prompt rows[b] (int32 [B])."""
+  logits, cache = prefill(params, tokens, positions, config=config, cache_size=cache_size)
+  return logits[rows], decoder.map_cache_rows(lambda a: a[rows], cache)
+
+
+def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array | None = None, max_new_tokens: int,
            temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, stop_ids=None,
-           row_ids: Sequence[int] | None = None, pad_id: int = 0) -> Samples:
+           row_ids: Sequence[int] | None = None, keys: jax.Array | None = None, pad_id: int = 0,
+           segment: int = SEGMENT, min_rows: int = MIN_ROWS) -> Samples:
   """Sample continuations of `prompts` (lists of token ids) with `model` (`opd_jax.models.Model`).
+
+  Each distinct prompt is prefilled once (n rollouts of one question cost one prefill); rows then decode
+  together, and rows that stopped leave the batch (see `segment`).
 
   Args:
     key: a jax PRNG key; row r uses fold_in(key, row_ids[r]) (default row id r).
@@ -239,41 +300,56 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array, max_new_t
     temperature, top_p, top_k: see `sample_logits`; temperature 0 = greedy.
     stop_ids: token ids that end a row (default: the model's stop ids).
     row_ids: stable int ids of the rows (so a row samples the same wherever it sits).
+    keys: per-row keys [B] (e.g. from `row_keys`) instead of `key` and `row_ids`: rows of several questions,
+      each with its own key, in one call.
+    segment, min_rows: decode in segments of `segment` steps, moving the rows still generating to a smaller
+      batch (>= min_rows) once at most half are (`_decode_compacting`).
   Returns:
     `Samples` (numpy): tokens [B, N], logprobs [B, N] (raw distribution, see module docstring), lengths [B],
     finished [B].
   Raises:
-    ValueError: empty prompts, bad sampling settings, prompt + N longer than the model's context.
+    ValueError: empty prompts, bad sampling settings, prompt + N longer than the model's context, neither or
+      both of `key` and `keys`, or `keys` not of length B.
   """
   config, params = model.config, model.params
   sp = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
   _check_prompts(prompts, config, max_new_tokens)
   stop = tuple(sorted(set(model.stop_ids if stop_ids is None else stop_ids)))
-  B = len(prompts)
-  rows = np.arange(B) if row_ids is None else np.asarray(row_ids)
-  Bp, P = sharding.pad_rows(_bucket(B, 1), sharding.mesh_of(params)), _bucket(max(len(p) for p in prompts), 16)
-  padded = list(prompts) + [[pad_id]] * (Bp - B)                      # dummy rows, discarded below
-  tokens, positions = _left_pad(padded, P, pad_id)
-  positions[B:] = -1
-  rows = np.concatenate([rows, np.arange(Bp - B) + 2**30]).astype(np.uint32)
-  next_pos = np.array([len(p) for p in padded], np.int32)
+  B, mesh = len(prompts), sharding.mesh_of(params)
+  if (key is None) == (keys is None):
+    raise ValueError("pass exactly one of key (with optional row_ids) and keys (one key per prompt)")
+  if keys is None:
+    keys = row_keys(key, jnp.asarray(np.arange(B) if row_ids is None else row_ids, jnp.uint32))
+  elif keys.shape != (B,):
+    raise ValueError(f"keys must hold one key per prompt: shape ({B},), got {keys.shape}")
+  distinct: dict[tuple[int, ...], int] = {}
+  rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+  U, Bp = len(distinct), sharding.pad_rows(_bucket(B, 1), mesh)
+  Up, P = sharding.pad_rows(_bucket(U, 1), mesh), _bucket(max(len(p) for p in prompts), 16)
+  tokens, positions = _left_pad(list(distinct) + [[pad_id]] * (Up - U), P, pad_id)
+  positions[U:] = -1                                                   # dummy prompts: nothing to attend to
+  rows = np.array(rows + [0] * (Bp - B), np.int32)                     # dummy rows copy row 0, then stay done
+  keys = jnp.concatenate([keys, jnp.repeat(keys[:1], Bp - B)])      # dummy rows: done, never sample
+  next_pos = np.array([len(p) for p in prompts] + [1] * (Bp - B), np.int32)
   COUNTERS["prefill_calls"] += 1
-  COUNTERS["prefill_rows"] += B
+  COUNTERS["prefill_rows"] += U
   tokens, positions = sharding.place_batch(params, tokens, positions)
-  logits, cache = prefill(params, tokens, positions, config=config, cache_size=P + max_new_tokens)
-  done = np.zeros(Bp, bool)
-  done[B:] = True
-  next_pos, keys, done = sharding.place_batch(params, next_pos, row_keys(key, jnp.asarray(rows)), done)
-  toks, lps, lengths, finished, _ = decode(
-      params, cache, logits, next_pos, keys, done, config=config,
-      sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop, pad_id=pad_id)
-  return Samples(*(np.asarray(a)[:B] for a in (toks, lps, lengths, finished)))
+  logits, cache = _prefill_rows(params, tokens, positions, jnp.asarray(rows), config=config,
+                                cache_size=P + max_new_tokens)
+  next_pos, keys = sharding.place_batch(params, next_pos, keys)
+  out = _decode_compacting(params, cache, logits, next_pos, keys, np.arange(Bp) >= B, None, config=config,
+                           sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop, pad_id=pad_id, segment=segment,
+                           min_rows=min_rows)
+  return Samples(*(a[:B] for a in out))
 
 
-@functools.partial(jax.jit, static_argnames=("config", "sp", "max_new_tokens", "stop_ids", "pad_id"))
-def _branch(params, base_cache, base_row, cut_pos, forced, keys, caps, *, config, sp, max_new_tokens,
-            stop_ids, pad_id):
-  """Jitted core of `branch`: gather base rows, mask positions >= cut, feed the forced token, decode."""
+@functools.partial(jax.jit, static_argnames=("config", "max_new_tokens", "stop_ids"))
+def _branch_start(params, base_cache, base_row, cut_pos, forced, *, config, max_new_tokens, stop_ids):
+  """Jitted start of `branch`: gather base rows, mask positions >= cut, feed the forced token.
+
+  Returns the decode state: cache (N + 1 free slots), logits fp32 [NB, V], next positions [NB], and done [NB]
+  (a forced stop ends the rollout at once).
+  """
   extra = max_new_tokens + 1
 
   def rows(a):                                   # [B_base, S, ...] -> [NB, S + extra, ...]
@@ -284,9 +360,7 @@ def _branch(params, base_cache, base_row, cut_pos, forced, keys, caps, *, config
   cache["pos"] = jnp.where(cache["pos"] >= cut_pos[:, None], -1, cache["pos"])
   logits, cache = decoder.forward(params, forced[:, None], cut_pos[:, None], cache, config=config)
   stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
-  done = jnp.any(forced[:, None] == stops[None, :], axis=-1)          # a forced stop ends the rollout at once
-  return decode(params, cache, logits[:, 0], cut_pos + 1, keys, done, caps, config=config, sp=sp,
-                max_new_tokens=max_new_tokens, stop_ids=stop_ids, pad_id=pad_id)[:4]
+  return cache, logits[:, 0], cut_pos + 1, jnp.any(forced[:, None] == stops[None, :], axis=-1)
 
 
 def prefill_sequences(model, sequences: Sequence[Sequence[int]]):
@@ -306,16 +380,18 @@ def prefill_sequences(model, sequences: Sequence[Sequence[int]]):
 def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence[int],
            forced_tokens: Sequence[int], key: jax.Array, max_new_tokens: int, row_ids: Sequence[int],
            caps: Sequence[int] | None = None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-           stop_ids=None, pad_id: int = 0, pad_to: int = 1) -> Samples:
+           stop_ids=None, pad_id: int = 0, pad_to: int = 1, segment: int = SEGMENT,
+           min_rows: int = MIN_ROWS) -> Samples:
   """Continue base rollouts from prefix positions with forced first tokens (targeted rollouts).
 
   Branch j reads base row `base_rows[j]` of `base_cache` (from `prefill_sequences`) truncated to its first
   `prefix_lens[j]` tokens (prompt + response prefix: the slots at positions >= prefix_lens[j] are masked),
-  (rows are padded to at least `pad_to`, so fixed-size callers compile once),
   appends `forced_tokens[j]` at position prefix_lens[j], then samples up to `max_new_tokens` tokens. A forced
   stop token ends the branch at once (length 0, finished). `caps[j]` <= max_new_tokens (default: all
-  max_new_tokens) caps branch j's own length; a row's tokens never depend on the others'. Equal to sampling from scratch with the prompt
-  `sequence[:prefix_len] + [forced]` and the same key and row id (up to float round-off in the logits).
+  max_new_tokens) caps branch j's own length; a row's tokens never depend on the others'. Equal to sampling
+  from scratch with the prompt `sequence[:prefix_len] + [forced]` and the same key and row id (up to float
+  round-off in the logits). Rows are padded to at least `pad_to` (fixed-size callers compile once); rows that
+  stopped leave the batch every `segment` steps, as in `sample`.
 
   Returns:
     `Samples` of the continuations after the forced token: tokens [NB, N], logprobs, lengths, finished.
@@ -338,10 +414,10 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
   row_caps = fill([max_new_tokens] * nb if caps is None else caps, 0)
   COUNTERS["branch_calls"] += 1
   COUNTERS["branch_rows"] += nb
-  toks, lps, lengths, finished = _branch(
-      model.params, base_cache, *sharding.place_batch(model.params, rows, cut, forced,
-                                                      row_keys(key, jnp.asarray(ids)), row_caps),
-      config=config, sp=sp,
-      max_new_tokens=max_new_tokens, stop_ids=stop,
-      pad_id=pad_id)
-  return Samples(*(np.asarray(a)[:nb] for a in (toks, lps, lengths, finished)))
+  rows, cut, forced, keys = sharding.place_batch(model.params, rows, cut, forced, row_keys(key, jnp.asarray(ids)))
+  cache, logits, next_pos, done = _branch_start(model.params, base_cache, rows, cut, forced, config=config,
+                                                max_new_tokens=max_new_tokens, stop_ids=stop)
+  out = _decode_compacting(model.params, cache, logits, next_pos, keys, np.asarray(done), row_caps, config=config,
+                           sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop, pad_id=pad_id, segment=segment,
+                           min_rows=min_rows)
+  return Samples(*(a[:nb] for a in out))

@@ -7,7 +7,9 @@ config -> task problems -> student prompts -> base rollouts -> verifier -> quest
 
 Randomness: question i (pool index) draws its base rollouts from fold_in(fold_in(key(seed), i), 0) and the
 continuations of its rollout r from fold_in(fold_in(fold_in(key(seed), i), 1), r), with stable row ids, so a
-question's records do not depend on which questions ran before it, in this process or another.
+question's records do not depend on which questions ran before it, in this process or another. The base
+rollouts of `budget.question_batch` consecutive questions of a process's share are sampled in one batch (fixed
+blocks: a resumed run samples the same batches as an uninterrupted one).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 from absl import logging
@@ -56,6 +59,7 @@ def validate(config) -> None:
   """Config errors that need no model or data (each names the field and the fix)."""
   for f in ("budget.questions", "budget.rollouts_per_question", "budget.node_rollouts_per_question",
             "budget.nodes_per_rollout", "budget.continuations_per_candidate", "budget.branch_batch",
+            "budget.question_batch",
             "sampling.max_new_tokens", "scoring.chunk", "scoring.top_k"):
     _positive(config, f)
   for f in ("budget.student_top_k", "budget.teacher_top_k"):
@@ -99,11 +103,12 @@ class Plan:
         "scale by model size and hardware)"])
 
 
-# Rough rates of the 0.5B student on the 2-core CPU, fp32, for the dry-run estimate only: decode measured at
-# 22 tokens/s (batch 8) to 35 (batch 32) (benchmarks/sampling.py); scoring is prefill-like, not yet measured
-# at full size (benchmarks/scoring.py): a guess.
-DECODE_TOKENS_PER_S = 30.0
-SCORE_TOKENS_PER_S = 150.0
+# Rates of the default study on the 2-core CPU, fp32 (0.5B student, 1.5B teacher), for the dry-run estimate
+# only, measured in a cold `configs/teacher_sweep.py` run (manifest timings_s): base rollouts 2 x 32 rows x 256
+# token slots in 334 s (49 slots/s); scoring 2 rollouts x 4 (teacher, context) passes of <= 256 response tokens
+# in 151 s, compiles included (the contexts' prompts are prefilled too).
+DECODE_TOKENS_PER_S = 49.0
+SCORE_TOKENS_PER_S = 14.0
 
 
 def plan(config) -> Plan:
@@ -113,7 +118,7 @@ def plan(config) -> Plan:
   confs = [contexts.parse(k, v) for k, v in config.configurations.items()]
   keys = {c.scoring_key for c in confs}
   q = b.questions
-  rollouts = q * b.rollouts_per_question
+  rollouts = -(-q // b.question_batch) * b.question_batch * b.rollouts_per_question   # whole decode batches
   scored = q * (b.rollouts_per_question if config.scoring.all_rollouts else b.node_rollouts_per_question)
   nodes = q * b.node_rollouts_per_question * (n_tok if b.node_strategy == "all" else b.nodes_per_rollout)
   cand = 1 + b.student_top_k + b.teacher_top_k * len(keys)
@@ -205,10 +210,12 @@ def setup(config) -> Env:
 # ----------------------------------------------------------------------------------------------------------
 # One question.
 
-def _balanced(correct: list[bool], k: int) -> list[int]:
-  """Up to k rollout ids alternating correct / incorrect (lowest ids first) while both last."""
-  pos = [i for i, c in enumerate(correct) if c]
-  neg = [i for i, c in enumerate(correct) if not c]
+def _balanced(correct: list[bool], k: int, order: list[int] | None = None) -> list[int]:
+  """Up to k rollout ids alternating correct / incorrect while both last, each group taken in `order`
+  (default: lowest ids first)."""
+  order = list(range(len(correct))) if order is None else order
+  pos = [i for i in order if correct[i]]
+  neg = [i for i in order if not correct[i]]
   out = []
   while len(out) < k and (pos or neg):
     for pool in (pos, neg):
@@ -227,23 +234,36 @@ def _timed(env: Env, stage: str):
   return _T()
 
 
-def process_question(env: Env, index: int, problem) -> dict[str, pd.DataFrame] | None:
-  """All records of one question, or None when selection skips it (not informative)."""
+def _question_key(env: Env, index: int) -> jax.Array:
+  return jax.random.fold_in(jax.random.key(env.config.seed), index)
+
+
+def base_rollouts(env: Env, block: list[int]) -> list[sampling.Samples]:
+  """The base rollouts of the questions at pool indices `block`, sampled in one batch (one prefill per
+  question); question i's row r draws from row_keys(fold_in(key_i, 0), r), as if sampled alone."""
+  c, n = env.config, env.config.budget.rollouts_per_question
+  prompts = [env.chat(env.task.prompt(env.task.problems[i])) for i in block]
+  keys = jnp.concatenate([sampling.row_keys(jax.random.fold_in(_question_key(env, i), 0),
+                                            jnp.arange(n, dtype=jnp.uint32)) for i in block])
+  with _timed(env, "rollouts_s"):
+    out = sampling.sample(env.student, [p for p in prompts for _ in range(n)], keys=keys,
+                          max_new_tokens=c.sampling.max_new_tokens, temperature=c.sampling.temperature,
+                          top_p=c.sampling.top_p, top_k=c.sampling.top_k)
+  return [sampling.Samples(*(a[j * n:(j + 1) * n] for a in (out.tokens, out.logprobs, out.lengths, out.finished)))
+          for j in range(len(block))]
+
+
+def process_question(env: Env, index: int, problem, out: sampling.Samples) -> dict[str, pd.DataFrame] | None:
+  """All records of one question from its base rollouts `out` (`base_rollouts`), or None when selection skips
+  it (not informative)."""
   c, student = env.config, env.student
-  key_q = jax.random.fold_in(jax.random.key(c.seed), index)
+  key_q = _question_key(env, index)
   prompt = env.chat(env.task.prompt(problem))
   n_tok = c.sampling.max_new_tokens
-  if len(prompt) + n_tok > student.config.max_seq_len:
-    raise ValueError(f"question {problem.id}: prompt of {len(prompt)} tokens + config.sampling.max_new_tokens="
-                     f"{n_tok} exceeds the student's context ({student.config.max_seq_len}); lower "
-                     "config.sampling.max_new_tokens")
   sp = dict(temperature=c.sampling.temperature, top_p=c.sampling.top_p, top_k=c.sampling.top_k)
   n = c.budget.rollouts_per_question
 
-  # --- Base rollouts and verification --------------------------------------------------------------------
-  with _timed(env, "rollouts_s"):
-    out = sampling.sample(student, [prompt] * n, key=jax.random.fold_in(key_q, 0), max_new_tokens=n_tok,
-                          row_ids=list(range(n)), **sp)
+  # --- Verification of the base rollouts -----------------------------------------------------------------
   responses = [out.tokens[r, :out.lengths[r]].tolist() for r in range(n)]
   texts = [student.tokenizer.decode(resp, skip_special_tokens=True) for resp in responses]
   rewards = [env.task.reward(problem, t) if out.finished[r] or c.task.grade_truncated else 0.0
@@ -260,7 +280,8 @@ def process_question(env: Env, index: int, problem) -> dict[str, pd.DataFrame] |
     return None
 
   # --- Teacher scoring: dense predictors of every (teacher, context) ------------------------------------
-  node_rows = [r for r in _balanced(correct, c.budget.node_rollouts_per_question) if responses[r]]
+  order = sorted(range(n), key=lambda r: (bool(c.budget.prefer_finished and not out.finished[r]), r))
+  node_rows = [r for r in _balanced(correct, c.budget.node_rollouts_per_question, order) if responses[r]]
   scored = [r for r in range(n) if responses[r]] if c.scoring.all_rollouts else node_rows
   keys = sorted({conf.scoring_key for conf in env.confs})
   t_prompts, dense = {}, {}
@@ -438,20 +459,26 @@ def run(config, workdir: str) -> str:
   bar = tqdm(total=quota, initial=len(selected), desc="questions", unit="q",
              disable=not config.logging.progress)
   try:
-    for index in sharding.split_questions(range(len(env.task.problems)), pi, pc):
-      problem = env.task.problems[index]
+    mine, G = sharding.split_questions(range(len(env.task.problems)), pi, pc), config.budget.question_batch
+    for block in (mine[s:s + G] for s in range(0, len(mine), G)):   # fixed blocks: resuming changes no batch
       if len(selected) >= quota:
         break
-      if problem.id in done:
+      if all(env.task.problems[i].id in done for i in block):
         continue
-      tables = process_question(env, index, problem)
-      if tables is not None:
-        for name in records.TABLES:
-          records.write_part(workdir, name, problem.id, tables[name])
-        selected.append(problem.id)
-        bar.update(1)
-      processed.append(problem.id)
-      sharding.write_progress(workdir, {"processed": processed, "selected": selected}, pi, pc)
+      for index, out in zip(block, base_rollouts(env, block)):
+        problem = env.task.problems[index]
+        if len(selected) >= quota:
+          break
+        if problem.id in done:
+          continue
+        tables = process_question(env, index, problem, out)
+        if tables is not None:
+          for name in records.TABLES:
+            records.write_part(workdir, name, problem.id, tables[name])
+          selected.append(problem.id)
+          bar.update(1)
+        processed.append(problem.id)
+        sharding.write_progress(workdir, {"processed": processed, "selected": selected}, pi, pc)
   except Exception as e:
     if pc > 1:                                             # the other processes stop waiting and raise too
       sharding.write_progress(workdir, {"processed": processed, "selected": selected}, pi, pc,

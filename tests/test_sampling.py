@@ -113,10 +113,29 @@ def test_logprobs_stop_and_padding(model):
 def test_no_recompile_within_a_bucket(model):
   key = jax.random.key(5)
   sampling.sample(model, [[1, 2, 3]], key=key, max_new_tokens=8)
-  before = (sampling.prefill._cache_size(), sampling.decode._cache_size())
+  before = (sampling._prefill_rows._cache_size(), sampling.decode._cache_size())
   sampling.sample(model, [[1, 2, 3, 4, 6]], key=key, max_new_tokens=8)
   sampling.sample(model, [[7, 8]], key=jax.random.key(6), max_new_tokens=8)
-  assert (sampling.prefill._cache_size(), sampling.decode._cache_size()) == before
+  assert (sampling._prefill_rows._cache_size(), sampling.decode._cache_size()) == before
+
+
+def test_repeated_prompts_prefill_once_and_per_row_keys(model):
+  prompts = [[1, 2, 3]] * 3 + [[4, 5, 6, 7, 8]] * 2
+  key, ids = jax.random.key(9), [10, 11, 12, 13, 14]
+  sampling.COUNTERS.clear()
+  out = sampling.sample(model, prompts, key=key, max_new_tokens=12, stop_ids=(), row_ids=ids)
+  assert sampling.COUNTERS["prefill_rows"] == 2 and sampling.COUNTERS["prefill_calls"] == 1
+  assert len({tuple(t) for t in out.tokens}) == 5                     # copies of one prompt sample apart
+  for j, p in enumerate(prompts):                                      # = each row sampled alone
+    alone = sampling.sample(model, [p], key=key, max_new_tokens=12, stop_ids=(), row_ids=[ids[j]])
+    np.testing.assert_array_equal(alone.tokens[0], out.tokens[j])
+    np.testing.assert_allclose(alone.logprobs[0], out.logprobs[j], atol=1e-5)
+  keys = sampling.row_keys(key, jnp.asarray(ids, jnp.uint32))
+  np.testing.assert_array_equal(sampling.sample(model, prompts, keys=keys, max_new_tokens=12, stop_ids=()).tokens, out.tokens)
+  with pytest.raises(ValueError, match="exactly one of key"):
+    sampling.sample(model, prompts, key=key, keys=keys, max_new_tokens=12, stop_ids=())
+  with pytest.raises(ValueError, match="one key per prompt"):
+    sampling.sample(model, prompts, keys=keys[:2], max_new_tokens=12, stop_ids=())
 
 
 def test_branches_equal_decoding_from_scratch_with_one_prefill(model):
@@ -140,6 +159,30 @@ def test_branches_equal_decoding_from_scratch_with_one_prefill(model):
     np.testing.assert_array_equal(out.tokens[j], scratch.tokens[0])
     np.testing.assert_allclose(out.logprobs[j], scratch.logprobs[0], atol=1e-5)
     assert out.lengths[j] == scratch.lengths[0] and out.finished[j] == scratch.finished[0]
+
+
+def test_compacting_segments_equal_one_decode(model):
+  """Rows that stopped leave the batch between segments; every row's tokens stay those of one long decode."""
+  prompts = [[1, 2, 3], [4, 5, 6, 7], [8], [9, 10, 11, 12, 13], [2, 2], [3, 1, 4, 1, 5], [6, 6, 6], [7, 9]]
+  kw = dict(key=jax.random.key(11), max_new_tokens=20, row_ids=list(range(8)))
+  one = sampling.sample(model, prompts, **kw)
+  assert len(set(one.lengths.tolist())) > 2                           # rows stop at different steps
+  sampling.COUNTERS.clear()
+  seg = sampling.sample(model, prompts, segment=3, min_rows=1, **kw)
+  assert sampling.COUNTERS["compactions"] >= 1
+  for a, b in ((one.tokens, seg.tokens), (one.lengths, seg.lengths), (one.finished, seg.finished)):
+    np.testing.assert_array_equal(a, b)
+  np.testing.assert_allclose(one.logprobs, seg.logprobs, atol=1e-5)
+  # Branches too, with per-row caps.
+  seq = prompts[3] + one.tokens[3, :one.lengths[3]].tolist()
+  cache = sampling.prefill_sequences(model, [seq])
+  bkw = dict(base_rows=[0] * 6, prefix_lens=[5, 6, 6, 7, 8, 9], forced_tokens=[6, 7, 8, 9, 10, 11],
+             key=jax.random.key(12), max_new_tokens=16, row_ids=list(range(6)), caps=[16, 3, 16, 9, 16, 1])
+  a = sampling.branch(model, cache, **bkw)
+  b = sampling.branch(model, cache, segment=2, min_rows=1, **bkw)
+  np.testing.assert_array_equal(a.tokens, b.tokens)
+  np.testing.assert_array_equal(a.lengths, b.lengths)
+  assert (a.lengths <= np.array(bkw["caps"])).all()
 
 
 def test_forced_stop_ends_branch_at_once(model):

@@ -98,8 +98,8 @@ def placed_sample(m):
   logits, cache = sampling.prefill(m.params, tokens, positions, config=cfg, cache_size=26)
   keys = sampling.row_keys(jax.random.key(3), jnp.asarray(rows))
   next_pos, keys, done = sharding.place_batch(m.params, next_pos, keys, done)
-  toks, lps, lengths, finished, _ = sampling.decode(m.params, cache, logits, next_pos, keys, done, config=cfg,
-      sp=sampling.SamplingParams(), max_new_tokens=10, stop_ids=(), pad_id=0)
+  toks, lps, lengths, finished = sampling.decode(m.params, cache, logits, next_pos, keys, done, config=cfg,
+      sp=sampling.SamplingParams(), max_new_tokens=10, stop_ids=(), pad_id=0)[:4]
   return {"tokens": np.asarray(toks)[:len(sp)], "logprobs": np.asarray(lps)[:len(sp)], "B": B,
           "cache_spec": tuple(cache["k"].sharding.spec), "tokens_spec": tuple(tokens.sharding.spec)}
 

@@ -214,3 +214,15 @@ def test_tokenizer_mismatch_is_refused(monkeypatch, tmp_path):
   with pytest.raises(ValueError, match="tokenizer"):
     study.run(smoke_config.get_config(), str(tmp_path / "w"))
   assert not (tmp_path / "w" / "records").exists()
+
+
+def test_node_rollouts_balanced_and_prefer_finished_order():
+  from opd_jax import study  # pylint: disable=g-import-not-at-top
+  correct = [False, True, False, False, True]
+  assert study._balanced(correct, 2) == [0, 1]                       # lowest ids of each group
+  assert study._balanced(correct, 3) == [0, 1, 4]                    # alternating: correct 1, wrong 0, correct 4
+  assert study._balanced(correct, 9) == [0, 1, 2, 3, 4]
+  finished = [False, True, False, True, True]                         # rollouts 0 and 2 hit the cap
+  order = sorted(range(5), key=lambda r: (not finished[r], r))        # what budget.prefer_finished does
+  assert study._balanced(correct, 2, order) == [1, 3]                 # answered-wrong 3 before truncated 0
+  assert study._balanced([False, False], 2, [1, 0]) == [0, 1]
