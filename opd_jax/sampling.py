@@ -1,7 +1,9 @@
 """Batched sampling on device: prefill, a `lax.while_loop` decode loop, and prefix branching.
 
 Three jit-compiled pure functions over plain pytrees do the work; `sample` and `branch` are thin Python
-wrappers that pad to bucket shapes (so repeated calls do not recompile) and unpad the results.
+wrappers that pad to bucket shapes (so repeated calls do not recompile), prefill each distinct prompt once,
+decode in segments of `SEGMENT` steps that move the rows still generating into smaller batches (rows that
+stopped early cost nothing), and unpad the results.
 
 - `prefill`: run prompts (left-padded, pad positions -1) through the model into a fresh KV cache.
 - `decode`: from a cache and the next-token logits, sample up to N tokens per row, stopping at stop ids.
@@ -32,7 +34,8 @@ from opd_jax import sharding
 from opd_jax.models import decoder
 
 # Calls counted by the Python wrappers: "prefill_rows" (rows prefilled), "prefill_calls", "branch_calls",
-# "branch_rows", "compactions" (batches shrunk to their live rows). Tests and benchmarks read it to show one prefill per base rollout.
+# "branch_rows", "compactions" (batches shrunk to their live rows). Tests and benchmarks read it to show one
+# prefill per base rollout.
 COUNTERS: collections.Counter = collections.Counter()
 
 SEGMENT = 64   # decode steps between checks for rows that stopped (`_decode_compacting`)
