@@ -20,6 +20,9 @@ own subprocess; one warm-up call per side (our compile) is excluded, then --reps
 medians. Memory: peak RSS during a call minus RSS after loading (weights touched first), or, on a GPU, the
 device's peak allocation above the post-load allocation. Our side also counts XLA compilations per call
 (steady-state repetitions must show 0) and cross-checks the FLOP count with `compiled.cost_analysis()`.
+Where both sides' weights and HF's [B, T, V] tensors do not fit in host memory together (the default 0.5B +
+1.5B fp32 at T = 2048 on a 23 GB host), --isolate=auto keeps one side alive at a time: every repetition starts
+a fresh worker for each side (load, one warm-up call, the timed call), still interleaved.
 Ends with one JSON line: tokens/s, "speedup" (ours / HF), "peak_mem_ratio" (ours / HF), MFU when --peak_flops.
 """
 from __future__ import annotations
@@ -53,7 +56,8 @@ def ours(args):
 
   def info():
     return {"rows": rows, "n_student": harness.matmul_params(student.config),
-            "n_teacher": harness.matmul_params(teacher.config), "backend": jax.default_backend()}
+            "n_teacher": harness.matmul_params(teacher.config), "backend": jax.default_backend(),
+            "vocab": student.config.vocab_size}
 
   def analyze():
     """FLOPs of the compiled program three ways (see harness.jaxpr_flops); the arrays `score` builds."""
@@ -155,6 +159,23 @@ def hf(args):
   harness.serve(handle)
 
 
+def _isolate(args, ours_rss_mb: float, vocab: int) -> bool:
+  """--isolate: yes / no, or auto: isolate when both sides cannot be resident at once in host memory.
+
+  Estimate (CPU): twice our RSS after loading (both sides hold the weights) plus 10 fp32 [B, P + T, V] tensors
+  (HF's logits, log-softmaxes and predictor temporaries), against MemTotal in /proc/meminfo.
+  """
+  if args.isolate != "auto" or args.reference != "hf":
+    return args.isolate == "yes" and args.reference == "hf"
+  try:
+    with open("/proc/meminfo") as f:
+      total_mb = next(int(line.split()[1]) / 1024 for line in f if line.startswith("MemTotal:"))
+  except (OSError, StopIteration):
+    return False
+  need_mb = 2 * ours_rss_mb + 10 * args.batch * (args.prompt_len + args.seq_len) * vocab * 4 / 2**20
+  return need_mb > 0.9 * total_mb
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--student", default="qwen2.5-coder-0.5b-instruct", help="preset, HF folder, random:<name>[@seed]")
@@ -173,6 +194,8 @@ def main():
   ap.add_argument("--peak_flops", type=float, default=0.0, help="device peak FLOP/s for MFU (H200 bf16: 989e12)")
   ap.add_argument("--export_dir", default=None, help="where random models are written for the HF side")
   ap.add_argument("--json_out", default=None, help="also write the final JSON line to this file")
+  ap.add_argument("--isolate", default="auto", choices=["auto", "yes", "no"],
+                  help="one side alive at a time (a fresh worker per repetition; auto: when both do not fit)")
   ap.add_argument("--side", choices=["ours", "hf"], help=argparse.SUPPRESS)
   args = ap.parse_args()
   if args.reps < 1 or args.batch < 1 or args.seq_len < 1 or args.prompt_len < 1:
@@ -188,22 +211,34 @@ def main():
   argv = [sys.executable, os.path.abspath(__file__)] + [f"--{k}={v}" for k, v in vars(args).items()
                                                         if v is not None and k not in ("side", "json_out")]
   env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}        # both sides share one accelerator
+  names = ["ours"] + (["hf"] if args.reference == "hf" else [])
+  runs, first, load_seconds, workers = {s: [] for s in names}, {}, {}, {}
   try:
-    sides = {"ours": harness.Worker(argv + ["--side=ours"], env)}   # first: it exports random models
-    if args.reference == "hf":
-      sides["hf"] = harness.Worker(argv + ["--side=hf"], env)
-    info = sides["ours"](what="info")
-    if "hf" in sides:
-      sides["hf"](what="set_rows", rows=info["rows"])
-    first = {s: w(what="run") for s, w in sides.items()}            # compile / warm-up: not in the medians
-    analysis = sides["ours"](what="analyze")
-    runs = {s: [] for s in sides}
-    for _ in range(args.reps):
-      for s, w in sides.items():
-        runs[s].append(w(what="run"))
-    for w in sides.values():
-      w.close()
+    def start(side):
+      w = workers[side] = harness.Worker(argv + [f"--side={side}"], env)
+      load_seconds.setdefault(side, w.ready["load_seconds"])
+      if side == "hf":
+        w(what="set_rows", rows=info["rows"])
+      return w
+
+    start("ours")                                                    # first: it exports random models
+    info = workers["ours"](what="info")
+    isolate = _isolate(args, workers["ours"].ready["rss_after_load_mb"], info["vocab"])
+    first["ours"] = workers["ours"](what="run")                      # compile / warm-up: not in the medians
+    analysis = workers["ours"](what="analyze")
+    for rep in range(args.reps):                                     # interleaved: ours, hf, ours, hf, ...
+      for s in names:
+        if s not in workers:                                         # isolated: a fresh worker, warmed up
+          start(s)
+          first.setdefault(s, workers[s](what="run"))
+        runs[s].append(workers[s](what="run"))
+        if isolate:
+          workers.pop(s).close()
+    print("sides: " + ("one alive at a time (--isolate): each repetition a fresh worker, warmed up" if isolate
+                       else "both alive, interleaved"))
   finally:
+    for w in workers.values():
+      w.close()
     if tmp:
       shutil.rmtree(tmp, ignore_errors=True)
 
@@ -264,7 +299,7 @@ def main():
                  ours_gflops=round(model_flops / ours_s / 1e9, 2),
                  compiles_steady_state=sum(r["compiles"] for r in runs["ours"]),
                  first_call_s={s: round(f["seconds"], 2) for s, f in first.items()},
-                 load_seconds={s: round(w.ready["load_seconds"], 1) for s, w in sides.items()})
+                 load_seconds={s: round(v, 1) for s, v in load_seconds.items()}, isolated=isolate)
   harness.final_json(figures, args.json_out)
 
 

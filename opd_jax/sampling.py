@@ -1,9 +1,10 @@
 """Batched sampling on device: prefill, a `lax.while_loop` decode loop, and prefix branching.
 
-Three jit-compiled pure functions over plain pytrees do the work; `sample` and `branch` are thin Python
-wrappers that pad to bucket shapes (so repeated calls do not recompile), prefill each distinct prompt once,
-decode in segments of `SEGMENT` steps that move the rows still generating into smaller batches (rows that
-stopped early cost nothing), and unpad the results.
+Three jit-compiled pure functions over plain pytrees do the work (`sharding.sharded_jit`: jax.jit with
+explicit in / out shardings on the params' mesh); `sample` and `branch` are thin Python wrappers that pad to
+bucket shapes (so repeated calls do not recompile), prefill each distinct prompt once, decode in segments of
+`SEGMENT` steps that move the rows still generating into smaller batches (rows that stopped early cost
+nothing), and unpad the results.
 
 - `prefill`: run prompts (left-padded, pad positions -1) through the model into a fresh KV cache.
 - `decode`: from a cache and the next-token logits, sample up to N tokens per row, stopping at stop ids.
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 from typing import Sequence
 
 import jax
@@ -32,6 +32,7 @@ import numpy as np
 
 from opd_jax import sharding
 from opd_jax.models import decoder
+from opd_jax.sharding import CACHE, PARAMS, REPLICATED, ROWS
 
 # Calls counted by the Python wrappers: "prefill_rows" (rows prefilled), "prefill_calls", "branch_calls",
 # "branch_rows", "compactions" (batches shrunk to their live rows). Tests and benchmarks read it to show one
@@ -141,7 +142,8 @@ def sample_logits(logits: jax.Array, keys: jax.Array, sp: SamplingParams) -> jax
   return jax.lax.cond(jnp.all(covered >= sp.top_p), lambda: restricted(k), lambda: restricted(V))
 
 
-@functools.partial(jax.jit, static_argnames=("config", "cache_size"))
+@sharding.sharded_jit(in_specs=(PARAMS, ROWS, ROWS), out_specs=(ROWS, CACHE),
+                      static_argnames=("config", "cache_size"))
 def prefill(params, tokens, positions, *, config: decoder.Config, cache_size: int):
   """Run left-padded prompts into a new KV cache.
 
@@ -157,7 +159,9 @@ def prefill(params, tokens, positions, *, config: decoder.Config, cache_size: in
   return decoder.head(params, h[:, -1], config=config), cache
 
 
-@functools.partial(jax.jit, static_argnames=("config", "sp", "max_new_tokens", "stop_ids", "pad_id"))
+@sharding.sharded_jit(in_specs=(PARAMS, CACHE, ROWS, ROWS, ROWS, ROWS, ROWS, REPLICATED),
+                      out_specs=(ROWS, ROWS, ROWS, ROWS, CACHE, ROWS, ROWS),
+                      static_argnames=("config", "sp", "max_new_tokens", "stop_ids", "pad_id"))
 def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, config: decoder.Config,
            sp: SamplingParams, max_new_tokens: int, stop_ids: tuple[int, ...], pad_id: int = 0):
   """Sample up to N = max_new_tokens tokens per row on device.
@@ -207,7 +211,7 @@ def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, c
   return toks, lps, lengths, finished, cache, logits, pos
 
 
-@jax.jit
+@sharding.sharded_jit(in_specs=(REPLICATED, CACHE, ROWS, ROWS, ROWS), out_specs=(CACHE, ROWS, ROWS, ROWS))
 def _take_rows(rows, cache, logits, next_pos, keys):
   """Rows `rows` (int32 [B']) of a decode state: the live rows of a batch, compacted."""
   return decoder.map_cache_rows(lambda a: a[rows], cache), logits[rows], next_pos[rows], keys[rows]
@@ -233,8 +237,8 @@ def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, con
     steps = min(segment, N - start)
     rem = np.where(live, caps[slots] - lengths[slots], 0).astype(np.int32)
     stopped = ~live | finished[slots]
-    seg = decode(params, cache, logits, next_pos, keys, *sharding.place_batch(params, stopped, rem),
-                 jnp.int32(start), config=config, sp=sp, max_new_tokens=segment, stop_ids=stop_ids, pad_id=pad_id)
+    seg = decode(params, cache, logits, next_pos, keys, stopped, rem, np.int32(start), config=config, sp=sp,
+                 max_new_tokens=segment, stop_ids=stop_ids, pad_id=pad_id)
     t, lp, n, f = (np.asarray(a) for a in seg[:4])
     cache, logits, next_pos = seg[4:]
     real = slots[live]
@@ -247,7 +251,7 @@ def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, con
     size = sharding.pad_rows(max(_bucket(int(going.sum()), 1), min_rows), mesh)
     if size <= len(slots) // 2:                          # compact: live rows first, then fillers (stopped)
       keep = np.concatenate([np.flatnonzero(going), np.flatnonzero(~going)])[:size]
-      cache, logits, next_pos, keys = _take_rows(jnp.asarray(keep, jnp.int32), cache, logits, next_pos, keys)
+      cache, logits, next_pos, keys = _take_rows(keep.astype(np.int32), cache, logits, next_pos, keys)
       COUNTERS["compactions"] += 1
       slots, live = slots[keep], going[keep]
   return toks, lps, lengths, finished
@@ -281,10 +285,11 @@ def _check_prompts(prompts, config: decoder.Config, max_new_tokens: int):
                      f"({config.max_seq_len}); shorten the prompt or lower max_new_tokens")
 
 
-@functools.partial(jax.jit, static_argnames=("config", "cache_size"))
+@sharding.sharded_jit(in_specs=(PARAMS, ROWS, ROWS, REPLICATED), out_specs=(ROWS, CACHE),
+                      static_argnames=("config", "cache_size"))
 def _prefill_rows(params, tokens, positions, rows, *, config: decoder.Config, cache_size: int):
   """`prefill` of distinct prompts [U, P], then row b of the result copies prompt rows[b] (int32 [B])."""
-  logits, cache = prefill(params, tokens, positions, config=config, cache_size=cache_size)
+  logits, cache = prefill.fun(params, tokens, positions, config=config, cache_size=cache_size)
   return logits[rows], decoder.map_cache_rows(lambda a: a[rows], cache)
 
 
@@ -336,17 +341,15 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array | None = N
   next_pos = np.array([len(p) for p in prompts] + [1] * (Bp - B), np.int32)
   COUNTERS["prefill_calls"] += 1
   COUNTERS["prefill_rows"] += U
-  tokens, positions = sharding.place_batch(params, tokens, positions)
-  logits, cache = _prefill_rows(params, tokens, positions, jnp.asarray(rows), config=config,
-                                cache_size=P + max_new_tokens)
-  next_pos, keys = sharding.place_batch(params, next_pos, keys)
+  logits, cache = _prefill_rows(params, tokens, positions, rows, config=config, cache_size=P + max_new_tokens)
   out = _decode_compacting(params, cache, logits, next_pos, keys, np.arange(Bp) >= B, None, config=config,
                            sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop, pad_id=pad_id, segment=segment,
                            min_rows=min_rows)
   return Samples(*(a[:B] for a in out))
 
 
-@functools.partial(jax.jit, static_argnames=("config", "max_new_tokens", "stop_ids"))
+@sharding.sharded_jit(in_specs=(PARAMS, CACHE, REPLICATED, ROWS, ROWS), out_specs=(CACHE, ROWS, ROWS, ROWS),
+                      static_argnames=("config", "max_new_tokens", "stop_ids"))
 def _branch_start(params, base_cache, base_row, cut_pos, forced, *, config, max_new_tokens, stop_ids):
   """Jitted start of `branch`: gather base rows, mask positions >= cut, feed the forced token.
 
@@ -373,7 +376,7 @@ def prefill_sequences(model, sequences: Sequence[Sequence[int]]):
   """
   config = model.config
   B, P = len(sequences), _bucket(max(len(s) for s in sequences), 16)
-  tokens, positions = sharding.place_batch(model.params, *_left_pad(sequences, P, 0))
+  tokens, positions = _left_pad(sequences, P, 0)
   COUNTERS["prefill_calls"] += 1
   COUNTERS["prefill_rows"] += B
   _, cache = prefill(model.params, tokens, positions, config=config, cache_size=P)
@@ -417,7 +420,7 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
   row_caps = fill([max_new_tokens] * nb if caps is None else caps, 0)
   COUNTERS["branch_calls"] += 1
   COUNTERS["branch_rows"] += nb
-  rows, cut, forced, keys = sharding.place_batch(model.params, rows, cut, forced, row_keys(key, jnp.asarray(ids)))
+  keys = row_keys(key, jnp.asarray(ids))
   cache, logits, next_pos, done = _branch_start(model.params, base_cache, rows, cut, forced, config=config,
                                                 max_new_tokens=max_new_tokens, stop_ids=stop)
   out = _decode_compacting(model.params, cache, logits, next_pos, keys, np.asarray(done), row_caps, config=config,

@@ -46,6 +46,7 @@ import numpy as np
 from opd_jax import divergences
 from opd_jax import sharding
 from opd_jax.models import decoder
+from opd_jax.sharding import PARAMS, ROWS
 
 DENSE_KEYS = ("logp", "logq") + divergences.PREDICTORS  # outputs of `score_arrays` besides "mask"
 NODE_KEYS = ("logp", "logq", "topk_ids_p", "topk_logp", "topk_ids_q", "topk_logq")  # outputs of `node_arrays`
@@ -165,7 +166,8 @@ def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, r
   return shared, pack, caches, s_feed, t_feed, C, T_pad, t_config
 
 
-@functools.partial(jax.jit, static_argnames=("s_config", "t_config", "chunk", "top_k", "beta", "return_hidden"))
+@sharding.sharded_jit(in_specs=(PARAMS, PARAMS) + (ROWS,) * 6, out_specs=ROWS,
+                      static_argnames=("s_config", "t_config", "chunk", "top_k", "beta", "return_hidden"))
 def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, *,
                  s_config: decoder.Config, t_config: decoder.Config | None, chunk: int = 128, top_k: int = 8,
                  beta: float = 0.5, return_hidden: bool = False) -> dict[str, jax.Array]:
@@ -222,7 +224,8 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
   return result
 
 
-@functools.partial(jax.jit, static_argnames=("s_config", "t_config", "chunk", "top_k"))
+@sharding.sharded_jit(in_specs=(PARAMS, PARAMS) + (ROWS,) * 8, out_specs=ROWS,
+                      static_argnames=("s_config", "t_config", "chunk", "top_k"))
 def node_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, nodes,
                 candidates, *, s_config: decoder.Config, t_config: decoder.Config | None, chunk: int = 128,
                 top_k: int = 8) -> dict[str, jax.Array]:
@@ -405,8 +408,7 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
   keys = DENSE_KEYS + (("h_p", "h_q") if return_hidden else ())
   out = {k: [None] * len(responses) for k in keys}
   for rows, Bp in _batches(len(responses), batch_size, sharding.mesh_of(student.params)):
-    arrays = sharding.place_batch(student.params,
-                                  *_pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk))
+    arrays = _pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk)
     t_params, t_config = _teacher_args(student, teacher, shared, arrays)
     got = score_arrays(student.params, t_params, *arrays, s_config=student.config, t_config=t_config, chunk=chunk,
                        top_k=top_k, beta=beta, return_hidden=return_hidden)
@@ -417,10 +419,11 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
   return out
 
 
-@functools.partial(jax.jit, static_argnames=("config", "top_k"))
+@sharding.sharded_jit(in_specs=(PARAMS, ROWS, ROWS), out_specs=ROWS, static_argnames=("config", "top_k"))
 def _head_logprobs(params, h, candidates, *, config, top_k):
   valid = jnp.ones(h.shape[:-1], bool)
-  return _node_outputs(params, h[None], candidates[None], valid[None], config=config, top_k=top_k)
+  out = _node_outputs(params, h[None], candidates[None], valid[None], config=config, top_k=top_k)
+  return tuple(a[0] for a in out)                                    # [N, ...]: rows over "data"
 
 
 def head_logprobs(model: Any, h: np.ndarray, candidates: np.ndarray | None = None, *,
@@ -438,15 +441,15 @@ def head_logprobs(model: Any, h: np.ndarray, candidates: np.ndarray | None = Non
   h = np.asarray(h)
   N = h.shape[0]
   cand = np.full((N, 0), -1, np.int32) if candidates is None else np.asarray(candidates, np.int32)
-  Nb, Kb = sharding.pad_rows(_bucket(max(N, 1), 8), sharding.mesh_of(model.params)), _bucket(max(cand.shape[1], 1), 1)          # few shapes, few compiles
+  Nb = sharding.pad_rows(_bucket(max(N, 1), 8), sharding.mesh_of(model.params))     # few shapes, few compiles
+  Kb = _bucket(max(cand.shape[1], 1), 1)
   hp = np.zeros((Nb, h.shape[1]), h.dtype)
   hp[:N] = h
   cp = np.full((Nb, Kb), -1, np.int32)
   cp[:N, :cand.shape[1]] = cand
-  at, ids, top = _head_logprobs(model.params, *sharding.place_batch(model.params, hp, cp), config=model.config,
-                                top_k=top_k)
-  return {"logp": np.asarray(at[0])[:N, :cand.shape[1]], "topk_ids": np.asarray(ids[0])[:N],
-          "topk_logp": np.asarray(top[0])[:N]}
+  at, ids, top = _head_logprobs(model.params, hp, cp, config=model.config, top_k=top_k)
+  return {"logp": np.asarray(at)[:N, :cand.shape[1]], "topk_ids": np.asarray(ids)[:N],
+          "topk_logp": np.asarray(top)[:N]}
 
 
 def score_nodes(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
@@ -491,8 +494,7 @@ def score_nodes(student: Any, teacher: Any, student_prompts: Sequence[Sequence[i
   keys = ("candidates",) + NODE_KEYS
   out = {k: [None] * n for k in keys}
   for rows, Bp in _batches(n, batch_size, sharding.mesh_of(student.params)):
-    arrays = sharding.place_batch(student.params,
-                                  *_pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk))
+    arrays = _pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk)
     t_params, t_config = _teacher_args(student, teacher, shared, arrays)
     M = _bucket(max(1, max(len(nodes[r]) for r in rows)), 1)
     Kb = _bucket(K, 1) if K else 0
@@ -502,7 +504,7 @@ def score_nodes(student: Any, teacher: Any, student_prompts: Sequence[Sequence[i
       node_ids[i, :len(nodes[r])] = nodes[r]
       for m, c in enumerate(candidates[r]):
         cand[i, m, :len(c)] = c
-    got = node_arrays(student.params, t_params, *arrays, *sharding.place_batch(student.params, node_ids, cand),
+    got = node_arrays(student.params, t_params, *arrays, node_ids, cand,
                       s_config=student.config,
                       t_config=t_config, chunk=chunk, top_k=top_k)
     got = {k: np.asarray(v) for k, v in got.items()}

@@ -6,11 +6,11 @@ FSDP shards a matrix's input dim over "data", tensor parallelism its output dim 
 sharded on their leading axis over "data". A dim that the mesh axis does not divide (or, with a config, that
 would split an attention head) is replicated along that axis instead, so odd sizes never fail.
 
-The jitted functions of sampling.py and scoring.py stay plain `jax.jit`: jit takes its input shardings from
-its arguments ("computation follows data"; jit and pjit are one API), so params placed by `shard_params` and
-batches placed by `shard_batch` / `place_batch` make XLA's sharding propagation run the program on the mesh,
-and outputs come back sharded as propagation decides (fetching them with np.asarray gathers them). The same
-code runs on 1 CPU device, 8 fake CPU devices (tests), a GPU host and a TPU host.
+Every jitted entry point that runs a model (sampling.py, scoring.py, `models.logits`) is declared with
+`sharded_jit`: `jax.jit` with explicit `in_shardings` / `out_shardings` ("pjit") resolved on the mesh the params
+were placed on (`shard_params`): params keep their placement, batch arrays have rows over "data", KV caches
+rows over "data" and kv heads over "model", small index arrays are replicated. The same code runs on 1 CPU
+device, 8 fake CPU devices (tests), a GPU host and a TPU host; with params on no mesh it is plain `jax.jit`.
 
 Across processes (jax.distributed, one process per host: TPU pods, multi-GPU nodes), nothing is shared but
 the workdir, which must be on a filesystem every host sees (NFS, gcsfuse): `split_questions` deals the
@@ -21,11 +21,12 @@ until all are, and then process 0 alone builds the summary from all parts. No co
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pathlib
 import re
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -104,6 +105,8 @@ def data_size(mesh: Mesh) -> int:
 def mesh_of(params) -> Mesh | None:
   """The mesh the params were placed on by `shard_params`, or None (plain single-device arrays)."""
   for leaf in jax.tree.leaves(params):
+    if isinstance(leaf, jax.core.Tracer):                    # inside a trace: placement is the caller's
+      return None
     sharding = getattr(leaf, "sharding", None)
     if isinstance(sharding, NamedSharding):
       return sharding.mesh
@@ -218,9 +221,136 @@ def shard_batch(mesh: Mesh | None, *arrays):
   return out[0] if len(out) == 1 else out
 
 
-def place_batch(params, *arrays):
-  """`shard_batch` on the mesh of `params` (`mesh_of`): the one-line call for the sampling / scoring wrappers."""
-  return shard_batch(mesh_of(params), *arrays)
+# ----------------------------------------------------------------------------------------------------------
+# Jit with explicit in / out shardings ("pjit").
+
+# What an argument or output is, for `sharded_jit` (each resolves to one sharding per array leaf):
+PARAMS = "params"          # a param tree: the shardings it was placed with (`shard_params`); None: no params
+ROWS = "rows"              # arrays [B, ...]: rows over "data" when the axis divides B, else replicated
+CACHE = "cache"            # a KV cache (decoder.init_cache): rows over "data", kv heads over "model"
+REPLICATED = "replicated"  # the whole array on every device (gather indices, scalars)
+SPECS = (PARAMS, ROWS, CACHE, REPLICATED)
+
+
+def rows_spec(shape: Sequence[int], mesh: Mesh) -> P:
+  """`ROWS`: leading axis over "data" when its size divides shape[0], the rest replicated (scalars: P())."""
+  if not shape or shape[0] % data_size(mesh):
+    return P()
+  return P("data", *(None,) * (len(shape) - 1))
+
+
+def cache_spec(path: str, shape: Sequence[int], mesh: Mesh) -> P:
+  """`CACHE`: spec of one leaf of a KV cache at `path` ("k", "v", "k/3" (layered), "pos" or "end").
+
+  k, v: [L, B, S, K, Dh] (stacked) or [B, S, K, Dh] (one layer): B over "data", K over "model" (each when the
+  axis divides it; K over "model" matches the wk / wv rule, so tensor-parallel attention needs no gather).
+  pos: [B, S] rows over "data"; end: [] replicated.
+  """
+  if path.split("/")[0] in ("k", "v") and len(shape) in (4, 5):
+    b, k = (1, 3) if len(shape) == 5 else (0, 2)
+    spec = [None] * len(shape)
+    spec[b] = "data" if shape[b] % mesh.shape["data"] == 0 and mesh.shape["data"] > 1 else None
+    spec[k] = "model" if shape[k] % mesh.shape["model"] == 0 and mesh.shape["model"] > 1 else None
+    return P(*spec)
+  return rows_spec(shape, mesh) if len(shape) else P()
+
+
+def _resolve(kind: str | None, tree, mesh: Mesh):
+  """One `NamedSharding` per array leaf of `tree` (arrays or ShapeDtypeStructs) for the spec kind."""
+  if kind == PARAMS:
+    def placed(x):
+      sh = getattr(x, "sharding", None)
+      if not (isinstance(sh, NamedSharding) and sh.mesh == mesh):
+        raise ValueError("every param must be placed on the mesh of the first param tree (sharding.shard_params "
+                         f"or shard_model), got a leaf with sharding {sh}; place all models on one mesh")
+      return sh
+    return jax.tree.map(placed, tree)
+  if kind == CACHE:
+    return jax.tree_util.tree_map_with_path(
+        lambda keys, x: NamedSharding(mesh, cache_spec(_path(keys), np.shape(x), mesh)), tree)
+  if kind == ROWS:
+    return jax.tree.map(lambda x: NamedSharding(mesh, rows_spec(np.shape(x), mesh)), tree)
+  if kind == REPLICATED:
+    return jax.tree.map(lambda x: NamedSharding(mesh, P()), tree)
+  raise ValueError(f"unknown sharding spec {kind!r}; use one of {SPECS}")
+
+
+def _signature(x) -> tuple:
+  return (np.shape(x), str(getattr(x, "dtype", type(x).__name__)))
+
+
+def sharded_jit(*, in_specs: Sequence[str], out_specs, static_argnames: Sequence[str] = ()) -> Callable:
+  """Decorator: `jax.jit` with explicit in_shardings / out_shardings on the mesh of the params ("pjit").
+
+  Example (sampling.py):
+    @sharding.sharded_jit(in_specs=(PARAMS, ROWS, ROWS), out_specs=(ROWS, CACHE), static_argnames=("config",))
+    def prefill(params, tokens, positions, *, config): ...
+
+  At a call, the mesh is that of the first `PARAMS` argument placed by `shard_params` (else of the first
+  argument on a mesh, e.g. a cache); every positional
+  argument gets the shardings of its spec (`PARAMS`, `ROWS`, `CACHE`, `REPLICATED`; see their comments), and
+  the outputs those of `out_specs` (a pytree prefix of the outputs: one spec per output or one for all),
+  resolved once per mesh, static arguments and argument shapes (`jax.eval_shape`), then compiled once by
+  `jax.jit`. Non-param arguments placed otherwise are moved to their sharding first; params never are (a
+  misplaced param raises). With params on no mesh (plain single-device arrays) it is `jax.jit` unchanged.
+  The undecorated function is `.fun` (for forks: wrap it again with other specs).
+
+  Args:
+    in_specs: one spec per positional argument (calls may pass fewer: trailing defaults).
+    out_specs: spec pytree prefix of the outputs.
+    static_argnames: keyword arguments that are static (hashable); every keyword argument must be one.
+  Raises (at a call):
+    TypeError: a keyword argument that is not static, or more positional arguments than in_specs.
+    ValueError: params not all on one mesh.
+  """
+  for kind in jax.tree.leaves(out_specs) + list(in_specs):
+    if kind not in SPECS:
+      raise ValueError(f"unknown sharding spec {kind!r}; use one of {SPECS}")
+  static_argnames = tuple(static_argnames)
+
+  def decorate(fun):
+    plain = jax.jit(fun, static_argnames=static_argnames)
+    compiled: dict = {}
+
+    def jitted(args, kwargs):
+      extra = sorted(set(kwargs) - set(static_argnames))
+      if extra or len(args) > len(in_specs):
+        raise TypeError(f"{fun.__name__}: pass arrays positionally (at most {len(in_specs)}) and only the static "
+                        f"arguments {static_argnames} by keyword; got keywords {extra} and {len(args)} positional")
+      first = sorted(range(len(args)), key=lambda i: in_specs[i] != PARAMS)       # params' mesh first
+      mesh = next((m for i in first if (m := mesh_of(args[i])) is not None), None)
+      if mesh is None:
+        return plain, args, kwargs
+      leaves, treedef = jax.tree.flatten(args)
+      placed = tuple(getattr(x, "sharding", None) for a, kind in zip(args, in_specs) if kind == PARAMS
+                     for x in jax.tree.leaves(a))
+      key = (mesh, treedef, tuple(map(_signature, leaves)), placed, tuple(sorted(kwargs.items())))
+      if key not in compiled:
+        in_sh = tuple(_resolve(kind, a, mesh) for kind, a in zip(in_specs, args))
+        shapes = jax.eval_shape(functools.partial(fun, **kwargs), *args)
+        out_sh = jax.tree.map(lambda kind, sub: _resolve(kind, sub, mesh), out_specs, shapes)
+        # Static arguments are bound (jit with in_shardings takes positional arguments only): one jit per key.
+        compiled[key] = (jax.jit(functools.partial(fun, **kwargs), in_shardings=in_sh, out_shardings=out_sh),
+                         in_sh)
+      fn, in_sh = compiled[key]
+      args = tuple(a if kind == PARAMS else jax.device_put(a, sh) for a, kind, sh in zip(args, in_specs, in_sh))
+      return fn, args, {}
+
+    @functools.wraps(fun)
+    def call(*args, **kwargs):
+      fn, args, kwargs = jitted(args, kwargs)
+      return fn(*args, **kwargs)
+
+    def lower(*args, **kwargs):
+      fn, args, kwargs = jitted(args, kwargs)
+      return fn.lower(*args, **kwargs)
+
+    call.fun, call.lower = fun, lower
+    # Compiled programs so far (jax's private `_cache_size`, summed): tests check steady state adds none.
+    call._cache_size = lambda: (plain._cache_size()  # pylint: disable=protected-access
+                                + sum(f._cache_size() for f, _ in compiled.values()))  # pylint: disable=protected-access
+    return call
+  return decorate
 
 
 # ----------------------------------------------------------------------------------------------------------

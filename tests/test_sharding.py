@@ -87,29 +87,43 @@ score = lambda s, t: scoring.score(s, t, sp, tp, rs, chunk=8, batch_size=8)
 sample = lambda m: sampling.sample(m, sp, key=jax.random.key(3), max_new_tokens=10)
 
 def placed_sample(m):
-  # sampling.sample with every batch input placed by sharding.place_batch (the wiring asked of sampling.py)
-  B = sharding.pad_rows(len(sp), sharding.mesh_of(m.params))
+  # sampling.prefill / decode with numpy batch inputs: sharded_jit places them (rows over "data") and returns
+  # the cache with rows over "data"; keys committed elsewhere (replicated) are moved, not rejected.
+  mesh = sharding.mesh_of(m.params)
+  B = sharding.pad_rows(len(sp), mesh)
   tokens, positions = sampling._left_pad(list(sp) + [[0]] * (B - len(sp)), 16, 0)
   positions[len(sp):] = -1
   rows = np.concatenate([np.arange(len(sp)), np.arange(B - len(sp)) + 2**30]).astype(np.uint32)
   done = np.arange(B) >= len(sp)
   next_pos = np.array([len(p) for p in sp] + [1] * (B - len(sp)), np.int32)
-  tokens, positions = sharding.place_batch(m.params, tokens, positions)
   logits, cache = sampling.prefill(m.params, tokens, positions, config=cfg, cache_size=26)
-  keys = sampling.row_keys(jax.random.key(3), jnp.asarray(rows))
-  next_pos, keys, done = sharding.place_batch(m.params, next_pos, keys, done)
-  toks, lps, lengths, finished = sampling.decode(m.params, cache, logits, next_pos, keys, done, config=cfg,
-      sp=sampling.SamplingParams(), max_new_tokens=10, stop_ids=(), pad_id=0)[:4]
+  keys = jax.device_put(sampling.row_keys(jax.random.key(3), jnp.asarray(rows)),
+                        jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+  args = (m.params, cache, logits, next_pos, keys, done)
+  static = dict(config=cfg, sp=sampling.SamplingParams(), max_new_tokens=10, stop_ids=(), pad_id=0)
+  toks, lps, lengths, finished, cache2 = sampling.decode(*args, **static)[:5]
+  compiled = sampling.decode.lower(*args, **static).compile()
   return {"tokens": np.asarray(toks)[:len(sp)], "logprobs": np.asarray(lps)[:len(sp)], "B": B,
-          "cache_spec": tuple(cache["k"].sharding.spec), "tokens_spec": tuple(tokens.sharding.spec)}
+          "cache_spec": tuple(cache["k"].sharding.spec), "logits_spec": tuple(logits.sharding.spec),
+          "decode_cache_spec": tuple(cache2["k"].sharding.spec), "tokens_spec": tuple(toks.sharding.spec),
+          "decode_in_specs": [tuple(x.spec) for x in compiled.input_shardings[0][2:6]]}
 
 def placed_score(s, t):
-  # scoring.score_arrays with the padded batch placed by sharding.place_batch (the wiring asked of scoring.py)
+  # scoring.score_arrays on the padded numpy batch: rows over "data" in and out (explicit shardings)
   arrays = scoring._pad_rows(sp, tp, rs, list(range(len(sp))), 8, 8)
-  arrays = sharding.place_batch(s.params, *arrays)
   got = scoring.score_arrays(s.params, t.params, *arrays, s_config=cfg, t_config=cfg, chunk=8)
+  compiled = scoring.score_arrays.lower(s.params, t.params, *arrays, s_config=cfg, t_config=cfg, chunk=8).compile()
   return {"logp": np.asarray(got["logp"]), "kl_pq": np.asarray(got["kl_pq"]),
-          "in_spec": tuple(arrays[0].sharding.spec), "out_spec": tuple(got["logp"].sharding.spec)}
+          "in_spec": tuple(compiled.input_shardings[0][2].spec), "out_spec": tuple(got["logp"].sharding.spec)}
+
+def two_meshes(s, t):
+  # params of one call on two different meshes: a clear error, not a silent copy
+  other = sharding.shard_model(t, sharding.make_mesh(8, 1))
+  try:
+    score(s, other)
+  except ValueError as e:
+    return str(e)
+  return None
 
 t0 = time.time()
 one = sharding.make_mesh(1, 1, devices=jax.local_devices()[:1])
@@ -125,6 +139,7 @@ for shape in [(4, 2), (8, 1)]:
        "embed_shards": sorted({x.data.shape for x in embed.addressable_shards})}
   if shape == (4, 2):
     r["score"], r["sample"], r["placed_score"] = score(s, t), sample(s), placed_score(s, t)
+    r["placed_sample"], r["two_meshes"] = placed_sample(s), two_meshes(s, t)
   else:
     r["placed_sample"] = placed_sample(s)
   out[shape] = r
@@ -179,22 +194,32 @@ def test_sample_on_mesh_equals_one_device(eight):
   assert np.all(ref.logprobs < 0)                         # real draws, not an all-padding output
 
 
-def test_sampling_with_batch_placed_on_data_axis_equals_one_device(eight):
-  ref, got = eight["ref"]["sample"], eight[(8, 1)]["placed_sample"]
+@pytest.mark.parametrize("shape", [(4, 2), (8, 1)])
+def test_sampling_entry_points_have_explicit_shardings_and_equal_one_device(eight, shape):
+  ref, got = eight["ref"]["sample"], eight[shape]["placed_sample"]
+  data, model = shape
   assert got["B"] == 8                                      # 6 rows padded to a multiple of the data axis
-  assert got["tokens_spec"][0] == "data"
-  assert got["cache_spec"][:2] == (None, "data")            # the KV cache [L, B, S, K, Dh] follows the batch
+  # The KV cache [L, B, S, K=2, Dh]: rows over "data", kv heads over "model" (when the mesh has one).
+  cache = (None, "data", None, "model" if model > 1 else None, None)
+  assert got["cache_spec"] == got["decode_cache_spec"] == cache
+  assert got["logits_spec"] == got["tokens_spec"] == ("data", None)
+  # decode was compiled with the declared input shardings: logits, next_pos, keys, done rows over "data".
+  assert got["decode_in_specs"] == [("data", None), ("data",), ("data",), ("data",)]
   np.testing.assert_array_equal(got["tokens"], ref.tokens)
   np.testing.assert_allclose(got["logprobs"], ref.logprobs, atol=1e-5, rtol=0)
 
 
-def test_scoring_with_batch_placed_on_data_axis_equals_one_device(eight):
+def test_scoring_entry_point_has_explicit_shardings_and_equals_one_device(eight):
   ref, got = eight["ref"]["score"], eight[(4, 2)]["placed_score"]
-  assert got["in_spec"][0] == "data"
+  assert got["in_spec"] == ("data", None) and got["out_spec"] == ("data", None)
   for r in range(6):
     n = len(ref["logp"][r])
     np.testing.assert_allclose(got["logp"][r, :n], ref["logp"][r], atol=1e-5, rtol=0)
     np.testing.assert_allclose(got["kl_pq"][r, :n], ref["kl_pq"][r], atol=1e-5, rtol=0)
+
+
+def test_params_on_two_meshes_raise(eight):
+  assert "placed on the mesh of the first param tree" in eight[(4, 2)]["two_meshes"]
 
 
 def test_awkward_sizes_fall_back_to_replication_and_still_compute(eight):
@@ -231,6 +256,29 @@ def test_param_spec_pins(path, shape, head_dim, expected):
   assert tuple(sharding.param_spec(path, shape, mesh, head_dim)) == expected
 
 
+@pytest.mark.parametrize("path,shape,expected", [
+    ("k", (2, 8, 16, 2, 8), (None, "data", None, "model", None)),   # stacked [L, B, S, K, Dh]
+    ("v/1", (8, 16, 2, 8), ("data", None, "model", None)),          # one layer of the layered layout
+    ("k", (2, 6, 16, 1, 8), (None, None, None, None, None)),         # 6 rows on 4, one kv head: replicated
+    ("pos", (8, 16), ("data", None)),
+    ("end", (), ()),
+])
+def test_cache_spec_pins(path, shape, expected):
+  assert tuple(sharding.cache_spec(path, shape, AbstractMesh((4, 2), ("data", "model")))) == expected
+
+
+def test_rows_spec_and_sharded_jit_argument_errors():
+  mesh = AbstractMesh((4, 2), ("data", "model"))
+  assert tuple(sharding.rows_spec((8, 3), mesh)) == ("data", None)
+  assert tuple(sharding.rows_spec((6, 3), mesh)) == () and tuple(sharding.rows_spec((), mesh)) == ()
+  with pytest.raises(ValueError, match="unknown sharding spec 'batch'"):
+    sharding.sharded_jit(in_specs=("batch",), out_specs=sharding.ROWS)
+  double = sharding.sharded_jit(in_specs=(sharding.ROWS,), out_specs=sharding.ROWS)(lambda x: 2 * x)
+  np.testing.assert_array_equal(double(np.arange(3)), [0, 2, 4])     # no mesh anywhere: plain jax.jit
+  with pytest.raises(TypeError, match="only the static arguments"):
+    double(x=np.arange(3))
+
+
 def test_param_spec_drops_size_one_axes_and_rejects_a_changed_layout():
   assert tuple(sharding.param_spec("layers/wq", (2, 32, 32), AbstractMesh((4, 1), ("data", "model")))) == (
       None, "data", None)
@@ -249,7 +297,7 @@ def test_one_device_mesh_and_sharding_tree():
   assert sharding.mesh_of(placed.params) is mesh and sharding.mesh_of(model.params) is None
   np.testing.assert_array_equal(placed.params["layers"]["wq"], model.params["layers"]["wq"])
   x = np.arange(6)
-  assert sharding.place_batch(model.params, x) is x        # no mesh: unchanged
+  assert sharding.shard_batch(None, x) is x                # no mesh: unchanged
   n = len(jax.local_devices())
   assert sharding.describe(mesh) == {"data": n, "model": 1, "devices": n, "platform": jax.devices()[0].platform,
                                      "process_index": 0, "process_count": 1}
@@ -448,3 +496,56 @@ def test_two_process_smoke_study_splits_questions_and_process_0_summarises(tmp_p
   sa, sb = (pd.read_csv(d / "summary.csv") for d in (workdir, ref))
   cols = [c for c in sa.columns if not c.startswith(("spearman_", "auroc_"))]
   pd.testing.assert_frame_equal(sa[cols], sb[cols], check_exact=False, rtol=1e-3, atol=1e-4)
+
+
+MESH_STUDY = """
+import json, sys
+import jax
+devices, data, model, workdir = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+jax.config.update("jax_num_cpu_devices", devices)
+from configs import smoke
+from opd_jax import study
+config = smoke.get_config()
+config.logging.progress = False
+config.mesh.data, config.mesh.model = data, model
+config.budget.questions = 2
+config.random_model.init_scale = float(sys.argv[5])
+config.configurations = {"solution": "self:solution:reverse_kl", "plain_fkl": "self:plain:forward_kl"}
+config.budget.rollouts_per_question = 4
+config.budget.continuations_per_candidate = 2
+study.run(config, workdir)
+"""
+
+
+def test_smoke_study_on_8_devices_equals_one_device(tmp_path):
+  """The smoke study on a (4, 2) mesh of 8 fake devices writes the records of a 1-device run: the same
+  tokens, ids and counts, and every float within 1e-5 + 1e-5 x |value| (seen: 1.4e-5 on a log-prob of -5.65).
+
+  The random model's init_scale is 0.3 (the scale of the other tests here) rather than the smoke config's 0.5:
+  at 0.5 its logits are larger and per-token values of the two runs differ by up to 2.9e-5 (on the (8, 1) mesh
+  too: fp32 round-off of matmuls split over devices, not a sharding error).
+  """
+  from opd_jax import records  # pylint: disable=g-import-not-at-top
+  runs = {"eight": (8, 4, 2), "one": (1, 1, 1)}
+  procs = [_run(MESH_STUDY, *runs[name], tmp_path / name, 0.3) for name in runs]
+  for p in procs:
+    _wait(p, timeout=600)
+  manifests = {n: json.loads((tmp_path / n / "manifest.json").read_text()) for n in runs}
+  assert manifests["eight"]["device_count"] == 8
+  assert {k: manifests["eight"]["mesh_shape"][k] for k in ("data", "model")} == {"data": 4, "model": 2}
+  keys = {"rollouts": ["question_id", "rollout_id"], "tokens": ["question_id", "rollout_id", "teacher", "context",
+                                                               "position"],
+          "nodes": ["question_id", "rollout_id", "config_id", "position"]}
+  for name, by in keys.items():
+    a = records.read_table(tmp_path / "eight", name).sort_values(by).reset_index(drop=True)
+    b = records.read_table(tmp_path / "one", name).sort_values(by).reset_index(drop=True)
+    assert len(a) and list(a.columns) == list(b.columns), name
+    for col in a.columns:
+      x, y = a[col].to_numpy(), b[col].to_numpy()
+      if x.dtype == object and len(x) and isinstance(x[0], (list, np.ndarray)):     # per-candidate arrays
+        assert [len(v) for v in x] == [len(v) for v in y], (name, col)
+        x, y = (np.concatenate([np.asarray(v) for v in z]) if len(z) else z for z in (x, y))
+      if np.asarray(x).dtype.kind == "f":
+        np.testing.assert_allclose(x, y, atol=1e-5, rtol=1e-5, equal_nan=True, err_msg=f"{name}.{col}")
+      else:
+        np.testing.assert_array_equal(x, y, err_msg=f"{name}.{col}")

@@ -12,12 +12,11 @@ Presets (offline weights in pip packages): qwen2.5-coder-0.5b-instruct (student)
 """
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from opd_jax import sharding
 from opd_jax.models import checkpoints
 from opd_jax.models import decoder
 from opd_jax.models import tokenizer
@@ -30,7 +29,8 @@ __all__ = ["CONVERTER_VERSION", "PRESETS", "Config", "Model", "byte_tokenizer", 
            "init_params", "load", "logits", "random_model", "same_tokenizer", "tokenizer", "tokenizer_difference"]
 
 
-@functools.partial(jax.jit, static_argnames="config")
+@sharding.sharded_jit(in_specs=(sharding.PARAMS, sharding.ROWS), out_specs=sharding.ROWS,
+                      static_argnames=("config",))
 def _logits(params, tokens, *, config):
   positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
   return decoder.forward(params, tokens, positions, config=config)[0]
