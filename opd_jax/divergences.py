@@ -279,20 +279,61 @@ def predictors(logp: jax.Array, logq: jax.Array, tokens: jax.Array, *, beta: flo
   return _predictors_jit(logp, logq, tokens, beta=check_beta(beta), top_k=_check_k(top_k, jnp.shape(logp)[-1:]))
 
 
+# Vocabulary ids per step of `predictors`' single pass: a [rows, 1024] slice of every temporary stays in cache,
+# so no [rows, V] intermediate is written to memory (5x faster on CPU at V = 152k than one fused op per predictor).
+PREDICTOR_BLOCK = 1024
+
+
+def _block_sums(logp, logq, beta):
+  """Row sums over one vocabulary block [..., W] of every term of `predictors` (added up across blocks)."""
+  p, q = jnp.exp(logp), jnp.exp(logq)
+  fp, fq = _finite(logp), _finite(logq)
+  total = lambda x: jnp.sum(x, axis=-1)
+  out = {"kl_pq": total(p * (fp - fq)), "kl_qp": total(q * (fq - fp)), "tv": total(jnp.abs(p - q)),
+         "pq": total(p * q), "pp": total(p * p), "qq": total(q * q), "h_p": total(p * fp), "h_q": total(q * fq),
+         "fail_pq": jnp.any((logp > -jnp.inf) & (logq == -jnp.inf), axis=-1),
+         "fail_qp": jnp.any((logq > -jnp.inf) & (logp == -jnp.inf), axis=-1),
+         "differ": jnp.any(logp != logq, axis=-1)}
+  for name, b in (("js", 0.5),) + ((("jsd_beta", beta),) if beta != 0.5 else ()):
+    log_m_over_p, log_m_over_q = log_mixture_ratios(fp, fq, b)
+    out[name] = total(b * q * -log_m_over_q + (1.0 - b) * p * -log_m_over_p)
+  return out
+
+
+def _add_sums(a, b):
+  return {k: (a[k] | b[k]) if a[k].dtype == jnp.bool_ else a[k] + b[k] for k in a}
+
+
 @functools.partial(jax.jit, static_argnames=("beta", "top_k"))
 def _predictors_jit(logp, logq, tokens, *, beta, top_k):
+  """`predictors` in one pass over the vocabulary in blocks of PREDICTOR_BLOCK ids (then top-k on the whole).
+
+  Same formulas as the individual functions (kl, jsd, ...), summed block by block; cosine is sum pq /
+  sqrt(sum p^2 sum q^2), exactly 1 where logp == logq on the whole row.
+  """
   logp, logq = _check_pair(logp, logq)
-  p, q = jnp.exp(logp), jnp.exp(logq)
-  js = _jsd(logp, logq, p, q, 0.5)
+  V = logp.shape[-1]
+  W = min(PREDICTOR_BLOCK, V)
+  n = V // W
+
+  def body(i, acc):
+    block = lambda x: jax.lax.dynamic_slice_in_dim(x, i * W, W, axis=-1)
+    return _add_sums(acc, _block_sums(block(logp), block(logq), beta))
+
+  shapes = jax.eval_shape(lambda: _block_sums(logp[..., :W], logq[..., :W], beta))
+  sums = jax.lax.fori_loop(0, n, body, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes))
+  if V % W:
+    sums = _add_sums(sums, _block_sums(logp[..., n * W:], logq[..., n * W:], beta))
+  cosine = jnp.clip(sums["pq"] / jnp.sqrt(sums["pp"] * sums["qq"]), 0.0, 1.0)
   return {
-      "kl_pq": _kl(logp, logq, p),
-      "kl_qp": _kl(logq, logp, q),
-      "js": js,
-      "jsd_beta": js if beta == 0.5 else _jsd(logp, logq, p, q, beta),
-      "tv": 0.5 * jnp.sum(jnp.abs(p - q), axis=-1),
-      "cosine": _cosine(p, q),
-      "entropy_p": _entropy(logp, p),
-      "entropy_q": _entropy(logq, q),
+      "kl_pq": jnp.where(sums["fail_pq"], jnp.inf, sums["kl_pq"]),
+      "kl_qp": jnp.where(sums["fail_qp"], jnp.inf, sums["kl_qp"]),
+      "js": sums["js"],
+      "jsd_beta": sums["jsd_beta" if beta != 0.5 else "js"],
+      "tv": 0.5 * sums["tv"],
+      "cosine": jnp.where(sums["differ"], cosine, 1.0).astype(logp.dtype),
+      "entropy_p": -sums["h_p"],
+      "entropy_q": -sums["h_q"],
       "topk_overlap": _topk_overlap_jit(logp, logq, k=top_k),
       "logq_minus_logp": logq_minus_logp(logp, logq, tokens),
   }

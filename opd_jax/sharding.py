@@ -255,7 +255,7 @@ def cache_spec(path: str, shape: Sequence[int], mesh: Mesh) -> P:
   return rows_spec(shape, mesh) if len(shape) else P()
 
 
-def _resolve(kind: str | None, tree, mesh: Mesh):
+def _resolve(kind: str, tree, mesh: Mesh):
   """One `NamedSharding` per array leaf of `tree` (arrays or ShapeDtypeStructs) for the spec kind."""
   if kind == PARAMS:
     def placed(x):
@@ -287,11 +287,10 @@ def sharded_jit(*, in_specs: Sequence[str], out_specs, static_argnames: Sequence
     def prefill(params, tokens, positions, *, config): ...
 
   At a call, the mesh is that of the first `PARAMS` argument placed by `shard_params` (else of the first
-  argument on a mesh, e.g. a cache); every positional
-  argument gets the shardings of its spec (`PARAMS`, `ROWS`, `CACHE`, `REPLICATED`; see their comments), and
-  the outputs those of `out_specs` (a pytree prefix of the outputs: one spec per output or one for all),
-  resolved once per mesh, static arguments and argument shapes (`jax.eval_shape`), then compiled once by
-  `jax.jit`. Non-param arguments placed otherwise are moved to their sharding first; params never are (a
+  argument on a mesh, e.g. a cache); every positional argument gets the shardings of its spec (`PARAMS`, `ROWS`,
+  `CACHE`, `REPLICATED`; see their comments), and the outputs those of `out_specs` (a pytree prefix of the
+  outputs: one spec per output or one for all), resolved once per mesh, param placement, static arguments and
+  argument shapes (`jax.eval_shape`), then compiled once by `jax.jit`. Non-param arguments placed otherwise are moved to their sharding first; params never are (a
   misplaced param raises). With params on no mesh (plain single-device arrays) it is `jax.jit` unchanged.
   The undecorated function is `.fun` (for forks: wrap it again with other specs).
 

@@ -38,9 +38,10 @@ def numpy_reference(logp, logq, tokens, beta, k):
   """Independent transcription with scipy (natural log) in float64."""
   p, q = np.exp(logp.astype(np.float64)), np.exp(logq.astype(np.float64))
   m = beta * q + (1 - beta) * p
-  flat_p, flat_q = p.reshape(-1, V), q.reshape(-1, V)
+  n = logp.shape[-1]
+  flat_p, flat_q = p.reshape(-1, n), q.reshape(-1, n)
   overlap = [len(set(np.argsort(-a, kind="stable")[:k]) & set(np.argsort(-b, kind="stable")[:k])) / k
-             for a, b in zip(logp.reshape(-1, V), logq.reshape(-1, V))]
+             for a, b in zip(logp.reshape(-1, n), logq.reshape(-1, n))]
   lp_y = np.take_along_axis(logp.astype(np.float64), tokens[..., None], -1)[..., 0]
   lq_y = np.take_along_axis(logq.astype(np.float64), tokens[..., None], -1)[..., 0]
   lead = p.shape[:-1]
@@ -74,6 +75,25 @@ def test_predictors_match_scipy_and_numpy(beta):
   assert np.all(np.isinf(got["kl_pq"][1])) and np.all(np.isinf(got["kl_qp"][1]))
   assert np.all(np.isfinite(got["kl_pq"][0])) and np.all(np.isfinite(got["js"]))
   assert np.isneginf(got["logq_minus_logp"][1, 0])
+
+
+def test_blocked_pass_over_a_vocabulary_of_several_blocks_matches_scipy():
+  # predictors sums the vocabulary in blocks of PREDICTOR_BLOCK ids plus a remainder: put zeros of every kind
+  # in block 1 and in the remainder, and give row 2 identical p and q.
+  W = divergences.PREDICTOR_BLOCK
+  big = 2 * W + 37
+  logp, logq = random_logprobs(5, (3, big), scale=3.0), random_logprobs(6, (3, big), scale=3.0)
+  logp[:, W + 1], logq[:, W + 2], logp[:, -3:], logq[:, -3:] = -np.inf, -np.inf, -np.inf, -np.inf
+  logp[0, -5], logq[1, -6] = -np.inf, -np.inf              # row 0: q > 0 = p late; row 1: p > 0 = q late
+  logp, logq = log_softmax_np(logp).astype(np.float32), log_softmax_np(logq).astype(np.float32)
+  logq[2] = logp[2]
+  tokens = np.array([0, big - 10, 7])
+  got = divergences.predictors(logp, logq, tokens, beta=0.3, top_k=8)
+  want = numpy_reference(logp, logq, tokens, 0.3, 8)
+  for name in divergences.PREDICTORS:
+    np.testing.assert_allclose(got[name], want[name], rtol=2e-5, atol=2e-6, err_msg=name)
+  assert np.all(np.isinf(got["kl_pq"][:2])) and np.all(np.isinf(got["kl_qp"][:2]))   # block 1 fails both ways
+  assert got["kl_pq"][2] == got["js"][2] == got["tv"][2] == 0 and got["cosine"][2] == 1
 
 
 def test_individual_functions_agree_with_predictors():
