@@ -21,7 +21,8 @@ tokens jC .. jC+C-1) go through the output head, an fp32 log-softmax and `diverg
 next chunk. So the live memory is the KV caches plus one chunk:
   KV cache       2 L B S K Dh x bytes(params dtype) per model, S = prompt slots + T rounded up to C;
   attention      about 2 B H C S x 4 bytes (one chunk of queries against the cache, fp32 scores and probs);
-  logits         about 10 B C V x 4 bytes (logits, log-softmax, p = exp and elementwise temporaries, both models);
+  logits         about 5 B C V x 4 bytes (logits and log-softmax of both models; the predictors add no [B, C, V]
+                 temporaries: they sum the vocabulary in blocks, `divergences.PREDICTOR_BLOCK`);
 instead of B T V x 4 bytes per model for the logits and B H S^2 x 4 bytes for a full-sequence attention.
 Compiled numbers for a tiny model are printed by `pytest -s tests/test_scoring.py -k memory`.
 
