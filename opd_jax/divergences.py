@@ -285,18 +285,15 @@ PREDICTOR_BLOCK = 1024
 
 
 def _block_sums(logp, logq, beta):
-  """Row sums over one vocabulary block [..., W] of every term of `predictors` (added up across blocks)."""
+  """Every term of `predictors` over one vocabulary block [..., W]: the blocks' values add up to the whole row's
+  (a KL of +inf in any block, where the support condition fails, stays +inf)."""
   p, q = jnp.exp(logp), jnp.exp(logq)
-  fp, fq = _finite(logp), _finite(logq)
   total = lambda x: jnp.sum(x, axis=-1)
-  out = {"kl_pq": total(p * (fp - fq)), "kl_qp": total(q * (fq - fp)), "tv": total(jnp.abs(p - q)),
-         "pq": total(p * q), "pp": total(p * p), "qq": total(q * q), "h_p": total(p * fp), "h_q": total(q * fq),
-         "fail_pq": jnp.any((logp > -jnp.inf) & (logq == -jnp.inf), axis=-1),
-         "fail_qp": jnp.any((logq > -jnp.inf) & (logp == -jnp.inf), axis=-1),
-         "differ": jnp.any(logp != logq, axis=-1)}
-  for name, b in (("js", 0.5),) + ((("jsd_beta", beta),) if beta != 0.5 else ()):
-    log_m_over_p, log_m_over_q = log_mixture_ratios(fp, fq, b)
-    out[name] = total(b * q * -log_m_over_q + (1.0 - b) * p * -log_m_over_p)
+  out = {"kl_pq": _kl(logp, logq, p), "kl_qp": _kl(logq, logp, q), "js": _jsd(logp, logq, p, q, 0.5),
+         "tv": total(jnp.abs(p - q)), "entropy_p": _entropy(logp, p), "entropy_q": _entropy(logq, q),
+         "pq": total(p * q), "pp": total(p * p), "qq": total(q * q), "differ": jnp.any(logp != logq, axis=-1)}
+  if beta != 0.5:
+    out["jsd_beta"] = _jsd(logp, logq, p, q, beta)
   return out
 
 
@@ -326,14 +323,14 @@ def _predictors_jit(logp, logq, tokens, *, beta, top_k):
     sums = _add_sums(sums, _block_sums(logp[..., n * W:], logq[..., n * W:], beta))
   cosine = jnp.clip(sums["pq"] / jnp.sqrt(sums["pp"] * sums["qq"]), 0.0, 1.0)
   return {
-      "kl_pq": jnp.where(sums["fail_pq"], jnp.inf, sums["kl_pq"]),
-      "kl_qp": jnp.where(sums["fail_qp"], jnp.inf, sums["kl_qp"]),
+      "kl_pq": sums["kl_pq"],
+      "kl_qp": sums["kl_qp"],
       "js": sums["js"],
       "jsd_beta": sums["jsd_beta" if beta != 0.5 else "js"],
       "tv": 0.5 * sums["tv"],
       "cosine": jnp.where(sums["differ"], cosine, 1.0).astype(logp.dtype),
-      "entropy_p": -sums["h_p"],
-      "entropy_q": -sums["h_q"],
+      "entropy_p": sums["entropy_p"],
+      "entropy_q": sums["entropy_q"],
       "topk_overlap": _topk_overlap_jit(logp, logq, k=top_k),
       "logq_minus_logp": logq_minus_logp(logp, logq, tokens),
   }

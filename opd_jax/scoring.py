@@ -505,8 +505,7 @@ def score_nodes(student: Any, teacher: Any, student_prompts: Sequence[Sequence[i
       node_ids[i, :len(nodes[r])] = nodes[r]
       for m, c in enumerate(candidates[r]):
         cand[i, m, :len(c)] = c
-    got = node_arrays(student.params, t_params, *arrays, node_ids, cand,
-                      s_config=student.config,
+    got = node_arrays(student.params, t_params, *arrays, node_ids, cand, s_config=student.config,
                       t_config=t_config, chunk=chunk, top_k=top_k)
     got = {k: np.asarray(v) for k, v in got.items()}
     got["candidates"] = cand
