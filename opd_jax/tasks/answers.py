@@ -1,7 +1,9 @@
 """Answer extraction and equivalence: numeric (GSM8K-style), \\boxed{} + math-verify, <answer> tags.
 
 Pure string functions; no task state. Every extractor returns a string or None ("no answer found"), and the
-graders decide equality on those strings.
+graders decide equality on those strings. A grade of 1 means equal, never "close": numbers compare as exact
+decimals, a list such as `2 1 5 1` is never read as the number 2151, and math-verify sees decimals as the exact
+rationals they denote (`parse_math`).
 
 Numeric extraction (`extract_number`), the first rule that yields a number wins (paper.md, "Objects": the
 verifier behind R(y) in {0, 1}):
@@ -17,9 +19,12 @@ import decimal
 import re
 import threading
 
-# A number that does not start inside a word or another number: optional minus, optional $, then either
-# comma-grouped thousands (1,000,000) or plain digits, then an optional decimal part.
-_NUMBER = re.compile(r"(?<![\w.])(-)?(?:\\?\$\s?)?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)")
+# One number as written in a response: optional minus, optional $, then either comma-grouped thousands
+# (1,000,000) or plain digits, then an optional decimal part. Group 1: the minus; group 2: the digits.
+_NUMBER_TOKEN = r"(-)?(?:\\?\$\s?)?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)"
+# A number in running text does not start inside a word or another number.
+_NUMBER = re.compile(r"(?<![\w.])" + _NUMBER_TOKEN)
+_ONE_NUMBER = re.compile(r"\s*" + _NUMBER_TOKEN + r"\s*")
 _FRACTION = re.compile(r"\\[dt]?frac|/")
 _ANSWER_IS = re.compile(r"answer\s*(?:is|:)", re.IGNORECASE)
 _ANSWER_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
@@ -31,18 +36,18 @@ def _normalize_text(text: str) -> str:
 
 
 def canonical_number(text: str) -> str | None:
-  """A number string in canonical form, or None when `text` is not a single number.
+  """A number string in canonical form, or None when `text` is not exactly one number.
 
-  Strips `$`, commas and spaces; integral values lose their decimals (`29.00` -> `29`, `-0` -> `0`); other
-  values lose trailing zeros (`2.50` -> `2.5`). Exact: uses `decimal.Decimal`, never floats.
+  One number: optional minus, optional `$`, digits with optional thousands commas in groups of three (LaTeX
+  `{,}` too) and an optional decimal part, with surrounding whitespace. Lists and other text are not numbers:
+  `2 1 5 1`, `1,2`, `1 000` and `3 apples` give None (never 2151, 12, 1000, 3). Canonical: `$` and commas
+  dropped; integral values lose their decimals (`29.00` -> `29`, `-0` -> `0`); other values lose trailing zeros
+  (`2.50` -> `2.5`). Exact: uses `decimal.Decimal`, never floats.
   """
-  cleaned = _normalize_text(text).replace("\\$", "").replace("$", "").replace(",", "").replace(" ", "").strip()
-  try:
-    value = decimal.Decimal(cleaned)
-  except decimal.InvalidOperation:
+  match = _ONE_NUMBER.fullmatch(_normalize_text(text))
+  if match is None:
     return None
-  if not value.is_finite():
-    return None
+  value = decimal.Decimal((match.group(1) or "") + match.group(2).replace(",", ""))
   if value == value.to_integral_value():
     return str(int(value))
   return format(value.normalize(), "f")
@@ -125,19 +130,35 @@ def _timeout_seconds() -> int | None:
 
 
 def parse_math(answer: str) -> list:
-  """math-verify's parse of a bare answer string (no `\\boxed`), e.g. `\\frac{1}{2}` or `1,000`.
+  """math-verify's parse of a bare answer string (no `\\boxed`), e.g. `\\frac{1}{2}` or `1,000`, decimals exact.
 
   The answer is wrapped as `\\boxed{answer}` before parsing (so math-verify reads it as one LaTeX answer, the
-  way it reads a response's boxed answer); if that yields nothing, as `$answer$`. Returns math-verify's parse
-  (a list; empty when unparseable).
+  way it reads a response's boxed answer); if that yields nothing, as `$answer$`. Each decimal (a sympy Float
+  in the parse) is then replaced by the exact rational it denotes (`0.333333` -> 333333/1000000): math-verify
+  compares a Float with another value after rounding both to 6 decimals, so it would grade `0.333333` equal to
+  `\\frac{1}{3}` and `1.414214` to `\\sqrt{2}`; exact, a grade of 1 means equal (`0.5` still equals
+  `\\frac{1}{2}`). Returns the parse (a list; empty when unparseable).
   """
   import math_verify  # pylint: disable=g-import-not-at-top
   timeout = _timeout_seconds()
   for wrapped in (f"\\boxed{{{answer}}}", f"${answer}$"):
     parsed = math_verify.parse(wrapped, parsing_timeout=timeout)
     if parsed:
-      return parsed
+      return [_exact_decimals(e) for e in parsed]
   return []
+
+
+def _exact_decimals(expr):
+  """`expr` with every sympy Float replaced by the Rational of its decimal digits; non-sympy items as given.
+
+  A parsed Float prints its decimal literal back (`Float("0.1")` -> "0.100000000000000"; longer literals keep
+  their digits), so Rational(str(f)) is the number that was written, not its binary approximation.
+  """
+  import sympy  # pylint: disable=g-import-not-at-top
+  if not isinstance(expr, (sympy.Basic, sympy.MatrixBase)):
+    return expr
+  floats = expr.atoms(sympy.Float)
+  return expr.xreplace({f: sympy.Rational(str(f)) for f in floats}) if floats else expr
 
 
 def math_equal(gold: str | list, pred: str | None) -> bool:
@@ -148,7 +169,8 @@ def math_equal(gold: str | list, pred: str | None) -> bool:
       milliseconds).
     pred: the predicted answer string (bare), or None (no answer: False).
   Returns:
-    math_verify.verify(parse_math(gold), parse_math(pred)); False when either side does not parse.
+    math_verify.verify(parse_math(gold), parse_math(pred)), decimals exact (see parse_math: `0.333333` is not
+    `\\frac{1}{3}`); False when either side does not parse.
   """
   if pred is None:
     return False

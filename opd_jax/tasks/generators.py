@@ -6,14 +6,22 @@ everywhere (Problem.fields and the entries kept for scoring).
 
 Answer format [ours]: reasoning-gym's own convention, `<answer>...</answer>` tags (its `extract_answer`), and
 its scorers take that extracted string (not the full response text): `score_answer(extracted, entry)`.
-- Numeric tasks (every gold answer is a number, e.g. gsm_symbolic, basic_arithmetic, chain_sum): the content
-  of the last `<answer>` tag (canonical when it is one number: `$1,000.00` -> `1000`, else as written); with
-  no tag, the numeric rules of `answers.extract_number` on the whole response (`####`, last `\\boxed{}`,
-  "answer is", last number). The scorer thus sees a clean number.
-- Other tasks (e.g. countdown, whose answer is an expression): the stripped content of the last `<answer>` tag;
-  None without one.
-Reward: 1.0 only when `score_answer` returns exactly 1.0; partial credit (0.01 for a wrong number in
-gsm_symbolic, 0.05 for a wrong countdown expression) counts as 0.
+- Numeric tasks (every gold answer is exactly one number, e.g. gsm_symbolic, basic_arithmetic, chain_sum): the
+  content of the last `<answer>` tag, canonical when it is exactly one number (`$1,000.00` -> `1000`), else as
+  written; with no tag, the numeric rules of `answers.extract_number` on the whole response (`####`, last
+  `\\boxed{}`, "answer is", last number). The scorer thus sees a clean number.
+- Other tasks: the stripped content of the last `<answer>` tag, as written; None without one. Lists are not
+  numbers (`answers.canonical_number`): spiral_matrix, arc_1d, path_star, string_splitting and string_synthesis,
+  whose gold answers are space-separated numbers such as `2 1 5 1`, are not numeric tasks, and an answer
+  `2 1 5 1` reaches the scorer as written, never as 2151 (open-thought/reasoning-gym#142).
+Reward: 1.0 only when the dataset's own `score_answer(extracted, entry)` on the generated entry returns exactly
+1.0; partial credit (0.01 for a wrong number in gsm_symbolic, 0.05 for a wrong countdown expression, a length
+ratio for an answer that contains the gold one) counts as 0. The scorer decides what "correct" means: a few
+accept answers within a tolerance (decimal_arithmetic: one unit in the last decimal place; number_format:
+within 0.01; power_function: the same 3 significant figures).
+Refused datasets (ValueError): those whose entries carry no gold answer (the scorer checks a proposed solution
+instead: boxnet, graph_color, propositional_logic, rubiks_cube, rush_hour), as Problem.answer must be the gold
+answer; and those whose scorer cannot tell a wrong answer from a right one (BROKEN_SCORERS).
 """
 import hashlib
 import json
@@ -24,6 +32,12 @@ from opd_jax.tasks import base
 TEMPLATE = "{question}\nPut only the final answer inside <answer></answer> tags."
 DEFAULT_NUM_PROBLEMS = 100
 _RANDOM_ID = "_rgid"
+# Datasets whose score_answer gives 1.0 to wrong answers (reasoning-gym 0.1.19), so a reward of 1 would not mean
+# correct: name -> why.
+BROKEN_SCORERS = {
+    "game_of_life_halting": "its score_answer returns 1.0 for every non-empty answer: it compares bool(answer) "
+                            "with bool(gold) and bool('False') is True",
+}
 
 
 def _numeric_extract(text: str) -> str | None:
@@ -54,19 +68,25 @@ def load(name: str, *, num_problems: int | None = None, seed: int = 0, config: d
   Returns:
     A Task; ids "<name>-seed<seed>[-cfg<hash>]-<index:05d>"; solution = metadata["answer_cot"] where the
     generator provides one (gsm_symbolic), else None; fields = the metadata without "_rgid" and answer_cot.
+  Raises:
+    ValueError: an unknown name, a bad num_problems, a config the dataset rejects (composite needs one: its
+      `datasets`), a dataset whose entries have no gold answer (boxnet, graph_color, ...) or one in
+      BROKEN_SCORERS.
   """
   import reasoning_gym  # pylint: disable=g-import-not-at-top
   from reasoning_gym import factory  # pylint: disable=g-import-not-at-top
   if name not in factory.DATASETS:
     raise ValueError(f"unknown reasoning-gym dataset {name!r} (task 'reasoning_gym:{name}'); known: "
                      f"{', '.join(sorted(factory.DATASETS))}")
+  if name in BROKEN_SCORERS:
+    raise ValueError(f"reasoning_gym:{name} cannot be graded: {BROKEN_SCORERS[name]}; pick another dataset")
   size = DEFAULT_NUM_PROBLEMS if num_problems is None else num_problems
   if not isinstance(size, int) or size <= 0:
     raise ValueError(f"num_problems must be a positive int or None, got {num_problems!r}")
   config = dict(config or {})
   try:
     dataset = reasoning_gym.create_dataset(name, size=size, seed=seed, **config)
-  except TypeError as e:
+  except (TypeError, ValueError, AssertionError) as e:  # unknown field / invalid value / composite's asserts
     raise ValueError(f"reasoning_gym:{name}: bad config {config!r} ({e}); see the fields of "
                      f"{factory.DATASETS[name][1].__name__}") from e
 
@@ -77,6 +97,10 @@ def load(name: str, *, num_problems: int | None = None, seed: int = 0, config: d
   entries, problems = {}, []
   for index in range(size):
     entry = _strip_random_id(dataset[index])  # generated once: countdown takes ~40 ms per entry
+    if entry["answer"] is None:
+      raise ValueError(f"reasoning_gym:{name}: entry {index} has no gold answer (its scorer checks a proposed "
+                       "solution instead); opd_jax tasks need one (Problem.answer, the answer contexts): pick a "
+                       "dataset with gold answers")
     metadata = entry["metadata"]
     problem_id = base.safe_id(*prefix, f"{index:05d}")
     fields = {k: v for k, v in metadata.items() if k != "answer_cot"}
