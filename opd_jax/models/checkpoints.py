@@ -26,6 +26,10 @@ was measured first: 15-24 s to restore the 0.5B on the 2-core CPU, zstd or not, 
 Names: one table (`TABLE`) maps our param names (decoder.py's docstring) to HF and GGUF tensor names. Linear
 weights are stored [out, in] in both files and [in, out] here; per-layer tensors are stacked along a leading
 axis L. Tensors that the config does not call for are never read (a tied model ignores a stray `lm_head`).
+
+RoPE scaling: HF "linear" / "llama3" and GGUF rope_freqs.weight (how Llama 3.1+ GGUFs store llama3) / a linear
+rope.scaling.factor become `decoder.Config.rope_freq_factors`; any other field that changes the forward pass (yarn,
+dynamic, longrope, partial rotary, sliding windows, ...) is refused with an error naming it.
 """
 from __future__ import annotations
 
