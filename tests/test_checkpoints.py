@@ -2,6 +2,7 @@
 import hashlib
 import importlib
 import json
+import math
 import types
 
 import jax
@@ -63,8 +64,9 @@ GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weig
               "mlp.down_proj.weight": "ffn_down.weight"}
 
 
-def write_gguf(path, model, arch, *, pre, tie):
-  """A tiny F32 GGUF of an HF torch model, written the way llama.cpp's converter does (Q/K permuted for llama)."""
+def write_gguf(path, model, arch, *, pre, tie, edit=None):
+  """A tiny F32 GGUF of an HF torch model, written the way llama.cpp's converter does (Q/K permuted for llama);
+  `edit(writer)` adds metadata or tensors."""
   c = model.config
   tokens, merges = trained_vocab()
   tokens = tokens + ["<think>"]          # a user-defined token
@@ -89,6 +91,8 @@ def write_gguf(path, model, arch, *, pre, tie):
   w.add_pad_token_id(0)
   w.add_add_bos_token(False)
   w.add_chat_template(models.tokenizer.CHATML_TEMPLATE)
+  if edit:
+    edit(w)
   for name, t in model.state_dict().items():
     if tie and name == "lm_head.weight":
       continue
@@ -300,12 +304,130 @@ def test_shape_mismatch_names_the_tensor_and_both_shapes(tmp_path):
     models.load(folder)
 
 
-@pytest.mark.parametrize("field,value,kind", [("rope_scaling", {"type": "linear", "factor": 2.0}, "linear"),
-                                              ("rope_parameters", {"rope_type": "yarn", "factor": 4.0}, "yarn")])
-def test_rope_scaling_is_refused(tmp_path, field, value, kind):
+@pytest.mark.parametrize("field,value,match", [
+    ("rope_scaling", {"type": "dynamic", "factor": 2.0}, "rope_scaling type 'dynamic' is not implemented"),
+    ("rope_parameters", {"rope_type": "yarn", "factor": 4.0}, "rope_parameters type 'yarn' is not implemented"),
+    ("rope_parameters", {"rope_type": "llama3", "factor": 8.0}, r"rope_parameters type 'llama3' lacks \['low_freq"),
+    ("rope_parameters", {"rope_theta": 1e4, "partial_rotary_factor": 0.5}, "partial_rotary_factor=0.5 is not"),
+    ("rope_parameters", {"full_attention": {"rope_type": "default"}}, "rope_parameters per layer type")])
+def test_unimplemented_rope_fields_are_refused(tmp_path, field, value, match):
   folder = _hf_folder_with(tmp_path, lambda c: c.update({field: value}))
-  with pytest.raises(ValueError, match=f"{field} type '{kind}' is not implemented"):
+  with pytest.raises(ValueError, match=match):
     models.load(folder)
+
+
+def test_gguf_metadata_that_changes_the_forward_is_refused_or_applied():
+  """Each GGUF key that changes llama.cpp's forward pass is refused by name, or applied as llama.cpp does."""
+  meta = {"general.architecture": "llama", "llama.embedding_length": 64, "llama.attention.head_count": 4,
+          "llama.block_count": 1, "llama.feed_forward_length": 96, "llama.context_length": 128}
+  shapes = {"token_embd.weight": (300, 64)}
+  config = lambda **extra: checkpoints.config_from_gguf({**meta, **extra}, shapes)   # noqa: E731
+  for key, value in [("rope.scaling.type", "yarn"), ("rope.scaling.type", "longrope"), ("rope.dimension_count", 8),
+                     ("attention.sliding_window", 64), ("final_logit_softcapping", 30.0), ("attention.scale", 0.1)]:
+    with pytest.raises(ValueError, match=f"llama.{key}={value!r}"):
+      config(**{f"llama.{key}": value})
+  with pytest.raises(ValueError, match="rope_factors_long.weight"):
+    checkpoints.config_from_gguf(meta, {**shapes, "rope_factors_long.weight": (8,)})
+  with pytest.raises(ValueError, match="rope_freqs.weight has 4 values.*needs 8"):
+    checkpoints.config_from_gguf(meta, shapes, rope_freqs=np.ones(4))
+  with pytest.raises(ValueError, match="rope_freqs.weight in a 'qwen2' GGUF"):
+    qwen2 = {k.replace("llama.", "qwen2."): v for k, v in meta.items()} | {"general.architecture": "qwen2"}
+    checkpoints.config_from_gguf(qwen2, shapes, rope_freqs=np.ones(8))
+  # llama.cpp: a scaling factor is linear unless the type is "none"; it multiplies rope_freqs; a window no
+  # shorter than the context never applies.
+  assert config().rope_freq_factors is None
+  assert config(**{"llama.attention.sliding_window": 128}).rope_freq_factors is None
+  assert config(**{"llama.rope.scaling.type": "none", "llama.rope.scaling.factor": 4.0}).rope_freq_factors is None
+  linear = config(**{"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0})
+  assert linear.rope_freq_factors == (4.0,) * 8
+  assert config(**{"llama.rope.scale_linear": 2.0}).rope_freq_factors == (2.0,) * 8
+  both = checkpoints.config_from_gguf({**meta, "llama.rope.scaling.factor": 2.0}, shapes, rope_freqs=np.arange(1, 9))
+  assert both.rope_freq_factors == tuple(2.0 * np.arange(1, 9))
+
+
+# ------------------------------------------------------------------------------------------------ RoPE scaling
+
+# head_dim 16, theta 1e4: wavelengths 2 pi 10^(i / 2) = 6.3, 19.9, 62.8, ...; 32 / 4 = 8 and 32 / 1 = 32 bracket
+# the second: factors [1, 3.2995, 8, 8, 8, 8, 8, 8].
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 32}
+LONG = np.random.default_rng(5).integers(0, 300, size=(2, 40))
+
+
+def llama_cpp_rope_freqs(rope_theta, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
+                         dim=16, **_):
+  """rope_freqs.weight as llama.cpp's convert_hf_to_gguf.py writes it (LlamaModel.generate_extra_tensors)."""
+  low_freq_wavelen = original_max_position_embeddings / low_freq_factor
+  high_freq_wavelen = original_max_position_embeddings / high_freq_factor
+  rope_factors = []
+  for freq in 1.0 / (rope_theta ** (np.arange(0, dim, 2, dtype=np.float32) / dim)):
+    wavelen = 2 * math.pi / freq
+    if wavelen < high_freq_wavelen:
+      rope_factors.append(1)
+    elif wavelen > low_freq_wavelen:
+      rope_factors.append(factor)
+    else:
+      smooth = (original_max_position_embeddings / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+      rope_factors.append(1 / ((1 - smooth) / factor + smooth))
+  return np.array(rope_factors, np.float32)
+
+
+def test_llama3_rope_scaling_from_config_json_and_gguf_rope_freqs_matches_transformers(tmp_path, tiny_vocab_size):
+  """Llama 3.1+ RoPE scaling: config.json (v5 rope_parameters, v4 rope_scaling) and a GGUF's rope_freqs.weight
+  (llama.cpp's numbers for the same config) give transformers' llama3 logits; the GGUF without the tensor does
+  not (llama.cpp #8676's symptom). The factors survive the converted-params cache."""
+  folder = tmp_path / "hf"
+  folder.mkdir()
+  ref = make_hf_folder(folder, "llama", tie=False, vocab_size=tiny_vocab_size, num_hidden_layers=1,
+                       rope_theta=1e4, rope_parameters=dict(LLAMA3))
+  want = hf_logits(ref, LONG)
+  freqs = llama_cpp_rope_freqs(**LLAMA3)
+  np.testing.assert_allclose(freqs, [1, 3.2995, 8, 8, 8, 8, 8, 8], atol=1e-4)
+  hf_inv_freq = ref.model.rotary_emb.inv_freq.numpy()     # transformers' llama3 inverse frequencies
+  np.testing.assert_allclose(hf_inv_freq * freqs, 1e4 ** -(np.arange(8) / 8), rtol=1e-6)
+  model = models.load(folder, dtype="float32")
+  np.testing.assert_allclose(model.config.rope_freq_factors, freqs, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(models.logits(model, LONG)), want, atol=1e-4, rtol=0)
+  cfg = json.loads((folder / "config.json").read_text())   # the v4 spelling of the same config
+  cfg["rope_scaling"] = {k: v for k, v in cfg.pop("rope_parameters").items() if k != "rope_theta"}
+  cfg["rope_theta"] = 1e4
+  (folder / "config.json").write_text(json.dumps(cfg))
+  np.testing.assert_allclose(np.asarray(models.logits(models.load(folder, dtype="float32"), LONG)), want, atol=1e-4,
+                             rtol=0)
+
+  scaled = write_gguf(tmp_path / "scaled.gguf", ref, "llama", pre="llama-bpe", tie=False,
+                      edit=lambda w: w.add_tensor("rope_freqs.weight", freqs))
+  plain = write_gguf(tmp_path / "plain.gguf", ref, "llama", pre="llama-bpe", tie=False)
+  before = checkpoints.conversions
+  for _ in range(2):                                      # converted, then restored from the cache
+    model = models.load(scaled, dtype="float32")
+    assert model.config.rope_freq_factors == tuple(float(f) for f in freqs)
+    np.testing.assert_allclose(np.asarray(models.logits(model, LONG)), want, atol=1e-4, rtol=0)
+  assert checkpoints.conversions == before + 1
+  unscaled = np.asarray(models.logits(models.load(plain, dtype="float32"), LONG))
+  assert np.abs(unscaled - want).max() > 1
+
+
+def test_linear_rope_scaling_from_config_json_and_gguf_matches_transformers(tmp_path, tiny_vocab_size):
+  folder = tmp_path / "hf"
+  folder.mkdir()
+  ref = make_hf_folder(folder, "llama", tie=False, vocab_size=tiny_vocab_size, num_hidden_layers=1,
+                       rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 5000.0})
+  want = hf_logits(ref, LONG)
+  np.testing.assert_allclose(np.asarray(models.logits(models.load(folder, dtype="float32"), LONG)), want, atol=1e-4,
+                             rtol=0)
+
+  def scaling(kind):
+    return lambda w: (w.add_rope_scaling_type(kind), w.add_rope_scaling_factor(4.0))
+
+  linear = write_gguf(tmp_path / "linear.gguf", ref, "llama", pre="llama-bpe", tie=False,
+                      edit=scaling(gguf.RopeScalingType.LINEAR))
+  np.testing.assert_allclose(np.asarray(models.logits(models.load(linear, dtype="float32"), LONG)), want, atol=1e-4,
+                             rtol=0)
+  yarn = write_gguf(tmp_path / "yarn.gguf", ref, "llama", pre="llama-bpe", tie=False,
+                    edit=scaling(gguf.RopeScalingType.YARN))
+  with pytest.raises(ValueError, match="llama.rope.scaling.type='yarn' is not implemented"):
+    models.load(yarn)
 
 
 def test_missing_weights_tensor_and_tokenizer(tmp_path):

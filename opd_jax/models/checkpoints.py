@@ -26,6 +26,10 @@ was measured first: 15-24 s to restore the 0.5B on the 2-core CPU, zstd or not, 
 Names: one table (`TABLE`) maps our param names (decoder.py's docstring) to HF and GGUF tensor names. Linear
 weights are stored [out, in] in both files and [in, out] here; per-layer tensors are stacked along a leading
 axis L. Tensors that the config does not call for are never read (a tied model ignores a stray `lm_head`).
+
+RoPE scaling: HF "linear" / "llama3" and GGUF rope_freqs.weight (how Llama 3.1+ GGUFs store llama3) / a linear
+rope.scaling.factor become `decoder.Config.rope_freq_factors`; any other field that changes the forward pass (yarn,
+dynamic, longrope, partial rotary, sliding windows, ...) is refused with an error naming it.
 """
 from __future__ import annotations
 
@@ -52,7 +56,7 @@ import transformers
 from opd_jax.models import decoder
 from opd_jax.models import tokenizer as tokenizer_lib
 
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2   # 2: meta.json's config carries rope_freq_factors (GGUF rope_freqs.weight, linear)
 CACHE_ENV = "OPD_JAX_CACHE"
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -397,26 +401,27 @@ def _ids(value) -> list[int]:
 
 
 def config_from_hf(cfg: dict, where: str = "config.json") -> decoder.Config:
-  """decoder.Config from an HF config.json dict (transformers v4 `rope_theta` or v5 `rope_parameters`).
+  """decoder.Config from an HF config.json dict (transformers v4 `rope_theta` / `rope_scaling` or v5
+  `rope_parameters`; as in transformers, a set `rope_scaling` replaces `rope_parameters`).
 
   Raises:
-    ValueError: unknown architecture, or a feature decoder.py does not implement (RoPE scaling, sliding
-      windows, o_proj / MLP biases, activations other than SiLU), naming the field.
+    ValueError: unknown architecture, or a feature decoder.py does not implement (RoPE scaling other than
+      linear and llama3, partial rotary, sliding windows, o_proj / MLP biases, activations other than SiLU),
+      naming the field.
   """
   archs = cfg.get("architectures") or []
   known = [a for a in archs if a in HF_ARCHITECTURES]
   if not known:
     raise ValueError(f"{where}: architectures={archs} is not supported; known: {sorted(HF_ARCHITECTURES)}")
   arch = HF_ARCHITECTURES[known[0]]
-  rope = cfg.get("rope_parameters") or {}
-  for field in ("rope_scaling", "rope_parameters"):
-    spec = cfg.get(field) or {}
-    kind = spec.get("rope_type", spec.get("type", "default"))
-    if kind != "default":
-      raise ValueError(f"{where}: {field} type {kind!r} is not implemented (decoder.Config has no RoPE scaling); "
-                       "use a checkpoint without RoPE scaling or add it to decoder._rope")
-  if cfg.get("partial_rotary_factor", 1.0) != 1.0:
-    raise ValueError(f"{where}: partial_rotary_factor={cfg['partial_rotary_factor']} is not implemented")
+  rope_field = "rope_scaling" if cfg.get("rope_scaling") else "rope_parameters"
+  rope = cfg.get(rope_field) or {}
+  if any(isinstance(v, dict) for v in rope.values()):
+    raise ValueError(f"{where}: {rope_field} per layer type ({sorted(rope)}) is not implemented")
+  partial = rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+  if partial != 1.0:
+    raise ValueError(f"{where}: partial_rotary_factor={partial} is not implemented (decoder._rope rotates all "
+                     "of head_dim)")
   unsupported = {"attention_bias": cfg.get("attention_bias") and arch != "qwen2",
                  "mlp_bias": cfg.get("mlp_bias"), "use_sliding_window": cfg.get("use_sliding_window"),
                  "layer_types": any(t != "full_attention" for t in cfg.get("layer_types") or []),
@@ -425,14 +430,53 @@ def config_from_hf(cfg: dict, where: str = "config.json") -> decoder.Config:
     if bad:
       raise ValueError(f"{where}: {field}={cfg.get(field)!r} is not implemented by opd_jax.models.decoder")
   heads = cfg["num_attention_heads"]
+  head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+  theta = float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
   return decoder.Config(
       arch=arch, vocab_size=cfg["vocab_size"], d_model=cfg["hidden_size"], n_layers=cfg["num_hidden_layers"],
-      n_heads=heads, n_kv_heads=cfg.get("num_key_value_heads") or heads,
-      head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads, d_ff=cfg["intermediate_size"],
-      rope_theta=float(cfg.get("rope_theta", rope.get("rope_theta", 10000.0))),
+      n_heads=heads, n_kv_heads=cfg.get("num_key_value_heads") or heads, head_dim=head_dim,
+      d_ff=cfg["intermediate_size"], rope_theta=theta,
+      rope_freq_factors=_hf_rope_factors(cfg, rope_field, theta, head_dim, where),
       norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), qkv_bias=arch == "qwen2", qk_norm=arch == "qwen3",
       tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
       max_seq_len=int(cfg.get("max_position_embeddings", 32768)))
+
+
+_HF_ROPE_TYPES = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor")}
+
+
+def _hf_rope_factors(cfg: dict, field: str, theta: float, head_dim: int, where: str) -> tuple[float, ...] | None:
+  """decoder.Config.rope_freq_factors [head_dim / 2] of `cfg[field]`'s RoPE scaling; None when unscaled.
+
+  As transformers (modeling_rope_utils): "linear" divides every inverse frequency by `factor`; "llama3"
+  (`_compute_llama3_parameters`, Llama 3.1+) keeps wavelengths below original / high_freq_factor, divides those
+  above original / low_freq_factor by `factor` and interpolates in between (original =
+  original_max_position_embeddings); llama.cpp's convert_hf_to_gguf.py stores the same numbers as rope_freqs.weight.
+  """
+  rope = cfg.get(field) or {}
+  kind = rope.get("rope_type", rope.get("type", "default"))
+  if kind == "default":
+    return None
+  if kind not in _HF_ROPE_TYPES:
+    raise ValueError(f"{where}: {field} type {kind!r} is not implemented (decoder._rope implements default, "
+                     f"{' and '.join(_HF_ROPE_TYPES)}); use a checkpoint without it or add it to decoder._rope")
+  missing = [k for k in _HF_ROPE_TYPES[kind] if rope.get(k) is None]
+  if missing:
+    raise ValueError(f"{where}: {field} type {kind!r} lacks {missing}")
+  factor = float(rope["factor"])
+  if kind == "linear":
+    return (factor,) * (head_dim // 2)
+  low, high = float(rope["low_freq_factor"]), float(rope["high_freq_factor"])
+  if not high > low:
+    raise ValueError(f"{where}: {field} llama3 needs high_freq_factor > low_freq_factor, got {high} and {low}")
+  original = float(cfg.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings")
+                   or cfg["max_position_embeddings"])
+  inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))   # fp32, as transformers
+  wavelen = 2 * np.pi / inv_freq.astype(np.float64)
+  smooth = (original / wavelen - low) / (high - low)
+  factors = np.where(wavelen < original / high, 1.0,
+                     np.where(wavelen > original / low, factor, 1.0 / ((1 - smooth) / factor + smooth)))
+  return tuple(float(f) for f in factors)
 
 
 _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
@@ -520,8 +564,24 @@ def _gguf_metadata(reader) -> dict:
   return meta
 
 
-def config_from_gguf(meta: dict, tensor_shapes: dict[str, tuple[int, ...]], where: str = "GGUF") -> decoder.Config:
-  """decoder.Config from GGUF metadata and tensor shapes (numpy order, e.g. token_embd.weight [V, D])."""
+# Metadata keys (after "{arch}.") that change llama.cpp's forward pass and that decoder.py does not implement.
+_GGUF_REFUSED = ("attention.scale", "logit_scale", "embedding_scale", "residual_scale", "attn_logit_softcapping",
+                 "final_logit_softcapping", "expert_count", "rope.scaling.attn_factor")
+
+
+def config_from_gguf(meta: dict, tensor_shapes: dict[str, tuple[int, ...]], where: str = "GGUF",
+                     rope_freqs: np.ndarray | None = None) -> decoder.Config:
+  """decoder.Config from GGUF metadata and tensor shapes (numpy order, e.g. token_embd.weight [V, D]).
+
+  RoPE scaling as llama.cpp applies it (ggml_rope_ext: inverse frequency i is multiplied by freq_scale and divided
+  by freq_factors[i]): `rope_freqs` (the values of the file's rope_freqs.weight [rope dim / 2], how Llama 3.1+
+  GGUFs store "llama3" scaling) are the per-frequency divisors; a {arch}.rope.scaling.factor (or the older
+  {arch}.rope.scale_linear) is linear scaling unless {arch}.rope.scaling.type is "none".
+
+  Raises:
+    ValueError: unknown architecture, missing metadata, or a key that changes the forward pass and is not
+      implemented (RoPE scaling types yarn / longrope, partial RoPE, sliding windows, ...), naming it.
+  """
   arch = meta.get("general.architecture")
   if arch not in GGUF_ARCHITECTURES:
     raise ValueError(f"{where}: general.architecture={arch!r} is not supported; known: {GGUF_ARCHITECTURES}")
@@ -532,23 +592,47 @@ def config_from_gguf(meta: dict, tensor_shapes: dict[str, tuple[int, ...]], wher
       raise ValueError(f"{where}: metadata {arch}.{key} is missing")
     return value
 
-  scaling = meta.get(f"{arch}.rope.scaling.type", "none")
-  if scaling not in ("none", "default"):
-    raise ValueError(f"{where}: {arch}.rope.scaling.type={scaling!r} is not implemented (decoder.Config has no "
-                     "RoPE scaling)")
+  scaling = meta.get(f"{arch}.rope.scaling.type")
+  if scaling not in (None, "none", "default", "linear"):
+    raise ValueError(f"{where}: {arch}.rope.scaling.type={scaling!r} is not implemented (decoder._rope implements "
+                     "none, linear, and llama3 as a rope_freqs.weight tensor)")
+  for key in _GGUF_REFUSED:
+    if meta.get(f"{arch}.{key}"):
+      raise ValueError(f"{where}: {arch}.{key}={meta[f'{arch}.{key}']!r} is not implemented by "
+                       "opd_jax.models.decoder")
+  for name in ("rope_factors_long.weight", "rope_factors_short.weight"):
+    if name in tensor_shapes:
+      raise ValueError(f"{where}: tensor {name} (longrope RoPE scaling) is not implemented")
   d, heads = int(get("embedding_length")), int(get("attention.head_count"))
   head_dim = int(get("attention.key_length", d // heads))
   rope_dim = int(get("rope.dimension_count", head_dim))
   if rope_dim != head_dim:
     raise ValueError(f"{where}: {arch}.rope.dimension_count={rope_dim} != head_dim={head_dim}: partial RoPE is "
                      "not implemented")
+  context = int(get("context_length", 32768))
+  window = meta.get(f"{arch}.attention.sliding_window")
+  if window and int(window) < context:
+    raise ValueError(f"{where}: {arch}.attention.sliding_window={window} < context_length={context}: sliding-window "
+                     "attention is not implemented")
+  factors = None
+  if rope_freqs is not None:
+    if arch != "llama":
+      raise ValueError(f"{where}: tensor rope_freqs.weight in a {arch!r} GGUF: llama.cpp applies it to llama only")
+    factors = np.asarray(rope_freqs, np.float64).reshape(-1)
+    if factors.shape != (head_dim // 2,):
+      raise ValueError(f"{where}: tensor rope_freqs.weight has {factors.size} values, RoPE over head_dim={head_dim} "
+                       f"needs {head_dim // 2}")
+  linear = float(meta.get(f"{arch}.rope.scaling.factor") or meta.get(f"{arch}.rope.scale_linear") or 1.0)
+  if scaling != "none" and linear != 1.0:
+    factors = linear * (np.ones(head_dim // 2) if factors is None else factors)
   return decoder.Config(
       arch=arch, vocab_size=int(tensor_shapes["token_embd.weight"][0]), d_model=d,
       n_layers=int(get("block_count")), n_heads=heads, n_kv_heads=int(get("attention.head_count_kv", heads)),
       head_dim=head_dim, d_ff=int(get("feed_forward_length")), rope_theta=float(get("rope.freq_base", 10000.0)),
+      rope_freq_factors=None if factors is None else tuple(float(f) for f in factors),
       norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
       qkv_bias="blk.0.attn_q.bias" in tensor_shapes, qk_norm="blk.0.attn_q_norm.weight" in tensor_shapes,
-      tie_embeddings="output.weight" not in tensor_shapes, max_seq_len=int(get("context_length", 32768)))
+      tie_embeddings="output.weight" not in tensor_shapes, max_seq_len=context)
 
 
 def _gguf_stop_ids(meta: dict) -> tuple[int, ...]:
@@ -564,7 +648,9 @@ def _convert_gguf_meta(reader, path: pathlib.Path) -> tuple[dict, str]:
   """(meta.json dict, tokenizer.json string) of a GGUF file."""
   meta = _gguf_metadata(reader)
   shapes = {t.name: tuple(int(n) for n in reversed(t.shape)) for t in reader.tensors}
-  config = config_from_gguf(meta, shapes, where=str(path))
+  freqs = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+  rope_freqs = None if freqs is None else gguf.dequantize(freqs.data, freqs.tensor_type)
+  config = config_from_gguf(meta, shapes, where=str(path), rope_freqs=rope_freqs)
   tok = tokenizer_lib.from_gguf_metadata(meta)
   stop = set(_gguf_stop_ids(meta)) | set(_ids(tok.eos_token_id))
   specials = {k: getattr(tok, f"{k}_token") for k in ("bos", "eos", "pad", "unk")}

@@ -1,7 +1,8 @@
 """One decoder-only transformer family: Llama, Qwen2 / Qwen2.5 and Qwen3, as pure functions.
 
 Switches instead of one module per family: attention bias on q/k/v (Qwen2), RMSNorm on q and k per head
-before RoPE (Qwen3), tied or untied output head, grouped-query attention, rotate-half RoPE (HF layout).
+before RoPE (Qwen3), tied or untied output head, grouped-query attention, rotate-half RoPE (HF layout) with
+optional per-frequency scaling factors (Llama 3.1 "llama3", "linear").
 
 Params are a nested dict of arrays; the layers are stacked along a leading axis `L` and run with
 `jax.lax.scan`, so a 24-layer model compiles as fast as a 1-layer one:
@@ -61,6 +62,8 @@ class Config:
   head_dim: int                 # Dh
   d_ff: int                     # F
   rope_theta: float = 10000.0
+  rope_freq_factors: tuple[float, ...] | None = None  # [Dh / 2] RoPE scaling: inverse frequency i is divided by
+                                # factor i (HF "linear": all = factor; "llama3"; GGUF rope_freqs.weight)
   norm_eps: float = 1e-6
   qkv_bias: bool = False        # Qwen2 / Qwen2.5
   qk_norm: bool = False         # Qwen3
@@ -72,6 +75,11 @@ class Config:
       raise ValueError(f"unknown architecture {self.arch!r}; supported: {ARCHITECTURES}")
     if self.n_heads % self.n_kv_heads:
       raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
+    if self.rope_freq_factors is not None:   # a tuple (JSON gives a list): hashable, as a static jit argument
+      object.__setattr__(self, "rope_freq_factors", tuple(float(f) for f in self.rope_freq_factors))
+      if len(self.rope_freq_factors) != self.head_dim // 2:
+        raise ValueError(f"rope_freq_factors has {len(self.rope_freq_factors)} entries; head_dim={self.head_dim} "
+                         f"needs head_dim / 2 = {self.head_dim // 2} (one per rotary frequency)")
 
 
 def init_params(key: jax.Array, config: Config, dtype=jnp.float32, scale: float = 0.02) -> Params:
@@ -144,10 +152,16 @@ def _rms_norm(x, w, eps):
   return (y * w.astype(jnp.float32)).astype(x.dtype)
 
 
-def _rope(x, positions, theta):
-  """Rotate-half RoPE (HF layout). x [B, T, N, Dh], positions [B, T] (negative: pad, any angle)."""
+def _rope(x, positions, theta, factors=None):
+  """Rotate-half RoPE (HF layout). x [B, T, N, Dh], positions [B, T] (negative: pad, any angle).
+
+  inv_freq_i = theta^(-2i / Dh) / factors_i: `factors` (a static tuple of Dh / 2, or None) is RoPE scaling as
+  transformers' "linear" and "llama3" inv_freq and llama.cpp's rope_freqs tensor (ggml_rope_ext freq_factors).
+  """
   half = x.shape[-1] // 2
   inv_freq = 1.0 / (theta ** (jnp.arange(half, dtype=jnp.float32) / half))
+  if factors is not None:
+    inv_freq = inv_freq / jnp.asarray(factors, jnp.float32)
   angles = positions.astype(jnp.float32)[..., None] * inv_freq          # [B, T, half]
   cos, sin = jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
   x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
@@ -180,7 +194,8 @@ def _layer(x, p, positions, cache_kv, k_pos, end, config: Config):
   v = v.reshape(B, T, c.n_kv_heads, c.head_dim)
   if c.qk_norm:
     q, k = _rms_norm(q, p["q_norm"], c.norm_eps), _rms_norm(k, p["k_norm"], c.norm_eps)
-  q, k = _rope(q, positions, c.rope_theta), _rope(k, positions, c.rope_theta)
+  q = _rope(q, positions, c.rope_theta, c.rope_freq_factors)
+  k = _rope(k, positions, c.rope_theta, c.rope_freq_factors)
   if cache_kv is None:
     keys, values, new_kv = k, v, None
   else:
