@@ -38,6 +38,10 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   scoring.chunk             response positions per chunk of the divergence reduction
   scoring.top_k             k of the top-k overlap predictor
   scoring.beta              beta of the JSD_beta predictor
+  scoring.teacher_temperature   T_q of the teacher q at nodes: softmax(z_q / T_q), never truncated; 0 = the
+                            sampling temperature (GKD / TRL convention; 1 when sampling is greedy). The student's
+                            p at nodes is the sampled policy (temperature, top-k, top-p); the tokens table holds
+                            raw (T = 1) log-probs and predictors (manifest.json, "schema": "conventions")
   scoring.all_rollouts      score every rollout (True) or only node rollouts (False)
   mesh.data, mesh.model     device mesh of one process (-1: all remaining devices)
   logging.verbosity, logging.progress    (changing these does not change the run: resume allowed)
@@ -63,7 +67,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   node_strategy="exponential", continuations_per_candidate=8, student_top_k=2, teacher_top_k=1,
                   branch_batch=64, question_batch=1, prefer_finished=False)
   c.selection = "informative"
-  c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False)
+  c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0)
   c.mesh = dict(data=-1, model=1)
   c.logging = dict(verbosity=1, progress=True)
   return c

@@ -30,6 +30,9 @@ from opd_jax import divergences
 
 DIVERGENCES = ("reverse_kl", "forward_kl", "jsd", "sampled_token", "clipped_reverse_kl")
 NORM_EPS = 1e-12  # a gradient whose L2 norm is below this is treated as zero by `alignment` and `nan_reason`
+# A distillation direction with |g| < DISTILLATION_NOISE * |p| is at the level of the fp32 round-off of p and q
+# (log-probs from fp32 logits carry relative errors of ~1e-6): `nan_reason` calls it zero, never a cosine of noise.
+DISTILLATION_NOISE = 1e-5
 NAN_REASONS = ("", "degenerate", "zero_distillation_gradient", "zero_ideal_gradient")  # indexed by nan_reason
 
 
@@ -298,25 +301,28 @@ def alignment(g_ideal: jax.Array, g: jax.Array) -> jax.Array:
 
 
 @jax.jit
-def nan_reason(degenerate: jax.Array, g_ideal: jax.Array, g: jax.Array) -> jax.Array:
-  """Why an alignment is NaN, as an index into NAN_REASONS (paper.md, "Gradients": "record why").
+def nan_reason(degenerate: jax.Array, g_ideal: jax.Array, g: jax.Array, p: jax.Array | None = None) -> jax.Array:
+  """Why an alignment is undefined, as an index into NAN_REASONS (paper.md, "Gradients": "record why").
 
   First match wins: 1 "degenerate" where `degenerate` (from `is_degenerate` on the integer counts); 2
-  "zero_distillation_gradient" where |g| < NORM_EPS (q = p on C, or the clip binds); 3 "zero_ideal_gradient"
-  where |g_ideal| < NORM_EPS on a node that is not degenerate (P_succ differs only where p underflows to 0);
-  0 "" where the alignment is defined. With g_ideal = ideal_gradient(p, successes / n), the code is nonzero
-  exactly where `alignment` is NaN. Use NAN_REASONS[code] outside jit for the string.
+  "zero_distillation_gradient" where |g| < NORM_EPS, or, given p, |g| < DISTILLATION_NOISE * |p| (q = p on C up
+  to fp32 round-off, or the clip binds); 3 "zero_ideal_gradient" where |g_ideal| < NORM_EPS on a node that is
+  not degenerate (P_succ differs only where p underflows to 0); 0 "" where the alignment is defined. Without p
+  the code is nonzero exactly where `alignment` is NaN; callers record NaN wherever the code is nonzero. Use
+  NAN_REASONS[code] outside jit for the string.
 
   Args:
     degenerate: [...] bool, from `is_degenerate`.
     g_ideal: [..., K] float ideal direction.
     g: [..., K] float distillation direction.
+    p: optional [..., K] float student probabilities on C(u), the scale of the round-off test.
   Returns:
     [...] int32 in {0, 1, 2, 3}.
   """
   g_ideal, g = _float(g_ideal), _float(g)
   _check_same("g_ideal", g_ideal, "g", g)
-  zero_g = jnp.linalg.norm(g, axis=-1) < NORM_EPS
+  floor = NORM_EPS if p is None else jnp.maximum(NORM_EPS, DISTILLATION_NOISE * jnp.linalg.norm(_float(p), axis=-1))
+  zero_g = jnp.linalg.norm(g, axis=-1) < floor
   zero_ideal = jnp.linalg.norm(g_ideal, axis=-1) < NORM_EPS
   return jnp.where(degenerate, 1, jnp.where(zero_g, 2, jnp.where(zero_ideal, 3, 0))).astype(jnp.int32)
 

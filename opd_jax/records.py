@@ -22,9 +22,97 @@ import tempfile
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
+from opd_jax import divergences
+
+SCHEMA_VERSION = 2
 TABLES = ("rollouts", "tokens", "nodes")
+
+# Probability conventions of the records (also in manifest.json, "conventions"). "raw" = softmax of the model's
+# logits (temperature 1, no truncation); "sampled policy" = what the sampler draws from (`sampling.
+# policy_logprobs`: logits / sampling.temperature, then top-k, then top-p, renormalised); "scaled teacher" =
+# softmax(teacher logits / T_q), T_q = scoring.teacher_temperature (0 = the sampling temperature, as GKD and
+# TRL divide both sides by one temperature; 1 with greedy sampling), never truncated (a truncated q makes KL
+# infinite).
+CONVENTIONS = {
+    "p": "sampled policy (temperature, top-k, top-p applied) restricted to C(u) and renormalised",
+    "q": "scaled teacher softmax(z_q / T_q) restricted to C(u) and renormalised; never truncated",
+    "tokens": "raw (T = 1, untruncated) log-probs and predictors of student and teacher",
+    "estimators": "V, g*, g_D, alignment, teacher advantage and sampled_advantage use the node columns p and q",
+}
+
+_PRED = "raw predictor (divergences.predictors, T = 1) of this (teacher, context) at the node's position"
+_LIST = lambda t: pa.list_(t)
+_COLUMNS = {
+    "rollouts": [
+        ("question_id", pa.string(), "task question id"),
+        ("question_index", pa.int64(), "index in the task's question pool (seeds the question's randomness)"),
+        ("rollout_id", pa.int64(), "rollout index within the question"),
+        ("prompt_ids", _LIST(pa.int64()), "student prompt token ids (chat-rendered question)"),
+        ("response_ids", _LIST(pa.int64()), "sampled response token ids, stop token included"),
+        ("text", pa.string(), "decoded response (special tokens skipped)"),
+        ("length", pa.int64(), "response length in tokens"),
+        ("truncated", pa.bool_(), "hit sampling.max_new_tokens without a stop token"),
+        ("reward", pa.float64(), "task verifier's reward in {0, 1} (0 when truncated unless task.grade_truncated)"),
+        ("answer", pa.string(), "gold answer"),
+        ("extracted", pa.string(), "answer extracted from the response (null if none)"),
+        ("logprob_sum", pa.float64(), "sum of the response tokens' log-probs under the sampled policy (nats)"),
+        ("fields", pa.string(), "task fields of the question, JSON"),
+    ],
+    "tokens": [
+        ("question_id", pa.string(), "task question id"),
+        ("rollout_id", pa.int64(), "rollout index within the question"),
+        ("position", pa.int64(), "0-based response position t"),
+        ("token", pa.int64(), "sampled token y_t"),
+        ("teacher", pa.string(), "teacher of the view ('self' = the student)"),
+        ("context", pa.string(), "teacher context of the view"),
+        ("logp", pa.float64(), "raw log p(y_t) of the student (T = 1)"),
+        ("logq", pa.float64(), "raw log q(y_t) of the teacher in its context (T = 1)"),
+    ] + [(k, pa.float64(), "raw predictor (divergences.predictors, T = 1)") for k in divergences.PREDICTORS],
+    "nodes": [
+        ("question_id", pa.string(), "task question id"),
+        ("rollout_id", pa.int64(), "rollout index within the question"),
+        ("config_id", pa.string(), "configuration name (config.configurations)"),
+        ("teacher", pa.string(), "teacher ('self' = the student)"),
+        ("context", pa.string(), "teacher context"),
+        ("divergence", pa.string(), "distillation divergence"),
+        ("beta", pa.float64(), "JSD_beta weight (NaN unless jsd)"),
+        ("clip", pa.float64(), "clip threshold tau (NaN unless clipped_reverse_kl)"),
+        ("correct", pa.bool_(), "the node's rollout was correct"),
+        ("position", pa.int64(), "0-based response position t of the node"),
+        ("sampled_token", pa.int64(), "y_t, also candidates[0]"),
+        ("candidates", _LIST(pa.int64()), "C(u): the sampled token, the student's top-k_s, each view's top-k_t"),
+        ("p", _LIST(pa.float64()), "sampled policy on C(u), renormalised (CONVENTIONS)"),
+        ("q", _LIST(pa.float64()), "scaled teacher on C(u), renormalised (CONVENTIONS); empty if unavailable"),
+        ("successes", _LIST(pa.int64()), "successful continuations per candidate"),
+        ("n", _LIST(pa.int64()), "continuations run per candidate (may differ between candidates)"),
+        ("rewards", _LIST(_LIST(pa.int8())), "per candidate, the 0/1 reward of each continuation, in order"),
+        ("p_succ", _LIST(pa.float64()), "P_succ = successes / n per candidate; empty if unavailable"),
+        ("p_succ_lo", _LIST(pa.float64()), "95% Wilson lower bound of each P_succ"),
+        ("p_succ_hi", _LIST(pa.float64()), "95% Wilson upper bound of each P_succ"),
+        ("value", pa.float64(), "V = sum_k p_k P_succ(k)"),
+        ("alignment", pa.float64(), "cos(g*, g_D); NaN with alignment_nan_reason"),
+        ("alignment_nan_reason", pa.string(), "'' or one of NAN_REASONS"),
+        ("teacher_advantage", pa.float64(), "sum_k q_k P_succ(k) - V"),
+        ("sampled_advantage", pa.float64(),
+         "log q(y_t) - log p(y_t) over the full vocabulary, scaled teacher and sampled policy (the sampled_token "
+         "divergence's advantage, clipped to +-1e30)"),
+        ("degenerate", pa.bool_(), "P_succ equal on every candidate (decided on the integer counts)"),
+        ("p_mass", pa.float64(), "mass of the sampled policy on C(u) before renormalising"),
+        ("q_mass", pa.float64(), "mass of the scaled teacher on C(u) before renormalising"),
+        ("noise_ceiling", pa.float64(),
+         "split-half noise ceiling: cos of g* from each candidate's first and next floor(n_k / 2) rewards"),
+    ] + [(k, pa.float64(), _PRED) for k in divergences.PREDICTORS],
+}
+SCHEMAS = {t: pa.schema([pa.field(n, ty) for n, ty, _ in cols]) for t, cols in _COLUMNS.items()}
+
+
+def describe_schema() -> dict:
+  """{table: {column: {"type": arrow type, "doc": meaning}}} and the probability conventions (manifest.json)."""
+  tables = {t: {n: {"type": str(ty), "doc": doc} for n, ty, doc in cols} for t, cols in _COLUMNS.items()}
+  return {"version": SCHEMA_VERSION, "tables": tables, "conventions": CONVENTIONS}
 # Config fields that may change between a run and its resume (they do not change any record).
 VOLATILE_FIELDS = ("logging",)
 
@@ -54,24 +142,42 @@ def atomic_write_json(path, obj: Any) -> None:
   atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
 
 
-def write_part(workdir, table: str, question_id: str, frame: pd.DataFrame) -> pathlib.Path:
-  """Write one question's rows of `table` as records/<table>/part-<question_id>.parquet, atomically."""
+def to_arrow(table: str, frame: pd.DataFrame) -> pa.Table:
+  """`frame` as an Arrow table of the table's one schema (SCHEMAS[table]; an empty frame gives an empty table).
+
+  Raises:
+    ValueError: unknown table, or columns missing from / not in the schema.
+  """
   if table not in TABLES:
     raise ValueError(f"unknown table {table!r}; use one of {TABLES}")
+  schema = SCHEMAS[table]
+  if frame.empty and not len(frame.columns):
+    return schema.empty_table()
+  missing, extra = set(schema.names) - set(frame.columns), set(frame.columns) - set(schema.names)
+  if missing or extra:
+    raise ValueError(f"records table {table!r}: columns missing {sorted(missing)}, not in the schema "
+                     f"{sorted(extra)}; add them to records._COLUMNS (and bump SCHEMA_VERSION)")
+  return pa.Table.from_pandas(frame[schema.names].reset_index(drop=True), schema=schema, preserve_index=False)
+
+
+def write_part(workdir, table: str, question_id: str, frame: pd.DataFrame) -> pathlib.Path:
+  """Write one question's rows of `table` as records/<table>/part-<question_id>.parquet, atomically, with the
+  table's one schema (`to_arrow`): every part reads back with the same columns and types, even an empty one."""
+  arrow = to_arrow(table, frame)
   path = pathlib.Path(workdir) / "records" / table / f"part-{question_id}.parquet"
   buffer = io.BytesIO()
-  frame.reset_index(drop=True).to_parquet(buffer, index=False)
+  pq.write_table(arrow, buffer)
   atomic_write_bytes(path, buffer.getvalue())
   return path
 
 
 def read_table(workdir, table: str) -> pd.DataFrame:
-  """All parts of one table (empty DataFrame when none)."""
+  """All parts of one table, read with its schema (an empty frame with the schema's columns when none)."""
   d = pathlib.Path(workdir) / "records" / table
   parts = sorted(d.glob("part-*.parquet")) if d.is_dir() else []
   if not parts:
-    return pd.DataFrame()
-  return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    return SCHEMAS[table].empty_table().to_pandas()
+  return pq.read_table([str(p) for p in parts], schema=SCHEMAS[table]).to_pandas()
 
 
 def config_hash(config_dict: dict) -> str:

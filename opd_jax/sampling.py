@@ -14,11 +14,14 @@ nothing), and unpad the results.
 
 Randomness: row r of a call draws step i's noise from `fold_in(fold_in(key, row_id[r]), i)`, so a row's
 samples depend on the caller's key and its row id only, never on the batch it sits in or its padding.
+Reproducibility: bitwise on one mesh and platform. On another mesh the same uniforms meet logits that differ
+by fp32 round-off (matmuls split over devices), so a draw whose uniform falls within round-off of a CDF
+boundary may differ; tests/test_sharding.py checks that the smoke study's tokens and counts are equal on 8 fake
+devices and on 1.
 
-Returned log-probs are those of the sampled tokens under the model's RAW distribution (log_softmax of the
-logits at temperature 1, no top-k/top-p truncation), whatever the sampling settings: the estimators of
-paper.md need the policy's own probabilities. (With temperature 1 and no truncation, the defaults, this is
-exactly the distribution sampled from.)
+Returned log-probs are those of the sampled tokens under the policy actually sampled (`policy_logprobs`:
+temperature, top-k and top-p applied, renormalised): the p of every estimator (paper.md, "Policy"). With the
+defaults (temperature 1, no truncation) they equal the raw log_softmax of the logits.
 """
 from __future__ import annotations
 
@@ -65,7 +68,8 @@ class Samples:
   """Sampler output (numpy, unpadded rows).
 
   tokens:   int32 [B, N] sampled tokens; `pad_id` after the stop token.
-  logprobs: float32 [B, N] log-prob of each sampled token under the raw model distribution (0 after stop).
+  logprobs: float32 [B, N] log-prob of each sampled token under the sampled policy (`policy_logprobs`;
+            0 after stop).
   lengths:  int32 [B] number of tokens generated, the stop token included.
   finished: bool [B] True when a stop token was sampled (False when the token cap was hit).
   """
@@ -103,33 +107,75 @@ def categorical(logits: jax.Array, keys: jax.Array, block: int = 512) -> jax.Arr
   return (blk * W + idx).astype(jnp.int32)
 
 
+def _truncate(scaled: jax.Array, sp: SamplingParams, k: int) -> tuple[jax.Array, jax.Array]:
+  """The k most likely of `scaled` [B, V] (sorted descending, ties toward the lower id) with the tokens outside
+  the nucleus set to -inf: (values fp32 [B, k], ids int32 [B, k]). With top_k on, the nucleus is taken within
+  the top-k renormalised; it keeps the most likely tokens up to and including the one whose cumulative mass
+  crosses top_p (paper.md, "Policy")."""
+  vals, idx = jax.lax.top_k(scaled, k)
+  if sp.top_p < 1.0:
+    if sp.top_k:
+      probs = jax.nn.softmax(vals, axis=-1)
+    else:
+      probs = jnp.exp(vals - jax.nn.logsumexp(scaled, axis=-1, keepdims=True))
+    before = jnp.cumsum(probs, axis=-1) - probs                        # mass strictly before each token
+    vals = jnp.where(before < sp.top_p, vals, -jnp.inf)                # keeps the token crossing top_p
+  return vals, idx
+
+
+def policy_logprobs(logits: jax.Array, sp: SamplingParams) -> jax.Array:
+  """Log-probs of the policy that `sample_logits` samples from (paper.md, "Policy": the p of every estimator).
+
+  log pi(k) = log softmax(z / T) restricted to the top-k, then to the nucleus, renormalised there; -inf on
+  the tokens that can never be drawn. temperature 0 (greedy) is the point mass on the argmax (lowest id among
+  ties). With the defaults (T = 1, no truncation) it equals `jax.nn.log_softmax(logits)` bitwise.
+
+  Args:
+    logits: fp32 [..., V] raw next-token logits (-inf = excluded).
+    sp: the sampling settings (static).
+  Returns:
+    fp32 [..., V] log-probs; logsumexp over V is 0.
+  """
+  shape, V = logits.shape, logits.shape[-1]
+  if sp.temperature == 0.0:
+    top = jax.nn.one_hot(jnp.argmax(logits, axis=-1), V, dtype=jnp.bool_)
+    return jnp.where(top, 0.0, -jnp.inf).astype(jnp.float32)
+  scaled = logits / sp.temperature
+  if sp.top_k == 0 and sp.top_p >= 1.0:
+    return jax.nn.log_softmax(scaled, axis=-1)
+  flat = scaled.reshape(-1, V)
+  vals, idx = _truncate(flat, sp, min(sp.top_k or V, V))
+  kept = jnp.full_like(flat, -jnp.inf).at[jnp.arange(flat.shape[0])[:, None], idx].set(vals)
+  return jax.nn.log_softmax(kept, axis=-1).reshape(shape)
+
+
 def sample_logits(logits: jax.Array, keys: jax.Array, sp: SamplingParams) -> jax.Array:
   """Draw one token per row. logits fp32 [B, V]; keys [B] (one per row, already step-specific) -> int32 [B].
 
   Temperature, then top-k (the k most likely; ties broken toward the lower id), then top-p over what is left
   (the nucleus: the most likely tokens up to and including the one whose cumulative mass crosses top_p),
-  then an exact draw (`categorical`). temperature 0 and top_k 1 are greedy (lowest id among ties).
+  then an exact draw (`categorical`): a draw from `policy_logprobs`. temperature 0 and top_k 1 are greedy
+  (lowest id among ties).
   """
+  return _draw(logits, keys, sp)[0]
+
+
+def _draw(logits: jax.Array, keys: jax.Array, sp: SamplingParams) -> tuple[jax.Array, jax.Array]:
+  """`sample_logits` and the drawn tokens' log-probs under the sampled policy (`policy_logprobs`):
+  (int32 [B], fp32 [B]), without forming the full truncated distribution (top-p sorts at most once)."""
   if sp.temperature == 0.0:
-    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32), jnp.zeros(logits.shape[:1], jnp.float32)
   scaled = logits / sp.temperature
   V = scaled.shape[-1]
   if sp.top_k == 0 and sp.top_p >= 1.0:
-    return categorical(scaled, keys)
+    tok = categorical(scaled, keys)
+    return tok, jnp.take_along_axis(jax.nn.log_softmax(scaled, axis=-1), tok[:, None], axis=-1)[:, 0]
 
   def restricted(k: int):
-    vals, idx = jax.lax.top_k(scaled, k)                              # [B, k], sorted descending
-    if sp.top_p < 1.0:
-      if sp.top_k:                                                     # nucleus within the top-k, renormalised
-        probs = jax.nn.softmax(vals, axis=-1)
-      else:
-        probs = jnp.exp(vals - jax.nn.logsumexp(scaled, axis=-1, keepdims=True))
-      before = jnp.cumsum(probs, axis=-1) - probs                      # mass strictly before each token
-      vals = jnp.where(before < sp.top_p, vals, -jnp.inf)              # keeps the token crossing top_p
-    if k == 1:
-      return idx[:, 0].astype(jnp.int32)
-    choice = categorical(vals, keys)
-    return jnp.take_along_axis(idx, choice[:, None], axis=-1)[:, 0].astype(jnp.int32)
+    vals, idx = _truncate(scaled, sp, k)
+    choice = jnp.zeros(vals.shape[:1], jnp.int32) if k == 1 else categorical(vals, keys)
+    lp = jnp.take_along_axis(jax.nn.log_softmax(vals, axis=-1), choice[:, None], axis=-1)[:, 0]
+    return jnp.take_along_axis(idx, choice[:, None], axis=-1)[:, 0].astype(jnp.int32), lp
 
   if sp.top_k:
     return restricted(min(sp.top_k, V))
@@ -193,8 +239,7 @@ def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, c
     i, cache, logits, pos, lengths, stopped, toks, lps = state
     active = ~stopped & (lengths < caps)
     step_keys = jax.vmap(lambda k: jax.random.fold_in(k, start + i))(keys)
-    tok = sample_logits(logits, step_keys, sp)
-    lp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tok[:, None], axis=-1)[:, 0]
+    tok, lp = _draw(logits, step_keys, sp)
     tok = jnp.where(active, tok, pad_id)
     toks = toks.at[:, i].set(tok)
     lps = lps.at[:, i].set(jnp.where(active, lp, 0.0))
@@ -313,7 +358,7 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array | None = N
     segment, min_rows: decode in segments of `segment` steps, moving the rows still generating to a smaller
       batch (>= min_rows) once at most half are (`_decode_compacting`).
   Returns:
-    `Samples` (numpy): tokens [B, N], logprobs [B, N] (raw distribution, see module docstring), lengths [B],
+    `Samples` (numpy): tokens [B, N], logprobs [B, N] (sampled policy, see module docstring), lengths [B],
     finished [B].
   Raises:
     ValueError: empty prompts, bad sampling settings, prompt + N longer than the model's context, neither or

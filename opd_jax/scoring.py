@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from opd_jax import divergences
+from opd_jax import sampling
 from opd_jax import sharding
 from opd_jax.models import decoder
 from opd_jax.sharding import PARAMS, ROWS
@@ -114,9 +115,17 @@ def _gather_step(params, cache, acc, tokens, positions, local, *, config):
   return cache, jnp.where(inside[..., None], picked, acc)
 
 
-def _node_outputs(params, h, candidates, valid, *, config, top_k):
-  """Full-vocabulary log-probs at node hidden states h [B, M, D]: gathered at candidates and top-k."""
-  logp = jax.nn.log_softmax(decoder.head(params, h, config=config), axis=-1)         # [B, M, V]
+def _node_outputs(params, h, candidates, valid, *, config, top_k, policy=None):
+  """Full-vocabulary log-probs at node hidden states h [B, M, D]: gathered at candidates and top-k.
+
+  policy: None (raw log-softmax) or a `sampling.SamplingParams` whose distribution is taken instead
+  (`sampling.policy_logprobs`: temperature, top-k, top-p, renormalised).
+  """
+  logits = decoder.head(params, h, config=config)
+  if policy is None:
+    logp = jax.nn.log_softmax(logits, axis=-1)                                        # [B, M, V]
+  else:
+    logp = sampling.policy_logprobs(logits, policy)
   ok = valid[..., None] & (candidates >= 0)
   at = jnp.take_along_axis(logp, jnp.where(ok, candidates, 0), axis=-1)
   top_lp, top_ids = jax.lax.top_k(logp, top_k)
@@ -124,24 +133,33 @@ def _node_outputs(params, h, candidates, valid, *, config, top_k):
           jnp.where(valid[..., None], top_lp, -jnp.inf))
 
 
-def _sides(shared, fn, s_params, t_params, s_config, t_config, *xs):
+def _sides(mode, fn, s_params, t_params, s_config, t_config, *xs):
   """fn(params, *xs_side, config) for the student and the teacher; fn returns a tuple.
 
-  shared (teacher is the student): each x is stacked [2, ...] (student, teacher) and one `lax.map` runs the
-  same compiled body for both sides; the outputs come back stacked. Otherwise each x is a pair (student,
-  teacher) and the outputs come back as pairs. Either way, out[i][0] is the student's, out[i][1] the teacher's.
+  mode "stacked" (teacher is the student): each x is stacked [2, ...] (student, teacher) and one `lax.map`
+  runs the same compiled body for both sides; the outputs come back stacked. "identical" (teacher is the
+  student on identical inputs): each x is a pair, fn runs once on the student's and its outputs serve both
+  sides. "pair": each x is a pair (student, teacher) and the outputs come back as pairs. In every mode
+  out[i][0] is the student's, out[i][1] the teacher's.
   """
-  if shared:
+  if mode == "stacked":
     return jax.lax.map(lambda a: fn(s_params, *a, config=s_config), xs)
+  if mode == "identical":
+    return tuple((o, o) for o in fn(s_params, *(x[0] for x in xs), config=s_config))
   s = fn(s_params, *(x[0] for x in xs), config=s_config)
   t = fn(t_params, *(x[1] for x in xs), config=t_config)
   return tuple(zip(s, t))
 
 
 def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, *, s_config,
-           t_config, chunk):
-  """Shared checks and inputs of the jitted functions: (shared, pack, caches, s feed, t feed, C, T_pad)."""
+           t_config, chunk, identical=False):
+  """Shared checks and inputs of the jitted functions: (mode, pack, caches, s feed, t feed, C, T_pad, t_config),
+  mode as in `_sides`."""
   shared = t_params is None
+  if identical and not shared:
+    raise ValueError("identical=True means the teacher is the student on the student's own prompts: pass "
+                     "t_params=None")
+  mode = "pair" if not shared else "identical" if identical else "stacked"
   _check_positive("chunk", chunk)
   if shared:
     if t_config is not None and t_config != s_config:
@@ -158,20 +176,21 @@ def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, r
       raise ValueError(f"{name} must be [B={B}, P >= 1] token ids, got shape {a.shape}")
   C = max(1, min(chunk, T))
   T_pad = -(-T // C) * C
-  pack = (lambda a, b: jnp.stack([a, b])) if shared else (lambda a, b: (a, b))
+  pack = (lambda a, b: jnp.stack([a, b])) if mode == "stacked" else (lambda a, b: (a, b))
   prefill = functools.partial(_prefill, chunk=C, extra=T_pad)
-  (caches,) = _sides(shared, prefill, s_params, t_params, s_config, t_config,
+  (caches,) = _sides(mode, prefill, s_params, t_params, s_config, t_config,
                      pack(s_prompt, t_prompt), pack(s_prompt_len, t_prompt_len))
   s_feed = _feed(s_prompt, s_prompt_len, response, lengths, T_pad)
   t_feed = _feed(t_prompt, t_prompt_len, response, lengths, T_pad)
-  return shared, pack, caches, s_feed, t_feed, C, T_pad, t_config
+  return mode, pack, caches, s_feed, t_feed, C, T_pad, t_config
 
 
 @sharding.sharded_jit(in_specs=(PARAMS, PARAMS) + (ROWS,) * 6, out_specs=ROWS,
-                      static_argnames=("s_config", "t_config", "chunk", "top_k", "beta", "return_hidden"))
+                      static_argnames=("s_config", "t_config", "chunk", "top_k", "beta", "return_hidden",
+                                       "identical"))
 def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, *,
                  s_config: decoder.Config, t_config: decoder.Config | None, chunk: int = 128, top_k: int = 8,
-                 beta: float = 0.5, return_hidden: bool = False) -> dict[str, jax.Array]:
+                 beta: float = 0.5, return_hidden: bool = False, identical: bool = False) -> dict[str, jax.Array]:
   """Log-probs of the response tokens and every predictor at every response position, streamed in chunks.
 
   For each row and each t < lengths: logp = log p(y_t | x, y_<t), logq = log q_c(y_t | context_c, y_<t), and
@@ -190,6 +209,9 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
     top_k: static k of "topk_overlap"; beta: static JSD_beta weight strictly inside (0, 1).
     return_hidden: static; also return the final-normed hidden states that predict each response token,
       "h_p" [B, T, Ds] and "h_q" [B, T, Dt] (params' dtype), for `head_logprobs` at nodes without another pass.
+    identical: static; the teacher is the student (t_params=None) on the student's own prompt (t_prompt ==
+      s_prompt, the caller's promise): one pass whose outputs serve both sides, so logq, h_q are logp, h_p
+      bitwise on any mesh, and every predictor is exactly that of q = p (the `self:plain` view).
   Returns:
     {name: fp32 [B, T]} for name in DENSE_KEYS, exactly 0 at masked positions, and "mask": bool [B, T],
     t < lengths (plus "h_p", "h_q" with return_hidden).
@@ -197,9 +219,9 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
     ValueError: bad chunk, top_k or beta, vocab sizes that differ, prompts of different widths with
       t_params=None, or arrays of inconsistent shapes.
   """
-  shared, pack, caches, s_feed, t_feed, C, T_pad, t_config = _setup(
+  mode, pack, caches, s_feed, t_feed, C, T_pad, t_config = _setup(
       s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_config=s_config,
-      t_config=t_config, chunk=chunk)
+      t_config=t_config, chunk=chunk, identical=identical)
   B, T = response.shape
   t_idx = jnp.arange(T_pad, dtype=jnp.int32)[None, :]
   mask = t_idx < lengths[:, None]
@@ -207,7 +229,7 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
 
   def body(caches, j):
     sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * C, C, axis=1)
-    caches, logps, hs = _sides(shared, _logprob_step, s_params, t_params, s_config, t_config, caches,
+    caches, logps, hs = _sides(mode, _logprob_step, s_params, t_params, s_config, t_config, caches,
                                pack(sl(s_feed[0]), sl(t_feed[0])), pack(sl(s_feed[1]), sl(t_feed[1])))
     logp, logq = logps[0], logps[1]                                              # [B, C, V] fp32 each
     y, m = sl(targets), sl(mask)
@@ -250,7 +272,7 @@ def node_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_l
   Raises:
     ValueError: as `score_arrays`, or top_k outside [1, V], or nodes / candidates of inconsistent shapes.
   """
-  shared, pack, caches, s_feed, t_feed, C, T_pad, t_config = _setup(
+  mode, pack, caches, s_feed, t_feed, C, T_pad, t_config = _setup(
       s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_config=s_config,
       t_config=t_config, chunk=chunk)
   B, T = response.shape
@@ -263,21 +285,21 @@ def node_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_l
   valid = (nodes >= 0) & (nodes < lengths[:, None])
   nodes = jnp.where(valid, nodes, -1)
   zeros = lambda p, cfg: jnp.zeros((B, nodes.shape[1], cfg.d_model), p["embed"].dtype)
-  acc = (jnp.stack([zeros(s_params, s_config)] * 2) if shared
+  acc = (jnp.stack([zeros(s_params, s_config)] * 2) if mode == "stacked"
          else (zeros(s_params, s_config), zeros(t_params, t_config)))
 
   def body(carry, j):
     caches, acc = carry
     sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * C, C, axis=1)
     local = jnp.where(valid, nodes - j * C, -1)
-    caches, acc = _sides(shared, _gather_step, s_params, t_params, s_config, t_config, caches, acc,
+    caches, acc = _sides(mode, _gather_step, s_params, t_params, s_config, t_config, caches, acc,
                          pack(sl(s_feed[0]), sl(t_feed[0])), pack(sl(s_feed[1]), sl(t_feed[1])),
                          pack(local, local))
     return (caches, acc), None
 
   (_, acc), _ = jax.lax.scan(body, (caches, acc), jnp.arange(T_pad // C))
   heads = functools.partial(_node_outputs, top_k=top_k)
-  at, ids, top = _sides(shared, heads, s_params, t_params, s_config, t_config, acc, pack(candidates, candidates),
+  at, ids, top = _sides(mode, heads, s_params, t_params, s_config, t_config, acc, pack(candidates, candidates),
                         pack(valid, valid))
   return {"logp": at[0], "logq": at[1], "topk_ids_p": ids[0], "topk_logp": top[0], "topk_ids_q": ids[1],
           "topk_logq": top[1]}
@@ -389,12 +411,14 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
 
   Args:
     student, teacher: `opd_jax.models.Model`-like objects with `.config` (decoder.Config) and `.params`. Pass
-      the student itself as the teacher for self-distillation (bitwise-equal p and q for identical prompts).
+      the student itself as the teacher for self-distillation; where a batch's teacher prompts equal the
+      student's (the `self:plain` view) one pass serves both sides: q = p bitwise on any mesh.
     student_prompts: per row, the student's prompt ids (>= 1 token).
     teacher_prompts: per row, the teacher's context ids (>= 1 token; any length).
     responses: per row, the student's sampled ids y_0..y_{L-1} (may be empty; pad/end-of-text ids inside are
       scored like any other token).
     chunk: positions per chunk C (memory O(B C V)); top_k: k of "topk_overlap"; beta: JSD_beta weight.
+      Log-probs and predictors are of the raw distributions (temperature 1, no truncation).
     batch_size: rows per compiled call.
     return_hidden: also return "h_p" [L_r, Ds] and "h_q" [L_r, Dt] per row, the final hidden states that
       predict each response token (feed them to `head_logprobs` for p and q at nodes: no second pass).
@@ -411,8 +435,9 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
   for rows, Bp in _batches(len(responses), batch_size, sharding.mesh_of(student.params)):
     arrays = _pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk)
     t_params, t_config = _teacher_args(student, teacher, shared, arrays)
+    identical = t_params is None and all(list(student_prompts[r]) == list(teacher_prompts[r]) for r in rows)
     got = score_arrays(student.params, t_params, *arrays, s_config=student.config, t_config=t_config, chunk=chunk,
-                       top_k=top_k, beta=beta, return_hidden=return_hidden)
+                       top_k=top_k, beta=beta, return_hidden=return_hidden, identical=identical)
     got = {k: np.asarray(got[k]) for k in keys}
     for i, r in enumerate(rows):
       for k in keys:
@@ -420,24 +445,28 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
   return out
 
 
-@sharding.sharded_jit(in_specs=(PARAMS, ROWS, ROWS), out_specs=ROWS, static_argnames=("config", "top_k"))
-def _head_logprobs(params, h, candidates, *, config, top_k):
+@sharding.sharded_jit(in_specs=(PARAMS, ROWS, ROWS), out_specs=ROWS, static_argnames=("config", "top_k", "policy"))
+def _head_logprobs(params, h, candidates, *, config, top_k, policy):
   valid = jnp.ones(h.shape[:-1], bool)
-  out = _node_outputs(params, h[None], candidates[None], valid[None], config=config, top_k=top_k)
+  out = _node_outputs(params, h[None], candidates[None], valid[None], config=config, top_k=top_k, policy=policy)
   return tuple(a[0] for a in out)                                    # [N, ...]: rows over "data"
 
 
-def head_logprobs(model: Any, h: np.ndarray, candidates: np.ndarray | None = None, *,
-                  top_k: int = 8) -> dict[str, np.ndarray]:
+def head_logprobs(model: Any, h: np.ndarray, candidates: np.ndarray | None = None, *, top_k: int = 8,
+                  policy: sampling.SamplingParams | None = None) -> dict[str, np.ndarray]:
   """Full-vocabulary log-probs at given hidden states (from `score(..., return_hidden=True)`).
 
   Args:
     model: the model whose hidden states these are (its head and config are used).
     h: [N, D] final-normed hidden states (N nodes); candidates: int [N, K] token ids, -1 padded (or None).
     top_k: k of the returned top-k, 1 <= k <= V.
+    policy: None for the raw distribution (softmax of the logits), or the `sampling.SamplingParams` of a
+      processed one (`sampling.policy_logprobs`): the student's sampled policy (paper.md, "Policy"), or a
+      temperature-scaled teacher (`SamplingParams(temperature=T)`, never truncated).
   Returns:
-    "logp": fp32 [N, K] log-probs at the candidates (-inf at padding); "topk_ids": int32 [N, k] the k most
-    likely ids (ties: lower id first); "topk_logp": fp32 [N, k] their log-probs.
+    "logp": fp32 [N, K] log-probs at the candidates (-inf at padding and outside a truncated policy);
+    "topk_ids": int32 [N, k] the k most likely ids (ties: lower id first); "topk_logp": fp32 [N, k] their
+    log-probs.
   """
   h = np.asarray(h)
   N = h.shape[0]
@@ -448,7 +477,7 @@ def head_logprobs(model: Any, h: np.ndarray, candidates: np.ndarray | None = Non
   hp[:N] = h
   cp = np.full((Nb, Kb), -1, np.int32)
   cp[:N, :cand.shape[1]] = cand
-  at, ids, top = _head_logprobs(model.params, hp, cp, config=model.config, top_k=top_k)
+  at, ids, top = _head_logprobs(model.params, hp, cp, config=model.config, top_k=top_k, policy=policy)
   return {"logp": np.asarray(at)[:N, :cand.shape[1]], "topk_ids": np.asarray(ids)[:N],
           "topk_logp": np.asarray(top)[:N]}
 

@@ -72,10 +72,28 @@ def validate(config) -> None:
     raise ValueError(f"config.selection must be 'informative' or 'all', got {config.selection!r}")
   if not 0.0 < config.scoring.beta < 1.0:
     raise ValueError(f"config.scoring.beta must lie strictly inside (0, 1), got {config.scoring.beta}")
-  sampling.SamplingParams(temperature=config.sampling.temperature, top_p=config.sampling.top_p,
-                          top_k=config.sampling.top_k)
+  policy(config)
+  t_q = config.scoring.teacher_temperature
+  if not (isinstance(t_q, (int, float)) and math.isfinite(t_q) and t_q >= 0):
+    raise ValueError(f"config.scoring.teacher_temperature must be a finite number >= 0 (0 = the sampling "
+                     f"temperature), got {t_q!r}")
   for cid, spec in config.configurations.items():
     contexts.parse(cid, spec)
+
+
+def policy(config) -> sampling.SamplingParams:
+  """The student's sampled policy: base rollouts and continuations draw from it, and it is the p of every
+  estimator (paper.md, "Policy"). Raises ValueError on bad sampling settings."""
+  s = config.sampling
+  return sampling.SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+
+
+def teacher_policy(config) -> sampling.SamplingParams:
+  """The scaled teacher q: softmax(z_q / T_q), never truncated. T_q = config.scoring.teacher_temperature, or
+  when 0 the sampling temperature (GKD and TRL divide both sides' logits by one temperature), or 1 when
+  sampling is greedy (temperature 0)."""
+  t_q = config.scoring.teacher_temperature or config.sampling.temperature or 1.0
+  return sampling.SamplingParams(temperature=float(t_q))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,7 +278,6 @@ def process_question(env: Env, index: int, problem, out: sampling.Samples) -> di
   key_q = _question_key(env, index)
   prompt = env.chat(env.task.prompt(problem))
   n_tok = c.sampling.max_new_tokens
-  sp = dict(temperature=c.sampling.temperature, top_p=c.sampling.top_p, top_k=c.sampling.top_k)
   n = c.budget.rollouts_per_question
 
   # --- Verification of the base rollouts -----------------------------------------------------------------
@@ -327,13 +344,15 @@ def process_question(env: Env, index: int, problem, out: sampling.Samples) -> di
           targeted.candidate_set(responses[r][t], s_top[m][:c.budget.student_top_k],
                                  [t_tops[key][m][:c.budget.teacher_top_k] for key in keys if key in t_tops], size)
           for m, t in enumerate(nodes[r])])
-      p_at[r] = scoring.head_logprobs(student, h_p[r][nodes[r]], cand[r], top_k=1)["logp"]
+      p_at[r] = scoring.head_logprobs(student, h_p[r][nodes[r]], cand[r], top_k=1, policy=policy(c))["logp"]
       for key in t_tops:
         q_at[key][r] = scoring.head_logprobs(env.teacher(key[0]), dense[key][r]["h_q"][nodes[r]], cand[r],
-                                             top_k=1)["logp"]
+                                             top_k=1, policy=teacher_policy(c))["logp"]
 
   # --- Targeted continuations -> P_succ ------------------------------------------------------------------
-  policy = targeted.ModelPolicy(student, batch_size=c.budget.branch_batch, **sp)
+  sp = policy(c)
+  continuer = targeted.ModelPolicy(student, batch_size=c.budget.branch_batch, temperature=sp.temperature,
+                                   top_p=sp.top_p, top_k=sp.top_k)
 
   def verify(resp, finished):
     if not (finished or c.task.grade_truncated):
@@ -343,7 +362,7 @@ def process_question(env: Env, index: int, problem, out: sampling.Samples) -> di
   key_c = jax.random.fold_in(key_q, 1)
   with _timed(env, "continuations_s"):
     outcomes = targeted.estimate_successes(
-        policy, verify, prompt, [(r, responses[r], nodes[r], cand[r]) for r in node_rows],
+        continuer, verify, prompt, [(r, responses[r], nodes[r], cand[r]) for r in node_rows],
         R=c.budget.continuations_per_candidate, key=key_c, max_response_len=n_tok)
   node_frames = [_node_rows(env, problem, r, correct[r], responses[r], nodes[r], cand[r], out, p_at[r],
                             {key: q_at[key].get(r) for key in keys}, dense)
@@ -366,31 +385,46 @@ def _tokens_table(problem, keys, dense, responses) -> pd.DataFrame:
 
 
 def _node_rows(env, problem, r, correct, response, positions, cands, outcomes, p_at, q_at, dense):
-  """One row per (node, configuration) of rollout r; p_at [M, K] and q_at[key] [M, K] are log-probs on C(u)."""
+  """One row per (node, configuration) of rollout r (columns: records.SCHEMAS["nodes"]).
+
+  p_at [M, K]: full-vocabulary log-probs of the student's sampled policy at C(u); q_at[key] [M, K]: those of the
+  scaled teacher of each view (None where its context is unavailable). Slot 0 of C(u) is the sampled token.
+  """
   rows = []
   succ, n = outcomes.successes, outcomes.n
+  lo, hi = targeted.wilson_interval(succ, n)
+  ps_all = targeted.p_succ(succ, n)
   noise = None
   for conf in env.confs:
     key = conf.scoring_key
     base = {"question_id": problem.id, "rollout_id": r, "config_id": conf.config_id, "teacher": conf.teacher,
             "context": conf.context, "divergence": conf.divergence, "beta": conf.beta, "clip": conf.clip,
             "correct": correct}
+
+    def per_node(m, t):
+      valid = cands[m] >= 0
+      return {**base, "position": int(t), "sampled_token": int(response[t]), "candidates": _ids(cands[m]),
+              "successes": succ[m][valid].tolist(), "n": n[m][valid].tolist(),
+              "rewards": [outcomes.replicates(m, k).tolist() for k in np.flatnonzero(valid)],
+              "p_succ": ps_all[m][valid].tolist(), "p_succ_lo": lo[m][valid].tolist(),
+              "p_succ_hi": hi[m][valid].tolist()}
+
     if q_at[key] is None:
       for m, t in enumerate(positions):
-        rows.append({**base, "position": t, "sampled_token": int(response[t]), "candidates": _ids(cands[m]),
-                     "p": [], "q": [], "successes": succ[m][cands[m] >= 0].tolist(),
-                     "n": n[m][cands[m] >= 0].tolist(), "p_succ": [], "value": math.nan,
-                     "alignment": math.nan, "alignment_nan_reason": UNAVAILABLE, "teacher_advantage": math.nan,
-                     "degenerate": bool(gradients.is_degenerate(succ[m], n[m])), "p_mass": math.nan,
-                     "q_mass": math.nan, "noise_ceiling": math.nan, **{k: math.nan for k in PREDICTORS}})
+        rows.append({**per_node(m, t), "p": [], "q": [], "value": math.nan, "alignment": math.nan,
+                     "alignment_nan_reason": UNAVAILABLE, "teacher_advantage": math.nan,
+                     "sampled_advantage": math.nan, "degenerate": bool(gradients.is_degenerate(succ[m], n[m])),
+                     "p_mass": math.nan, "q_mass": math.nan, "noise_ceiling": math.nan,
+                     **{k: math.nan for k in PREDICTORS}})
       continue
     slots = np.where(cands >= 0, np.arange(cands.shape[-1]), -1)        # log-probs are already on C(u)
     p, p_mass = gradients.restrict(p_at, slots)                         # renormalised, and the mass covered
     q, q_mass = gradients.restrict(q_at[key], slots)
     p, q = _renormalise(p), _renormalise(q)
     sampled_index = np.zeros(len(positions), np.int64)                  # the sampled token is C(u)'s first
-    adv = np.array([dense[key][r]["logq_minus_logp"][t] for t in positions], np.float64)
-    adv = np.clip(adv, -1e30, 1e30)                                     # -inf where q(y_t) underflows to 0
+    # Full-vocabulary log q(y_t) - log p(y_t) of the scaled teacher and the sampled policy; -inf where q(y_t)
+    # underflows to 0.
+    adv = np.clip(np.asarray(q_at[key][:, 0], np.float64) - np.asarray(p_at[:, 0], np.float64), -1e30, 1e30)
     est = targeted.node_estimates(p, q, succ, n, divergence=conf.divergence,
                                   beta=0.5 if math.isnan(conf.beta) else conf.beta,
                                   clip=None if math.isnan(conf.clip) else conf.clip,
@@ -399,14 +433,12 @@ def _node_rows(env, problem, r, correct, response, positions, cands, outcomes, p
       noise = targeted.split_half_noise_ceiling(p, outcomes)
     for m, t in enumerate(positions):
       valid = cands[m] >= 0
-      rows.append({**base, "position": int(t), "sampled_token": int(response[t]), "candidates": _ids(cands[m]),
-                   "p": p[m][valid].tolist(), "q": q[m][valid].tolist(),
-                   "successes": succ[m][valid].tolist(), "n": n[m][valid].tolist(),
-                   "p_succ": est.p_succ[m][valid].tolist(), "value": float(est.value[m]),
-                   "alignment": float(est.alignment[m]), "alignment_nan_reason": str(est.nan_reason[m]),
-                   "teacher_advantage": float(est.teacher_advantage[m]), "degenerate": bool(est.degenerate[m]),
-                   "p_mass": float(np.asarray(p_mass)[m]), "q_mass": float(np.asarray(q_mass)[m]),
-                   "noise_ceiling": float(noise[m]),
+      rows.append({**per_node(m, t), "p": p[m][valid].tolist(), "q": q[m][valid].tolist(),
+                   "value": float(est.value[m]), "alignment": float(est.alignment[m]),
+                   "alignment_nan_reason": str(est.nan_reason[m]),
+                   "teacher_advantage": float(est.teacher_advantage[m]), "sampled_advantage": float(adv[m]),
+                   "degenerate": bool(est.degenerate[m]), "p_mass": float(np.asarray(p_mass)[m]),
+                   "q_mass": float(np.asarray(q_mass)[m]), "noise_ceiling": float(noise[m]),
                    **{k: float(dense[key][r][k][t]) for k in PREDICTORS}})
   return pd.DataFrame(rows)
 
@@ -506,6 +538,8 @@ def run(config, workdir: str) -> str:
                  for m in [env.student, *env.teachers.values()]},
       "questions_processed": len(processed), "questions_selected": len(selected),
       "timings_s": {k: round(v, 3) for k, v in env.timings.items()},
+      "policy": {"student": dataclasses.asdict(policy(config)), "teacher": dataclasses.asdict(teacher_policy(config))},
+      "schema": records.describe_schema(),
   }
   records.atomic_write_json(workdir / "manifest.json", manifest)
   if not selected:

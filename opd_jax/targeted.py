@@ -132,27 +132,41 @@ class ModelPolicy:
 class Outcomes:
   """Per-replicate rewards of targeted continuations of one rollout.
 
-  rewards: int8 [M, K, R] (0/1) for M nodes, K candidate slots, R continuations; padded slots are 0 with
-    `valid` False.
+  rewards: int8 [M, K, R_max] (0/1) for M nodes, K candidate slots; replicate r of slot (m, k) was run when
+    r < counts[m, k] (the rest, and padded slots, are 0).
   valid: bool [M, K] candidate slot is a real candidate (id >= 0).
+  counts: int64 [M, K] replicates run per candidate (None: R_max on every valid slot). Candidates may have
+    different counts (adaptive allocation); a valid slot has >= 1.
   """
   rewards: np.ndarray
   valid: np.ndarray
-
-  @property
-  def successes(self) -> np.ndarray:   # int64 [M, K]
-    return self.rewards.sum(-1).astype(np.int64) * self.valid
+  counts: np.ndarray | None = None
 
   @property
   def n(self) -> np.ndarray:           # int64 [M, K]
-    return np.where(self.valid, self.rewards.shape[-1], 0).astype(np.int64)
+    if self.counts is None:
+      return np.where(self.valid, self.rewards.shape[-1], 0).astype(np.int64)
+    return np.where(self.valid, self.counts, 0).astype(np.int64)
+
+  def _sum(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    r = np.arange(self.rewards.shape[-1])
+    run = (r >= lo[..., None]) & (r < hi[..., None])
+    return np.where(run, self.rewards, 0).sum(-1).astype(np.int64)
+
+  @property
+  def successes(self) -> np.ndarray:   # int64 [M, K]
+    return self._sum(np.zeros_like(self.n), self.n)
+
+  def replicates(self, m: int, k: int) -> np.ndarray:
+    """int8 [n[m, k]]: the rewards of the replicates run at node m, candidate slot k, in order."""
+    return self.rewards[m, k, :self.n[m, k]]
 
   def half(self, which: int) -> tuple[np.ndarray, np.ndarray]:
-    """(successes, n) over the first (0) or second (1) half of the replicates (disjoint)."""
-    R = self.rewards.shape[-1]
-    sl = slice(0, R // 2) if which == 0 else slice(R // 2, 2 * (R // 2))
-    r = self.rewards[..., sl]
-    return r.sum(-1).astype(np.int64) * self.valid, np.where(self.valid, r.shape[-1], 0).astype(np.int64)
+    """(successes, n) over disjoint halves of each candidate's replicates: the first floor(n_k / 2) (0) or
+    the next floor(n_k / 2) (1); an odd last replicate is in neither. Defined for unequal counts."""
+    h = self.n // 2
+    lo = np.zeros_like(h) if which == 0 else h
+    return self._sum(lo, lo + h), h
 
 
 ROLLOUT_STRIDE = 1 << 20   # row ids: rollout_id * ROLLOUT_STRIDE + (m * K + k) * R + r
@@ -219,14 +233,17 @@ def p_succ(successes, n) -> np.ndarray:
 
 
 def split_half_noise_ceiling(p: np.ndarray, outcomes: Outcomes) -> np.ndarray:
-  """cos(g* from the first half of the replicates, g* from the second half), per node [M] (paper.md,
-  "Where opd_jax goes further"). NaN where either half is degenerate or R < 2."""
+  """cos(g* from one half of the replicates, g* from the other), per node [M] (paper.md, "Where opd_jax goes
+  further"). Each candidate's replicates split into its first and next floor(n_k / 2) (`Outcomes.half`), so
+  it is defined for unequal counts too. NaN where either half is degenerate or a valid candidate has n_k < 2.
+  Recomputable from a node row: p and the per-candidate `rewards` lists."""
   gs = []
+  short = np.any(outcomes.valid & (outcomes.n < 2), axis=-1)
   with jax.enable_x64(True):
     for which in (0, 1):
       s, n = outcomes.half(which)
       g = np.asarray(gradients.ideal_gradient(np.asarray(p, np.float64), p_succ(s, n)))
-      bad = np.asarray(gradients.is_degenerate(s, n)) | (outcomes.rewards.shape[-1] < 2)
+      bad = np.asarray(gradients.is_degenerate(s, n)) | short
       gs.append((g, bad))
     cos = np.asarray(gradients.alignment(gs[0][0], gs[1][0]), np.float64)
   return np.where(gs[0][1] | gs[1][1], np.nan, cos)
@@ -258,8 +275,8 @@ def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.nd
     advantage: float [M] full-vocabulary log q(y_t) - log p(y_t) (for "sampled_token"; optional).
   Returns:
     `NodeEstimates`. Alignment is NaN with a reason (`gradients.nan_reason`): DEGENERATE when the counts make
-    every P_succ equal (g* = 0), else ZERO_DISTILLATION when |g_D| < 1e-12 (q = p on C(u), or the clip
-    binds), else "zero_ideal_gradient" (P_succ differs only where p underflows to 0).
+    every P_succ equal (g* = 0), else ZERO_DISTILLATION when |g_D| < max(1e-12, 1e-5 |p|) (q = p on C(u) up to
+    fp32 round-off, or the clip binds), else "zero_ideal_gradient" (P_succ differs only where p underflows).
   """
   # float64: near-degenerate nodes have g* components far below P_succ's scale (P_succ - V ~ 1e-7), where
   # fp32 cancellation would cost the alignment its second digit.
@@ -271,7 +288,7 @@ def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.nd
         divergence, p, q, beta=beta, clip=clip, sampled_token=sampled_index,
         advantage=None if advantage is None else np.asarray(advantage, np.float64)))
     degenerate = np.asarray(gradients.is_degenerate(successes, n))
-    code = np.asarray(gradients.nan_reason(degenerate, g_ideal, g))
+    code = np.asarray(gradients.nan_reason(degenerate, g_ideal, g, p))
     cos = np.where(code > 0, np.nan, np.asarray(gradients.alignment(g_ideal, g)))
     value = np.asarray(gradients.node_value(p, ps))
     adv = np.asarray(gradients.teacher_advantage(p, q, ps))

@@ -217,3 +217,54 @@ def test_two_level_categorical_across_blocks_is_exact():
   counts = np.array([np.sum(draws == h) for h in hot] + [np.sum(~np.isin(draws, hot))])
   expected = n * np.append(p[hot], 1 - p[hot].sum())
   assert stats.chisquare(counts, expected).pvalue > 1e-3, (counts, expected)
+
+
+def _policy_probs(logits, temperature, top_k, top_p):
+  """numpy sampled policy per row; temperature 0 is the point mass on the argmax."""
+  rows = np.atleast_2d(np.asarray(logits, np.float64))
+  if temperature == 0.0:
+    return np.eye(rows.shape[-1])[np.argmax(rows, axis=-1)]
+  return np.stack([exact_probs(r, temperature, top_k, top_p) for r in rows])
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [
+    (1.0, 0, 1.0), (0.5, 0, 1.0), (1.0, 3, 1.0), (1.3, 0, 0.7), (1.0, 4, 0.8), (0.5, 0, 0.55), (0.0, 0, 1.0)])
+def test_policy_logprobs_and_drawn_token_logprobs_are_the_sampled_policy(temperature, top_k, top_p):
+  base = np.log([0.30, 0.25, 0.15, 0.10, 0.08, 0.06, 0.04, 0.02])
+  logits = jnp.asarray(np.stack([base, base[::-1], np.roll(base, 3)]), jnp.float32)
+  sp = sampling.SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+  expected = _policy_probs(logits, temperature, top_k, top_p)
+  np.testing.assert_allclose(np.exp(sampling.policy_logprobs(logits, sp)), expected, atol=1e-6)
+  keys = sampling.row_keys(jax.random.key(7), jnp.arange(3))
+  tok, lp = sampling._draw(logits, keys, sp)
+  np.testing.assert_array_equal(tok, sampling.sample_logits(logits, keys, sp))
+  np.testing.assert_allclose(np.exp(lp), expected[np.arange(3), np.asarray(tok)], rtol=1e-5)
+
+
+def test_tempered_candidate_policy_gives_the_issue_value_and_ideal_gradient():
+  # Raw p on C = (0.6, 0.3, 0.1), P_succ = (0, 1, 1), T = 0.5: the sampled p is (0.7826, 0.1957, 0.0217),
+  # V = 0.2174, g* = (-0.1701, 0.1531, 0.0170) (the raw p would give V = 0.4, g* = (-0.24, 0.18, 0.06)).
+  from opd_jax import gradients, targeted  # pylint: disable=g-import-not-at-top
+  logp = sampling.policy_logprobs(jnp.log(jnp.array([[0.6, 0.3, 0.1]])), sampling.SamplingParams(temperature=0.5))
+  p, _ = gradients.restrict(logp, jnp.array([[0, 1, 2]]))
+  est = targeted.node_estimates(np.asarray(p), np.asarray(p), np.array([[0, 4, 4]]), np.array([[4, 4, 4]]),
+                                divergence="forward_kl")
+  np.testing.assert_allclose(p[0], [0.36 / 0.46, 0.09 / 0.46, 0.01 / 0.46], atol=1e-6)
+  np.testing.assert_allclose(est.value, [0.2174], atol=1e-4)
+  np.testing.assert_allclose(est.g_ideal[0], [-0.1701, 0.1531, 0.0170], atol=1e-4)
+
+
+@pytest.mark.parametrize("temperature,top_p", [(0.5, 1.0), (1.0, 0.8)])
+def test_returned_logprobs_are_the_sampled_policy_of_a_full_forward(model, temperature, top_p):
+  prompts = [[1, 2, 3, 4, 6, 7, 8], [9, 10]]
+  out = sampling.sample(model, prompts, key=jax.random.key(8), max_new_tokens=12, temperature=temperature,
+                        top_p=top_p)
+  for r, prompt in enumerate(prompts):
+    L = out.lengths[r]
+    gen = out.tokens[r, :L].tolist()
+    t = jnp.asarray([prompt + gen], jnp.int32)
+    logits = decoder.forward(model.params, t, jnp.arange(t.shape[1])[None], config=model.config)[0][0]
+    steps = np.arange(len(prompt) - 1, len(prompt) - 1 + L)
+    probs = _policy_probs(np.asarray(logits)[steps], temperature, 0, top_p)
+    assert np.all(probs[np.arange(L), gen] > 0)                     # never a token outside the nucleus
+    np.testing.assert_allclose(out.logprobs[r, :L], np.log(probs[np.arange(L), gen]), atol=2e-5)

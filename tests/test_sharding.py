@@ -517,6 +517,17 @@ study.run(config, workdir)
 """
 
 
+def _flatten(values) -> np.ndarray:
+  """The leaves of a column of (nested) per-candidate lists, in order."""
+  out = []
+  for v in values:
+    if len(v) and isinstance(v[0], (list, np.ndarray)):
+      out.extend(_flatten(v).tolist())
+    else:
+      out.extend(np.asarray(v).tolist())
+  return np.asarray(out)
+
+
 def test_smoke_study_on_8_devices_equals_one_device(tmp_path):
   """The smoke study on a (4, 2) mesh of 8 fake devices writes the records of a 1-device run: the same
   tokens, ids and counts, and every float within 1e-5 + 1e-5 x |value| (seen: 1.4e-5 on a log-prob of -5.65).
@@ -544,8 +555,14 @@ def test_smoke_study_on_8_devices_equals_one_device(tmp_path):
       x, y = a[col].to_numpy(), b[col].to_numpy()
       if x.dtype == object and len(x) and isinstance(x[0], (list, np.ndarray)):     # per-candidate arrays
         assert [len(v) for v in x] == [len(v) for v in y], (name, col)
-        x, y = (np.concatenate([np.asarray(v) for v in z]) if len(z) else z for z in (x, y))
+        x, y = _flatten(x), _flatten(y)
       if np.asarray(x).dtype.kind == "f":
         np.testing.assert_allclose(x, y, atol=1e-5, rtol=1e-5, equal_nan=True, err_msg=f"{name}.{col}")
       else:
         np.testing.assert_array_equal(x, y, err_msg=f"{name}.{col}")
+  # A self-teacher with the plain context is the student's own pass on any mesh: q = p bitwise, every
+  # distillation gradient exactly 0 (not a cosine of round-off noise).
+  plain = records.read_table(tmp_path / "eight", "nodes").query("config_id == 'plain_fkl'")
+  assert len(plain) and all(np.array_equal(p, q) for p, q in zip(plain.p, plain.q))
+  assert plain.alignment.isna().all()
+  assert plain.alignment_nan_reason.isin(["zero_distillation_gradient", "degenerate"]).all()

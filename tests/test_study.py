@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from opd_jax import records
 
@@ -92,6 +93,19 @@ def test_nodes_recomputed_with_numpy_and_tables_agree(smoke):
     assert np.issubdtype(succ.dtype, np.integer) and np.all((0 <= succ) & (succ <= n))
     assert row.candidates[0] == row.sampled_token and row.sampled_token in row.candidates
     np.testing.assert_allclose(row.p_succ, succ / n, atol=1e-12)
+    # Per-replicate rewards give the counts; Wilson bounds from scipy's binomtest (method "wilson").
+    assert [len(r) for r in row.rewards] == list(n) and [int(np.sum(r)) for r in row.rewards] == list(succ)
+    cis = [stats.binomtest(int(k), int(m)).proportion_ci(method="wilson") for k, m in zip(succ, n)]
+    np.testing.assert_allclose(row.p_succ_lo, [c.low for c in cis], atol=1e-9)
+    np.testing.assert_allclose(row.p_succ_hi, [c.high for c in cis], atol=1e-9)
+    # Split-half noise ceiling from the rewards: each candidate's first and next floor(n_k / 2) replicates.
+    halves = [np.array([np.mean(np.asarray(r)[i * (len(r) // 2):(i + 1) * (len(r) // 2)]) for r in row.rewards])
+              for i in (0, 1)]
+    gh = [p * (h - p @ h) for h in halves]
+    if any(np.all(h == h[0]) for h in halves):
+      assert np.isnan(row.noise_ceiling)
+    else:
+      assert abs(row.noise_ceiling - gh[0] @ gh[1] / (np.linalg.norm(gh[0]) * np.linalg.norm(gh[1]))) < 1e-6
     ps = succ / n
     value = p @ ps
     assert abs(row.value - value) < 1e-5
@@ -101,10 +115,10 @@ def test_nodes_recomputed_with_numpy_and_tables_agree(smoke):
     g_star = p * (ps - value)
     degenerate = all(succ[i] * n[j] == succ[j] * n[i] for i in range(len(n)) for j in range(len(n)))
     assert row.degenerate == degenerate
-    g = _softmax_free(p, q, row.divergence, row.beta, row.clip, row.logq_minus_logp)
+    g = _softmax_free(p, q, row.divergence, row.beta, row.clip, row.sampled_advantage)
     if degenerate:
       assert np.isnan(row.alignment) and row.alignment_nan_reason == "degenerate"
-    elif np.linalg.norm(g) < 1e-9:
+    elif np.linalg.norm(g) < max(1e-12, 1e-5 * np.linalg.norm(p)):      # fp32 round-off level: no cosine
       assert np.isnan(row.alignment) and row.alignment_nan_reason == "zero_distillation_gradient"
     else:
       cos = g_star @ g / (np.linalg.norm(g_star) * np.linalg.norm(g))
@@ -226,3 +240,85 @@ def test_node_rollouts_balanced_and_prefer_finished_order():
   order = sorted(range(5), key=lambda r: (not finished[r], r))        # what budget.prefer_finished does
   assert study._balanced(correct, 2, order) == [1, 3]                 # answered-wrong 3 before truncated 0
   assert study._balanced([False, False], 2, [1, 0]) == [0, 1]
+
+
+def _nucleus(z, temperature, top_p):
+  """numpy sampled policy: softmax(z / T), then the most likely tokens up to the one crossing top_p."""
+  z = np.asarray(z, np.float64) / temperature
+  p = np.exp(z - z.max())
+  p /= p.sum()
+  order = np.argsort(-p, kind="stable")
+  keep = np.zeros_like(p, bool)
+  keep[order[:np.searchsorted(np.cumsum(p[order]), top_p) + 1]] = True
+  p = np.where(keep, p, 0.0)
+  return p / p.sum()
+
+
+def test_tempered_nucleus_policy_p_and_scaled_q_match_an_independent_forward(tmp_path):
+  """At T = 0.8, top-p 0.9 the node rows' p is the sampled policy, q the T-scaled teacher (GKD/TRL), and V,
+  teacher advantage, sampled-token advantage and alignment follow from them: recomputed from a plain full
+  forward of each model (no cache, no chunks) and numpy."""
+  from configs import smoke as smoke_config  # pylint: disable=g-import-not-at-top
+  from opd_jax import models, study  # pylint: disable=g-import-not-at-top
+  config = smoke_config.get_config()
+  config.logging.progress = False
+  config.sampling.temperature, config.sampling.top_p = 0.8, 0.9
+  config.budget.questions, config.selection = 1, "all"
+  config.configurations = {"rkl": "random:1:plain:reverse_kl", "tok": "random:1:plain:sampled_token"}
+  study.run(config, str(tmp_path))
+  manifest = json.loads((tmp_path / "manifest.json").read_text())
+  assert manifest["policy"]["student"] == {"temperature": 0.8, "top_p": 0.9, "top_k": 0}
+  assert manifest["policy"]["teacher"]["temperature"] == 0.8 and "conventions" in manifest["schema"]
+  nodes, rollouts = records.read_table(tmp_path, "nodes"), records.read_table(tmp_path, "rollouts")
+  student, teacher = study.load_model("random:0", config), study.load_model("random:1", config)
+  by_id = rollouts.set_index(["question_id", "rollout_id"])
+  for ro in rollouts.itertuples():                                    # the sampler's log-probs: sampled policy
+    seq = list(ro.prompt_ids) + list(ro.response_ids)
+    z = np.asarray(models.logits(student, np.asarray([seq]))[0])
+    P = len(ro.prompt_ids)
+    lp = [np.log(_nucleus(z[P - 1 + t], 0.8, 0.9)[tok]) for t, tok in enumerate(ro.response_ids)]
+    assert abs(ro.logprob_sum - sum(lp)) < 1e-3 * max(1, len(lp))
+  checked = 0
+  for row in nodes.itertuples():
+    ro = by_id.loc[(row.question_id, row.rollout_id)]
+    seq = np.asarray([list(ro.prompt_ids) + list(ro.response_ids)[:row.position]])
+    pi = _nucleus(np.asarray(models.logits(student, seq)[0, -1]), 0.8, 0.9)
+    zq = np.asarray(models.logits(teacher, seq)[0, -1], np.float64) / 0.8
+    qq = np.exp(zq - zq.max())
+    qq /= qq.sum()
+    c = np.asarray(row.candidates)
+    p, q = pi[c] / pi[c].sum(), qq[c] / qq[c].sum()
+    np.testing.assert_allclose(row.p, p, atol=2e-5)
+    np.testing.assert_allclose(row.q, q, atol=2e-5)
+    assert abs(row.p_mass - pi[c].sum()) < 2e-5 and abs(row.q_mass - qq[c].sum()) < 2e-5
+    adv = np.log(qq[c[0]]) - np.log(pi[c[0]])
+    assert abs(row.sampled_advantage - adv) < 1e-3
+    ps = np.asarray(row.p_succ)
+    assert abs(row.value - p @ ps) < 2e-5 and abs(row.teacher_advantage - (q - p) @ ps) < 2e-5
+    g_star, g = p * (ps - p @ ps), _softmax_free(p, q, row.divergence, row.beta, row.clip, adv)
+    if not np.isnan(row.alignment):
+      cos = g_star @ g / (np.linalg.norm(g_star) * np.linalg.norm(g))
+      assert abs(row.alignment - cos) < 1e-3, (row.config_id, row.alignment, cos)
+      checked += 1
+  assert checked >= 4
+  assert any(np.any(np.asarray(r) == 0.0) for r in nodes.p)          # some candidate lies outside the nucleus
+
+
+def test_every_part_has_the_one_schema_even_empty_or_all_null(tmp_path):
+  """Parts written from an all-null row and from an empty frame read back as one table with the schema's
+  columns and types (pandas.read_parquet of the directory, as the README says)."""
+  names = records.SCHEMAS["nodes"].names
+  lists = {n for n, f in zip(names, records.SCHEMAS["nodes"]) if str(f.type).startswith("list")}
+  row = {n: ([] if n in lists else None) for n in names}
+  row.update(question_id="q0", rollout_id=0, config_id="c", position=3, alignment=float("nan"),
+             rewards=[[1, 0], [0]], n=[2, 1], successes=[1, 0])
+  records.write_part(tmp_path, "nodes", "q0", pd.DataFrame([row]))
+  records.write_part(tmp_path, "nodes", "q1", pd.DataFrame())
+  back = pd.read_parquet(tmp_path / "records" / "nodes")
+  assert list(back.columns) == names and len(back) == 1
+  assert [list(r) for r in back.rewards[0]] == [[1, 0], [0]] and np.isnan(back.alignment[0])
+  assert list(records.read_table(tmp_path, "nodes").columns) == names
+  assert list(records.read_table(tmp_path, "tokens").columns) == records.SCHEMAS["tokens"].names
+  with pytest.raises(ValueError, match="not in the schema.*extra"):
+    records.write_part(tmp_path, "nodes", "q2", pd.DataFrame([{**row, "extra": 1}]))
+  assert not (tmp_path / "records" / "nodes" / "part-q2.parquet").exists()

@@ -160,6 +160,45 @@ def test_degenerate_and_zero_gradient_nodes():
   assert ne.nan_reason[0] == targeted.ZERO_DISTILLATION
 
 
+def test_fp32_noise_in_q_is_a_zero_distillation_gradient_not_a_cosine():
+  # q = p up to fp32 round-off (relative 1e-7): the direction is noise, recorded as zero (issue: self-teacher on
+  # 8 devices gave cosines of +-0.999 from p, q differing by 8e-7); a real 1e-3 difference keeps its cosine.
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(5), size=4)
+  succ, n = np.array([[1, 5, 2, 0, 3]] * 4), np.full((4, 5), 8)
+  for div in ("reverse_kl", "forward_kl", "jsd", "sampled_token"):
+    kw = dict(divergence=div, sampled_index=np.zeros(4, np.int64))
+    noisy = p * (1 + 1e-7 * rng.standard_normal(p.shape))
+    ne = targeted.node_estimates(p, noisy / noisy.sum(-1, keepdims=True), succ, n, **kw)
+    assert np.all(ne.nan_reason == targeted.ZERO_DISTILLATION) and np.all(np.isnan(ne.alignment)), div
+    real = p * (1 + 1e-3 * rng.standard_normal(p.shape))
+    ne = targeted.node_estimates(p, real / real.sum(-1, keepdims=True), succ, n, **kw)
+    assert np.all(ne.nan_reason == "") and np.all(np.isfinite(ne.alignment)), div
+
+
+def test_unequal_replicate_counts_counts_halves_and_noise_ceiling():
+  rng = np.random.default_rng(1)
+  counts = np.array([[5, 2, 8, 0], [3, 4, 6, 1]])                  # per candidate; slot 3 of node 0 is padding
+  rewards = (rng.random((2, 4, 8)) < 0.5).astype(np.int8)
+  out = targeted.Outcomes(rewards=rewards, valid=counts > 0, counts=counts)
+  for m in range(2):
+    for k in range(4):
+      r = rewards[m, k, :counts[m, k]]
+      assert out.n[m, k] == len(r) and out.successes[m, k] == r.sum()
+      np.testing.assert_array_equal(out.replicates(m, k), r)
+      h = len(r) // 2
+      assert out.half(0)[0][m, k] == r[:h].sum() and out.half(1)[0][m, k] == r[h:2 * h].sum()
+      assert out.half(0)[1][m, k] == out.half(1)[1][m, k] == h
+  p = np.array([[0.4, 0.3, 0.3, 0.0], [0.1, 0.2, 0.3, 0.4]])
+  ceiling = targeted.split_half_noise_ceiling(p, out)
+  assert np.isnan(ceiling[1])                                          # a valid candidate with 1 replicate
+  a, b = (np.array([rewards[0, k, i * (c // 2):(i + 1) * (c // 2)].mean() for k, c in enumerate([5, 2, 8])])
+          for i in (0, 1))
+  ga, gb = p[0, :3] * (a - p[0, :3] @ a), p[0, :3] * (b - p[0, :3] @ b)
+  expected = np.nan if np.all(a == a[0]) or np.all(b == b[0]) else cos(ga, gb)
+  np.testing.assert_allclose(ceiling[0], expected, atol=1e-12)
+
+
 def test_select_nodes():
   np.testing.assert_array_equal(targeted.select_nodes(100, 5, "exponential"), [0, 2, 9, 31, 99])
   np.testing.assert_array_equal(targeted.select_nodes(5, 3, "uniform"), [0, 2, 4])
