@@ -15,6 +15,7 @@ import math
 from typing import Mapping, Sequence
 
 from opd_jax import gradients
+from opd_jax import models
 from opd_jax.tasks import base as task_base
 
 CONTEXTS = ("plain", "solution", "summary", "answer", "contrastive")
@@ -113,12 +114,11 @@ def parse_all(configurations: Mapping[str, str], *, has_solutions: bool, task_na
 
 def render_chat(tokenizer, user_message: str, *, system_prompt: str = "",
                 chat_kwargs: Mapping | None = None) -> list[int]:
-  """Token ids of a one-turn chat prompt (generation prompt added), the same way for student and teacher."""
+  """Token ids of a one-turn chat prompt (generation prompt added), the same way for student and teacher:
+  `models.chat_ids`, the one rendering function (the template's special tokens only: one BOS, never two)."""
   messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
       {"role": "user", "content": user_message}]
-  text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                       **dict(chat_kwargs or {}))
-  return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+  return models.chat_ids(tokenizer, messages, **dict(chat_kwargs or {}))
 
 
 def context_message(context: str, task, problem: task_base.Problem, *, incorrect: str | None = None,

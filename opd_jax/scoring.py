@@ -11,6 +11,8 @@ Array layout (the jitted functions; the Python wrappers `score` and `score_nodes
                          prompt token i of a row sits at position i.
   response int32 [B, T]  right-padded (any id beyond each row's length), lengths [B] in [0, T]; token t of a
                          row sits at position prompt_len + t.
+V is the number of ids that exist, `Config.real_vocab_size` (the tokenizer's real tokens; student and teacher
+share it, their embeddings may be padded to different sizes beyond it, `check_vocab`).
 Masks come from `prompt_len` and `lengths` only, never from a pad id (Qwen's pad id is also an end-of-text id,
 which a response may contain inside its length).
 
@@ -101,10 +103,19 @@ def _prefill(params, prompt, prompt_len, *, config, chunk, extra):
   return (cache,)
 
 
+def _real_logits(params, h, config):
+  """fp32 logits [..., V] over the ids that exist, V = config.real_vocab_size: the head's logits less the
+  embedding padding (-inf there, decoder.head), so a student and a teacher padded to different sizes score on the
+  same shared ids (check_vocab), and every softmax is the one over the real ids."""
+  logits = decoder.head(params, h, config=config)
+  return logits if logits.shape[-1] == config.real_vocab_size else logits[..., :config.real_vocab_size]
+
+
 def _logprob_step(params, cache, tokens, positions, *, config):
-  """One chunk through the model: (cache, fp32 log-softmax [B, C, V] of the next-token logits, h [B, C, D])."""
+  """One chunk through the model: (cache, fp32 log-softmax [B, C, V] of the next-token logits over the real ids,
+  h [B, C, D])."""
   h, cache = decoder.hidden_states(params, tokens, positions, cache, config=config)
-  return cache, jax.nn.log_softmax(decoder.head(params, h, config=config), axis=-1), h
+  return cache, jax.nn.log_softmax(_real_logits(params, h, config), axis=-1), h
 
 
 def _gather_step(params, cache, acc, tokens, positions, local, *, config):
@@ -121,7 +132,7 @@ def _node_outputs(params, h, candidates, valid, *, config, top_k, policy=None):
   policy: None (raw log-softmax) or a `sampling.SamplingParams` whose distribution is taken instead
   (`sampling.policy_logprobs`: temperature, top-k, top-p, renormalised).
   """
-  logits = decoder.head(params, h, config=config)
+  logits = _real_logits(params, h, config)
   if policy is None:
     logp = jax.nn.log_softmax(logits, axis=-1)                                        # [B, M, V]
   else:
@@ -216,7 +227,7 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
     {name: fp32 [B, T]} for name in DENSE_KEYS, exactly 0 at masked positions, and "mask": bool [B, T],
     t < lengths (plus "h_p", "h_q" with return_hidden).
   Raises:
-    ValueError: bad chunk, top_k or beta, vocab sizes that differ, prompts of different widths with
+    ValueError: bad chunk, top_k or beta, real vocabularies that differ, prompts of different widths with
       t_params=None, or arrays of inconsistent shapes.
   """
   mode, pack, caches, s_feed, t_feed, C, T_pad, t_config = _setup(
@@ -280,8 +291,9 @@ def node_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_l
     raise ValueError(f"nodes must be [B={B}, M] response positions, got shape {nodes.shape}")
   if candidates.shape[:2] != nodes.shape or candidates.ndim != 3:
     raise ValueError(f"candidates must be [B, M, K] = {nodes.shape} + (K,), got shape {candidates.shape}")
-  if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or not 1 <= top_k <= s_config.vocab_size:
-    raise ValueError(f"top_k must be an int in [1, V = {s_config.vocab_size}], got {top_k!r}")
+  V = s_config.real_vocab_size
+  if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or not 1 <= top_k <= V:
+    raise ValueError(f"top_k must be an int in [1, V = {V}], got {top_k!r}")
   valid = (nodes >= 0) & (nodes < lengths[:, None])
   nodes = jnp.where(valid, nodes, -1)
   zeros = lambda p, cfg: jnp.zeros((B, nodes.shape[1], cfg.d_model), p["embed"].dtype)
@@ -306,11 +318,14 @@ def node_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_l
 
 
 def check_vocab(s_config: decoder.Config, t_config: decoder.Config) -> None:
-  """Raises ValueError unless student and teacher have the same vocabulary size (paper.md: shared tokenizer)."""
-  if s_config.vocab_size != t_config.vocab_size:
-    raise ValueError(f"student and teacher must share the tokenizer, but their vocabulary sizes differ: student "
-                     f"{s_config.vocab_size}, teacher {t_config.vocab_size}; pick a teacher of the student's "
-                     "family with the same vocabulary")
+  """Raises ValueError unless student and teacher have the same number of real ids (paper.md: shared tokenizer;
+  `Config.real_vocab_size`). Their embeddings may be padded differently (Qwen2.5 0.5B: 151,936 rows, 7B:
+  152,064, one tokenizer of 151,665 ids): scoring uses the shared real ids only."""
+  if s_config.real_vocab_size != t_config.real_vocab_size:
+    raise ValueError(f"student and teacher must share the tokenizer, but their real vocabularies differ: student "
+                     f"{s_config.real_vocab_size} ids, teacher {t_config.real_vocab_size} (embedding rows "
+                     f"{s_config.vocab_size} and {t_config.vocab_size}); pick a teacher of the student's family "
+                     "with the same tokenizer")
 
 
 # ----------------------------------------------------------------------------------------------- Python wrappers
@@ -350,8 +365,8 @@ def _prepare(student, teacher, student_prompts, teacher_prompts, responses, chun
       if len(p) + len(responses[r]) > config.max_seq_len:
         raise ValueError(f"{name}[{r}] ({len(p)} tokens) + responses[{r}] ({len(responses[r])} tokens) exceeds the "
                          f"model's context ({config.max_seq_len}); shorten the context or the response")
-    _check_ids(name, prompts, config.vocab_size)
-  _check_ids("responses", responses, s_config.vocab_size)
+    _check_ids(name, prompts, config.real_vocab_size)
+  _check_ids("responses", responses, s_config.real_vocab_size)
   return shared
 
 
@@ -426,7 +441,7 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
     {name: [float32 [L_r] per row r]} for name in DENSE_KEYS ("logp", "logq" and every divergences.PREDICTORS),
     plus "h_p", "h_q" with return_hidden.
   Raises:
-    ValueError: mismatched list lengths, empty prompts, ids outside [0, V), vocab sizes that differ, prompt +
+    ValueError: mismatched list lengths, empty prompts, ids outside [0, V), real vocabularies that differ, prompt +
       response longer than a model's context, or bad chunk / top_k / beta / batch_size.
   """
   shared = _prepare(student, teacher, student_prompts, teacher_prompts, responses, chunk, batch_size)
@@ -507,7 +522,7 @@ def score_nodes(student: Any, teacher: Any, student_prompts: Sequence[Sequence[i
       of nodes / candidates that do not match the rows.
   """
   shared = _prepare(student, teacher, student_prompts, teacher_prompts, responses, chunk, batch_size)
-  n, V = len(responses), student.config.vocab_size
+  n, V = len(responses), student.config.real_vocab_size
   if len(nodes) != n:
     raise ValueError(f"nodes must have one list per row ({n}), got {len(nodes)}")
   if candidates is None:

@@ -504,9 +504,9 @@ def test_smollm_pre_tokenizer_splits_digits():
 
 def test_gguf_add_bos_flag_is_honoured():
   tokens = list(models.tokenizer.byte_alphabet()) + ["<s>", "</s>"]
-  meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": [],
-          "tokenizer.ggml.token_type": [1] * 256 + [3, 3], "tokenizer.ggml.bos_token_id": 256,
-          "tokenizer.ggml.eos_token_id": 257}
+  meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt2", "tokenizer.ggml.tokens": tokens,
+          "tokenizer.ggml.merges": [], "tokenizer.ggml.token_type": [1] * 256 + [3, 3],
+          "tokenizer.ggml.bos_token_id": 256, "tokenizer.ggml.eos_token_id": 257}
   assert models.tokenizer.from_gguf_metadata(meta)("hi")["input_ids"] == [*b"hi"]
   with_bos = models.tokenizer.from_gguf_metadata({**meta, "tokenizer.ggml.add_bos_token": True})
   assert with_bos("hi")["input_ids"] == [256, *b"hi"] and with_bos.eos_token == "</s>"

@@ -191,7 +191,7 @@ def test_bad_inputs_raise_clear_errors(student, teacher):
   other = decoder.Config(arch="llama", vocab_size=V + 1, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2,
                          head_dim=8, d_ff=32)
   wrong_vocab = types.SimpleNamespace(config=other, params=None)
-  with pytest.raises(ValueError, match="vocabulary sizes differ: student 97, teacher 98"):
+  with pytest.raises(ValueError, match="real vocabularies differ: student 97 ids, teacher 98"):
     scoring.score(student, wrong_vocab, [[1]], [[1]], [[2]])
   with pytest.raises(ValueError, match=r"teacher_prompts\[0\] is empty"):
     scoring.score(student, teacher, [[1]], [[]], [[2]])

@@ -1,11 +1,15 @@
 """Models: load a checkpoint (preset, HF folder or GGUF file) and run it.
 
   model = models.load("qwen2.5-coder-0.5b-instruct")          # or an HF folder, or a .gguf path
-  text = model.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-  tokens = np.asarray([model.tokenizer(text)["input_ids"]])    # int [1, T]
-  logits = models.logits(model, tokens)                        # fp32 [1, T, V]
+  tokens = np.asarray([models.chat_ids(model.tokenizer, messages)])   # int [1, T]: the template's BOS only
+  logits = models.logits(model, tokens)                        # fp32 [1, T, V]; -inf past the real ids
 
-`Model` fields: config (decoder.Config), params (nested dict, decoder.py layout), tokenizer (transformers
+Prompts are built by `chat_ids` only (the study's `contexts.render_chat` calls it): the chat template writes the
+special tokens and the tokenizer adds none. (`tokenizer(apply_chat_template(..., tokenize=False))` would add a
+second BOS for tokenizers that add one and whose template writes it too.)
+
+`Model` fields: config (decoder.Config; n_real_ids = the tokenizer's real tokens, `tokenizer.real_vocab_size`,
+where the embedding is padded past them), params (nested dict, decoder.py layout), tokenizer (transformers
 PreTrainedTokenizerFast), stop_ids, name, sha256 (checkpoint file checksum where known), source.
 Presets (offline weights in pip packages): qwen2.5-coder-0.5b-instruct (student), qwen2.5-coder-1.5b-instruct
 (teacher), smollm2-135m-instruct (own tokenizer); see checkpoints.py for the cache under $OPD_JAX_CACHE.
@@ -22,11 +26,11 @@ from opd_jax.models import decoder
 from opd_jax.models import tokenizer
 from opd_jax.models.checkpoints import CONVERTER_VERSION, PRESETS, Model, default_layout, load, with_layout
 from opd_jax.models.decoder import Config, init_params
-from opd_jax.models.tokenizer import byte_tokenizer, same_tokenizer, tokenizer_difference
+from opd_jax.models.tokenizer import byte_tokenizer, chat_ids, real_vocab_size, same_tokenizer, tokenizer_difference
 
-__all__ = ["CONVERTER_VERSION", "PRESETS", "Config", "Model", "byte_tokenizer", "checkpoints", "decoder",
-           "default_layout", "with_layout",
-           "init_params", "load", "logits", "random_model", "same_tokenizer", "tokenizer", "tokenizer_difference"]
+__all__ = ["CONVERTER_VERSION", "PRESETS", "Config", "Model", "byte_tokenizer", "chat_ids", "checkpoints", "decoder",
+           "default_layout", "with_layout", "init_params", "load", "logits", "random_model", "real_vocab_size",
+           "same_tokenizer", "tokenizer", "tokenizer_difference"]
 
 
 @sharding.sharded_jit(in_specs=(sharding.PARAMS, sharding.ROWS), out_specs=sharding.ROWS,
@@ -40,17 +44,17 @@ def logits(model: Model, tokens) -> jax.Array:
   """Full causal forward: int tokens [B, T] (numpy or jax) -> fp32 logits [B, T, V], positions arange(T).
 
   Jit-compiled once per (config, shape, dtype). V is the checkpoint's vocabulary rows (may exceed the
-  tokenizer's size: Qwen pads its embedding).
+  tokenizer's size: Qwen pads its embedding); the logits of the padded ids, >= config.n_real_ids, are -inf.
 
   Raises:
-    ValueError: tokens not 2-D, or ids outside [0, V).
+    ValueError: tokens not 2-D, or ids outside [0, config.real_vocab_size).
   """
   tokens = np.asarray(tokens) if not isinstance(tokens, jax.Array) else tokens
   if tokens.ndim != 2:
     raise ValueError(f"tokens must be [B, T], got shape {tuple(tokens.shape)}; add a batch axis with tokens[None]")
-  lo, hi = int(tokens.min()), int(tokens.max())
-  if lo < 0 or hi >= model.config.vocab_size:
-    raise ValueError(f"token ids must be in [0, {model.config.vocab_size}), got range [{lo}, {hi}]")
+  lo, hi, n = int(tokens.min()), int(tokens.max()), model.config.real_vocab_size
+  if lo < 0 or hi >= n:
+    raise ValueError(f"token ids must be in [0, {n}), got range [{lo}, {hi}]")
   return _logits(model.params, jnp.asarray(tokens, jnp.int32), config=model.config)
 
 
@@ -58,7 +62,8 @@ def random_model(config: Config, *, seed: int, tokenizer=None, dtype=jnp.float32
   """A randomly initialised model (decoder.init_params) for tests and smoke runs.
 
   Args:
-    config: the architecture; its vocab_size must cover the tokenizer's ids (byte_tokenizer(): 259).
+    config: the architecture; its vocab_size must cover the tokenizer's ids (byte_tokenizer(): 259); set
+      n_real_ids to mask padded rows past them (None: every row is a token, whatever the tokenizer).
     seed: PRNG seed of the params.
     tokenizer: None, or a tokenizer (e.g. `byte_tokenizer()`); its eos id becomes the stop id.
     dtype: params dtype.

@@ -132,7 +132,8 @@ conversions = 0
 
 # ----------------------------------------------------------------------------------------------- entry point
 
-def load(spec: str | os.PathLike, *, dtype=None, shardings=None, layout: str | None = None) -> Model:
+def load(spec: str | os.PathLike, *, dtype=None, shardings=None, layout: str | None = None,
+         tokenizer: str | os.PathLike | None = None) -> Model:
   """Loads a preset name (PRESETS), an HF folder or a `.gguf` file. See the module docstring.
 
   Args:
@@ -143,6 +144,8 @@ def load(spec: str | os.PathLike, *, dtype=None, shardings=None, layout: str | N
       each device then reads only its slice of a cached GGUF conversion (see `restore_params`).
     layout: "stacked" or "layered" params (decoder.py docstring); None = "layered" on CPU (faster decode),
       "stacked" on GPU/TPU (faster compiles).
+    tokenizer: GGUF files and presets only: the model's original tokenizer folder, used instead of the one
+      rebuilt from the metadata (needed where the metadata cannot rebuild it exactly: no tokenizer.ggml.pre).
   Raises:
     ValueError: unknown preset, architecture or dtype; checksum or shape mismatch; unsupported features.
     FileNotFoundError: missing files or preset packages (the message says what to install).
@@ -151,12 +154,16 @@ def load(spec: str | os.PathLike, *, dtype=None, shardings=None, layout: str | N
   spec = str(spec)
   if spec in PRESETS:
     path, sha = preset_file(spec)
-    return with_layout(load_gguf(path, dtype=dtype, name=spec, sha256=sha, shardings=shardings), layout)
+    return with_layout(load_gguf(path, dtype=dtype, name=spec, sha256=sha, shardings=shardings,
+                                 tokenizer=tokenizer), layout)
   path = pathlib.Path(spec).expanduser()
   if path.is_dir():
+    if tokenizer is not None:
+      raise ValueError(f"tokenizer={str(tokenizer)!r} applies to GGUF files only; the HF folder {spec!r} loads its "
+                       "own tokenizer files: drop the argument or copy the tokenizer files into the folder")
     return with_layout(load_hf(path, dtype=dtype, shardings=shardings), layout)
   if path.is_file() and path.suffix == ".gguf":
-    return with_layout(load_gguf(path, dtype=dtype, shardings=shardings), layout)
+    return with_layout(load_gguf(path, dtype=dtype, shardings=shardings, tokenizer=tokenizer), layout)
   if path.is_file():
     raise ValueError(f"cannot load {spec!r}: not a .gguf file; pass a .gguf file, an HF folder (config.json + "
                      f"safetensors + tokenizer) or a preset: {sorted(PRESETS)}")
@@ -510,6 +517,37 @@ def _hf_tensor_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:
                           "checkpoints are supported (resave a pytorch_model.bin with save_pretrained)")
 
 
+def hf_tokenizer(folder: str | os.PathLike) -> tokenizer_lib.PreTrainedTokenizerFast:
+  """The fast tokenizer of an HF folder (tokenizer.json / tokenizer_config.json, chat template included).
+
+  Raises:
+    FileNotFoundError: no tokenizer files in the folder. ValueError: it loads as a slow tokenizer.
+  """
+  folder = pathlib.Path(folder)
+  if not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+    raise FileNotFoundError(f"no tokenizer files (tokenizer.json, tokenizer_config.json) in {folder}")
+  tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+  if not isinstance(tok, tokenizer_lib.PreTrainedTokenizerFast):
+    raise ValueError(f"the tokenizer in {folder} loads as {type(tok).__name__}, not a fast tokenizer; add a "
+                     "tokenizer.json to the folder")
+  return tok
+
+
+def with_real_ids(config: decoder.Config, tok, where: str) -> decoder.Config:
+  """config with n_real_ids = the tokenizer's real tokens (`tokenizer.real_vocab_size`) where the embedding is
+  padded past them (None where they fill it), so that the head masks the padding (decoder.head).
+
+  Raises:
+    ValueError: the tokenizer has more real tokens than the checkpoint has embedding rows, or its real tokens are
+      not the ids 0..N-1 (`tokenizer.real_vocab_size`).
+  """
+  n = tokenizer_lib.real_vocab_size(tok)
+  if n > config.vocab_size:
+    raise ValueError(f"{where}: the tokenizer has {n} tokens but the checkpoint only {config.vocab_size} embedding "
+                     "rows; the tokenizer is not this model's: load the model's own tokenizer")
+  return dataclasses.replace(config, n_real_ids=n if n < config.vocab_size else None)
+
+
 def load_hf(folder: str | os.PathLike, *, dtype=None, shardings=None) -> Model:
   """Loads an HF folder (see the module docstring); stop ids = config, generation config and tokenizer EOS."""
   folder, dtype = pathlib.Path(folder), resolve_dtype(dtype)
@@ -534,12 +572,8 @@ def load_hf(folder: str | os.PathLike, *, dtype=None, shardings=None) -> Model:
 
   params = _to_device(_convert(config, read, _HF, dtype, str(folder)), shardings)
   opened.clear()
-  if not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-    raise FileNotFoundError(f"no tokenizer files (tokenizer.json, tokenizer_config.json) in {folder}")
-  tok = transformers.AutoTokenizer.from_pretrained(str(folder))
-  if not isinstance(tok, tokenizer_lib.PreTrainedTokenizerFast):
-    raise ValueError(f"the tokenizer in {folder} loads as {type(tok).__name__}, not a fast tokenizer; add a "
-                     "tokenizer.json to the folder")
+  tok = hf_tokenizer(folder)
+  config = with_real_ids(config, tok, str(folder))
   stop = set(_ids(cfg.get("eos_token_id"))) | set(_ids(tok.eos_token_id))
   gen = folder / "generation_config.json"
   if gen.is_file():
@@ -644,21 +678,28 @@ def _gguf_stop_ids(meta: dict) -> tuple[int, ...]:
   return tuple(sorted(stop))
 
 
-def _convert_gguf_meta(reader, path: pathlib.Path) -> tuple[dict, str]:
-  """(meta.json dict, tokenizer.json string) of a GGUF file."""
+def _convert_gguf_meta(reader, path: pathlib.Path, with_tokenizer: bool = True) -> tuple[dict, str | None]:
+  """(meta.json dict, tokenizer.json string) of a GGUF file; without the tokenizer (None, and no "tokenizer"
+  entry) when with_tokenizer is False (the caller brings its own)."""
   meta = _gguf_metadata(reader)
   shapes = {t.name: tuple(int(n) for n in reversed(t.shape)) for t in reader.tensors}
   freqs = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
   rope_freqs = None if freqs is None else gguf.dequantize(freqs.data, freqs.tensor_type)
   config = config_from_gguf(meta, shapes, where=str(path), rope_freqs=rope_freqs)
-  tok = tokenizer_lib.from_gguf_metadata(meta)
-  stop = set(_gguf_stop_ids(meta)) | set(_ids(tok.eos_token_id))
+  arch = {k: v for k, v in dataclasses.asdict(config).items() if k != "n_real_ids"}  # set on load (with_real_ids)
+  info = {"converter_version": CONVERTER_VERSION, "source": str(path), "config": arch,
+          "stop_ids": sorted(_gguf_stop_ids(meta)), "name": meta.get("general.name")}
+  if not with_tokenizer:
+    return info, None
+  try:
+    tok = tokenizer_lib.from_gguf_metadata(meta)
+  except ValueError as e:
+    raise ValueError(f"{path}: {e}") from None
+  info["stop_ids"] = sorted(set(info["stop_ids"]) | set(_ids(tok.eos_token_id)))
   specials = {k: getattr(tok, f"{k}_token") for k in ("bos", "eos", "pad", "unk")}
-  info = {"converter_version": CONVERTER_VERSION, "source": str(path), "config": dataclasses.asdict(config),
-          "stop_ids": sorted(stop), "name": meta.get("general.name"),
-          "tokenizer": {**specials, "chat_template": meta.get("tokenizer.chat_template"),
-                        "add_bos": bool(meta.get("tokenizer.ggml.add_bos_token", False)),
-                        "add_eos": bool(meta.get("tokenizer.ggml.add_eos_token", False))}}
+  info["tokenizer"] = {**specials, "chat_template": meta.get("tokenizer.chat_template"),
+                       "add_bos": bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+                       "add_eos": bool(meta.get("tokenizer.ggml.add_eos_token", False))}
   return info, tok.backend_tokenizer.to_str()
 
 
@@ -720,7 +761,7 @@ def restore_params(pdir: pathlib.Path, config: decoder.Config, dtype, shardings=
 
 
 def load_gguf(path: str | os.PathLike, *, dtype=None, name: str | None = None, sha256: str | None = None,
-              shardings=None) -> Model:
+              shardings=None, tokenizer: str | os.PathLike | None = None) -> Model:
   """Loads a GGUF file through the cache: converted once per (sha256, dtype, CONVERTER_VERSION).
 
   Args:
@@ -729,6 +770,9 @@ def load_gguf(path: str | os.PathLike, *, dtype=None, name: str | None = None, s
     name: the model's name (default: the file stem).
     sha256: the file's checksum when already verified (presets); hashed (once, see file_sha256) otherwise.
     shardings: as in `restore_params`.
+    tokenizer: None: the tokenizer rebuilt from the metadata (tokenizer.py; refused, with the reason, where the
+      metadata cannot rebuild it exactly); or the model's original tokenizer folder (`hf_tokenizer`), used as
+      is: it must be the tokenizer the GGUF was converted from.
   """
   path, dtype = pathlib.Path(path), resolve_dtype(dtype)
   if not path.is_file():
@@ -737,11 +781,12 @@ def load_gguf(path: str | os.PathLike, *, dtype=None, name: str | None = None, s
   cdir, pdir = converted_dir(sha), params_dir(sha, dtype)
   with _locked(cdir):
     reader = None
-    if not (cdir / "meta.json").is_file():
+    if not (cdir / "meta.json").is_file() or (tokenizer is None and not (cdir / "tokenizer.json").is_file()):
       reader = gguf.GGUFReader(path)
-      info, tok_json = _convert_gguf_meta(reader, path)
+      info, tok_json = _convert_gguf_meta(reader, path, with_tokenizer=tokenizer is None)
       cdir.mkdir(parents=True, exist_ok=True)
-      _write_atomic(cdir / "tokenizer.json", tok_json)
+      if tok_json is not None:
+        _write_atomic(cdir / "tokenizer.json", tok_json)
       _write_atomic(cdir / "meta.json", json.dumps(info, indent=1))
     info = json.loads((cdir / "meta.json").read_text())
     config = decoder.Config(**info["config"])
@@ -755,9 +800,14 @@ def load_gguf(path: str | os.PathLike, *, dtype=None, name: str | None = None, s
       os.replace(tmp, pdir)   # atomic: a cache directory is complete or absent
     del reader
   params = restore_params(pdir, config, dtype, shardings)
-  t = info["tokenizer"]
-  tok = tokenizer_lib.wrap(tokenizers.Tokenizer.from_file(str(cdir / "tokenizer.json")), bos=t["bos"], eos=t["eos"],
-                           pad=t["pad"], unk=t["unk"], chat_template=t["chat_template"], add_bos=t["add_bos"],
-                           add_eos=t["add_eos"], model_max_length=config.max_seq_len)
-  return Model(config=config, params=params, tokenizer=tok, stop_ids=tuple(info["stop_ids"]),
-               name=name or path.stem, sha256=sha, source=str(path))
+  stop = set(info["stop_ids"])
+  if tokenizer is None:
+    t = info["tokenizer"]
+    tok = tokenizer_lib.wrap(tokenizers.Tokenizer.from_file(str(cdir / "tokenizer.json")), bos=t["bos"],
+                             eos=t["eos"], pad=t["pad"], unk=t["unk"], chat_template=t["chat_template"],
+                             add_bos=t["add_bos"], add_eos=t["add_eos"], model_max_length=config.max_seq_len)
+  else:
+    tok = hf_tokenizer(tokenizer)
+    stop |= set(_ids(tok.eos_token_id))
+  return Model(config=with_real_ids(config, tok, str(path)), params=params, tokenizer=tok,
+               stop_ids=tuple(sorted(stop)), name=name or path.stem, sha256=sha, source=str(path))

@@ -55,6 +55,8 @@ class Config:
   """Architecture of one checkpoint; frozen and hashable, passed to jit as a static argument."""
   arch: str                     # one of ARCHITECTURES
   vocab_size: int               # V: rows of the embedding / columns of the head
+  n_real_ids: int | None = None  # ids of the tokenizer's real tokens, 0..n-1 (None: all V); the head gives the
+                                 # padded rows n..V-1 (Qwen2.5: 151,665 of 151,936) logit -inf
   d_model: int                  # D
   n_layers: int                 # L
   n_heads: int                  # H query heads
@@ -80,6 +82,13 @@ class Config:
       if len(self.rope_freq_factors) != self.head_dim // 2:
         raise ValueError(f"rope_freq_factors has {len(self.rope_freq_factors)} entries; head_dim={self.head_dim} "
                          f"needs head_dim / 2 = {self.head_dim // 2} (one per rotary frequency)")
+    if self.n_real_ids is not None and not 0 < self.n_real_ids <= self.vocab_size:
+      raise ValueError(f"n_real_ids={self.n_real_ids} must be in [1, vocab_size={self.vocab_size}] (or None)")
+
+  @property
+  def real_vocab_size(self) -> int:
+    """The number of ids that exist (the tokenizer's real tokens): n_real_ids, else vocab_size."""
+    return self.vocab_size if self.n_real_ids is None else self.n_real_ids
 
 
 def init_params(key: jax.Array, config: Config, dtype=jnp.float32, scale: float = 0.02) -> Params:
@@ -241,9 +250,16 @@ def hidden_states(params: Params, tokens: jax.Array, positions: jax.Array, cache
 
 
 def head(params: Params, h: jax.Array, *, config: Config) -> jax.Array:
-  """Output head: h [..., D] -> fp32 logits [..., V] (the embedding when tied)."""
+  """Output head: h [..., D] -> fp32 logits [..., V] (the embedding when tied).
+
+  Ids >= config.n_real_ids (embedding padding past the tokenizer's tokens) get logit -inf: the one rule that
+  keeps them out of every softmax, the sampler's and scoring's alike.
+  """
   w = params["embed"].T if config.tie_embeddings else params["lm_head"]
-  return jnp.matmul(h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+  logits = jnp.matmul(h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+  if config.real_vocab_size < logits.shape[-1]:
+    logits = jnp.where(jnp.arange(logits.shape[-1]) < config.real_vocab_size, logits, -jnp.inf)
+  return logits
 
 
 def forward(params: Params, tokens: jax.Array, positions: jax.Array, cache: Cache | None = None,
@@ -259,7 +275,8 @@ def forward(params: Params, tokens: jax.Array, positions: jax.Array, cache: Cach
       their row whose position is in [0, own position].
     config: static architecture.
   Returns:
-    (logits fp32 [B, T, V], updated cache or None). Logits at pad slots are finite and meaningless.
+    (logits fp32 [B, T, V], updated cache or None). Logits at pad slots are finite and meaningless; logits of
+    ids >= config.n_real_ids are -inf (`head`).
   """
   h, cache = hidden_states(params, tokens, positions, cache, config=config)
   return head(params, h, config=config), cache

@@ -5,12 +5,17 @@ Every loaded model carries a transformers `PreTrainedTokenizerFast` (in transfor
 files. For a GGUF file the tokenizer is rebuilt from the metadata llama.cpp writes:
 
   tokenizer.ggml.model        "gpt2" (byte-level BPE; the only model supported here)
-  tokenizer.ggml.pre          the pre-tokenizer (how text is split before BPE): see `PRE_TOKENIZERS`
+  tokenizer.ggml.pre          the pre-tokenizer (how text is split before BPE): see `PRE_TOKENIZERS`; required
   tokenizer.ggml.tokens       [V] token strings, spelled in the GPT-2 byte alphabet
-  tokenizer.ggml.token_type   [V] 1 normal, 3 control (special), 4 user-defined, 5 unused, ...
+  tokenizer.ggml.token_type   [V] 1 normal, 3 control (special), 4 user-defined, 5 unused (fillers), ...
   tokenizer.ggml.merges       BPE merges "a b", best first
   tokenizer.ggml.{bos,eos,padding,unknown}_token_id, tokenizer.ggml.add_{bos,eos}_token
   tokenizer.chat_template     the Jinja chat template
+
+Ids that exist: llama.cpp's converter pads the token list to the embedding size with fillers `[PAD<id>]`
+(token type 5; Qwen2.5: ids 151665..151935 of the 0.5B and 1.5B files, ..152063 of the 7B and larger). They are
+no tokens of the model: `real_vocab_size` counts the ids before them, `tokenizer_difference` ignores them, and
+the decoder masks their logits (decoder.Config.n_real_ids). `chat_ids` is the one way prompts are rendered.
 """
 from __future__ import annotations
 
@@ -52,8 +57,14 @@ PRE_TOKENIZERS = {
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])),
     "gpt2": lambda: (None, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)),
-    "default": lambda: (None, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)),
 }
+# No entry for a missing tokenizer.ggml.pre or llama.cpp's "default": either means the converter did not know
+# the model's split, and guessing one gives other ids on ordinary text (llama.cpp #7476); see from_gguf_metadata.
+_NO_PRE = ("tokenizer.ggml.pre is {what}: the file does not say how the model splits text before BPE, and any "
+           "guess (llama.cpp falls back to a default split) gives other token ids than the model's own tokenizer "
+           "(llama.cpp #7476). Pass the model's original tokenizer folder (tokenizer.json): "
+           "models.load(gguf_path, tokenizer=folder), or reconvert the file with a current llama.cpp "
+           "convert_hf_to_gguf.py, which writes the field.")
 
 
 @functools.cache
@@ -92,13 +103,16 @@ def from_gguf_metadata(meta: dict[str, Any], *, model_max_length: int | None = N
     A PreTrainedTokenizerFast with the GGUF's vocabulary, merges, control tokens as special added tokens,
     user-defined tokens as added tokens, bos/eos/pad/unk tokens and chat template.
   Raises:
-    ValueError: tokenizer.ggml.model is not "gpt2", or tokenizer.ggml.pre is not in PRE_TOKENIZERS.
+    ValueError: tokenizer.ggml.model is not "gpt2"; tokenizer.ggml.pre missing or "default" (never guessed: pass
+      a tokenizer folder instead, see `_NO_PRE`) or not in PRE_TOKENIZERS.
   """
   kind = meta.get("tokenizer.ggml.model")
   if kind != "gpt2":
     raise ValueError(f"GGUF tokenizer.ggml.model={kind!r} is not supported; only byte-level BPE ('gpt2') "
                      "tokenizers are (Llama / Qwen2 / Qwen3 / SmolLM vocabularies). Load an HF folder instead.")
-  pre = meta.get("tokenizer.ggml.pre", "default")
+  pre = meta.get("tokenizer.ggml.pre")
+  if pre is None or pre == "default":
+    raise ValueError(_NO_PRE.format(what="missing" if pre is None else "'default'"))
   if pre not in PRE_TOKENIZERS:
     raise ValueError(f"GGUF tokenizer.ggml.pre={pre!r} is not supported; known: {sorted(PRE_TOKENIZERS)}. "
                      "Add its split pattern to opd_jax.models.tokenizer.PRE_TOKENIZERS.")
@@ -152,13 +166,60 @@ def _merges(tok: PreTrainedTokenizerFast) -> list[tuple[str, str]]:
   return [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model.get("merges", [])]
 
 
+def is_filler(token: str, i: int) -> bool:
+  """Whether token `token` at id i is one of llama.cpp's fillers `[PAD<i>]` (GGUF token type 5, written for the
+  embedding rows past the tokenizer's last token): not a token of the model."""
+  return token.startswith("[PAD") and token == f"[PAD{i}]"
+
+
+def real_vocab_size(tokenizer) -> int:
+  """N, the number of ids that exist: the tokenizer's tokens (added tokens included) less llama.cpp's fillers.
+
+  Qwen2.5: 151,665 for its HF tokenizer and for the GGUF ones alike (which carry 271 fillers up to 151,936).
+  Raises:
+    ValueError: the real tokens are not exactly the ids 0..N-1 (fillers may only follow them), naming the gap.
+  """
+  vocab = tokenizer.get_vocab()
+  real = sorted(i for t, i in vocab.items() if not is_filler(t, i))
+  n = len(real)
+  if real and (real[0] != 0 or real[-1] != n - 1):
+    gap = next((k for k, i in enumerate(real) if i != k), n)
+    raise ValueError(f"the tokenizer's {n} real tokens (llama.cpp fillers '[PAD<id>]' left out) are not the ids "
+                     f"0..{n - 1}: id {gap} is {'a filler' if gap in vocab.values() else 'missing'} but id {real[-1]} "
+                     "is real; opd_jax masks the ids past the real ones, so fillers may only sit at the end. Load "
+                     "the model's original tokenizer folder instead")
+  return n
+
+
+def chat_ids(tokenizer, messages: list[dict[str, str]], *, add_generation_prompt: bool = True,
+             **chat_kwargs) -> list[int]:
+  """Token ids of a chat, rendered by the tokenizer's chat template: the one way prompts are built.
+
+  The template writes every special token of the prompt, the BOS included where the model has one, and the
+  tokenizer adds none (`add_special_tokens=False`, as transformers' `apply_chat_template(tokenize=True)`).
+  Tokenizing the rendered text with the default `tokenizer(text)` instead puts a second BOS before the prompt for
+  tokenizers that add one (add_bos_token) and whose template writes it too (OpenRLHF #393).
+
+  Args:
+    tokenizer: a transformers tokenizer with a chat template.
+    messages: [{"role": ..., "content": ...}, ...].
+    add_generation_prompt: end with the assistant turn's header (the model answers next).
+    chat_kwargs: extra template flags, e.g. enable_thinking=False for Qwen3.
+  """
+  text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                       **chat_kwargs)
+  return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def tokenizer_difference(a, b) -> str | None:
   """The first difference between two tokenizers as a sentence, or None when they are the same.
 
-  Compared: the vocabulary (token -> id, added tokens included), the BPE merges in order, and the ids of the
+  Compared: the real vocabulary (token -> id, added tokens included, llama.cpp's `[PAD<id>]` fillers left out:
+  a GGUF padded to its embedding size reads and writes the same ids as the HF tokenizer, and Qwen2.5 0.5B and
+  7B files share one tokenizer despite 151,936 vs 152,064 entries), the BPE merges in order, and the ids of the
   bos, eos, pad and unk tokens. Two models whose tokenizers agree on these read and write the same ids.
   """
-  va, vb = a.get_vocab(), b.get_vocab()
+  va, vb = ({t: i for t, i in tok.get_vocab().items() if not is_filler(t, i)} for tok in (a, b))
   if va != vb:
     only_a, only_b = sorted(va.keys() - vb.keys()), sorted(vb.keys() - va.keys())
     if len(va) != len(vb):
@@ -179,5 +240,5 @@ def tokenizer_difference(a, b) -> str | None:
 
 
 def same_tokenizer(a, b) -> bool:
-  """Whether two tokenizers have the same vocabulary, merges and special ids (see `tokenizer_difference`)."""
+  """Whether two tokenizers have the same real vocabulary, merges and special ids (see `tokenizer_difference`)."""
   return tokenizer_difference(a, b) is None
