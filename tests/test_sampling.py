@@ -245,7 +245,8 @@ def test_tempered_candidate_policy_gives_the_issue_value_and_ideal_gradient():
   # Raw p on C = (0.6, 0.3, 0.1), P_succ = (0, 1, 1), T = 0.5: the sampled p is (0.7826, 0.1957, 0.0217),
   # V = 0.2174, g* = (-0.1701, 0.1531, 0.0170) (the raw p would give V = 0.4, g* = (-0.24, 0.18, 0.06)).
   from opd_jax import gradients, targeted  # pylint: disable=g-import-not-at-top
-  logp = sampling.policy_logprobs(jnp.log(jnp.array([[0.6, 0.3, 0.1]])), sampling.SamplingParams(temperature=0.5))
+  tempered = sampling.SamplingParams(temperature=0.5)
+  logp = sampling.policy_logprobs(jnp.log(jnp.array([[0.6, 0.3, 0.1]])), tempered)
   p, _ = gradients.restrict(logp, jnp.array([[0, 1, 2]]))
   est = targeted.node_estimates(np.asarray(p), np.asarray(p), np.array([[0, 4, 4]]), np.array([[4, 4, 4]]),
                                 divergence="forward_kl")
