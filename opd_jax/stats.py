@@ -1,4 +1,7 @@
-"""Small statistics for the report: cluster bootstrap, Spearman, AUROC, the oracle filter (numpy only).
+"""Small statistics for the report: cluster bootstrap, Spearman, AUROC, Holm, the oracle filter.
+
+scipy.stats where it has the function (ranks, Spearman, Mann-Whitney U for AUROC, normal quantiles); the
+cluster bootstrap and Holm's step-down adjustment are not in scipy and are written here.
 
 paper.md, "Where opd_jax goes further": every mean gets a cluster-bootstrap interval over questions (nodes of
 one question share its difficulty, its rollouts and its P_succ estimates, so they are not independent);
@@ -8,6 +11,7 @@ paper.md, "What the paper reports": the oracle filter that keeps only positively
 from typing import Callable, NamedTuple
 
 import numpy as np
+from scipy import stats as sp_stats
 
 
 def _as_1d(name: str, x) -> np.ndarray:
@@ -82,26 +86,18 @@ def cluster_bootstrap_ci(values, clusters, *, stat: Callable[[np.ndarray], float
 
 
 def rankdata(x) -> np.ndarray:
-  """Average ranks, 1-based, ties share the mean of their ranks (as scipy.stats.rankdata 'average').
+  """Average ranks, 1-based, ties share the mean of their ranks (scipy.stats.rankdata, method 'average').
 
   Args:
     x: [N] float without NaN; +-inf are ordinary values (inf ranks last, -inf first).
   Returns:
     [N] float64 ranks.
   """
-  x = _as_float_1d("x", x)
-  order = np.argsort(x, kind="mergesort")
-  sorted_x = x[order]
-  # Start of each run of equal values; a run [s, e) gets the average rank (s + 1 + e) / 2.
-  starts = np.flatnonzero(np.r_[True, sorted_x[1:] != sorted_x[:-1]])
-  ends = np.r_[starts[1:], x.size]
-  ranks = np.empty(x.size, np.float64)
-  ranks[order] = np.repeat((starts + 1 + ends) / 2.0, ends - starts)
-  return ranks
+  return sp_stats.rankdata(_as_float_1d("x", x), method="average").astype(np.float64)
 
 
 def spearman(x, y) -> float:
-  """Spearman rank correlation of x and y: Pearson correlation of their average ranks.
+  """Spearman rank correlation of x and y (scipy.stats.spearmanr on the kept pairs).
 
   Pairs where x or y is NaN are dropped. +-inf are kept: they are valid extreme values (e.g. KL(p||q) = +inf
   where q has a zero on p's support) and ranks order them last/first, which is the sensible reading.
@@ -118,22 +114,20 @@ def spearman(x, y) -> float:
   if x.shape != y.shape:
     raise ValueError(f"x and y must have the same length, got {x.shape[0]} and {y.shape[0]}")
   keep = ~(np.isnan(x) | np.isnan(y))
-  if keep.sum() < 2:
+  x, y = x[keep], y[keep]
+  if x.size < 2 or np.all(x == x[0]) or np.all(y == y[0]):
     return float("nan")
-  rx, ry = rankdata(x[keep]), rankdata(y[keep])
-  rx, ry = rx - rx.mean(), ry - ry.mean()
-  denom = np.sqrt(np.sum(rx * rx) * np.sum(ry * ry))
-  if denom == 0.0:
-    return float("nan")
-  return float(np.clip(np.sum(rx * ry) / denom, -1.0, 1.0))
+  # Ranks first: spearmanr itself would turn +-inf into NaN correlations.
+  rho = sp_stats.spearmanr(sp_stats.rankdata(x), sp_stats.rankdata(y)).statistic
+  return float(np.clip(rho, -1.0, 1.0))
 
 
 def auroc(scores, labels) -> float:
-  """Area under the ROC curve of `scores` for binary `labels` (Mann-Whitney U / (n_pos n_neg)).
+  """Area under the ROC curve of `scores` for binary `labels`: Mann-Whitney U / (n_pos n_neg).
 
-  AUROC = P(s_pos > s_neg) + 1/2 P(s_pos = s_neg) over all (positive, negative) pairs; computed from average
-  ranks: (sum of positive ranks - n_pos (n_pos + 1) / 2) / (n_pos n_neg). NaN scores are dropped with their
-  labels; +-inf scores are kept (ranked last/first). 0.5 = no signal; < 0.5 = the predictor points the wrong way.
+  AUROC = P(s_pos > s_neg) + 1/2 P(s_pos = s_neg) over all (positive, negative) pairs (U of
+  scipy.stats.mannwhitneyu, ties counted half). NaN scores are dropped with their labels; +-inf scores are kept
+  (ranked last/first). 0.5 = no signal; < 0.5 = the predictor points the wrong way.
 
   Args:
     scores: [N] float, e.g. a predictor per node.
@@ -158,42 +152,220 @@ def auroc(scores, labels) -> float:
   n_neg = int(labels.size - n_pos)
   if n_pos == 0 or n_neg == 0:
     return float("nan")
-  ranks = rankdata(scores)
-  return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+  # U from ranks (mannwhitneyu's definition); ranking first keeps +-inf ordinary values.
+  ranks = sp_stats.rankdata(scores)
+  u = sp_stats.mannwhitneyu(ranks[labels], ranks[~labels], method="asymptotic").statistic
+  return float(u / (n_pos * n_neg))
+
+
+def holm(pvalues) -> np.ndarray:
+  """Holm's step-down adjusted p-values (family-wise error control over the m tests; not in scipy.stats).
+
+  Sorted ascending p_(1) <= ... <= p_(m): adj_(i) = max_{j <= i} min(1, (m - j + 1) p_(j)); rejecting where
+  adj <= alpha is Holm's procedure at level alpha. NaN p-values are left NaN and not counted in m.
+
+  Args:
+    pvalues: [m] float in [0, 1] (NaN allowed).
+  Returns:
+    [m] float64 adjusted p-values in the input order.
+  """
+  p = _as_float_1d("pvalues", pvalues)
+  out = np.full(p.shape, np.nan)
+  idx = np.flatnonzero(~np.isnan(p))
+  if idx.size == 0:
+    return out
+  order = idx[np.argsort(p[idx], kind="stable")]
+  m = order.size
+  adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+  out[order] = adjusted
+  return out
+
+
+def normal_quantile(prob: float) -> float:
+  """z with Phi(z) = prob (scipy.stats.norm.ppf); e.g. 0.975 -> 1.95996."""
+  return float(sp_stats.norm.ppf(prob))
+
+
+class ClusterBootstrap:
+  """One set of cluster-bootstrap draws over a study's questions, shared by every statistic of a report.
+
+  Protocol (tests reproduce it): the G distinct labels of `clusters` are ordered as `np.unique` orders them;
+  `rng = np.random.default_rng(seed)` draws `rng.integers(0, G, size=(n_boot, G))`; `weights[b, g]` is how often
+  question g was drawn in replicate b. A statistic over any subset of nodes uses the same weights (a question
+  without nodes in the subset contributes nothing), so paired and joint statistics (differences, argmax over
+  configurations) see the same resampled questions. For a subset holding every question this gives exactly
+  the replicates of `cluster_bootstrap_ci` with the same seed.
+
+  Attributes:
+    labels: [G] the distinct cluster labels (np.unique order).
+    weights: float64 [n_boot, G] draw multiplicities; each row sums to G.
+  """
+
+  def __init__(self, clusters, *, n_boot: int = 2000, seed: int = 0):
+    if int(n_boot) < 1:
+      raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    self.labels = np.unique(_as_1d("clusters", clusters))
+    g = self.labels.size
+    draws = np.random.default_rng(seed).integers(0, g, size=(int(n_boot), g)) if g else np.zeros((n_boot, 0), int)
+    flat = (np.arange(int(n_boot))[:, None] * g + draws).reshape(-1)
+    self.weights = np.bincount(flat, minlength=int(n_boot) * g).reshape(int(n_boot), g).astype(np.float64)
+
+  def index(self, clusters) -> np.ndarray:
+    """int [N] position of each label in `labels`. Raises ValueError for a label not drawn from."""
+    clusters = _as_1d("clusters", clusters)
+    pos = np.searchsorted(self.labels, clusters)
+    pos = np.clip(pos, 0, max(self.labels.size - 1, 0))
+    if clusters.size and (self.labels.size == 0 or np.any(self.labels[pos] != clusters)):
+      raise ValueError("clusters holds labels the bootstrap was not built on; build it on every question")
+    return pos
+
+  def sums(self, values, clusters) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cluster (sum of values, count) over the non-NaN values: float64 [G] each."""
+    values = _as_float_1d("values", values)
+    keep = ~np.isnan(values)
+    index = self.index(clusters)[keep]
+    g = self.labels.size
+    return (np.bincount(index, weights=values[keep], minlength=g),
+            np.bincount(index, minlength=g).astype(np.float64))
+
+  def mean_replicates(self, values, clusters) -> np.ndarray:
+    """float64 [n_boot] replicate means of the non-NaN values (NaN where a replicate drew none of them)."""
+    s, c = self.sums(values, clusters)
+    return ratio_replicates(self.weights, s, c)
+
+  def mean_ci(self, values, clusters, *, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, lo, hi): the plain mean of the non-NaN values and the percentile interval of its replicates."""
+    values = _as_float_1d("values", values)
+    est = float(np.nanmean(values)) if np.any(~np.isnan(values)) else float("nan")
+    return (est, *percentile_interval(self.mean_replicates(values, clusters), level))
+
+
+def ratio_replicates(weights: np.ndarray, numer: np.ndarray, denom: np.ndarray) -> np.ndarray:
+  """(weights @ numer) / (weights @ denom) per replicate, NaN where the denominator is 0 (float64 [n_boot])."""
+  n, d = weights @ numer, weights @ denom
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return np.where(d > 0, n / np.where(d > 0, d, 1.0), np.nan)
+
+
+def percentile_interval(replicates, level: float = 0.95) -> tuple[float, float]:
+  """(lo, hi) = the (1 - level) / 2 and (1 + level) / 2 quantiles (np.quantile, linear) of the non-NaN
+  replicates; NaN when none is left. Raises ValueError for level outside (0, 1)."""
+  if not 0.0 < level < 1.0:
+    raise ValueError(f"level must lie in (0, 1), got {level}; e.g. 0.95 for a 95% interval")
+  r = _as_float_1d("replicates", replicates)
+  r = r[~np.isnan(r)]
+  if r.size == 0:
+    return float("nan"), float("nan")
+  alpha = (1.0 - level) / 2.0
+  lo, hi = np.quantile(r, [alpha, 1.0 - alpha])
+  return float(lo), float(hi)
+
+
+def bootstrap_pvalue(replicates) -> float:
+  """Two-sided bootstrap p-value of "the statistic is 0": min(1, 2 min(P*(r <= 0), P*(r >= 0))) over the
+  non-NaN replicates r (the percentile interval at level 1 - p just touches 0). NaN when none is left."""
+  r = _as_float_1d("replicates", replicates)
+  r = r[~np.isnan(r)]
+  if r.size == 0:
+    return float("nan")
+  return float(min(1.0, 2.0 * min(np.mean(r <= 0), np.mean(r >= 0))))
 
 
 class OracleFilter(NamedTuple):
   """What an oracle that keeps only positively aligned tokens would keep (see `oracle_filter`)."""
   n: int                      # nodes with a defined (non-NaN) alignment
-  kept_share: float           # mean(align > 0): share of tokens kept (paper: about 52%)
-  signal_ratio: float         # mean(align | align > 0) / |mean(align)|: "x more effective signal" (paper: 10-15)
-  positive_sum_share: float   # sum(align[align > 0]) / sum(|align|): share of the total |alignment| kept
+  kept_share: float           # mean(a > 0): share of tokens kept (paper: about 52%)
+  kept_mean: float            # mean(a | a > 0): mean alignment of a kept token
+  gain: float                 # mean(a | a > 0) - mean(a): what filtering adds per token (alignment units)
+  net_share: float            # sum(a) / sum(|a|) in [-1, 1]: share of the alignment mass left after cancellation
+  positive_sum_share: float   # sum(a[a > 0]) / sum(|a|): share of the total |alignment| kept
 
 
 def oracle_filter(alignment) -> OracleFilter:
   """The oracle filter of paper.md ("What the paper reports"): keep only tokens whose alignment is > 0.
 
   Over the N nodes with a defined (non-NaN) alignment a:
-    kept_share = mean(a > 0), the share of tokens the filter keeps;
-    signal_ratio = mean(a[a > 0]) / |mean(a)|, mean alignment per kept token over mean alignment per token
-      without filtering (our reading of "10-15x more effective signal");
-    positive_sum_share = sum(a[a > 0]) / sum(|a|), the share of the total alignment magnitude that points
-      towards success.
+    kept_share = mean(a > 0); kept_mean = mean(a[a > 0]); gain = kept_mean - mean(a);
+    net_share = sum(a) / sum(|a|): the share of the alignment magnitude that survives cancellation between
+      helping and hurting tokens (1: all help, 0: they cancel, -1: all hurt);
+    positive_sum_share = sum(a[a > 0]) / sum(|a|).
+  All are well conditioned (bounded denominators). The paper's "10-15x more effective signal" reads as
+  mean(a | a > 0) / |mean(a)|, which divides by a mean near 0 (values of 25-30 on the smoke study); it follows
+  from the quantities above as positive_sum_share / (kept_share |net_share|), so a ratio of 10-15 at a kept
+  share near 0.5 and a positive-sum share near 0.55 means |net_share| of about 0.07-0.11: most of the
+  unfiltered signal cancels. The report shows net_share with an interval instead of the ratio.
 
   Args:
     alignment: [N] float in [-1, 1], NaN where undefined (dropped).
   Returns:
-    OracleFilter(n, kept_share, signal_ratio, positive_sum_share). kept_share and positive_sum_share are NaN
-    when n == 0 (the latter also when all a == 0); signal_ratio is NaN when no a > 0 or mean(a) == 0.
+    OracleFilter. All but n are NaN when n == 0; kept_mean and gain are NaN when no a > 0; net_share and
+    positive_sum_share are NaN when every a == 0.
   """
   a = _as_float_1d("alignment", alignment)
   a = a[~np.isnan(a)]
   nan = float("nan")
   if a.size == 0:
-    return OracleFilter(0, nan, nan, nan)
+    return OracleFilter(0, nan, nan, nan, nan, nan)
   positive = a[a > 0]
-  mean_all = float(np.mean(a))
-  signal_ratio = float(np.mean(positive) / abs(mean_all)) if positive.size and mean_all != 0.0 else nan
+  kept_mean = float(np.mean(positive)) if positive.size else nan
   total = float(np.sum(np.abs(a)))
+  net_share = float(np.sum(a) / total) if total > 0 else nan
   positive_sum_share = float(np.sum(positive) / total) if total > 0 else nan
-  return OracleFilter(int(a.size), float(np.mean(a > 0)), signal_ratio, positive_sum_share)
+  return OracleFilter(int(a.size), float(np.mean(a > 0)), kept_mean, kept_mean - float(np.mean(a)), net_share,
+                      positive_sum_share)
+
+
+def weighted_ranks(x, weights) -> np.ndarray:
+  """Average ranks of each value of x in the sample where value i appears weights[b, i] times, per row b.
+
+  Equals scipy.stats.rankdata (average) of the concatenated sample (every copy of x_i gets the same rank), for
+  all rows at once: rank = (weight of values < x_i) + (weight of values == x_i + 1) / 2. This is how a cluster
+  bootstrap replicate (weights = the drawn multiplicity of each node's question) is ranked without building it.
+
+  Args:
+    x: [N] float without NaN (+-inf allowed).
+    weights: [B, N] non-negative integer-valued floats.
+  Returns:
+    float64 [B, N] ranks (meaningless where weights[b, i] == 0).
+  """
+  x = _as_float_1d("x", x)
+  weights = np.asarray(weights, np.float64)
+  values, inverse = np.unique(x, return_inverse=True)
+  order = np.argsort(inverse, kind="stable")
+  cum = np.cumsum(weights[:, order], axis=1)
+  ends = np.searchsorted(inverse[order], np.arange(values.size), side="right") - 1   # last member of each value
+  at_end = cum[:, ends]                                                             # weight of values <= v
+  below = np.concatenate([np.zeros((weights.shape[0], 1)), at_end[:, :-1]], axis=1)
+  ranks = below + (at_end - below + 1.0) / 2.0
+  return ranks[:, inverse.reshape(-1)]
+
+
+def weighted_spearman(x, y, weights) -> np.ndarray:
+  """Spearman correlation of the replicate samples given by multiplicities `weights` [B, N] (rows b); equals
+  `spearman` of each concatenated sample. Pairs with NaN are dropped. float64 [B] (NaN where undefined)."""
+  x, y = _as_float_1d("x", x), _as_float_1d("y", y)
+  keep = ~(np.isnan(x) | np.isnan(y))
+  w = np.asarray(weights, np.float64)[:, keep]
+  rx, ry = weighted_ranks(x[keep], w), weighted_ranks(y[keep], w)
+  total = w.sum(1, keepdims=True)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    dx = rx - (w * rx).sum(1, keepdims=True) / total
+    dy = ry - (w * ry).sum(1, keepdims=True) / total
+    cov, vx, vy = (w * dx * dy).sum(1), (w * dx * dx).sum(1), (w * dy * dy).sum(1)
+    rho = cov / np.sqrt(vx * vy)
+  return np.where((vx > 1e-12) & (vy > 1e-12), np.clip(rho, -1, 1), np.nan)
+
+
+def weighted_auroc(scores, labels, weights) -> np.ndarray:
+  """AUROC of the replicate samples given by multiplicities `weights` [B, N]; equals `auroc` of each
+  concatenated sample. NaN scores dropped. float64 [B] (NaN where a class is empty)."""
+  scores = _as_float_1d("scores", scores)
+  labels = _as_1d("labels", labels).astype(bool)
+  keep = ~np.isnan(scores)
+  w = np.asarray(weights, np.float64)[:, keep]
+  labels = labels[keep]
+  ranks = weighted_ranks(scores[keep], w)
+  n_pos, n_neg = w[:, labels].sum(1), w[:, ~labels].sum(1)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    u = (w[:, labels] * ranks[:, labels]).sum(1) - n_pos * (n_pos + 1) / 2
+    return np.where((n_pos > 0) & (n_neg > 0), u / (n_pos * n_neg), np.nan)

@@ -1,0 +1,33 @@
+"""The report of a study: what a researcher reads (issue 14).
+
+  python -m opd_jax.report --workdir=runs/teacher_sweep     # rebuilds summary.md/.csv, verdict.json, report.html
+
+Reads `<workdir>/records/nodes/part-*.parquet` (one part per question, from every host), the rollouts, and
+`config.json` / `manifest.json` beside them when present. Modules, in data-flow order:
+  common     groups, NaN reasons and predictors (imported, one definition), checks, the power rule;
+  ceiling    the direct noise ceiling E cos(g*_R, g*) per node;
+  summary    summarize: configuration x group counts, means, cluster intervals, oracle filter;
+  decision   decide: ranking, paired differences with Holm, P(best), power, the verdict (verdict.json);
+  where      alignment and teacher advantage by position, entropy, argmax, token kind;
+  predictors Spearman / AUROC with intervals, predictor filter vs oracle filter;
+  figures, markdown, page, rollout: matplotlib figures, summary.md, report.html, the per-rollout view;
+  build      write_summary: every file from the records.
+paper.md, "What the paper reports" and "Where opd_jax goes further".
+"""
+from opd_jax.report.build import read_records
+from opd_jax.report.build import write_summary
+from opd_jax.report.common import GROUPS
+from opd_jax.report.common import NAN_REASONS
+from opd_jax.report.common import PREDICTORS
+from opd_jax.report.common import REQUIRED_COLUMNS
+from opd_jax.report.decision import decide
+from opd_jax.report.markdown import render_markdown
+from opd_jax.report.rollout import rollout_html
+from opd_jax.report.summary import summarize
+
+
+def plot_alignment(summary, path: str) -> None:
+  """Writes figures.alignment_by_config(summary) to `path` atomically (a PNG)."""
+  from opd_jax import records  # pylint: disable=g-import-not-at-top
+  from opd_jax.report import figures  # pylint: disable=g-import-not-at-top
+  records.atomic_write_bytes(path, figures.alignment_by_config(summary))

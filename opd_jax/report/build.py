@@ -1,0 +1,174 @@
+"""Builds every report file of a study from its records: summary.md, summary.csv, verdict.json, where.csv,
+predictors.csv, alignment.png and report.html (each written atomically; same records and arguments -> same
+bytes: no clock, no absolute paths)."""
+import glob
+import json
+import os
+
+import numpy as np
+import pandas as pd
+
+from opd_jax import records
+from opd_jax import stats
+from opd_jax.report import ceiling
+from opd_jax.report import common
+from opd_jax.report import decision
+from opd_jax.report import figures
+from opd_jax.report import markdown as md
+from opd_jax.report import page
+from opd_jax.report import predictors as why
+from opd_jax.report import summary as summ
+from opd_jax.report import where
+
+
+def read_records(workdir: str, table: str = "nodes", columns: list[str] | None = None) -> pd.DataFrame:
+  """All part files of `<workdir>/records/<table>` in one DataFrame (parts in file-name order).
+
+  Reads `part-*.parquet` only, so a temporary file left by an interrupted write is never read. `columns`
+  restricts the columns read (all by default).
+
+  Raises:
+    FileNotFoundError: the directory is missing or holds no part file; the message names the directory.
+  """
+  directory = os.path.join(workdir, "records", table)
+  if not os.path.isdir(directory):
+    raise FileNotFoundError(f"no {table} records: directory {directory} does not exist; run the study first "
+                            "(python -m opd_jax.main --workdir=...) or pass the workdir that holds records/")
+  parts = sorted(glob.glob(os.path.join(directory, "part-*.parquet")))
+  if not parts:
+    raise FileNotFoundError(f"no {table} records: directory {directory} holds no part-*.parquet file; the study "
+                            "has not finished a question yet")
+  return pd.concat([pd.read_parquet(p, columns=columns) for p in parts], ignore_index=True)
+
+
+def _flatten(tree, prefix: str = "") -> dict:
+  """Scalar leaves of a JSON tree as {"a.b": value}; long values shortened."""
+  out = {}
+  if isinstance(tree, dict):
+    for k, v in tree.items():
+      out.update(_flatten(v, f"{prefix}{k}."))
+  else:
+    text = json.dumps(tree) if isinstance(tree, (list, tuple)) else str(tree)
+    out[prefix[:-1]] = text if len(text) <= 160 else text[:157] + "..."
+  return out
+
+
+def _load_json(path: str) -> dict | None:
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def _rollout_lengths(workdir: str, meta: dict) -> pd.DataFrame | None:
+  try:
+    rollouts = read_records(workdir, "rollouts", columns=["question_id", "rollout_id", "reward", "length"])
+  except (FileNotFoundError, KeyError, ValueError):        # no rollout records, or older columns
+    try:
+      rollouts = read_records(workdir, "rollouts", columns=["question_id", "reward"])
+    except (FileNotFoundError, KeyError, ValueError):
+      return None
+  reward = rollouts["reward"].to_numpy(np.float64)
+  meta["rollouts"] = (f"{len(rollouts)} rollouts, {rollouts['question_id'].nunique()} questions, "
+                      f"accuracy {np.mean(reward == 1):.3f}")
+  return rollouts if "length" in rollouts.columns else None
+
+
+def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes: int = common.MIN_NODES,
+                  min_questions: int = common.MIN_QUESTIONS, target: str = "incorrect", plot: bool = True,
+                  html: bool = True, decode=None, n_boot_predictors: int = 200) -> str:
+  """Rebuilds the report files of `<workdir>` from its node records (and rollouts, config.json, manifest.json).
+
+  Files: summary.md (markdown, returned), summary.csv (summary.summarize), verdict.json (decision.decide on
+  `target`), where.csv (where.where_table), predictors.csv (predictors.predictor_table), alignment.png (plot)
+  and report.html (html; figures inline).
+
+  Args:
+    workdir: the study's working directory (holds records/nodes).
+    n_boot, seed, min_nodes, min_questions: intervals and the power rule (summary.summarize, decision.decide).
+    target: the decision's node group: "incorrect" (default), "correct" or "all".
+    plot: write alignment.png and link it from the markdown.
+    html: write report.html (with the where and predictor figures).
+    decode: token id -> text (e.g. `lambda t: tokenizer.decode([t])`) for the token-kind split; without it the
+      split is skipped with a note.
+    n_boot_predictors: bootstrap replicates of the predictor intervals (rank statistics: slower per replicate).
+  Returns:
+    The markdown written to summary.md.
+  Raises:
+    FileNotFoundError: records/nodes is missing or empty (the message names the directory).
+    ValueError: inconsistent records (common.check_nodes) or an unknown target.
+  """
+  nodes = read_records(workdir, "nodes")
+  common.check_nodes(nodes)
+  if {"p", "successes", "n"} <= set(nodes.columns):
+    nodes = nodes.assign(ceiling=ceiling.node_ceilings(nodes, seed=seed))
+  summary = summ.summarize(nodes, n_boot=n_boot, seed=seed, min_nodes=min_nodes, min_questions=min_questions)
+  verdict = decision.decide(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
+                            min_questions=min_questions)
+  predictor_rows = why.predictor_table(nodes, n_boot=n_boot_predictors, seed=seed)
+  config = _load_json(os.path.join(workdir, "config.json"))
+  manifest = _load_json(os.path.join(workdir, "manifest.json"))
+  name = (config or {}).get("name") or os.path.basename(os.path.abspath(workdir))
+  meta = {"nodes": f"{len(nodes)} node rows, {nodes['question_id'].nunique()} questions, "
+                   f"{nodes['config_id'].nunique()} configurations"}
+  lengths = _rollout_lengths(workdir, meta)
+  meta["intervals"] = (f"{100 * summary['ci_level'].iloc[0]:g}% percentile cluster bootstrap over questions, "
+                       f"n_boot={n_boot}, seed={seed}; underpowered below {min_nodes} defined alignments or "
+                       f"{min_questions} questions (intervals indicative)")
+  if config is not None:
+    meta["config.json"] = _flatten(config)
+  if manifest is not None:
+    meta["manifest.json"] = _flatten(manifest)
+  markdown = md.render_markdown(summary, title=f"opd_jax summary: {name}", meta=meta, verdict=verdict,
+                                predictors=predictor_rows)
+  pngs = {}
+  if plot:
+    pngs["alignment"] = figures.alignment_by_config(summary)
+    records.atomic_write_bytes(os.path.join(workdir, "alignment.png"), pngs["alignment"])
+    markdown += "\n![mean alignment by configuration and group](alignment.png)\n"
+  notes, where_rows = _where(nodes, lengths, decode, config, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
+                             min_questions=min_questions)
+  if html:
+    for split in pd.unique(where_rows["split"]) if len(where_rows) else []:
+      pngs[f"where_{split}"] = figures.where_split(where_rows, split)
+    if len(predictor_rows):
+      pngs["predictors"] = figures.predictor_auroc(predictor_rows)
+    page_html = page.render_html(title=f"opd_jax report: {name}", verdict=verdict, summary=summary, figures=pngs,
+                                 where=where_rows, predictors=predictor_rows, meta=meta, notes=notes)
+    records.atomic_write_bytes(os.path.join(workdir, "report.html"), page_html)
+  records.atomic_write_bytes(os.path.join(workdir, "summary.md"), markdown)
+  records.atomic_write_bytes(os.path.join(workdir, "summary.csv"), summary.to_csv(index=False))
+  records.atomic_write_bytes(os.path.join(workdir, "where.csv"), where_rows.to_csv(index=False))
+  records.atomic_write_bytes(os.path.join(workdir, "predictors.csv"), predictor_rows.to_csv(index=False))
+  records.atomic_write_json(os.path.join(workdir, "verdict.json"), _json_ready(verdict))
+  return markdown
+
+
+def _where(nodes, lengths, decode, config, *, n_boot, seed, min_nodes, min_questions):
+  notes = []
+  features = where.node_features(nodes, lengths=lengths, decode=decode)
+  if "rel_position" not in features.columns:
+    notes.append("relative position split skipped: the rollout records have no length column")
+  if "kind" not in features.columns:
+    notes.append("token-kind split skipped: no tokenizer given (write_summary(decode=...) or --tokenizer)")
+  top_k = ((config or {}).get("budget") or {}).get("student_top_k")
+  if "argmax" in features.columns and top_k is not None and int(top_k) < 1:
+    features = features.drop(columns="argmax")
+    notes.append("argmax split skipped: budget.student_top_k = 0, so C(u) need not hold the student's argmax")
+  boot = stats.ClusterBootstrap(nodes["question_id"].astype(str).to_numpy(), n_boot=n_boot, seed=seed)
+  return notes, where.where_table(nodes, features, boot, min_nodes=min_nodes, min_questions=min_questions)
+
+
+def _json_ready(tree):
+  """NaN / inf -> None, numpy scalars -> Python (strict JSON)."""
+  if isinstance(tree, dict):
+    return {k: _json_ready(v) for k, v in tree.items()}
+  if isinstance(tree, (list, tuple)):
+    return [_json_ready(v) for v in tree]
+  if isinstance(tree, (float, np.floating)):
+    return float(tree) if np.isfinite(tree) else None
+  if isinstance(tree, np.integer):
+    return int(tree)
+  if isinstance(tree, np.bool_):
+    return bool(tree)
+  return tree

@@ -1,0 +1,90 @@
+"""What every report module shares: the node groups, the NaN reasons and predictors (one definition, imported),
+the input checks, the power rule, and small formatting helpers."""
+import math
+
+import numpy as np
+import pandas as pd
+
+from opd_jax import divergences
+from opd_jax import gradients
+
+GROUPS = ("correct", "incorrect", "all")
+# Per-node predictor columns (paper.md, "Divergence predictors"): the one list, divergences.PREDICTORS.
+PREDICTORS = divergences.PREDICTORS
+# The study's reason for a node whose teacher context could not be built (study.UNAVAILABLE has the same
+# string; study.py should import this constant rather than define its own).
+CONTEXT_UNAVAILABLE = "context_unavailable"
+# Why an alignment is NaN: gradients.NAN_REASONS (without its "" = defined) and the study's context reason.
+NAN_REASONS = tuple(r for r in gradients.NAN_REASONS if r) + (CONTEXT_UNAVAILABLE,)
+NODE_KEY = ("question_id", "rollout_id", "position")
+REQUIRED_COLUMNS = ("config_id", "question_id", "rollout_id", "position", "teacher", "context", "divergence",
+                    "correct", "alignment", "alignment_nan_reason", "degenerate", "teacher_advantage")
+MIN_NODES = 10       # fewer defined alignments in a group: underpowered
+MIN_QUESTIONS = 10   # fewer questions: underpowered (a 95% cluster interval over 3 questions covers ~71%)
+
+
+def check_nodes(nodes: pd.DataFrame) -> None:
+  """Raises ValueError when the node records miss columns, repeat a node, or contradict themselves."""
+  if len(nodes) == 0:
+    raise ValueError("nodes is empty: no node was scored; check the study's budget and its records/nodes")
+  missing = [c for c in REQUIRED_COLUMNS if c not in nodes.columns]
+  if missing:
+    raise ValueError(f"nodes is missing columns {missing} (has {list(nodes.columns)}); pass the node records "
+                     "written by opd_jax.records (pandas.read_parquet('<workdir>/records/nodes'))")
+  if nodes["correct"].isna().any():
+    raise ValueError("nodes.correct has missing values; every node needs its rollout's correctness (reward == 1)")
+  key = ["config_id", *NODE_KEY]
+  duplicated = nodes.duplicated(subset=key)
+  if duplicated.any():
+    first = nodes.loc[duplicated, key].iloc[0].to_dict()
+    raise ValueError(f"nodes has {int(duplicated.sum())} duplicate rows for (config_id, question_id, rollout_id, "
+                     f"position), e.g. {first}; records of two studies were mixed in one workdir: remove the "
+                     "stale part files")
+  defined_degenerate = nodes["degenerate"].astype(bool) & nodes["alignment"].notna()
+  if defined_degenerate.any():
+    raise ValueError(f"{int(defined_degenerate.sum())} nodes are marked degenerate but have a defined alignment; "
+                     "a degenerate node has g* = 0 and alignment NaN: the records are inconsistent")
+
+
+def group_mask(nodes: pd.DataFrame, group: str) -> np.ndarray:
+  """bool [N]: the nodes of "correct", "incorrect" or "all". Raises ValueError for another name."""
+  if group not in GROUPS:
+    raise ValueError(f"group must be one of {GROUPS}, got {group!r}")
+  if group == "all":
+    return np.ones(len(nodes), bool)
+  return nodes["correct"].astype(bool).to_numpy() == (group == "correct")
+
+
+def underpowered(n_defined: int, n_questions: int, *, min_nodes: int = MIN_NODES,
+                 min_questions: int = MIN_QUESTIONS) -> bool:
+  """The power rule: a group with fewer than `min_nodes` defined alignments or `min_questions` questions is
+  underpowered; its intervals are indicative only and no decision is taken from it."""
+  return bool(n_defined < min_nodes or n_questions < min_questions)
+
+
+def underpowered_reason(n_defined: int, n_questions: int, *, min_nodes: int = MIN_NODES,
+                        min_questions: int = MIN_QUESTIONS) -> str:
+  parts = []
+  if n_defined < min_nodes:
+    parts.append(f"only {n_defined} non-degenerate nodes with a defined alignment (< {min_nodes})")
+  if n_questions < min_questions:
+    parts.append(f"only {n_questions} questions (< {min_questions})")
+  return "; ".join(parts)
+
+
+def fmt(x, digits: int = 4) -> str:
+  if x is None or (isinstance(x, (float, np.floating)) and math.isnan(x)):
+    return "n/a"
+  if isinstance(x, (float, np.floating)):
+    return f"{x:.{digits}f}" if np.isfinite(x) else str(x)
+  return str(x)
+
+
+def ci(lo, hi, digits: int = 4) -> str:
+  return "n/a" if lo is None or math.isnan(lo) or math.isnan(hi) else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def table(header: list[str], body: list[list[str]]) -> list[str]:
+  """A markdown table as lines."""
+  lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+  return lines + ["| " + " | ".join(cells) + " |" for cells in body]

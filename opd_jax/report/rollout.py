@@ -1,0 +1,82 @@
+"""Per-token view of one rollout: each response token coloured by alignment or by a predictor (HTML)."""
+import html
+
+import numpy as np
+import pandas as pd
+
+from opd_jax.report.common import PREDICTORS
+
+
+def _colour(value: float, scale: float) -> str:
+  """Red (< 0) to white to green (> 0) as an rgb() string; value / scale clipped to [-1, 1]."""
+  t = float(np.clip(value / scale, -1.0, 1.0)) if scale > 0 else 0.0
+  fade = int(round(255 * (1 - abs(t))))
+  return f"rgb(255,{fade},{fade})" if t < 0 else f"rgb({fade},255,{fade})"
+
+
+def rollout_html(nodes: pd.DataFrame, tokens: pd.DataFrame, *, question_id: str, rollout_id: int,
+                 config_id: str, colour_by: str = "alignment", decode=None) -> str:
+  """One rollout as HTML, each response token coloured by alignment (nodes) or by a predictor (every token).
+
+  paper.md, "Where opd_jax goes further": per-token view of where a configuration helps (green) or hurts (red).
+  Colour by "alignment": selected nodes are coloured by align in [-1, 1]; nodes with an undefined alignment
+  get a dashed grey box; other tokens stay white. Colour by a predictor column of the tokens table (e.g.
+  "kl_pq", "logq_minus_logp"): every token, scaled by the largest |finite value| of the rollout. Hovering a
+  token shows its position, the predictors and, at nodes, alignment, V and teacher advantage.
+
+  Args:
+    nodes: node records (all questions are fine; this rollout and config_id are selected).
+    tokens: token records holding this rollout's positions for the configuration's (teacher, context).
+    question_id, rollout_id, config_id: which rollout and configuration.
+    colour_by: "alignment" or a predictor column name of `tokens`.
+    decode: token id -> text (e.g. `lambda t: tokenizer.decode([t])`); default shows the ids as `[id]`.
+  Returns:
+    A standalone HTML document.
+  Raises:
+    ValueError: unknown config_id, no tokens for the rollout, or an unknown colour_by column.
+  """
+  config_rows = nodes[nodes["config_id"] == config_id]
+  if config_rows.empty:
+    raise ValueError(f"config_id {config_id!r} not in nodes; known: {sorted(pd.unique(nodes['config_id']))}")
+  teacher, context = config_rows["teacher"].iloc[0], config_rows["context"].iloc[0]
+  toks = tokens[(tokens["question_id"] == question_id) & (tokens["rollout_id"] == rollout_id)
+                & (tokens["teacher"] == teacher) & (tokens["context"] == context)].sort_values("position")
+  if toks.empty:
+    raise ValueError(f"no tokens for question_id={question_id!r} rollout_id={rollout_id} teacher={teacher!r} "
+                     f"context={context!r}; pick a rollout that the study scored")
+  if colour_by != "alignment" and colour_by not in toks.columns:
+    raise ValueError(f"colour_by={colour_by!r} is neither 'alignment' nor a tokens column "
+                     f"({[c for c in PREDICTORS if c in toks.columns]})")
+  at = config_rows[(config_rows["question_id"] == question_id) & (config_rows["rollout_id"] == rollout_id)]
+  at = at.set_index("position")
+  decode = decode or (lambda t: f"[{t}]")
+  if colour_by == "alignment":
+    scale = 1.0
+  else:
+    finite = toks[colour_by].to_numpy(np.float64)
+    finite = np.abs(finite[np.isfinite(finite)])
+    scale = float(finite.max()) if finite.size else 0.0
+  spans = []
+  for _, tok in toks.iterrows():
+    position = int(tok["position"])
+    tip = [f"position {position}"] + [f"{c}={tok[c]:.4g}" for c in PREDICTORS if c in toks.columns]
+    style = ""
+    if position in at.index:
+      node = at.loc[position]
+      tip += [f"alignment={node['alignment']:.4g}", f"teacher_advantage={node['teacher_advantage']:.4g}"]
+      if "value" in at.columns:
+        tip.append(f"V={node['value']:.4g}")
+      if pd.isna(node["alignment"]):
+        tip.append(f"undefined: {node['alignment_nan_reason']}")
+    if colour_by == "alignment":
+      if position in at.index:
+        a = at.loc[position, "alignment"]
+        style = "border:1px dashed grey" if pd.isna(a) else f"background:{_colour(a, scale)};font-weight:bold"
+    elif np.isfinite(tok[colour_by]):
+      style = f"background:{_colour(tok[colour_by], scale)}"
+    text = html.escape(decode(int(tok["token"])))
+    spans.append(f'<span title="{html.escape("; ".join(tip))}" style="{style}">{text}</span>')
+  title = html.escape(f"{config_id}: question {question_id}, rollout {rollout_id}, coloured by {colour_by}")
+  return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + title + "</title></head>\n"
+          "<body style=\"font-family:monospace;white-space:pre-wrap\">\n<h3>" + title + "</h3>\n"
+          + "".join(spans) + "\n</body></html>\n")
