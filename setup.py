@@ -26,10 +26,11 @@ setuptools.setup(
         "math-verify",
         "reasoning-gym",
         "matplotlib",
+        "scipy",                      # opd_jax.stats (ranks, Spearman, Mann-Whitney U, normal quantiles)
         "tqdm",
     ],
     extras_require={
-        "test": ["pytest", "scipy", "torch==2.13.0", "accelerate", "tensorflow-datasets>=4.9", "array-record"],
+        "test": ["pytest", "torch==2.13.0", "accelerate", "tensorflow-datasets>=4.9", "array-record"],
         "tfds": ["tensorflow-datasets>=4.9", "array-record"],  # `tfds:<name>` tasks (no tensorflow needed)
         "demo": STUDENT + TEACHER,
     },

@@ -12,6 +12,7 @@ import pytest
 from scipy import stats as sp_stats
 
 from opd_jax import report
+from opd_jax.report import predictors
 from opd_jax import stats
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -144,17 +145,6 @@ def test_auroc_matches_pairwise_count_and_roc_curve():
     stats.auroc([1.0, 2.0], [0, 2])
 
 
-def test_oracle_filter_pinned():
-  got = stats.oracle_filter([0.5, -0.2, 0.1, np.nan, -0.1, 0.3])
-  # 5 defined; 3 positive; mean = 0.6 / 5 = 0.12; mean positive = 0.9 / 3 = 0.3; sum |a| = 1.2.
-  assert got.n == 5
-  np.testing.assert_allclose([got.kept_share, got.signal_ratio, got.positive_sum_share], [0.6, 2.5, 0.75])
-  none_positive = stats.oracle_filter([-0.5, -0.1])
-  assert none_positive.kept_share == 0.0 and np.isnan(none_positive.signal_ratio)
-  assert none_positive.positive_sum_share == 0.0
-  assert stats.oracle_filter([np.nan]).n == 0 and np.isnan(stats.oracle_filter([]).kept_share)
-
-
 # ----------------------------------------------------------------------------------------------------- summary
 
 CONFIGS = (("solution", "self", "solution", "reverse_kl", np.nan), ("jsd", "teacher-1.5b", "plain", "jsd", 0.5))
@@ -200,12 +190,13 @@ def write_parts(nodes, workdir):
 
 
 def underpowered_lines(markdown):
-  return {(m[0], m[1]): int(m[2]) for m in re.findall(r"UNDERPOWERED: (\S+) / (\S+): only (\d+) ", markdown)}
+  return {(m[0], m[1]): int(m[2]) for m in re.findall(r"UNDERPOWERED: (\S+) / (\S+): only (\d+) non", markdown)}
 
 
 def test_summarize_counts_means_and_correlations_match_pandas():
   nodes = synthetic_nodes()
   summary = summarize_fast(nodes)
+  predictor_table = predictors.predictor_table(nodes, n_boot=100)
   assert list(summary["config_id"]) == ["solution"] * 3 + ["jsd"] * 3
   assert list(summary["group"]) == ["correct", "incorrect", "all"] * 2
   for _, row in summary.iterrows():
@@ -224,23 +215,29 @@ def test_summarize_counts_means_and_correlations_match_pandas():
     np.testing.assert_allclose(row.mean_alignment, sub.alignment.mean(), rtol=1e-12)   # pandas skips NaN
     np.testing.assert_allclose(row.alignment_std, sub.alignment.std(), rtol=1e-12)
     np.testing.assert_allclose(row.mean_teacher_advantage, sub.teacher_advantage.mean(), rtol=1e-12)
-    np.testing.assert_allclose(row.mean_noise_ceiling, sub.noise_ceiling.mean(), rtol=1e-12)
+    np.testing.assert_allclose(row.mean_split_half_ceiling, sub.noise_ceiling[sub.alignment.notna()].mean(),
+                               rtol=1e-12)
     assert row.alignment_ci_lo <= row.mean_alignment <= row.alignment_ci_hi
-    assert row.underpowered == (sub.alignment.notna().sum() < 10)
     defined = sub[sub.alignment.notna()]
-    for name in ("kl_pq", "cosine", "logq_minus_logp"):
-      np.testing.assert_allclose(row[f"spearman_{name}"],
-                                 sp_stats.spearmanr(defined[name], defined.alignment).statistic, atol=1e-12)
-      np.testing.assert_allclose(row[f"auroc_{name}"], brute_force_auroc(
-          defined[name].to_numpy(), defined.alignment.to_numpy() > 0), atol=1e-12)
+    # 6 questions < 10: every group is underpowered by the question count, whatever its node count.
+    assert row.underpowered and row.n_defined_questions == defined.question_id.nunique()
     np.testing.assert_allclose(row.oracle_kept_share, (defined.alignment > 0).mean())
+    if row.group == "all":
+      table = predictor_table[predictor_table.config_id == row.config_id].set_index("predictor")
+      for name in ("kl_pq", "cosine", "logq_minus_logp"):
+        np.testing.assert_allclose(table.loc[name, "spearman"],
+                                   sp_stats.spearmanr(defined[name], defined.alignment).statistic, atol=1e-12)
+        np.testing.assert_allclose(table.loc[name, "auroc"], brute_force_auroc(
+            defined[name].to_numpy(), defined.alignment.to_numpy() > 0), atol=1e-12)
+        assert table.loc[name, "auroc_lo"] <= table.loc[name, "auroc"] <= table.loc[name, "auroc_hi"]
   counts = summary.set_index(["config_id", "group"])
   assert counts.loc[("solution", "correct"), "n_defined"] == 6
   assert counts.loc[("jsd", "incorrect"), "n_defined"] == 26
-  assert list(summary.loc[summary.underpowered, ["config_id", "group"]].itertuples(index=False, name=None)) == [
+  relaxed = summarize_fast(nodes, min_questions=1)
+  assert list(relaxed.loc[relaxed.underpowered, ["config_id", "group"]].itertuples(index=False, name=None)) == [
       ("solution", "correct")]
   # alignment was generated increasing in kl_pq: the predictor columns are read from the right rows.
-  assert counts.loc[("jsd", "all"), "spearman_kl_pq"] > 0
+  assert predictor_table.set_index(["config_id", "predictor"]).loc[("jsd", "kl_pq"), "spearman"] > 0
 
 
 def summarize_fast(nodes, **kwargs):
@@ -273,7 +270,7 @@ def test_write_summary_files_markdown_and_cli(tmp_path):
   for qi in range(6):
     pd.DataFrame({"question_id": [f"q{qi}"] * 2, "rollout_id": [0, 1], "reward": [1.0, 0.0], "text": ["a", "b"]}
                  ).to_parquet(workdir / "records" / "rollouts" / f"part-q{qi}.parquet")
-  markdown = report.write_summary(str(workdir), n_boot=300, seed=1)
+  markdown = report.write_summary(str(workdir), n_boot=300, seed=1, html=False)
   assert (workdir / "summary.md").read_text() == markdown
   assert not [p for p in os.listdir(workdir) if p.endswith(".tmp")]
   # The parquet round trip and the CSV give back the in-memory summary.
@@ -285,14 +282,16 @@ def test_write_summary_files_markdown_and_cli(tmp_path):
   assert markdown.startswith("# opd_jax summary: smoke\n")
   assert "`student.name`: tiny-student" in markdown
   assert "- **rollouts**: 12 rollouts, 6 questions, accuracy 0.500\n" in markdown
-  assert underpowered_lines(markdown) == {("solution", "correct"): 6}
+  assert underpowered_lines(markdown)[("solution", "correct")] == 6
+  assert "only 6 questions (< 10)" in markdown and "## Verdict" in markdown
   jsd_all = want[(want.config_id == "jsd") & (want.group == "all")].iloc[0]
   assert f"| jsd | all | 60 | 56 | 0 | 3 | 1 | 0 | 6 | {jsd_all.mean_alignment:.4f} |" in markdown
   assert "| jsd | teacher-1.5b | plain | jsd(beta=0.5) |" in markdown
 
   os.remove(workdir / "summary.md")
   env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-  run = subprocess.run([sys.executable, "-m", "opd_jax.report", f"--workdir={workdir}", "--n_boot=300", "--seed=1"],
+  run = subprocess.run([sys.executable, "-m", "opd_jax.report", f"--workdir={workdir}", "--n_boot=300", "--seed=1",
+                        "--nohtml"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
   assert run.returncode == 0, run.stderr
   assert run.stdout == markdown
@@ -300,7 +299,7 @@ def test_write_summary_files_markdown_and_cli(tmp_path):
 
 
 def test_underpowered_lines_follow_min_nodes():
-  summary = summarize_fast(synthetic_nodes(), min_nodes=27)
+  summary = summarize_fast(synthetic_nodes(), min_nodes=27, min_questions=1)
   markdown = report.render_markdown(summary, title="t", meta={"a": 1})
   assert underpowered_lines(markdown) == {("solution", "correct"): 6, ("jsd", "incorrect"): 26}
   assert "(< 27)" in markdown
@@ -316,11 +315,11 @@ def test_missing_or_empty_records_name_the_directory(tmp_path):
 
 def test_plot_written_and_linked(tmp_path):
   write_parts(synthetic_nodes(), tmp_path)
-  markdown = report.write_summary(str(tmp_path), n_boot=50)
+  markdown = report.write_summary(str(tmp_path), n_boot=50, html=False)
   assert (tmp_path / "alignment.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert "](alignment.png)" in markdown
   os.remove(tmp_path / "alignment.png")
-  assert "alignment.png" not in report.write_summary(str(tmp_path), n_boot=50, plot=False)
+  assert "alignment.png" not in report.write_summary(str(tmp_path), n_boot=50, plot=False, html=False)
   assert not (tmp_path / "alignment.png").exists()
 
 

@@ -96,9 +96,11 @@ def test_decision_table_recomputed_from_parquet_with_numpy(tmp_path):
     rep = reps(sub.alignment.to_numpy(), sub.question_id.to_numpy())
     np.testing.assert_allclose([r["mean_alignment"], r["ci_lo"], r["ci_hi"]],
                                [means[r["config_id"]], *np.quantile(rep, [0.025, 0.975])], rtol=1e-10)
-  best = order[0]
+  best = verdict["best"]
+  assert best == "A"                    # A = B + 0.15 on every shared node (B's own mean may lead by chance)
   b = tgt[tgt.config_id == best].set_index(["question_id", "rollout_id", "position"]).alignment
   pvals = []
+  assert all(c["diff"] < 0 for c in verdict["comparisons"])
   for comp in verdict["comparisons"]:
     o = tgt[tgt.config_id == comp["config_id"]].set_index(["question_id", "rollout_id", "position"]).alignment
     shared = o.index.intersection(b.index)

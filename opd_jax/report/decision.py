@@ -24,6 +24,8 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
     - ranking: configurations by mean alignment (ties: order of first appearance); mean teacher advantage
       beside it; each with a percentile interval from the shared bootstrap (`stats.ClusterBootstrap` over every
       question of `nodes`, n_boot, seed);
+    - best: the top of the ranking, unless another configuration beats it on their shared nodes: then the one
+      beating it by most, repeated until none does (or one repeats);
     - comparisons: for every other configuration c, d = mean over the nodes (question_id, rollout_id, position)
       where both c and the best b have a defined alignment of (a_c - a_b); replicates of the same ratio of
       weighted per-question sums; two-sided bootstrap p-value (stats.bootstrap_pvalue); Holm-adjusted over the
@@ -92,17 +94,31 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
     out.update(verdict="no_data", best=None, runner_up=None,
                line=f"no configuration has a defined alignment on {target} nodes: nothing to decide")
     return out
-  best = ranked[0]["config_id"]
   key = list(common.NODE_KEY)
-  base = rows[rows["config_id"] == best].set_index(key)["alignment"]
-  diffs = []
-  for r in ranked[1:]:
-    other = rows[rows["config_id"] == r["config_id"]].set_index(key)["alignment"]
-    shared = other.index.intersection(base.index)
-    d = (other.loc[shared] - base.loc[shared]).to_numpy(np.float64)
-    q = shared.get_level_values("question_id").astype(str).to_numpy()
-    rep = boot.mean_replicates(d, q)
-    diffs.append((r["config_id"], d, q, rep))
+  by_config = {r["config_id"]: rows[rows["config_id"] == r["config_id"]].set_index(key)["alignment"]
+               for r in ranked}
+
+  def paired(best):
+    out_ = []
+    for r in ranked:
+      if r["config_id"] == best:
+        continue
+      other, base = by_config[r["config_id"]], by_config[best]
+      shared = other.index.intersection(base.index)
+      d = (other.loc[shared] - base.loc[shared]).to_numpy(np.float64)
+      q = shared.get_level_values("question_id").astype(str).to_numpy()
+      out_.append((r["config_id"], d, q, boot.mean_replicates(d, q)))
+    # Closest to the best first: the runner-up is the one with the largest (least negative) difference.
+    return sorted(out_, key=lambda t: -np.nan_to_num(t[1].mean() if t[1].size else np.nan, nan=-np.inf))
+
+  # The best: start from the top of the ranking; while another configuration beats it on their shared nodes,
+  # move to the one that beats it by most (means over different node sets can disagree with paired ones).
+  best, seen = ranked[0]["config_id"], set()
+  diffs = paired(best)
+  while diffs and diffs[0][1].size and diffs[0][1].mean() > 0 and diffs[0][0] not in seen:
+    seen.add(best)
+    best = diffs[0][0]
+    diffs = paired(best)
   p_values = np.array([stats.bootstrap_pvalue(rep) for *_, rep in diffs])
   p_holm = stats.holm(p_values)
   alpha = 1.0 - level
@@ -119,7 +135,7 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
         "distinguishable": bool(p_holm[i] <= alpha),
         "underpowered": common.underpowered(int(d.size), n_sq, min_nodes=min_nodes, min_questions=min_questions)})
   out["best"] = best
-  out["runner_up"] = diffs[0][0] if diffs else None
+  out["runner_up"] = diffs[0][0] if diffs else None           # the largest paired difference
   if diffs:
     _, d, q, rep = diffs[0]
     diff, se, g = float(-d.mean()), float(np.nanstd(rep, ddof=1)), int(pd.unique(q).size)

@@ -81,8 +81,8 @@ def where_split(table: pd.DataFrame, split: str) -> bytes:
     axes = fig.subplots(2, 2, sharex=True, sharey="row", squeeze=False)
     for col, group in enumerate(("incorrect", "correct")):
       for row, (metric, lo, hi, label) in enumerate((
-          ("mean_alignment", "ci_lo", "ci_hi", ALIGN_LABEL),
-          ("mean_teacher_advantage", "adv_ci_lo", "adv_ci_hi", "teacher advantage (P_succ units)"))):
+          ("mean_alignment", "ci_lo", "ci_hi", "alignment cos(g*, g_c)"),
+          ("mean_teacher_advantage", "adv_ci_lo", "adv_ci_hi", "teacher advantage (P_succ)"))):
         ax = axes[row][col]
         for i, config_id in enumerate(configs):
           cells = sub[(sub["group"] == group) & (sub["config_id"] == config_id)].set_index("bin").reindex(bins)
@@ -96,8 +96,7 @@ def where_split(table: pd.DataFrame, split: str) -> bytes:
           ax.set_ylabel(label)
         if row == 0:
           ax.set_title(f"{group} rollouts")
-        if row == 1:
-          ax.set_xlabel(SPLIT_LABELS.get(split, split))
+    fig.supxlabel(SPLIT_LABELS.get(split, split), fontsize=8)
     axes[0][1].legend(loc="best", ncol=2)
     return _png(fig)
 
