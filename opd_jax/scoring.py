@@ -163,14 +163,18 @@ def _sides(mode, fn, s_params, t_params, s_config, t_config, *xs):
 
 
 def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, *, s_config,
-           t_config, chunk, identical=False):
+           t_config, chunk, identical=False, reuse=False):
   """Shared checks and inputs of the jitted functions: (mode, pack, caches, s feed, t feed, C, T_pad, t_config),
-  mode as in `_sides`."""
+  mode as in `_sides`. reuse: the student's hidden states are given, so the student side gets no KV cache (its
+  entry of `caches` is None; the teacher's too when identical)."""
   shared = t_params is None
   if identical and not shared:
     raise ValueError("identical=True means the teacher is the student on the student's own prompts: pass "
                      "t_params=None")
   mode = "pair" if not shared else "identical" if identical else "stacked"
+  if reuse and mode == "stacked":
+    raise ValueError("s_hidden with t_params=None needs identical=True (the self:plain view); for another "
+                     "self-teacher context pass the student's params as t_params")
   _check_positive("chunk", chunk)
   if shared:
     if t_config is not None and t_config != s_config:
@@ -189,19 +193,23 @@ def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, r
   T_pad = -(-T // C) * C
   pack = (lambda a, b: jnp.stack([a, b])) if mode == "stacked" else (lambda a, b: (a, b))
   prefill = functools.partial(_prefill, chunk=C, extra=T_pad)
-  (caches,) = _sides(mode, prefill, s_params, t_params, s_config, t_config,
-                     pack(s_prompt, t_prompt), pack(s_prompt_len, t_prompt_len))
+  if reuse:
+    caches = (None, None if identical else prefill(t_params, t_prompt, t_prompt_len, config=t_config)[0])
+  else:
+    (caches,) = _sides(mode, prefill, s_params, t_params, s_config, t_config,
+                       pack(s_prompt, t_prompt), pack(s_prompt_len, t_prompt_len))
   s_feed = _feed(s_prompt, s_prompt_len, response, lengths, T_pad)
   t_feed = _feed(t_prompt, t_prompt_len, response, lengths, T_pad)
   return mode, pack, caches, s_feed, t_feed, C, T_pad, t_config
 
 
-@sharding.sharded_jit(in_specs=(PARAMS, PARAMS) + (ROWS,) * 6, out_specs=ROWS,
+@sharding.sharded_jit(in_specs=(PARAMS, PARAMS) + (ROWS,) * 7, out_specs=ROWS,
                       static_argnames=("s_config", "t_config", "chunk", "top_k", "beta", "return_hidden",
                                        "identical"))
-def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, *,
-                 s_config: decoder.Config, t_config: decoder.Config | None, chunk: int = 128, top_k: int = 8,
-                 beta: float = 0.5, return_hidden: bool = False, identical: bool = False) -> dict[str, jax.Array]:
+def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths,
+                 s_hidden=None, *, s_config: decoder.Config, t_config: decoder.Config | None, chunk: int = 128,
+                 top_k: int = 8, beta: float = 0.5, return_hidden: bool = False,
+                 identical: bool = False) -> dict[str, jax.Array]:
   """Log-probs of the response tokens and every predictor at every response position, streamed in chunks.
 
   For each row and each t < lengths: logp = log p(y_t | x, y_<t), logq = log q_c(y_t | context_c, y_<t), and
@@ -223,6 +231,9 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
     identical: static; the teacher is the student (t_params=None) on the student's own prompt (t_prompt ==
       s_prompt, the caller's promise): one pass whose outputs serve both sides, so logq, h_q are logp, h_p
       bitwise on any mesh, and every predictor is exactly that of q = p (the `self:plain` view).
+    s_hidden: optional [B, T, Ds] final-normed student hidden states of these rows (the "h_p" of an earlier
+      call on the same student prompts and responses): the student side then runs only its output head, no
+      prefill and no layers (one student pass serves every view). With identical=True no model body runs.
   Returns:
     {name: fp32 [B, T]} for name in DENSE_KEYS, exactly 0 at masked positions, and "mask": bool [B, T],
     t < lengths (plus "h_p", "h_q" with return_hidden).
@@ -232,16 +243,29 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
   """
   mode, pack, caches, s_feed, t_feed, C, T_pad, t_config = _setup(
       s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_config=s_config,
-      t_config=t_config, chunk=chunk, identical=identical)
+      t_config=t_config, chunk=chunk, identical=identical, reuse=s_hidden is not None)
   B, T = response.shape
   t_idx = jnp.arange(T_pad, dtype=jnp.int32)[None, :]
   mask = t_idx < lengths[:, None]
   targets = jnp.where(mask, jnp.pad(response, ((0, 0), (0, T_pad - T))), 0)
+  if s_hidden is not None:
+    if s_hidden.ndim != 3 or s_hidden.shape[:2] != (B, T) or s_hidden.shape[2] != s_config.d_model:
+      raise ValueError(f"s_hidden must be [B={B}, T={T}, D={s_config.d_model}], got shape {s_hidden.shape}")
+    s_hidden = jnp.pad(s_hidden, ((0, 0), (0, T_pad - T), (0, 0)))
 
   def body(caches, j):
     sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * C, C, axis=1)
-    caches, logps, hs = _sides(mode, _logprob_step, s_params, t_params, s_config, t_config, caches,
-                               pack(sl(s_feed[0]), sl(t_feed[0])), pack(sl(s_feed[1]), sl(t_feed[1])))
+    if s_hidden is None:
+      caches, logps, hs = _sides(mode, _logprob_step, s_params, t_params, s_config, t_config, caches,
+                                 pack(sl(s_feed[0]), sl(t_feed[0])), pack(sl(s_feed[1]), sl(t_feed[1])))
+    else:                                                           # the student's head only
+      h_p = sl(s_hidden)
+      logp = jax.nn.log_softmax(_real_logits(s_params, h_p, s_config), axis=-1)
+      if identical:
+        logps, hs = (logp, logp), (h_p, h_p)
+      else:
+        t_cache, logq, h_q = _logprob_step(t_params, caches[1], sl(t_feed[0]), sl(t_feed[1]), config=t_config)
+        caches, logps, hs = (None, t_cache), (logp, logq), (h_p, h_q)
     logp, logq = logps[0], logps[1]                                              # [B, C, V] fp32 each
     y, m = sl(targets), sl(mask)
     out = divergences.predictors(logp, logq, y, beta=beta, top_k=top_k)
@@ -414,8 +438,8 @@ def _teacher_args(student, teacher, shared, arrays):
 
 def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
           teacher_prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, chunk: int = 128,
-          top_k: int = 8, beta: float = 0.5, batch_size: int = 8,
-          return_hidden: bool = False) -> dict[str, list[np.ndarray]]:
+          top_k: int = 8, beta: float = 0.5, batch_size: int = 8, return_hidden: bool = False,
+          student_hidden: Sequence[np.ndarray] | None = None) -> dict[str, list[np.ndarray]]:
   """Per-token log-probs and predictors of rollouts under a student and a teacher (paper.md, "Divergence
   predictors"); see `score_arrays` for the quantities and the module docstring for memory.
 
@@ -437,6 +461,9 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
     batch_size: rows per compiled call.
     return_hidden: also return "h_p" [L_r, Ds] and "h_q" [L_r, Dt] per row, the final hidden states that
       predict each response token (feed them to `head_logprobs` for p and q at nodes: no second pass).
+    student_hidden: optional per row the "h_p" [L_r, Ds] of an earlier `score` of the same student prompt and
+      response (any teacher): the student then runs only its output head (`score_arrays`' s_hidden), so one
+      student pass serves every (teacher, context) view. Equal to recomputing up to float round-off.
   Returns:
     {name: [float32 [L_r] per row r]} for name in DENSE_KEYS ("logp", "logq" and every divergences.PREDICTORS),
     plus "h_p", "h_q" with return_hidden.
@@ -445,14 +472,26 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
       response longer than a model's context, or bad chunk / top_k / beta / batch_size.
   """
   shared = _prepare(student, teacher, student_prompts, teacher_prompts, responses, chunk, batch_size)
+  if student_hidden is not None and (len(student_hidden) != len(responses) or any(
+      np.shape(h) != (len(y), student.config.d_model) for h, y in zip(student_hidden, responses))):
+    raise ValueError(f"student_hidden must hold one [L_r, D={student.config.d_model}] array per response, as "
+                     "score(..., return_hidden=True)['h_p'] returns")
   keys = DENSE_KEYS + (("h_p", "h_q") if return_hidden else ())
   out = {k: [None] * len(responses) for k in keys}
   for rows, Bp in _batches(len(responses), batch_size, sharding.mesh_of(student.params)):
     arrays = _pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk)
     t_params, t_config = _teacher_args(student, teacher, shared, arrays)
     identical = t_params is None and all(list(student_prompts[r]) == list(teacher_prompts[r]) for r in rows)
-    got = score_arrays(student.params, t_params, *arrays, s_config=student.config, t_config=t_config, chunk=chunk,
-                       top_k=top_k, beta=beta, return_hidden=return_hidden, identical=identical)
+    extra = ()
+    if student_hidden is not None:                    # the student's head only: no student prefill or layers
+      h = np.zeros(arrays[4].shape + (student.config.d_model,), np.asarray(student_hidden[rows[0]]).dtype)
+      for i, r in enumerate(rows):
+        h[i, :len(responses[r])] = student_hidden[r]
+      extra = (h,)
+      if t_params is None and not identical:          # a self-teacher context: the student's body, teacher side
+        t_params, t_config = teacher.params, teacher.config
+    got = score_arrays(student.params, t_params, *arrays, *extra, s_config=student.config, t_config=t_config,
+                       chunk=chunk, top_k=top_k, beta=beta, return_hidden=return_hidden, identical=identical)
     got = {k: np.asarray(got[k]) for k in keys}
     for i, r in enumerate(rows):
       for k in keys:

@@ -301,7 +301,7 @@ def process_question(env: Env, index: int, problem, out: sampling.Samples) -> di
   node_rows = [r for r in _balanced(correct, c.budget.node_rollouts_per_question, order) if responses[r]]
   scored = [r for r in range(n) if responses[r]] if c.scoring.all_rollouts else node_rows
   keys = sorted({conf.scoring_key for conf in env.confs})
-  t_prompts, dense = {}, {}
+  t_prompts, dense, h_p = {}, {}, {}
   with _timed(env, "scoring_s"):
     for key in keys:
       teacher, ctx = key
@@ -318,9 +318,14 @@ def process_question(env: Env, index: int, problem, out: sampling.Samples) -> di
           tp.append(env.chat(msg))
       t_prompts[key] = dict(zip(rows, tp))
       if rows:
+        # One student pass per rollout: later views reuse its hidden states (the student runs its head only).
+        reuse = [h_p[r] for r in rows] if all(r in h_p for r in rows) else None
         got = scoring.score(student, env.teacher(teacher), [prompt] * len(rows), tp, [responses[r] for r in rows],
-                            chunk=c.scoring.chunk, top_k=c.scoring.top_k, beta=c.scoring.beta, return_hidden=True)
+                            chunk=c.scoring.chunk, top_k=c.scoring.top_k, beta=c.scoring.beta, return_hidden=True,
+                            student_hidden=reuse)
         dense[key] = {r: {k: v[i] for k, v in got.items()} for i, r in enumerate(rows)}
+        for i, r in enumerate(rows):
+          h_p.setdefault(r, got["h_p"][i])
       else:
         dense[key] = {}
   tokens = _tokens_table(problem, keys, dense, responses)
@@ -329,7 +334,6 @@ def process_question(env: Env, index: int, problem, out: sampling.Samples) -> di
   # One student pass per rollout (the first scoring key that scored it) serves every configuration.
   first = {r: next(k for k in keys if r in dense[k]) for r in node_rows if any(r in dense[k] for k in keys)}
   node_rows = [r for r in node_rows if r in first]
-  h_p = {r: dense[first[r]][r]["h_p"] for r in node_rows}
   nodes = {r: targeted.select_nodes(len(responses[r]), c.budget.nodes_per_rollout, c.budget.node_strategy,
                                     entropy=dense[first[r]][r]["entropy_p"]).tolist() for r in node_rows}
   k_top = max(1, c.budget.student_top_k, c.budget.teacher_top_k)

@@ -145,6 +145,35 @@ def test_self_teacher_plain_is_exactly_zero_and_privileged_context_is_aligned(st
     assert context["kl_pq"][r].max() > 1e-3
 
 
+def test_one_student_pass_serves_every_view(student, teacher, monkeypatch):
+  """score(..., student_hidden=h_p of a first view) runs only the student's head and equals a full score of the
+  view: an external teacher, a self-teacher in another context, and the self:plain view (no body at all)."""
+  first = scoring.score(student, teacher, S_PROMPTS, T_PROMPTS, RESPONSES, chunk=8, top_k=TOP_K, beta=BETA,
+                        return_hidden=True)
+  layers = []
+  original = decoder.hidden_states
+  monkeypatch.setattr(decoder, "hidden_states", lambda params, *a, **k: (layers.append(params["embed"].shape),
+                                                                          original(params, *a, **k))[1])
+  views = ((teacher, T_PROMPTS, [teacher.params["embed"].shape]),     # external: the teacher's body only
+           (student, T_PROMPTS, [student.params["embed"].shape]),     # self, other context: one body (teacher side)
+           (student, S_PROMPTS, []))                                  # self:plain: no body at all
+  for t_model, t_prompts, bodies in views:
+    want = first if t_model is teacher else scoring.score(student, t_model, S_PROMPTS, t_prompts, RESPONSES,
+                                                          chunk=8, top_k=TOP_K, beta=BETA)
+    layers.clear()
+    got = scoring.score(student, t_model, S_PROMPTS, t_prompts, RESPONSES, chunk=8, top_k=TOP_K, beta=BETA,
+                        student_hidden=first["h_p"])
+    for k in scoring.DENSE_KEYS:
+      for r in range(len(RESPONSES)):
+        np.testing.assert_allclose(got[k][r], want[k][r], atol=1e-5, err_msg=k)
+    assert sorted(set(layers)) == bodies                      # traced model bodies of the reuse call
+  plain = got
+  for r, y in enumerate(RESPONSES):
+    np.testing.assert_array_equal(plain["logp"][r], plain["logq"][r])
+  with pytest.raises(ValueError, match="student_hidden"):
+    scoring.score(student, teacher, S_PROMPTS, T_PROMPTS, RESPONSES, student_hidden=first["h_p"][:2])
+
+
 def test_score_nodes_gathers_full_log_softmax_and_top_k(student, teacher):
   nodes = [[0, 36, 7, 20], [19], [], [3, 4]]
   candidates = [[[1, 2, 3], [RESPONSES[0][36]], [], [0, 96, 5, 6, 50]], [[9, 8]], [], [[4], [11, 12]]]
