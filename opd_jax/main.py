@@ -135,7 +135,10 @@ def main(argv):
       return
     summary = study.run(config, workdir)
   except KeyboardInterrupt:
-    print(INTERRUPTED, file=sys.stderr)
+    print(INTERRUPTED, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    if _AS_COMMAND:   # records and progress are written atomically: skip a teardown that can crash mid-XLA call
+      os._exit(130)
     sys.exit(130)
   except USER_ERRORS as e:
     if logging.get_verbosity() >= logging.DEBUG:          # --verbosity=1: the traceback too
@@ -145,7 +148,12 @@ def main(argv):
     print(study.results_text(workdir))
 
 
+_AS_COMMAND = False     # set by `run` (python -m opd_jax.main), not when main() is called in-process
+
+
 def run():
+  global _AS_COMMAND
+  _AS_COMMAND = True
   app.run(main, flags_parser=parse_flags)
 
 
