@@ -13,6 +13,8 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   task.template             user message with {question} ("" = the task's default)
   task.grade_truncated      False (paper.md): a rollout or continuation that hits the token cap gets reward 0;
                             True: grade its text anyway (the smoke config: random models rarely stop)
+  task.skip_bad_answers     False: refuse a task whose gold answers do not grade as correct against themselves
+                            (GSM8K `#### two`), naming them; True: skip those questions with a counted warning
   chat.system_prompt        system message for student and teacher prompts ("" = none)
   chat.kwargs               extra apply_chat_template flags (e.g. {"enable_thinking": False} for Qwen3)
   sampling.temperature, sampling.top_p, sampling.top_k    policy of base rollouts and continuations
@@ -58,7 +60,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.random_model = dict(arch="qwen2", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64,
                         init_scale=0.5, max_seq_len=4096)
   c.task = dict(name="reasoning_gym:gsm_symbolic", path="", data_dir="", split="test", num_problems=0,
-                download=False, template="", grade_truncated=False)
+                download=False, template="", grade_truncated=False,
+                skip_bad_answers=False)
   c.chat = dict(system_prompt="", kwargs={})
   c.sampling = dict(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=256)
   c.configurations = {"solution": "self:solution:reverse_kl"}

@@ -10,7 +10,8 @@ from configs import base
 
 
 def get_config(arg: str | None = None):
-  del arg
+  if arg:
+    raise ValueError(f"unknown variant {arg!r} of context_sweep; it has none")
   config = base.get_config()
   config.name = "context_sweep"
   config.student.name = "qwen2.5-coder-0.5b-instruct"

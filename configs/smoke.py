@@ -33,4 +33,6 @@ def get_config(arg: str | None = None):
   config.scoring.top_k = 4
   if arg == "all":
     config.selection = "all"
+  elif arg:
+    raise ValueError(f"unknown variant {arg!r} of smoke; use '' or 'all'")
   return config

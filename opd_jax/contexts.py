@@ -63,7 +63,8 @@ def parse(config_id: str, spec: str) -> TeacherConfig:
   """Parse `teacher:context:divergence[@param]` (the teacher may itself contain ':', e.g. a path).
 
   Raises:
-    ValueError: malformed spec, unknown context or divergence, jsd beta outside (0, 1), clip <= 0 or missing.
+    ValueError: malformed spec, unknown context or divergence, a non-finite '@' parameter (nan, inf), jsd beta
+      outside (0, 1), clip <= 0 or missing.
   """
   where = f"config.configurations[{config_id!r}] = {spec!r}"
   parts = spec.rsplit(":", 2)
@@ -80,6 +81,8 @@ def parse(config_id: str, spec: str) -> TeacherConfig:
     value = float(arg) if arg else None
   except ValueError:
     raise ValueError(f"{where}: the parameter after '@' must be a number, got {arg!r}") from None
+  if value is not None and not math.isfinite(value):
+    raise ValueError(f"{where}: the parameter after '@' must be a finite number, got {arg!r}")
   if name == "jsd":
     beta = 0.5 if value is None else value
     if not 0.0 < beta < 1.0:

@@ -160,10 +160,18 @@ def to_arrow(table: str, frame: pd.DataFrame) -> pa.Table:
   return pa.Table.from_pandas(frame[schema.names].reset_index(drop=True), schema=schema, preserve_index=False)
 
 
-def write_part(workdir, table: str, question_id: str, frame: pd.DataFrame) -> pathlib.Path:
+PART_HASH_KEY = b"opd_jax.config_hash"     # parquet key-value metadata of every part: its study's config hash
+
+
+def write_part(workdir, table: str, question_id: str, frame: pd.DataFrame,
+               config_hash: str | None = None) -> pathlib.Path:
   """Write one question's rows of `table` as records/<table>/part-<question_id>.parquet, atomically, with the
-  table's one schema (`to_arrow`): every part reads back with the same columns and types, even an empty one."""
+  table's one schema (`to_arrow`): every part reads back with the same columns and types, even an empty one.
+  `config_hash` (the study's `config_hash`) is stored in the part's metadata, so that `check_parts` can refuse
+  parts of another study copied into records/."""
   arrow = to_arrow(table, frame)
+  if config_hash is not None:
+    arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), PART_HASH_KEY: config_hash.encode()})
   path = pathlib.Path(workdir) / "records" / table / f"part-{question_id}.parquet"
   buffer = io.BytesIO()
   pq.write_table(arrow, buffer)
@@ -171,10 +179,48 @@ def write_part(workdir, table: str, question_id: str, frame: pd.DataFrame) -> pa
   return path
 
 
-def read_table(workdir, table: str) -> pd.DataFrame:
-  """All parts of one table, read with its schema (an empty frame with the schema's columns when none)."""
+def _parts(workdir, table: str) -> list[pathlib.Path]:
   d = pathlib.Path(workdir) / "records" / table
-  parts = sorted(d.glob("part-*.parquet")) if d.is_dir() else []
+  return sorted(d.glob("part-*.parquet")) if d.is_dir() else []
+
+
+def check_parts(workdir, tables=TABLES) -> int:
+  """Refuse records that cannot be one study's: a part that is not readable parquet (truncated, damaged), or
+  whose config hash (`write_part`) is not that of `<workdir>/config.json` (copied from another study). Reads the
+  parts' footers only. Parts without a hash (written before hashes were stored) are accepted.
+
+  Returns:
+    the number of parts checked.
+  Raises:
+    ValueError: naming the first bad part and what to do.
+  """
+  workdir = pathlib.Path(workdir)
+  cfg = workdir / "config.json"
+  want = config_hash(json.loads(cfg.read_text())) if cfg.is_file() else None
+  n = 0
+  for table in tables:
+    for part in _parts(workdir, table):
+      try:
+        meta = pq.read_metadata(part).metadata or {}
+      except (OSError, pa.ArrowException) as e:
+        raise ValueError(f"record part {part} is not readable parquet ({e}); it is truncated or damaged: delete it "
+                         f"and its question's entry in progress*.json, then rerun the study to rewrite it") from None
+      got = meta.get(PART_HASH_KEY)
+      if want is not None and got is not None and got.decode() != want:
+        raise ValueError(f"record part {part} belongs to another study (config hash {got.decode()[:12]}, this "
+                         f"workdir's config.json {want[:12]}); move the foreign parts out of {part.parent}")
+      n += 1
+  return n
+
+
+def read_table(workdir, table: str) -> pd.DataFrame:
+  """All parts of one table, read with its schema (an empty frame with the schema's columns when none).
+
+  Raises:
+    ValueError: a part is unreadable or of another study (`check_parts`).
+  """
+  check_parts(workdir, (table,))
+  parts = _parts(workdir, table)
   if not parts:
     return SCHEMAS[table].empty_table().to_pandas()
   return pq.read_table([str(p) for p in parts], schema=SCHEMAS[table]).to_pandas()

@@ -263,13 +263,14 @@ def _take_rows(rows, cache, logits, next_pos, keys):
 
 
 def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, config, sp, max_new_tokens,
-                       stop_ids, pad_id, segment, min_rows):
+                       stop_ids, pad_id, segment, min_rows, progress=None):
   """`decode` in segments of `segment` steps; once at most half of a batch's rows are still generating, the
   live rows move to a batch half as large (down to `min_rows`), so rows that stopped early cost nothing.
 
   A row's tokens depend only on its own key (step i of its stream is step i whatever the segment), so the
   output equals one `decode` call up to float round-off of the smaller batches. Returns numpy tokens [B, N],
-  logprobs [B, N], lengths [B], finished [B] as `decode`.
+  logprobs [B, N], lengths [B], finished [B] as `decode`. `progress(n)` (optional) is called after each segment
+  with the number of tokens it decoded (a stage bar's update).
   """
   B, N = logits.shape[0], max_new_tokens
   toks, lps = np.full((B, N), pad_id, np.int32), np.zeros((B, N), np.float32)
@@ -290,6 +291,8 @@ def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, con
     toks[real, start:start + steps], lps[real, start:start + steps] = t[live, :steps], lp[live, :steps]
     lengths[real] += n[live]
     finished[real] |= f[live]
+    if progress is not None:
+      progress(int(n[live].sum()))
     going = live & ~finished[slots] & (lengths[slots] < caps[slots])
     if not going.any():
       break
@@ -341,7 +344,7 @@ def _prefill_rows(params, tokens, positions, rows, *, config: decoder.Config, ca
 def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array | None = None, max_new_tokens: int,
            temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, stop_ids=None,
            row_ids: Sequence[int] | None = None, keys: jax.Array | None = None, pad_id: int = 0,
-           segment: int = SEGMENT, min_rows: int = MIN_ROWS) -> Samples:
+           segment: int = SEGMENT, min_rows: int = MIN_ROWS, progress=None) -> Samples:
   """Sample continuations of `prompts` (lists of token ids) with `model` (`opd_jax.models.Model`).
 
   Each distinct prompt is prefilled once (n rollouts of one question cost one prefill); rows then decode
@@ -357,6 +360,7 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array | None = N
       each with its own key, in one call.
     segment, min_rows: decode in segments of `segment` steps, moving the rows still generating to a smaller
       batch (>= min_rows) once at most half are (`_decode_compacting`).
+    progress: optional callable(n tokens decoded), called after each segment (stages.bar's update).
   Returns:
     `Samples` (numpy): tokens [B, N], logprobs [B, N] (sampled policy, see module docstring), lengths [B],
     finished [B].
@@ -389,7 +393,7 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array | None = N
   logits, cache = _prefill_rows(params, tokens, positions, rows, config=config, cache_size=P + max_new_tokens)
   out = _decode_compacting(params, cache, logits, next_pos, keys, np.arange(Bp) >= B, None, config=config,
                            sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop, pad_id=pad_id, segment=segment,
-                           min_rows=min_rows)
+                           min_rows=min_rows, progress=progress)
   return Samples(*(a[:B] for a in out))
 
 
@@ -432,7 +436,7 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
            forced_tokens: Sequence[int], key: jax.Array, max_new_tokens: int, row_ids: Sequence[int],
            caps: Sequence[int] | None = None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
            stop_ids=None, pad_id: int = 0, pad_to: int = 1, segment: int = SEGMENT,
-           min_rows: int = MIN_ROWS) -> Samples:
+           min_rows: int = MIN_ROWS, progress=None) -> Samples:
   """Continue base rollouts from prefix positions with forced first tokens (targeted rollouts).
 
   Branch j reads base row `base_rows[j]` of `base_cache` (from `prefill_sequences`) truncated to its first
@@ -442,7 +446,7 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
   max_new_tokens) caps branch j's own length; a row's tokens never depend on the others'. Equal to sampling
   from scratch with the prompt `sequence[:prefix_len] + [forced]` and the same key and row id (up to float
   round-off in the logits). Rows are padded to at least `pad_to` (fixed-size callers compile once); rows that
-  stopped leave the batch every `segment` steps, as in `sample`.
+  stopped leave the batch every `segment` steps, as in `sample` (`progress` as there).
 
   Returns:
     `Samples` of the continuations after the forced token: tokens [NB, N], logprobs, lengths, finished.
@@ -470,5 +474,5 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
                                                 max_new_tokens=max_new_tokens, stop_ids=stop)
   out = _decode_compacting(model.params, cache, logits, next_pos, keys, np.asarray(done), row_caps, config=config,
                            sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop, pad_id=pad_id, segment=segment,
-                           min_rows=min_rows)
+                           min_rows=min_rows, progress=progress)
   return Samples(*(a[:nb] for a in out))

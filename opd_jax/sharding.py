@@ -20,11 +20,14 @@ until all are, and then process 0 alone builds the summary from all parts. No co
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
+import os
 import pathlib
 import re
+import socket
 import time
 from typing import Any, Callable, Sequence
 
@@ -484,6 +487,60 @@ def wait_for_processes(workdir, process_count: int, *, timeout_s: float | None =
       logging.info("waiting for processes %s of %d to finish", missing, process_count)
       last_log = now
     time.sleep(poll_s)
+
+
+def lock_path(workdir, process_index: int) -> pathlib.Path:
+  return pathlib.Path(workdir) / f"lock.{process_index}.json"
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:                      # another user's live process
+    return True
+  return True
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir, process_index: int):
+  """Hold `<workdir>/lock.<process_index>.json` (pid and hostname) while the block runs: one run per process
+  index on a workdir. Created with O_CREAT | O_EXCL, which NFS and gcsfuse honour (flock is unreliable there);
+  processes of one multi-process run hold different indices, so they share the workdir by design.
+
+  A lock whose pid is gone on this host is stale (a killed run): it is taken over with a warning. A lock held by
+  another host cannot be checked: it is refused like a live one.
+
+  Raises:
+    ValueError: the lock is held by a live run; the message names its pid, host and the lock file.
+  """
+  path, host = lock_path(workdir, process_index), socket.gethostname()
+  mine = json.dumps({"pid": os.getpid(), "host": host, "started": time.time()})
+  for _ in range(3):
+    try:
+      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+      holder = _read_json(path) or {}
+      pid, other = holder.get("pid"), holder.get("host")
+      if other == host and isinstance(pid, int) and not _alive(pid):
+        logging.warning("taking over the stale lock %s of pid %d on %s (that run is gone)", path, pid, host)
+        path.unlink(missing_ok=True)
+        continue
+      raise ValueError(f"--workdir={path.parent} is in use by another run with process index {process_index} "
+                       f"(pid {pid} on host {other}, lock {path}); wait for it to finish, or delete the lock "
+                       "file if that run is gone") from None
+    with os.fdopen(fd, "w") as f:
+      f.write(mine)
+    break
+  else:
+    raise ValueError(f"could not take the lock {path}: it keeps reappearing; another run is starting on this "
+                     "--workdir")
+  try:
+    yield path
+  finally:
+    if (_read_json(path) or {}).get("pid") == os.getpid():
+      path.unlink(missing_ok=True)
 
 
 def describe(mesh: Mesh) -> dict:

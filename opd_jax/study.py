@@ -17,7 +17,9 @@ import dataclasses
 import importlib.metadata
 import json
 import math
+import os
 import pathlib
+import sys
 import time
 from typing import Any
 
@@ -36,6 +38,7 @@ from opd_jax import report
 from opd_jax import sampling
 from opd_jax import scoring
 from opd_jax import sharding
+from opd_jax import stages
 from opd_jax import targeted
 from opd_jax import tasks
 from opd_jax import models
@@ -55,8 +58,40 @@ def _positive(config, field: str) -> int:
   return value
 
 
+def _non_finite(tree, prefix: str = "config"):
+  """(field, value) of the first float in the config that is NaN or infinite, else None."""
+  for k, v in tree.items():
+    if isinstance(v, dict):
+      found = _non_finite(v, f"{prefix}.{k}")
+      if found:
+        return found
+    elif isinstance(v, float) and not math.isfinite(v):
+      return f"{prefix}.{k}", v
+  return None
+
+
+def random_seed(spec: str, field: str) -> int | None:
+  """The seed of a "random:<seed>" model spec (None for other specs). Raises ValueError naming `field`."""
+  if not spec.startswith("random:"):
+    return None
+  try:
+    seed = int(spec.split(":", 1)[1])
+  except ValueError:
+    seed = -1
+  if seed < 0:
+    raise ValueError(f"{field}: a random model spec must be 'random:<seed>' with an integer seed >= 0, got {spec!r}")
+  return seed
+
+
 def validate(config) -> None:
   """Config errors that need no model or data (each names the field and the fix)."""
+  bad = _non_finite(config.to_dict())
+  if bad:
+    raise ValueError(f"{bad[0]} must be a finite number, got {bad[1]}")
+  if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
+    raise ValueError(f"config.seed must be an integer >= 0, got {config.seed!r}")
+  if not isinstance(config.task.get("skip_bad_answers", False), bool):
+    raise ValueError(f"config.task.skip_bad_answers must be True or False, got {config.task.skip_bad_answers!r}")
   for f in ("budget.questions", "budget.rollouts_per_question", "budget.node_rollouts_per_question",
             "budget.nodes_per_rollout", "budget.continuations_per_candidate", "budget.branch_batch",
             "budget.question_batch",
@@ -77,8 +112,10 @@ def validate(config) -> None:
   if not (isinstance(t_q, (int, float)) and math.isfinite(t_q) and t_q >= 0):
     raise ValueError(f"config.scoring.teacher_temperature must be a finite number >= 0 (0 = the sampling "
                      f"temperature), got {t_q!r}")
+  random_seed(config.student.name, "config.student.name")
   for cid, spec in config.configurations.items():
-    contexts.parse(cid, spec)
+    conf = contexts.parse(cid, spec)
+    random_seed(conf.teacher, f"config.configurations[{cid!r}]")
 
 
 def policy(config) -> sampling.SamplingParams:
@@ -109,16 +146,20 @@ class Plan:
   tokens_generated: int
   tokens_scored: int
   seconds: float
+  load_compile_seconds: float = 0.0
 
   def describe(self) -> str:
+    total = self.seconds + self.load_compile_seconds
+    when = f"{total / 3600:.1f} h" if total >= 5400 else f"{total / 60:.1f} min"
     return "\n".join([
         f"planned: {self.questions} questions, {self.rollouts} base rollouts, {self.scored_rollouts} scored "
         f"rollouts x {self.scoring_passes} (teacher, context) scorings",
         f"         {self.nodes} nodes x <= {self.candidates_per_node} candidates -> <= {self.continuations} "
         f"targeted continuations",
         f"         <= {self.tokens_generated:,} tokens generated, <= {self.tokens_scored:,} tokens scored",
-        f"         estimated wall time <= {self.seconds / 60:.1f} min (2-core CPU rates of the 0.5B student; "
-        "scale by model size and hardware)"])
+        f"         estimated wall time <= {when} (2-core CPU rates of the 0.5B student, cold cache: "
+        f"{self.load_compile_seconds / 60:.1f} min of model loading and compiles; scale by model size and "
+        "hardware)"])
 
 
 # Rates of the default study on the 2-core CPU, fp32 (0.5B student, 1.5B teacher), for the dry-run estimate
@@ -127,6 +168,11 @@ class Plan:
 # in 151 s, compiles included (the contexts' prompts are prefilled too).
 DECODE_TOKENS_PER_S = 49.0
 SCORE_TOKENS_PER_S = 14.0
+# Model loading (cold: preset assembly and conversion, 51 s measured for the 0.5B) and jit compiles (prefill, decode,
+# branch and one scoring program per (teacher, context); the scoring compiles are inside SCORE_TOKENS_PER_S), per
+# checkpoint; random models load and compile in seconds.
+LOAD_S = {"checkpoint": 60.0, "random": 2.0}
+COMPILE_S = {"checkpoint": 40.0, "random": 4.0}
 
 
 def plan(config) -> Plan:
@@ -144,7 +190,10 @@ def plan(config) -> Plan:
   gen = rollouts * n_tok + cont * n_tok // 2
   scored_tokens = scored * n_tok * len(keys)          # one pass per (teacher, context)
   secs = gen / DECODE_TOKENS_PER_S + scored_tokens / SCORE_TOKENS_PER_S
-  return Plan(q, rollouts, scored, len(keys), nodes, cand, cont, gen, scored_tokens, secs)
+  specs = {config.student.name} | {c.teacher for c in confs if c.teacher != contexts.SELF}
+  kind = lambda spec: "random" if spec.startswith("random:") else "checkpoint"
+  fixed = sum(LOAD_S[kind(m)] for m in specs) + 3 * COMPILE_S[kind(config.student.name)]
+  return Plan(q, rollouts, scored, len(keys), nodes, cand, cont, gen, scored_tokens, secs, fixed)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -154,10 +203,7 @@ def load_model(spec: str, config):
   """A model spec: preset, HF folder, .gguf path, or "random:<seed>" (config.random_model architecture)."""
   if spec.startswith("random:"):
     r = config.random_model
-    try:
-      seed = int(spec.split(":", 1)[1])
-    except ValueError:
-      raise ValueError(f"random model spec must be 'random:<int seed>', got {spec!r}") from None
+    seed = random_seed(spec, "model spec")
     tok = models.byte_tokenizer()
     cfg = models.Config(arch=r.arch, vocab_size=len(tok), d_model=r.d_model, n_layers=r.n_layers,
                         n_heads=r.n_heads, n_kv_heads=r.n_kv_heads, head_dim=r.head_dim, d_ff=r.d_ff,
@@ -170,10 +216,66 @@ def load_model(spec: str, config):
 
 
 def load_task(config):
+  """The study's task; gold answers that do not grade against themselves are refused (or skipped with a
+  warning when config.task.skip_bad_answers: `tasks.check_answers`)."""
   t = config.task
-  return tasks.load_task(t.name, path=t.path or None, split=t.split, num_problems=t.num_problems or None,
+  task = tasks.load_task(t.name, path=t.path or None, split=t.split, num_problems=t.num_problems or None,
                          seed=config.seed, data_dir=t.data_dir or None, download=t.download,
                          template=t.template or None)
+  return tasks.check_answers(task, skip=bool(t.get("skip_bad_answers", False)))
+
+
+def check_context(config, task, confs, tokenizer, limits: dict[str, int]) -> None:
+  """Every question fits the models' contexts: the student prompt + sampling.max_new_tokens in every model's
+  (the plain view scores it), and each teacher's context message (+ an incorrect rollout of at most
+  max_new_tokens for contrastive) + max_new_tokens in that teacher's.
+
+  Args:
+    tokenizer: the student's (teachers share it: `setup` checks).
+    limits: model spec ("self" = the student) -> its context length (max_seq_len).
+  Raises:
+    ValueError: naming the question, the lengths and the fields to change.
+  """
+  c, n_tok = config, config.sampling.max_new_tokens
+  chat = lambda m: contexts.render_chat(tokenizer, m, system_prompt=c.chat.system_prompt, chat_kwargs=c.chat.kwargs)
+  fix = "lower config.sampling.max_new_tokens or config.task.num_problems to skip long questions"
+  keys = sorted({conf.scoring_key for conf in confs})
+  for problem in task.problems:
+    length, limit = len(chat(task.prompt(problem))), min(limits.values())
+    if length + n_tok > limit:
+      raise ValueError(f"question {problem.id}: prompt of {length} tokens + config.sampling.max_new_tokens={n_tok} "
+                       f"exceeds the models' context ({limit} tokens); {fix}")
+    for teacher, ctx in keys:
+      if ctx == "plain":
+        continue
+      msg = contexts.context_message(ctx, task, problem, incorrect="", templates=c.contexts.templates)
+      need = len(chat(msg)) + n_tok * (2 if ctx == "contrastive" else 1)
+      if need > limits[teacher]:
+        raise ValueError(f"question {problem.id}: the {ctx!r} context of teacher {teacher!r} needs up to {need} "
+                         f"tokens (message + response{' + an incorrect rollout' if ctx == 'contrastive' else ''}), "
+                         f"more than its context ({limits[teacher]} tokens); {fix}, or drop that configuration")
+
+
+def preflight(config):
+  """Everything checkable before any model loads (seconds): config, task and gold answers, configurations
+  against the task, and the context lengths from the checkpoints' headers where they are cheap to read
+  (`models.checkpoints.peek`; otherwise `setup` checks them after the load). Returns (task, confs)."""
+  validate(config)
+  task = load_task(config)
+  confs = contexts.parse_all(dict(config.configurations), has_solutions=task.has_solutions, task_name=task.name)
+  specs = {contexts.SELF: config.student.name}
+  specs.update({conf.teacher: conf.teacher for conf in confs if conf.teacher != contexts.SELF})
+  headers = {}
+  for name, spec in specs.items():
+    if spec.startswith("random:"):
+      headers[name] = (config.random_model.max_seq_len, models.byte_tokenizer())
+    else:
+      peeked = models.checkpoints.peek(spec)
+      if peeked is None:
+        return task, confs
+      headers[name] = (peeked[0].max_seq_len, peeked[1])
+  check_context(config, task, confs, headers[contexts.SELF][1], {k: v[0] for k, v in headers.items()})
+  return task, confs
 
 
 @dataclasses.dataclass
@@ -195,33 +297,29 @@ class Env:
                                 chat_kwargs=self.config.chat.kwargs)
 
 
-def setup(config) -> Env:
-  """Validate, load the task and every model, check tokenizers (clear errors before any work)."""
-  validate(config)
+def setup(config, task=None, confs=None) -> Env:
+  """Validate, load the task (unless given, with its parsed configurations: `preflight`) and every model, check
+  tokenizers and context lengths (clear errors before any work)."""
   t0 = time.time()
-  task = load_task(config)
-  confs = contexts.parse_all(dict(config.configurations), has_solutions=task.has_solutions, task_name=task.name)
-  student = load_model(config.student.name, config)
-  teachers = {}
-  for c in confs:
-    if c.teacher != contexts.SELF and c.teacher not in teachers:
-      teachers[c.teacher] = load_model(c.teacher, config)
-      diff = models.tokenizer_difference(student.tokenizer, teachers[c.teacher].tokenizer)
-      if diff is not None:
-        raise ValueError(f"config.configurations[{c.config_id!r}]: teacher {c.teacher!r} does not share the "
-                         f"student's tokenizer ({diff}); per-token distillation needs identical tokenizers: "
-                         "pick a teacher of the student's family")
+  if task is None:
+    task, confs = preflight(config)
+  with stages.bar("loading models"):
+    student = load_model(config.student.name, config)
+    teachers = {}
+    for c in confs:
+      if c.teacher != contexts.SELF and c.teacher not in teachers:
+        teachers[c.teacher] = load_model(c.teacher, config)
+        diff = models.tokenizer_difference(student.tokenizer, teachers[c.teacher].tokenizer)
+        if diff is not None:
+          raise ValueError(f"config.configurations[{c.config_id!r}]: teacher {c.teacher!r} does not share the "
+                           f"student's tokenizer ({diff}); per-token distillation needs identical tokenizers: "
+                           "pick a teacher of the student's family")
   mesh = sharding.mesh_from_config(config)
   student = sharding.shard_model(student, mesh)
   teachers = {name: sharding.shard_model(m, mesh) for name, m in teachers.items()}
   env = Env(config, task, confs, student, teachers, {"load_s": time.time() - t0}, mesh)
-  n_tok, limit = config.sampling.max_new_tokens, min(m.config.max_seq_len for m in [student, *teachers.values()])
-  for problem in task.problems:
-    length = len(env.chat(task.prompt(problem)))
-    if length + n_tok > limit:
-      raise ValueError(f"question {problem.id}: prompt of {length} tokens + config.sampling.max_new_tokens="
-                       f"{n_tok} exceeds the models' context ({limit} tokens); lower config.sampling."
-                       "max_new_tokens or config.task.num_problems to skip long questions")
+  limits = {contexts.SELF: student.config.max_seq_len, **{k: m.config.max_seq_len for k, m in teachers.items()}}
+  check_context(config, task, confs, student.tokenizer, limits)
   return env
 
 
@@ -263,8 +361,9 @@ def base_rollouts(env: Env, block: list[int]) -> list[sampling.Samples]:
   prompts = [env.chat(env.task.prompt(env.task.problems[i])) for i in block]
   keys = jnp.concatenate([sampling.row_keys(jax.random.fold_in(_question_key(env, i), 0),
                                             jnp.arange(n, dtype=jnp.uint32)) for i in block])
-  with _timed(env, "rollouts_s"):
-    out = sampling.sample(env.student, [p for p in prompts for _ in range(n)], keys=keys,
+  with _timed(env, "rollouts_s"), stages.bar("base rollouts", total=len(block) * n * c.sampling.max_new_tokens,
+                                              unit="tok") as bar:
+    out = sampling.sample(env.student, [p for p in prompts for _ in range(n)], keys=keys, progress=bar.update,
                           max_new_tokens=c.sampling.max_new_tokens, temperature=c.sampling.temperature,
                           top_p=c.sampling.top_p, top_k=c.sampling.top_k)
   return [sampling.Samples(*(a[j * n:(j + 1) * n] for a in (out.tokens, out.logprobs, out.lengths, out.finished)))
@@ -302,7 +401,7 @@ def process_question(env: Env, index: int, problem, out: sampling.Samples) -> di
   scored = [r for r in range(n) if responses[r]] if c.scoring.all_rollouts else node_rows
   keys = sorted({conf.scoring_key for conf in env.confs})
   t_prompts, dense, h_p = {}, {}, {}
-  with _timed(env, "scoring_s"):
+  with _timed(env, "scoring_s"), stages.bar("scoring", total=len(keys) * len(scored), unit="view") as bar:
     for key in keys:
       teacher, ctx = key
       rows, tp = [], []
@@ -328,6 +427,7 @@ def process_question(env: Env, index: int, problem, out: sampling.Samples) -> di
           h_p.setdefault(r, got["h_p"][i])
       else:
         dense[key] = {}
+      bar.update(len(scored))
   tokens = _tokens_table(problem, keys, dense, responses)
 
   # --- Nodes, candidate sets C(u), and p, q_c on C(u) (from the hidden states of the scoring pass) -------
@@ -364,7 +464,10 @@ def process_question(env: Env, index: int, problem, out: sampling.Samples) -> di
     return env.task.reward(problem, student.tokenizer.decode(resp, skip_special_tokens=True))
 
   key_c = jax.random.fold_in(key_q, 1)
-  with _timed(env, "continuations_s"):
+  branches = sum(int((cand[r] >= 0).sum()) for r in node_rows) * c.budget.continuations_per_candidate
+  with _timed(env, "continuations_s"), stages.bar("targeted continuations", total=branches * n_tok,
+                                                  unit="tok") as bar:
+    continuer.progress = bar.update
     outcomes = targeted.estimate_successes(
         continuer, verify, prompt, [(r, responses[r], nodes[r], cand[r]) for r in node_rows],
         R=c.budget.continuations_per_candidate, key=key_c, max_response_len=n_tok)
@@ -472,28 +575,139 @@ def _versions() -> dict:
   return out
 
 
+def check_workdir_path(workdir: pathlib.Path) -> bool:
+  """Refuse a workdir that is a file or cannot be created (before any work); returns whether it is writable.
+
+  Raises:
+    ValueError: naming the path and the fix.
+  """
+  if workdir.exists() and not workdir.is_dir():
+    raise ValueError(f"--workdir={workdir} is a file, not a directory; pass a directory (it is created if missing)")
+  try:
+    workdir.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f"--workdir={workdir} cannot be created ({e.strerror}); pass a writable directory") from None
+  return os.access(workdir, os.W_OK | os.X_OK)
+
+
+def is_complete(workdir: pathlib.Path, process_count: int) -> bool:
+  """Every process of the run marked itself done and the manifest was written: nothing left to run."""
+  if not (workdir / "manifest.json").is_file():
+    return False
+  return all(sharding.read_progress(workdir, i, process_count)["done"] for i in range(process_count))
+
+
+def diagnose(nodes: pd.DataFrame) -> str | None:
+  """A loud one-paragraph warning when the study measured nothing (no node, or no defined alignment), with the
+  likely cause; None when some alignment is defined."""
+  if len(nodes) and nodes["alignment"].notna().any():
+    return None
+  if not len(nodes):
+    return ("WARNING: the study recorded no node, so the alignment table and plot are empty; likely cause: no "
+            "node rollout had a response (raise config.sampling.max_new_tokens)")
+  degenerate = nodes["degenerate"].astype(bool)
+  if degenerate.all():
+    return (f"WARNING: all {len(nodes)} node rows are degenerate (P_succ equal on every candidate), so no alignment "
+            "is defined and the alignment table and plot are empty; likely cause: no informative question (every "
+            "continuation succeeds or every one fails: check the task's accuracy and its gold answers), or "
+            "R = config.budget.continuations_per_candidate too small to tell candidates apart: raise it")
+  reasons = nodes.loc[~degenerate, "alignment_nan_reason"].fillna("").value_counts().to_dict()
+  return (f"WARNING: every alignment is NaN ({int(degenerate.sum())} of {len(nodes)} node rows degenerate; the "
+          f"others: {reasons}), so the alignment table and plot are empty; likely cause: too few nodes "
+          "(config.budget) or contexts unavailable for the scored rollouts")
+
+
+def finish(workdir, *, rebuild: bool = True) -> str:
+  """Check the parts, rebuild the summary (`report.write_summary`; unless rebuild is False: a read-only finished
+  workdir keeps its summary) and warn on stderr and in summary.md when nothing was measured (`diagnose`).
+  Returns the summary markdown."""
+  workdir = pathlib.Path(workdir)
+  records.check_parts(workdir)
+  if rebuild:
+    with stages.bar("report"):
+      markdown = report.write_summary(str(workdir))
+  else:
+    markdown = (workdir / "summary.md").read_text() if (workdir / "summary.md").is_file() else ""
+  warning = diagnose(records.read_table(workdir, "nodes"))
+  if warning:
+    print(warning, file=sys.stderr)
+    if rebuild:
+      markdown += f"\n**{warning}**\n"
+      records.atomic_write_bytes(workdir / "summary.md", markdown)
+  return markdown
+
+
+TABLE_COLUMNS = ("config_id", "group", "n_nodes", "n_defined", "mean_alignment", "alignment_ci_lo", "alignment_ci_hi",
+                 "mean_noise_ceiling", "underpowered")
+
+
+def results_text(workdir) -> str:
+  """What a finished run prints on stdout: the alignment table (`TABLE_COLUMNS` of summary.csv that exist), then
+  one line saying where the records, summary and figures are."""
+  workdir = pathlib.Path(workdir)
+  lines = []
+  csv = workdir / "summary.csv"
+  if csv.is_file():
+    table = pd.read_csv(csv)
+    cols = [c for c in TABLE_COLUMNS if c in table.columns]
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) and not isinstance(v, bool) else str(v)
+    body = [[fmt(v) for v in row] for row in table[cols].itertuples(index=False)]
+    widths = [max(len(c), *(len(r[i]) for r in body)) if body else len(c) for i, c in enumerate(cols)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in body]
+  figures = [p.name for p in sorted(workdir.glob("*.png"))]
+  lines.append(f"records: {workdir / 'records'}  summary: {workdir / 'summary.md'} (table: summary.csv)"
+               + (f"  figures: {', '.join(figures)}" if figures else ""))
+  return "\n".join(lines)
+
+
 def run(config, workdir: str) -> str:
   """Run (or resume) the study of `config` in `workdir`; returns the summary markdown.
 
+  Order: config checks, the workdir (a writable directory, not another config's run, not locked by a live run
+  with this process index: `sharding.workdir_lock`), the task and context lengths (`preflight`), and only then
+  the models. A finished run is not rerun: its summary is rebuilt (when the workdir is writable) and returned.
+
   Raises:
-    ValueError / FileNotFoundError: bad config, data or checkpoints (before any record is written), or a
-      workdir holding another config's run (left untouched).
+    ValueError / FileNotFoundError: bad config, data or checkpoints (before any record is written), a workdir
+      holding another config's run (left untouched), or one in use by another run.
   """
   cfg = config.to_dict()
   validate(config)
+  stages.ENABLED = bool(config.logging.progress)
   workdir = pathlib.Path(workdir)
+  writable = check_workdir_path(workdir)
   if (workdir / "config.json").exists():
     records.check_workdir(workdir, cfg)                                  # refuse before loading anything
-  print(plan(config).describe(), flush=True)
   pi, pc = sharding.process_index(), sharding.process_count()
-  env = setup(config)
+  if is_complete(workdir, pc):
+    logging.info("%s holds a complete run of this config: nothing to run, no model loaded", workdir)
+    print(f"complete: {workdir} holds a finished run of this config (nothing to run)", file=sys.stderr)
+    return finish(workdir, rebuild=writable) if pi == 0 else ""
+  if not writable:
+    raise ValueError(f"--workdir={workdir} is not writable; pass a writable directory")
+  with sharding.workdir_lock(workdir, pi):
+    return _run_locked(config, cfg, workdir, pi, pc)
+
+
+def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> str:
+  task, confs = preflight(config)                           # task, gold answers, context lengths: no model yet
+  print(plan(config).describe(), file=sys.stderr, flush=True)
+  env = setup(config, task, confs)
   records.check_workdir(workdir, cfg)
+  records.check_parts(workdir)
+  h = records.config_hash(cfg)
   progress = sharding.read_progress(workdir, pi, pc)        # progress.json, or progress.<i>-of-<n>.json
   processed, selected = list(progress["processed"]), list(progress["selected"])
+  before = dict(progress.get("timings_s") or {})           # stage times of earlier sessions of this run
+
+  def timings():
+    return {k: round(before.get(k, 0.0) + env.timings.get(k, 0.0), 3) for k in sorted(set(before) | set(env.timings))}
+
   done = set(processed)
   quota = sharding.question_quota(config.budget.questions, pi, pc)
   bar = tqdm(total=quota, initial=len(selected), desc="questions", unit="q",
-             disable=not config.logging.progress)
+             disable=not config.logging.progress or quota <= 1)     # one question: the stage bars show progress
   try:
     mine, G = sharding.split_questions(range(len(env.task.problems)), pi, pc), config.budget.question_batch
     for block in (mine[s:s + G] for s in range(0, len(mine), G)):   # fixed blocks: resuming changes no batch
@@ -510,19 +724,19 @@ def run(config, workdir: str) -> str:
         tables = process_question(env, index, problem, out)
         if tables is not None:
           for name in records.TABLES:
-            records.write_part(workdir, name, problem.id, tables[name])
+            records.write_part(workdir, name, problem.id, tables[name], config_hash=h)
           selected.append(problem.id)
           bar.update(1)
         processed.append(problem.id)
-        sharding.write_progress(workdir, {"processed": processed, "selected": selected}, pi, pc)
+        sharding.write_progress(workdir, {"processed": processed, "selected": selected, "timings_s": timings()},
+                                pi, pc)
   except Exception as e:
     if pc > 1:                                             # the other processes stop waiting and raise too
       sharding.write_progress(workdir, {"processed": processed, "selected": selected}, pi, pc,
                               error=f"{type(e).__name__}: {e}")
     raise
   bar.close()
-  sharding.write_progress(workdir, {"processed": processed, "selected": selected,
-                                    "timings_s": {k: round(v, 3) for k, v in env.timings.items()}}, pi, pc,
+  sharding.write_progress(workdir, {"processed": processed, "selected": selected, "timings_s": timings()}, pi, pc,
                           done=True)
   if len(selected) < quota:
     logging.warning("only %d of this process's %d questions (config.budget.questions=%d over %d processes) were "
@@ -541,7 +755,7 @@ def run(config, workdir: str) -> str:
       "models": {m.name: {"sha256": m.sha256, "source": m.source, "dtype": str(m.params["embed"].dtype)}
                  for m in [env.student, *env.teachers.values()]},
       "questions_processed": len(processed), "questions_selected": len(selected),
-      "timings_s": {k: round(v, 3) for k, v in env.timings.items()},
+      "timings_s": timings(),
       "policy": {"student": dataclasses.asdict(policy(config)), "teacher": dataclasses.asdict(teacher_policy(config))},
       "schema": records.describe_schema(),
   }
@@ -550,4 +764,4 @@ def run(config, workdir: str) -> str:
     raise ValueError(f"no question of the pool ({len(env.task.problems)}) was informative (both a correct and "
                      "an incorrect rollout); raise config.task.num_problems or config.budget.rollouts_per_question"
                      ", or set config.selection='all'")
-  return report.write_summary(workdir)
+  return finish(workdir)

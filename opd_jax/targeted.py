@@ -8,7 +8,7 @@ study (real models, `ModelPolicy`) and the exactly solvable toy (`opd_jax.toy.To
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import jax
 import numpy as np
@@ -100,12 +100,14 @@ class ModelPolicy:
   (branches of different rollouts share a batch).
 
   batch_size: branches per decode call (fixed, so one compile serves every call).
+  progress: optional callable(n tokens decoded) (`sampling.sample`'s), e.g. a stage bar's update.
   """
   model: object
   temperature: float = 1.0
   top_p: float = 1.0
   top_k: int = 0
   batch_size: int = 64
+  progress: Any = None
 
   def continue_branches(self, prompt, responses, bases, positions, forced, *, key, row_ids, max_response_len):
     cache = sampling.prefill_sequences(self.model, [list(prompt) + list(r) for r in responses])
@@ -118,7 +120,8 @@ class ModelPolicy:
       res = sampling.branch(
           self.model, cache, base_rows=bases[sl], prefix_lens=[len(prompt) + int(t) for t in positions[sl]],
           forced_tokens=forced[sl], key=key, max_new_tokens=n_new, row_ids=row_ids[sl], caps=caps[sl],
-          temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, pad_to=self.batch_size)
+          temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, pad_to=self.batch_size,
+          progress=self.progress)
       for j, (b, t, f) in enumerate(zip(bases[sl], positions[sl], forced[sl])):
         cont = res.tokens[j, :res.lengths[j]].tolist()
         out.append((list(responses[b][:int(t)]) + [int(f)] + cont, bool(res.finished[j]) or int(f) in stops))

@@ -532,3 +532,53 @@ def test_random_model_and_logits_validation():
   with pytest.raises(ValueError, match="vocab_size=100"):
     models.random_model(decoder.Config(**{**config.__dict__, "vocab_size": 100}), seed=0,
                         tokenizer=models.byte_tokenizer())
+
+
+# ------------------------------------------------------------------------ damaged files, interrupts, headers
+
+def test_damaged_files_fail_with_one_clear_error_naming_the_file(tmp_path, tiny_vocab_size):
+  folder = _hf_folder_with(tmp_path / "garbage")
+  (folder / "model.safetensors").write_bytes(np.random.default_rng(0).bytes(4096))   # header length ~ 2^63
+  with pytest.raises(ValueError, match=r"model.safetensors: not a valid safetensors file"):
+    models.load(folder)
+  folder = _hf_folder_with(tmp_path / "json")
+  (folder / "config.json").write_text('{\n  "architectures": ["LlamaForCausalLM"],\n  oops\n}')
+  with pytest.raises(ValueError, match=r"config.json: invalid JSON at line 3, column 3"):
+    models.load(folder)
+  path = write_gguf(tmp_path / "t.gguf", tiny_hf(tmp_path, "qwen2", False, tiny_vocab_size), "qwen2", pre="qwen2",
+                    tie=False)
+  data = path.read_bytes()
+  for keep in (len(data) - 1000, 40):                        # tensor data cut, header cut
+    cut = tmp_path / f"cut{keep}.gguf"
+    cut.write_bytes(data[:keep])
+    with pytest.raises(ValueError, match=rf"cut{keep}.gguf.*(truncated|damaged)"):
+      models.load(cut)
+
+
+def test_interrupted_conversion_leaves_no_temporary_directory(tmp_path, monkeypatch, tiny_vocab_size, cache):
+  path = write_gguf(tmp_path / "t.gguf", tiny_hf(tmp_path, "qwen2", False, tiny_vocab_size), "qwen2", pre="qwen2",
+                    tie=False)
+  original = checkpoints._convert_gguf_params
+
+  def interrupted(reader, config, dtype, path, out_dir):
+    (out_dir / "embed.npy").write_bytes(b"partial")
+    raise KeyboardInterrupt                                   # what SIGINT raises mid-conversion
+  monkeypatch.setattr(checkpoints, "_convert_gguf_params", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    models.load(path)
+  assert not [p for p in cache.rglob("*") if ".tmp" in p.name]
+  monkeypatch.setattr(checkpoints, "_convert_gguf_params", original)
+  assert models.load(path).config.vocab_size == tiny_vocab_size       # and the next load converts cleanly
+
+
+def test_peek_reads_the_context_length_and_tokenizer_without_weights(tmp_path, tiny_vocab_size):
+  folder = _hf_folder_with(tmp_path / "hf", max_position_embeddings=333)
+  config, tok = checkpoints.peek(folder)
+  assert config.max_seq_len == 333 and tok.encode("hi") == models.load(folder).tokenizer.encode("hi")
+  path = write_gguf(tmp_path / "t.gguf", tiny_hf(tmp_path, "qwen2", False, tiny_vocab_size), "qwen2", pre="qwen2",
+                    tie=False)
+  assert checkpoints.peek(path) is None                       # never hashed nor converted: not cheap
+  model = models.load(path)
+  config, tok = checkpoints.peek(path)
+  assert config == model.config and tok.encode("12 + 30") == model.tokenizer.encode("12 + 30")
+  assert checkpoints.peek("no-such-preset") is None

@@ -168,8 +168,10 @@ def test_compacting_segments_equal_one_decode(model):
   one = sampling.sample(model, prompts, **kw)
   assert len(set(one.lengths.tolist())) > 2                           # rows stop at different steps
   sampling.COUNTERS.clear()
-  seg = sampling.sample(model, prompts, segment=3, min_rows=1, **kw)
+  ticks = []                                                          # a stage bar's updates: tokens per segment
+  seg = sampling.sample(model, prompts, segment=3, min_rows=1, progress=ticks.append, **kw)
   assert sampling.COUNTERS["compactions"] >= 1
+  assert len(ticks) >= 2 and sum(ticks) == int(one.lengths.sum())
   for a, b in ((one.tokens, seg.tokens), (one.lengths, seg.lengths), (one.finished, seg.finished)):
     np.testing.assert_array_equal(a, b)
   np.testing.assert_allclose(one.logprobs, seg.logprobs, atol=1e-5)
@@ -179,7 +181,9 @@ def test_compacting_segments_equal_one_decode(model):
   bkw = dict(base_rows=[0] * 6, prefix_lens=[5, 6, 6, 7, 8, 9], forced_tokens=[6, 7, 8, 9, 10, 11],
              key=jax.random.key(12), max_new_tokens=16, row_ids=list(range(6)), caps=[16, 3, 16, 9, 16, 1])
   a = sampling.branch(model, cache, **bkw)
-  b = sampling.branch(model, cache, segment=2, min_rows=1, **bkw)
+  ticks = []
+  b = sampling.branch(model, cache, segment=2, min_rows=1, progress=ticks.append, **bkw)
+  assert sum(ticks) == int(a.lengths.sum())
   np.testing.assert_array_equal(a.tokens, b.tokens)
   np.testing.assert_array_equal(a.lengths, b.lengths)
   assert (a.lengths <= np.array(bkw["caps"])).all()

@@ -566,3 +566,27 @@ def test_smoke_study_on_8_devices_equals_one_device(tmp_path):
   assert len(plain) and all(np.array_equal(p, q) for p, q in zip(plain.p, plain.q))
   assert plain.alignment.isna().all()
   assert plain.alignment_nan_reason.isin(["zero_distillation_gradient", "degenerate"]).all()
+
+
+def test_workdir_lock_refuses_a_live_holder_and_takes_over_a_stale_one(tmp_path, caplog):
+  with sharding.workdir_lock(tmp_path, 0) as path:
+    held = json.loads(path.read_text())
+    assert held["pid"] == os.getpid() and held["host"] == socket.gethostname()
+    with pytest.raises(ValueError, match=rf"in use by another run with process index 0 \(pid {os.getpid()} on "
+                                         rf"host {socket.gethostname()}"):
+      with sharding.workdir_lock(tmp_path, 0):
+        pass
+    with sharding.workdir_lock(tmp_path, 1):               # another process index of the same run: allowed
+      pass
+  assert not path.exists()                                  # released
+  dead = subprocess.Popen([sys.executable, "-c", "pass"])
+  dead.wait()
+  path.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+  with caplog.at_level("WARNING"):
+    with sharding.workdir_lock(tmp_path, 0):
+      assert json.loads(path.read_text())["pid"] == os.getpid()
+  assert "stale lock" in caplog.text
+  path.write_text(json.dumps({"pid": dead.pid, "host": "another-host"}))   # cannot check a pid elsewhere
+  with pytest.raises(ValueError, match="another-host"):
+    with sharding.workdir_lock(tmp_path, 0):
+      pass

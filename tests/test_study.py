@@ -2,7 +2,9 @@
 import json
 import os
 import pathlib
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -176,38 +178,129 @@ def _snapshot(workdir):
   return {p: p.read_bytes() for p in sorted(pathlib.Path(workdir).rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("override,needle", [
-    (["--config.student.name=no-such-preset"], "no-such-preset"),
-    (["--config.student.name=/nonexistent/model/folder"], "/nonexistent/model/folder"),
-    (["--config.task.name=no_such_task"], "no_such_task"),
-    (["--config.configurations.external=random:1:no_context:reverse_kl"], "no_context"),
-    (["--config.configurations.external=random:1:plain:no_divergence"], "no_divergence"),
-    (["--config.configurations.solution_jsd=self:solution:jsd@1.0"], "beta"),
-    (["--config.budget.continuations_per_candidate=0"], "continuations_per_candidate"),
-    (["--config.budget.nodes_per_rollout=-2"], "nodes_per_rollout"),
-    (["--config.task.name=reasoning_gym:chain_sum"], "solution"),
-    (["--config.random_model.max_seq_len=16"], "max_new_tokens"),
-])
-def test_bad_inputs_fail_with_one_clear_line(smoke, tmp_path, override, needle):
-  _, cache = smoke
-  workdir = tmp_path / "bad"
-  proc = subprocess.run(_main(workdir, cache, *override), env=_env(cache), capture_output=True, text=True,
-                        timeout=300, cwd=REPO)
-  assert proc.returncode != 0
-  lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
-  assert len(lines) == 1 and needle in lines[0], proc.stderr[-2000:]
-  assert not (workdir / "records").exists() and not (workdir / "config.json").exists()
+def _bad_inputs(tmp_path, smoke_workdir):
+  """(name, argv, workdir, expected fragment of the one line, exit code) for the table of bad inputs; also builds
+  the files they need under tmp_path."""
+  from test_parity import make_hf_folder  # pylint: disable=g-import-not-at-top
+  smoke = ["--config.logging.progress=False"]
+  cfg = f"--config={REPO / 'configs/smoke.py'}"
+  gsm = tmp_path / "gsm8k_test.jsonl"
+  gsm.write_text("\n".join(json.dumps({"question": f"q{i}", "answer": f"{i} apples\n#### {a}"})
+                           for i, a in enumerate(["4", "two", "1/2", ""])) + "\n")
+  rows = tmp_path / "rows.jsonl"
+  rows.write_text('{"question": "q", "answer": "#### 1"}\n"just a string"\n')
+  garbage, bad_json = tmp_path / "garbage", tmp_path / "badjson"
+  for folder in (garbage, bad_json):
+    folder.mkdir()
+    make_hf_folder(folder, "qwen2", tie=True, max_position_embeddings=4096)
+  (garbage / "model.safetensors").write_bytes(np.random.default_rng(0).bytes(4096))
+  (bad_json / "config.json").write_text('{\n  "architectures": ["Qwen2ForCausalLM"],\n  "x": 1,,\n}')
+  a_file = tmp_path / "a_file"
+  a_file.write_text("not a directory")
+  locked = tmp_path / "locked"
+  locked.mkdir()
+  (locked / "lock.0.json").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+  copies = {}
+  for name in ("foreign", "truncated", "rerun", "other_config"):
+    copies[name] = tmp_path / name
+    shutil.copytree(smoke_workdir, copies[name])
+  part = sorted((copies["foreign"] / "records" / "nodes").glob("part-*.parquet"))[0]
+  records.write_part(copies["foreign"], "nodes", "zz-foreign", pd.read_parquet(part), config_hash="0" * 64)
+  part = sorted((copies["truncated"] / "records" / "tokens").glob("part-*.parquet"))[0]
+  part.write_bytes(part.read_bytes()[:-100])
+  fresh = lambda name: tmp_path / f"w-{name}"
+  table = [
+      ("unknown field", [cfg, "--config.foo=1"], fresh("a"), "unknown config field 'config.foo'", 2),
+      ("missing config file", [f"--config={tmp_path / 'nope.py'}"], fresh("b"), "No such file", 2),
+      ("unknown variant", [cfg + ":foo"], fresh("c"), "unknown variant 'foo' of smoke", 2),
+      ("bad --configuration", [cfg, "--configuration=mine"], fresh("d"), "expected name=teacher:context", 2),
+      ("negative seed", [cfg, "--config.seed=-3"], fresh("e"), "config.seed must be an integer >= 0", 2),
+      ("negative model seed", [cfg, "--config.configurations.external=random:-1:plain:reverse_kl"], fresh("f"),
+       "config.configurations['external']: a random model spec", 2),
+      ("nan clip", [cfg, "--config.configurations.clipped=self:summary:clipped_reverse_kl@nan"], fresh("g"),
+       "must be a finite number, got 'nan'", 2),
+      ("nan float field", [cfg, "--config.scoring.beta=nan"], fresh("h"), "config.scoring.beta must be a finite", 2),
+      ("unknown preset", [cfg, "--config.student.name=no-such-preset"], fresh("i"), "no-such-preset", 2),
+      ("missing folder", [cfg, "--config.student.name=/nonexistent/model/folder"], fresh("j"),
+       "/nonexistent/model/folder", 2),
+      ("unknown task", [cfg, "--config.task.name=no_such_task"], fresh("k"), "no_such_task", 2),
+      ("unknown context", [cfg, "--config.configurations.external=random:1:no_context:reverse_kl"], fresh("l"),
+       "no_context", 2),
+      ("unknown divergence", [cfg, "--config.configurations.external=random:1:plain:no_divergence"], fresh("m"),
+       "no_divergence", 2),
+      ("jsd beta 1", [cfg, "--config.configurations.solution_jsd=self:solution:jsd@1.0"], fresh("n"), "beta", 2),
+      ("R = 0", [cfg, "--config.budget.continuations_per_candidate=0"], fresh("o"), "continuations_per_candidate", 2),
+      ("negative nodes", [cfg, "--config.budget.nodes_per_rollout=-2"], fresh("p"), "nodes_per_rollout", 2),
+      ("task without solutions", [cfg, "--config.task.name=reasoning_gym:chain_sum"], fresh("q"), "solution", 2),
+      ("student context", [cfg, "--config.random_model.max_seq_len=16"], fresh("r"), "max_new_tokens", 2),
+      ("teacher context", [cfg, "--config.random_model.max_seq_len=120"], fresh("s"),
+       "context of teacher 'self' needs up to", 2),
+      ("gold answers", [cfg, "--config.task.name=gsm8k", f"--config.task.path={gsm}", "--config.task.num_problems=0"],
+       fresh("t"),
+       "3 of 4 gold answers do not grade", 2),
+      ("jsonl row", [cfg, "--config.task.name=gsm8k", f"--config.task.path={rows}"], fresh("u"),
+       "line 2 is a JSON str, not an object", 2),
+      ("garbage safetensors", [cfg, f"--config.student.name={garbage}"], fresh("v"),
+       "model.safetensors: not a valid safetensors file", 2),
+      ("invalid config.json", [cfg, f"--config.student.name={bad_json}"], fresh("w"),
+       "config.json: invalid JSON at line 3", 2),
+      ("workdir is a file", [cfg], a_file, "is a file, not a directory", 2),
+      ("workdir locked", [cfg], locked, f"in use by another run with process index 0 (pid {os.getpid()}", 2),
+      ("foreign part", [cfg], copies["foreign"], "belongs to another study", 2),
+      ("truncated part", [cfg], copies["truncated"], "is not readable parquet", 2),
+      ("another config's workdir", [cfg, "--config.seed=1"], copies["other_config"], "different config", 2),
+      ("interrupted", [cfg], fresh("x"), "interrupted: finished questions are kept", 130),
+  ]
+  if os.geteuid() != 0:                                     # root writes anywhere
+    read_only = tmp_path / "read_only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    table.append(("read-only workdir", [cfg], read_only, "is not writable", 2))
+  return [(n, [*a, f"--workdir={w}", *smoke], w, frag, code) for n, a, w, frag, code in table], copies
 
 
-def test_workdir_of_another_config_is_refused_untouched(smoke):
-  workdir, cache = smoke
-  before = _snapshot(workdir)
-  proc = subprocess.run(_main(workdir, cache, "--config.seed=1"), env=_env(cache), capture_output=True,
-                        text=True, timeout=300, cwd=REPO)
-  assert proc.returncode != 0
-  lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
-  assert len(lines) == 1 and "different config" in lines[0] and "seed" in lines[0]
-  assert _snapshot(workdir) == before
+def test_bad_inputs_fail_in_one_clear_line_and_reruns_report_without_work(smoke, tmp_path):
+  """Every bad input of the table fails with exactly one `error:` line holding the fragment, no traceback,
+  the exit code, and its workdir unchanged; all cases run in one interpreter (tests/cli_batch.py). Then: a
+  finished run reruns without work, an added --configuration is planned, a study that measured nothing warns."""
+  cases, copies = _bad_inputs(tmp_path, smoke[0])
+  cfg = f"--config={REPO / 'configs/smoke.py'}"
+  unsolvable = tmp_path / "unsolvable.jsonl"                # random models never answer 987654321: all degenerate
+  unsolvable.write_text("\n".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"{i} + 1 = {i + 1}\n"
+                                                                                         "#### 987654321"})
+                                  for i in range(2)) + "\n")
+  extra = [
+      {"argv": [cfg, f"--workdir={copies['rerun']}", "--config.logging.progress=False"]},
+      {"argv": [cfg, "--configuration=mine=self:answer:reverse_kl", "--dry_run"]},
+      {"argv": [cfg, f"--workdir={tmp_path / 'nothing'}", "--config.logging.progress=False",
+                "--config.task.name=gsm8k", f"--config.task.path={unsolvable}", "--config.task.num_problems=0",
+                "--config.selection=all", "--config.budget.questions=1"]},
+  ]
+  before = {name: _snapshot(w) if w.is_dir() else None for name, _, w, _, _ in cases}
+  manifest = (copies["rerun"] / "manifest.json").read_bytes()
+  spec = tmp_path / "cases.json"
+  spec.write_text(json.dumps([{"argv": a, "interrupt": n == "interrupted"} for n, a, *_ in cases] + extra))
+  proc = subprocess.run([sys.executable, str(REPO / "tests" / "cli_batch.py"), str(spec), str(tmp_path / "out.json")],
+                        env=_env(smoke[1]), capture_output=True, text=True, timeout=600, cwd=REPO)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads((tmp_path / "out.json").read_text())
+  for (name, _, workdir, fragment, code), got in zip(cases, results):
+    lines = [l for l in got["stderr"].splitlines() if l.startswith("error:") or l.startswith("interrupted")]
+    assert got["code"] == code and len(lines) == 1 and fragment in lines[0], (name, got)
+    assert "Traceback" not in got["stderr"], (name, got["stderr"][-2000:])
+    if before[name] is not None:
+      assert _snapshot(workdir) == before[name], name
+    else:
+      assert not (workdir / "records").exists() and not (workdir / "config.json").exists(), name
+  rerun, added, nothing = results[len(cases):]
+  assert rerun["code"] == 0 and "complete" in rerun["stderr"], rerun
+  assert (copies["rerun"] / "manifest.json").read_bytes() == manifest            # stage timings kept
+  out = rerun["stdout"].splitlines()
+  assert out[0].split()[:2] == ["config_id", "group"] and out[-1].startswith("records: ")
+  assert len(out) == 2 + len(pd.read_csv(copies["rerun"] / "summary.csv"))        # the table only, then one line
+  assert added["code"] == 0 and "x 6 (teacher, context) scorings" in added["stdout"], added
+  assert nothing["code"] == 0 and "WARNING: all" in nothing["stderr"] and "degenerate" in nothing["stderr"], nothing
+  assert "WARNING: all" in (tmp_path / "nothing" / "summary.md").read_text()
 
 
 def test_tokenizer_mismatch_is_refused(monkeypatch, tmp_path):

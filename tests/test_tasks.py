@@ -368,3 +368,30 @@ def test_tfds_round_trip_through_array_record(tmp_path):
   with pytest.raises(ValueError, match="no such TFDS dataset"):
     tasks.load_task("tfds:opd_jax_not_a_dataset", data_dir=tmp_path)
   assert not empty.exists() or not any(empty.rglob("*.array_record*"))  # nothing was downloaded or built
+
+
+def test_gold_answers_that_do_not_grade_are_refused_by_row_or_skipped_with_a_count(tmp_path, caplog):
+  rows = [{"question": "q0", "answer": "2 + 2 = 4\n#### 4"}, {"question": "q1", "answer": "#### two"},
+          {"question": "q2", "answer": "#### 1/2"}, {"question": "q3", "answer": "#### "},
+          {"question": "q4", "answer": "#### 1,000"}]
+  path = tmp_path / "gsm8k_test.jsonl"
+  path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+  task = tasks.load_task("gsm8k", path=str(path))
+  with pytest.raises(ValueError, match=r"3 of 5 gold answers.*gsm8k-test-00001 \('two'\), gsm8k-test-00002 "
+                                       r"\('1/2'\), gsm8k-test-00003 \(''\).*skip_bad_answers"):
+    tasks.check_answers(task)
+  with caplog.at_level("WARNING"):
+    kept = tasks.check_answers(task, skip=True)
+  assert [p.id for p in kept.problems] == ["gsm8k-test-00000", "gsm8k-test-00004"]
+  assert "skipping 3 of 5" in caplog.text
+  assert tasks.check_answers(kept) is kept
+
+
+def test_jsonl_rows_that_are_not_objects_name_the_file_and_line(tmp_path):
+  path = tmp_path / "g.jsonl"
+  path.write_text('{"question": "q", "answer": "#### 1"}\n\n[1, 2]\n')
+  with pytest.raises(ValueError, match=r"g.jsonl: line 3 is a JSON list, not an object"):
+    tasks.load_task("gsm8k", path=str(path))
+  path.write_text('{"question": "q", "answer": "#### 1"}\n{"question": \n')
+  with pytest.raises(ValueError, match=r"g.jsonl: line 2 is not valid JSON"):
+    tasks.load_task("gsm8k", path=str(path))

@@ -50,9 +50,11 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+import safetensors
 import tokenizers
 import transformers
 
+from opd_jax import stages
 from opd_jax.models import decoder
 from opd_jax.models import tokenizer as tokenizer_lib
 
@@ -241,6 +243,32 @@ def _locked(path: pathlib.Path):
       fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def read_json(path: str | os.PathLike):
+  """The JSON in `path`. Raises ValueError naming the file, line and column when it is not valid JSON."""
+  path = pathlib.Path(path)
+  try:
+    return json.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}; fix or replace the "
+                     "file") from None
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path}: not a text (UTF-8) JSON file ({e.reason}); fix or replace the file") from None
+
+
+@contextlib.contextmanager
+def _removed_on_error(tmp: pathlib.Path):
+  """Deletes `tmp` (a file or a directory) when the block raises or is interrupted (SIGINT: KeyboardInterrupt),
+  so an interrupted assembly or conversion leaves no temporary files in the cache."""
+  try:
+    yield tmp
+  except BaseException:
+    if tmp.is_dir():
+      shutil.rmtree(tmp, ignore_errors=True)
+    elif tmp.exists():
+      tmp.unlink()
+    raise
+
+
 def _write_atomic(path: pathlib.Path, text: str):
   tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
   tmp.write_text(text)
@@ -265,13 +293,17 @@ def file_sha256(path: str | os.PathLike) -> str:
   path = pathlib.Path(path)
   st, marker = path.stat(), _hash_marker(path)
   if marker.is_file():
-    m = json.loads(marker.read_text())
+    try:
+      m = json.loads(marker.read_text())
+    except json.JSONDecodeError:      # a damaged marker: hash again
+      m = {"path": None, "size": None, "mtime_ns": None}
     if (m["path"], m["size"], m["mtime_ns"]) == (str(path.resolve()), st.st_size, st.st_mtime_ns):
       return m["sha256"]
   h = hashlib.sha256()
-  with open(path, "rb") as f:
+  with open(path, "rb") as f, stages.bar(f"hashing {path.name}", total=st.st_size, unit="B", unit_scale=True) as bar:
     while block := f.read(1 << 24):
       h.update(block)
+      bar.update(len(block))
   _record_hash(path, h.hexdigest())
   return h.hexdigest()
 
@@ -309,12 +341,14 @@ def preset_file(name: str) -> tuple[pathlib.Path, str]:
       if not path.is_file():
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         h = hashlib.sha256()
-        with open(tmp, "wb") as out:      # stream the parts: never more than one block in memory
-          for part in parts:
+        with _removed_on_error(tmp), open(tmp, "wb") as out, \
+            stages.bar(f"assembling {name}", total=size, unit="B", unit_scale=True) as bar:
+          for part in parts:              # stream the parts: never more than one block in memory
             with open(part, "rb") as f:
               while block := f.read(1 << 24):
                 h.update(block)
                 out.write(block)
+                bar.update(len(block))
         if h.hexdigest() != preset.sha256:
           tmp.unlink()
           raise ValueError(f"model preset {name!r}: checksum mismatch of the assembled parts: sha256 "
@@ -347,26 +381,34 @@ def _convert(config: decoder.Config, read: Callable[[str], np.ndarray], column: 
   rows = {r[0]: r for r in TABLE}
   np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
   out: dict = {}
-  for key, leaf in _flatten(_abstract_params(config, dtype)).items():
-    _, hf, gg, linear = rows[key]
-    template = hf if column == _HF else gg
-    stacked = key.startswith("layers/")
-    arr = (alloc or (lambda _, shape, dt: np.empty(shape, dt)))(key, leaf.shape, np_dtype)
-    for i in range(config.n_layers) if stacked else [None]:
-      name = template.format(i=i)
-      x = read(name)
-      want = leaf.shape[1:] if stacked else leaf.shape
-      stored = want[::-1] if linear else want
-      if tuple(x.shape) != tuple(stored):
-        raise ValueError(f"shape mismatch in {where}: tensor {name!r} has shape {tuple(x.shape)}, the config "
-                         f"implies {tuple(stored)} (our {key!r}); the weights do not match the config")
-      if stacked:
-        arr[i] = x.T if linear else x
-      else:
-        arr[...] = x.T if linear else x
-      del x
-    _set(out, key, arr)
+  leaves = _flatten(_abstract_params(config, dtype))
+  with stages.bar(f"converting {pathlib.Path(where).name}", total=len(leaves), unit="tensor") as bar:
+    for key, leaf in leaves.items():
+      _set(out, key, _convert_leaf(config, read, column, key, leaf, rows[key], np_dtype, where, alloc))
+      bar.update(1)
   return out
+
+
+def _convert_leaf(config, read, column, key, leaf, row, np_dtype, where, alloc):
+  """One param of `_convert`: its tensor(s) read, transposed if linear, stacked over layers, cast."""
+  _, hf, gg, linear = row
+  template = hf if column == _HF else gg
+  stacked = key.startswith("layers/")
+  arr = (alloc or (lambda _, shape, dt: np.empty(shape, dt)))(key, leaf.shape, np_dtype)
+  for i in range(config.n_layers) if stacked else [None]:
+    name = template.format(i=i)
+    x = read(name)
+    want = leaf.shape[1:] if stacked else leaf.shape
+    stored = want[::-1] if linear else want
+    if tuple(x.shape) != tuple(stored):
+      raise ValueError(f"shape mismatch in {where}: tensor {name!r} has shape {tuple(x.shape)}, the config "
+                       f"implies {tuple(stored)} (our {key!r}); the weights do not match the config")
+    if stacked:
+      arr[i] = x.T if linear else x
+    else:
+      arr[...] = x.T if linear else x
+    del x
+  return arr
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:
@@ -491,7 +533,19 @@ _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": m
 
 
 def _safetensors(path: pathlib.Path) -> dict[str, np.ndarray]:
-  """name -> read-only memory-mapped array of one .safetensors file (numpy has no bf16 reader of its own)."""
+  """name -> read-only memory-mapped array of one .safetensors file (numpy has no bf16 reader of its own).
+
+  The file is validated by `safetensors.safe_open` first (header size, offsets covering the file, dtypes), so the
+  offsets read below are the checked ones. Raises ValueError naming the file when it is not valid safetensors.
+  """
+  try:
+    with safetensors.safe_open(str(path), framework="numpy") as f:
+      names = list(f.keys())
+  except Exception as e:  # pylint: disable=broad-except  (safetensors raises SafetensorError, OSError, ...)
+    raise ValueError(f"{path}: not a valid safetensors file ({e}); re-download or resave it with "
+                     "save_pretrained") from None
+  if not names:
+    raise ValueError(f"{path}: a safetensors file without tensors; re-download or resave it")
   with open(path, "rb") as f:
     (n,) = struct.unpack("<Q", f.read(8))
     header = json.loads(f.read(n))
@@ -500,6 +554,8 @@ def _safetensors(path: pathlib.Path) -> dict[str, np.ndarray]:
   out = {}
   for name, info in header.items():
     start, end = info["data_offsets"]
+    if info["dtype"] not in _ST_DTYPES:
+      raise ValueError(f"{path}: tensor {name!r} has dtype {info['dtype']}, not one of {sorted(_ST_DTYPES)}")
     dtype = np.dtype(_ST_DTYPES[info["dtype"]])
     out[name] = data[start:end].view(dtype).reshape(info["shape"])
   return out
@@ -508,7 +564,9 @@ def _safetensors(path: pathlib.Path) -> dict[str, np.ndarray]:
 def _hf_tensor_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:
   index = folder / "model.safetensors.index.json"
   if index.is_file():
-    weight_map = json.loads(index.read_text())["weight_map"]
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict):
+      raise ValueError(f"{index}: no 'weight_map' object; re-download the checkpoint's index")
     return {name: folder / file for name, file in weight_map.items()}
   single = folder / "model.safetensors"
   if single.is_file():
@@ -555,7 +613,7 @@ def load_hf(folder: str | os.PathLike, *, dtype=None, shardings=None) -> Model:
   if not cfg_path.is_file():
     raise FileNotFoundError(f"no config.json in {folder}; an HF folder needs config.json, model.safetensors "
                             "(or a sharded index) and tokenizer files")
-  cfg = json.loads(cfg_path.read_text())
+  cfg = read_json(cfg_path)
   config = config_from_hf(cfg, where=str(cfg_path))
   files = _hf_tensor_files(folder)
   opened: dict[pathlib.Path, dict] = {}
@@ -577,7 +635,7 @@ def load_hf(folder: str | os.PathLike, *, dtype=None, shardings=None) -> Model:
   stop = set(_ids(cfg.get("eos_token_id"))) | set(_ids(tok.eos_token_id))
   gen = folder / "generation_config.json"
   if gen.is_file():
-    stop |= set(_ids(json.loads(gen.read_text()).get("eos_token_id")))
+    stop |= set(_ids(read_json(gen).get("eos_token_id")))
   return Model(config=config, params=params, tokenizer=tok, stop_ids=tuple(sorted(stop)), name=folder.name,
                sha256=None, source=str(folder))
 
@@ -588,6 +646,15 @@ def _unpermute(x: np.ndarray, n_heads: int) -> np.ndarray:
   """Undoes llama.cpp's Q/K row permutation (llama arch): within each head, rows were reordered from
   HF's rotate-half layout [first halves; second halves] to interleaved pairs. x [n_heads * Dh, ...]."""
   return x.reshape(n_heads, x.shape[0] // n_heads // 2, 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
+
+
+def _gguf_reader(path: pathlib.Path):
+  """`gguf.GGUFReader` of `path`; ValueError naming the file when it is not a complete GGUF (truncated, not GGUF)."""
+  try:
+    return gguf.GGUFReader(path)
+  except (ValueError, IndexError, KeyError, OSError, OverflowError, MemoryError) as e:
+    raise ValueError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e}); the file is truncated or "
+                     "damaged: re-download it") from None
 
 
 def _gguf_metadata(reader) -> dict:
@@ -711,8 +778,12 @@ def _convert_gguf_params(reader, config: decoder.Config, dtype: str, path: pathl
     if name not in tensors:
       raise ValueError(f"tensor {name!r} is missing from {path} (its metadata calls for it)")
     t = tensors[name]
-    x = gguf.dequantize(t.data, t.tensor_type)   # numpy order: [out, in] for linear weights
-    x = x.reshape(tuple(int(n) for n in reversed(t.shape)))
+    try:
+      x = gguf.dequantize(t.data, t.tensor_type)   # numpy order: [out, in] for linear weights
+      x = x.reshape(tuple(int(n) for n in reversed(t.shape)))
+    except (ValueError, IndexError, TypeError) as e:
+      raise ValueError(f"{path}: tensor {name!r} cannot be read ({e}); the file is truncated or damaged: "
+                       "re-download it") from None
     if config.arch == "llama" and ".attn_q." in name:
       x = _unpermute(x, config.n_heads)
     elif config.arch == "llama" and ".attn_k." in name:
@@ -760,6 +831,54 @@ def restore_params(pdir: pathlib.Path, config: decoder.Config, dtype, shardings=
   return out
 
 
+def _cached_tokenizer(cdir: pathlib.Path, info: dict, config: decoder.Config, tokenizer=None):
+  """(tokenizer, stop ids) of a converted GGUF: rebuilt from the cached tokenizer.json, or `tokenizer`'s folder."""
+  stop = set(info["stop_ids"])
+  if tokenizer is None:
+    t = info["tokenizer"]
+    tok = tokenizer_lib.wrap(tokenizers.Tokenizer.from_file(str(cdir / "tokenizer.json")), bos=t["bos"],
+                             eos=t["eos"], pad=t["pad"], unk=t["unk"], chat_template=t["chat_template"],
+                             add_bos=t["add_bos"], add_eos=t["add_eos"], model_max_length=config.max_seq_len)
+  else:
+    tok = hf_tokenizer(tokenizer)
+    stop |= set(_ids(tok.eos_token_id))
+  return tok, stop
+
+
+def peek(spec: str | os.PathLike) -> tuple[decoder.Config, Any] | None:
+  """(config, tokenizer) of a checkpoint without reading its weights, where that is cheap; else None.
+
+  Cheap: an HF folder (config.json and tokenizer files), a preset or GGUF file already converted in the cache
+  (meta.json and tokenizer.json; a GGUF file's hash must be known: `file_sha256`'s marker). A preset or GGUF
+  seen for the first time gives None: its context is checked after the load (`study.setup`). Raises what `load`
+  raises for a malformed folder or cache entry.
+  """
+  spec = str(spec)
+  if spec in PRESETS:
+    cdir = converted_dir(PRESETS[spec].sha256)
+  else:
+    path = pathlib.Path(spec).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+      config = config_from_hf(read_json(path / "config.json"), where=str(path / "config.json"))
+      tok = hf_tokenizer(path)
+      return with_real_ids(config, tok, str(path)), tok
+    if not (path.is_file() and path.suffix == ".gguf"):
+      return None
+    marker = _hash_marker(path)
+    if not marker.is_file():
+      return None
+    st, m = path.stat(), read_json(marker)
+    if (m.get("path"), m.get("size"), m.get("mtime_ns")) != (str(path.resolve()), st.st_size, st.st_mtime_ns):
+      return None
+    cdir = converted_dir(m["sha256"])
+  if not ((cdir / "meta.json").is_file() and (cdir / "tokenizer.json").is_file()):
+    return None
+  info = read_json(cdir / "meta.json")
+  config = decoder.Config(**info["config"])
+  tok, _ = _cached_tokenizer(cdir, info, config)
+  return with_real_ids(config, tok, str(cdir)), tok
+
+
 def load_gguf(path: str | os.PathLike, *, dtype=None, name: str | None = None, sha256: str | None = None,
               shardings=None, tokenizer: str | os.PathLike | None = None) -> Model:
   """Loads a GGUF file through the cache: converted once per (sha256, dtype, CONVERTER_VERSION).
@@ -782,32 +901,25 @@ def load_gguf(path: str | os.PathLike, *, dtype=None, name: str | None = None, s
   with _locked(cdir):
     reader = None
     if not (cdir / "meta.json").is_file() or (tokenizer is None and not (cdir / "tokenizer.json").is_file()):
-      reader = gguf.GGUFReader(path)
+      reader = _gguf_reader(path)
       info, tok_json = _convert_gguf_meta(reader, path, with_tokenizer=tokenizer is None)
       cdir.mkdir(parents=True, exist_ok=True)
       if tok_json is not None:
         _write_atomic(cdir / "tokenizer.json", tok_json)
       _write_atomic(cdir / "meta.json", json.dumps(info, indent=1))
-    info = json.loads((cdir / "meta.json").read_text())
+    info = read_json(cdir / "meta.json")
     config = decoder.Config(**info["config"])
     if not pdir.is_dir():
       if reader is None:
-        reader = gguf.GGUFReader(path)
+        reader = _gguf_reader(path)
       tmp = pdir.with_name(f".{pdir.name}.tmp{os.getpid()}")
       shutil.rmtree(tmp, ignore_errors=True)
       tmp.mkdir(parents=True)
-      _convert_gguf_params(reader, config, dtype, path, tmp)
+      with _removed_on_error(tmp):
+        _convert_gguf_params(reader, config, dtype, path, tmp)
       os.replace(tmp, pdir)   # atomic: a cache directory is complete or absent
     del reader
   params = restore_params(pdir, config, dtype, shardings)
-  stop = set(info["stop_ids"])
-  if tokenizer is None:
-    t = info["tokenizer"]
-    tok = tokenizer_lib.wrap(tokenizers.Tokenizer.from_file(str(cdir / "tokenizer.json")), bos=t["bos"],
-                             eos=t["eos"], pad=t["pad"], unk=t["unk"], chat_template=t["chat_template"],
-                             add_bos=t["add_bos"], add_eos=t["add_eos"], model_max_length=config.max_seq_len)
-  else:
-    tok = hf_tokenizer(tokenizer)
-    stop |= set(_ids(tok.eos_token_id))
+  tok, stop = _cached_tokenizer(cdir, info, config, tokenizer)
   return Model(config=with_real_ids(config, tok, str(path)), params=params, tokenizer=tok,
                stop_ids=tuple(sorted(stop)), name=name or path.stem, sha256=sha, source=str(path))

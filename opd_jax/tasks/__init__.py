@@ -10,6 +10,7 @@ tiny random models: smoke runs and tests). Nothing is downloaded at run
 time unless download=True (tfds only).
 """
 from opd_jax.tasks.base import Problem
+from opd_jax.tasks.base import check_answers
 from opd_jax.tasks.base import summarize_solution
 from opd_jax.tasks.base import Task
 
@@ -72,4 +73,4 @@ def _no_kw(name: str, kw: dict):
     raise ValueError(f"task {name!r} takes no options {sorted(kw)}")
 
 
-__all__ = ["KNOWN_TASKS", "Problem", "Task", "load_task", "summarize_solution"]
+__all__ = ["KNOWN_TASKS", "Problem", "check_answers", "Task", "load_task", "summarize_solution"]

@@ -7,6 +7,8 @@ import dataclasses
 import re
 from typing import Any, Callable
 
+from absl import logging
+
 QUESTION_SLOT = "{question}"
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_.-]+")
 _CALCULATOR = re.compile(r"<<([^<>]*?)>>")
@@ -75,6 +77,38 @@ class Task:
     if answer is None:
       return 0.0
     return 1.0 if self.grader(problem, answer) else 0.0
+
+
+def check_answers(task: Task, *, skip: bool = False) -> Task:
+  """`task` if every gold answer grades as correct against itself (`task.grader(p, p.answer)`), else refused.
+
+  A gold answer that its own grader rejects (GSM8K `#### two`, `#### 1/2`, an empty `#### `) makes every reward
+  0 and every node degenerate: the study would end with nothing to measure.
+
+  Args:
+    skip: drop such problems with a counted warning instead of refusing.
+  Raises:
+    ValueError: naming the first bad problems and their answers, unless skip.
+  """
+  bad = []
+  for p in task.problems:
+    try:
+      ok = bool(p.answer.strip()) and task.grader(p, p.answer)
+    except Exception:  # pylint: disable=broad-except  (a grader that cannot parse the gold: same verdict)
+      ok = False
+    if not ok:
+      bad.append(p)
+  if not bad:
+    return task
+  shown = ", ".join(f"{p.id} ({p.answer!r})" for p in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+  if not skip:
+    raise ValueError(f"task {task.name!r}: {len(bad)} of {len(task.problems)} gold answers do not grade as correct "
+                     f"against themselves: {shown}; fix the data, or set config.task.skip_bad_answers=True to skip "
+                     "them")
+  logging.warning("task %r: skipping %d of %d problems whose gold answer does not grade as correct against itself: "
+                  "%s", task.name, len(bad), len(task.problems), shown)
+  bad_ids = {p.id for p in bad}
+  return dataclasses.replace(task, problems=[p for p in task.problems if p.id not in bad_ids])
 
 
 def check_template(template: str) -> str:

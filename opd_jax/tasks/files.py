@@ -47,9 +47,18 @@ def load_gsm8k(*, path=None, data_dir=None, split: str = "test", num_problems: i
   file = _resolve("gsm8k", path, data_dir, f"gsm8k_{split}.jsonl", GSM8K_SOURCE)
   problems = []
   with open(file, encoding="utf-8") as f:
-    for row, line in enumerate(l for l in f if l.strip()):
-      record = json.loads(line)
+    for row, (lineno, line) in enumerate((i, l) for i, l in enumerate(f, 1) if l.strip()):
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{file}: line {lineno} is not valid JSON ({e.msg}); expected one GSM8K object per "
+                         "line") from None
+      if not isinstance(record, dict):
+        raise ValueError(f"{file}: line {lineno} is a JSON {type(record).__name__}, not an object; expected "
+                         "GSM8K rows {\"question\": ..., \"answer\": \"... #### <number>\"}")
       text = record.get("answer", "")
+      if not isinstance(text, str):
+        text = ""
       if "####" not in text or "question" not in record:
         raise ValueError(f"{file}: row {row} has no 'question' or no '#### <answer>' in its 'answer' field; "
                          "expected GSM8K JSONL rows")
@@ -77,9 +86,18 @@ def load_math500(*, path=None, data_dir=None, split: str = "test", num_problems:
   """
   file = _resolve("math500", path, data_dir, f"math500_{split}.json", MATH500_SOURCE)
   with open(file, encoding="utf-8") as f:
-    rows = json.load(f)
+    try:
+      rows = json.load(f)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{file}: invalid JSON at line {e.lineno}, column {e.colno} ({e.msg}); expected a JSON "
+                       "list of MATH-500 rows") from None
+  if not isinstance(rows, list):
+    raise ValueError(f"{file}: a JSON {type(rows).__name__}, expected a list of MATH-500 rows")
   problems = []
   for row, record in enumerate(rows):
+    if not isinstance(record, dict):
+      raise ValueError(f"{file}: row {row} is a JSON {type(record).__name__}, not an object; expected MATH-500 "
+                       "rows")
     missing = {"problem", "answer"} - set(record)
     if missing:
       raise ValueError(f"{file}: row {row} lacks fields {sorted(missing)}; expected MATH-500 rows")

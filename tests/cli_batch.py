@@ -1,0 +1,64 @@
+"""Runs many `python -m opd_jax.main` command lines from ONE interpreter start (the bad-input table of
+test_study.py).
+
+  python tests/cli_batch.py cases.json results.json
+
+cases.json: a list of {"argv": [...], "interrupt": bool}; results.json: per case {"code", "stdout", "stderr"}.
+The modules are imported once; each case runs `opd_jax.main` as the command line would, in a forked child (absl
+and ml_collections flags cannot be parsed twice in one process). "interrupt" makes the study raise
+KeyboardInterrupt (what SIGINT raises) as soon as it starts.
+"""
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+
+from opd_jax import main as cli
+from opd_jax import study
+
+
+def _interrupted(*args, **kwargs):
+  raise KeyboardInterrupt
+
+
+def _child(case: dict) -> dict:
+  out, err, code = io.StringIO(), io.StringIO(), 0
+  if case.get("interrupt"):
+    study.run = _interrupted
+  sys.argv = ["opd_jax.main", *case["argv"]]        # ml_collections reads the overrides from sys.argv
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+      cli.main(cli.parse_flags(sys.argv))
+    except SystemExit as e:
+      code = e.code if isinstance(e.code, int) else 1
+    except BaseException as e:  # pylint: disable=broad-except  (a traceback: the test reports it)
+      code = -1
+      err.write(f"Traceback (uncaught): {type(e).__name__}: {e}\n")
+  return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def run_case(case: dict) -> dict:
+  with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+    path = f.name
+  pid = os.fork()
+  if pid == 0:
+    try:
+      result = _child(case)
+      with open(path, "w") as f:
+        json.dump(result, f)
+    finally:
+      os._exit(0)
+  os.waitpid(pid, 0)
+  try:
+    with open(path) as f:
+      return json.loads(f.read() or '{"code": -2, "stdout": "", "stderr": "child died"}')
+  finally:
+    os.unlink(path)
+
+
+if __name__ == "__main__":
+  cases = json.loads(open(sys.argv[1]).read())
+  with open(sys.argv[2], "w") as f:
+    json.dump([run_case(c) for c in cases], f)
