@@ -29,6 +29,9 @@ from opd_jax import divergences
 
 SCHEMA_VERSION = 2
 TABLES = ("rollouts", "tokens", "nodes")
+# The study's alignment_nan_reason where a view's context does not exist for a rollout (contrastive without
+# another incorrect rollout); the other reasons are gradients.NAN_REASONS.
+CONTEXT_UNAVAILABLE = "context_unavailable"
 
 # Probability conventions of the records (also in manifest.json, "conventions"). "raw" = softmax of the model's
 # logits (temperature 1, no truncation); "sampled policy" = what the sampler draws from (`sampling.

@@ -44,7 +44,7 @@ from opd_jax import tasks
 from opd_jax import models
 
 PREDICTORS = divergences.PREDICTORS
-UNAVAILABLE = "context_unavailable"
+UNAVAILABLE = records.CONTEXT_UNAVAILABLE
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -617,15 +617,29 @@ def diagnose(nodes: pd.DataFrame) -> str | None:
           "(config.budget) or contexts unavailable for the scored rollouts")
 
 
-def finish(workdir, *, rebuild: bool = True) -> str:
-  """Check the parts, rebuild the summary (`report.write_summary`; unless rebuild is False: a read-only finished
-  workdir keeps its summary) and warn on stderr and in summary.md when nothing was measured (`diagnose`).
-  Returns the summary markdown."""
+def _token_text(tokenizer):
+  """token id -> its text, for the report's split by token kind (None without a tokenizer)."""
+  return None if tokenizer is None else (lambda t: tokenizer.decode([int(t)]))
+
+
+def _cheap_tokenizer(config):
+  """The student's tokenizer without loading weights where that is cheap (`checkpoints.peek`), else None."""
+  spec = config.student.name
+  if spec.startswith("random:"):
+    return models.byte_tokenizer()
+  found = models.checkpoints.peek(spec)
+  return None if found is None else found[1]
+
+
+def finish(workdir, *, rebuild: bool = True, tokenizer=None) -> str:
+  """Check the parts, rebuild the summary (`report.write_summary`, with the student's `tokenizer` for the split
+  by token kind; unless rebuild is False: a read-only finished workdir keeps its summary) and warn on stderr and
+  in summary.md when nothing was measured (`diagnose`). Returns the summary markdown."""
   workdir = pathlib.Path(workdir)
   records.check_parts(workdir)
   if rebuild:
     with stages.bar("report"):
-      markdown = report.write_summary(str(workdir))
+      markdown = report.write_summary(str(workdir), decode=_token_text(tokenizer))
   else:
     markdown = (workdir / "summary.md").read_text() if (workdir / "summary.md").is_file() else ""
   warning = diagnose(records.read_table(workdir, "nodes"))
@@ -683,7 +697,7 @@ def run(config, workdir: str) -> str:
   if is_complete(workdir, pc):
     logging.info("%s holds a complete run of this config: nothing to run, no model loaded", workdir)
     print(f"complete: {workdir} holds a finished run of this config (nothing to run)", file=sys.stderr)
-    return finish(workdir, rebuild=writable) if pi == 0 else ""
+    return finish(workdir, rebuild=writable, tokenizer=_cheap_tokenizer(config)) if pi == 0 else ""
   if not writable:
     raise ValueError(f"--workdir={workdir} is not writable; pass a writable directory")
   with sharding.workdir_lock(workdir, pi):
@@ -764,4 +778,4 @@ def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> s
     raise ValueError(f"no question of the pool ({len(env.task.problems)}) was informative (both a correct and "
                      "an incorrect rollout); raise config.task.num_problems or config.budget.rollouts_per_question"
                      ", or set config.selection='all'")
-  return finish(workdir)
+  return finish(workdir, tokenizer=env.student.tokenizer)

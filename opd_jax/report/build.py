@@ -34,6 +34,7 @@ def read_records(workdir: str, table: str = "nodes", columns: list[str] | None =
   if not os.path.isdir(directory):
     raise FileNotFoundError(f"no {table} records: directory {directory} does not exist; run the study first "
                             "(python -m opd_jax.main --workdir=...) or pass the workdir that holds records/")
+  records.check_parts(workdir)                     # foreign (another config's) or truncated parts: refused
   parts = sorted(glob.glob(os.path.join(directory, "part-*.parquet")))
   if not parts:
     raise FileNotFoundError(f"no {table} records: directory {directory} holds no part-*.parquet file; the study "

@@ -7,13 +7,13 @@ import pandas as pd
 
 from opd_jax import divergences
 from opd_jax import gradients
+from opd_jax import records
 
 GROUPS = ("correct", "incorrect", "all")
 # Per-node predictor columns (paper.md, "Divergence predictors"): the one list, divergences.PREDICTORS.
 PREDICTORS = divergences.PREDICTORS
-# The study's reason for a node whose teacher context could not be built (study.UNAVAILABLE has the same
-# string; study.py should import this constant rather than define its own).
-CONTEXT_UNAVAILABLE = "context_unavailable"
+# The study's reason for a node whose teacher context could not be built (defined in records).
+CONTEXT_UNAVAILABLE = records.CONTEXT_UNAVAILABLE
 # Why an alignment is NaN: gradients.NAN_REASONS (without its "" = defined) and the study's context reason.
 NAN_REASONS = tuple(r for r in gradients.NAN_REASONS if r) + (CONTEXT_UNAVAILABLE,)
 NODE_KEY = ("question_id", "rollout_id", "position")
