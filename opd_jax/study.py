@@ -656,10 +656,12 @@ TABLE_COLUMNS = ("config_id", "group", "n_nodes", "n_defined", "mean_alignment",
 
 
 def results_text(workdir) -> str:
-  """What a finished run prints on stdout: the alignment table (`TABLE_COLUMNS` of summary.csv that exist), then
-  one line saying where the records, summary and figures are."""
+  """What a finished run prints on stdout: the verdict (verdict.json's line), the alignment table
+  (`TABLE_COLUMNS` of summary.csv that exist), then one line saying where the records, report and figures are."""
   workdir = pathlib.Path(workdir)
   lines = []
+  if (workdir / "verdict.json").is_file():
+    lines += [json.loads((workdir / "verdict.json").read_text())["line"], ""]
   csv = workdir / "summary.csv"
   if csv.is_file():
     table = pd.read_csv(csv)
@@ -670,8 +672,8 @@ def results_text(workdir) -> str:
     lines += ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in body]
   figures = [p.name for p in sorted(workdir.glob("*.png"))]
-  lines.append(f"records: {workdir / 'records'}  summary: {workdir / 'summary.md'} (table: summary.csv)"
-               + (f"  figures: {', '.join(figures)}" if figures else ""))
+  lines.append(f"records: {workdir / 'records'}  report: {workdir / 'report.html'}  summary: "
+               f"{workdir / 'summary.md'} (table: summary.csv)" + (f"  figures: {', '.join(figures)}" if figures else ""))
   return "\n".join(lines)
 
 
