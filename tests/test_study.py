@@ -296,8 +296,9 @@ def test_bad_inputs_fail_in_one_clear_line_and_reruns_report_without_work(smoke,
   assert rerun["code"] == 0 and "complete" in rerun["stderr"], rerun
   assert (copies["rerun"] / "manifest.json").read_bytes() == manifest            # stage timings kept
   out = rerun["stdout"].splitlines()
-  assert out[0].split()[:2] == ["config_id", "group"] and out[-1].startswith("records: ")
-  assert len(out) == 2 + len(pd.read_csv(copies["rerun"] / "summary.csv"))        # the table only, then one line
+  verdict = json.loads((copies["rerun"] / "verdict.json").read_text())["line"]
+  assert out[0] == verdict and out[2].split()[:2] == ["config_id", "group"] and out[-1].startswith("records: ")
+  assert len(out) == 4 + len(pd.read_csv(copies["rerun"] / "summary.csv"))        # verdict, table, one line
   assert added["code"] == 0 and "x 6 (teacher, context) scorings" in added["stdout"], added
   assert nothing["code"] == 0 and "WARNING: all" in nothing["stderr"] and "degenerate" in nothing["stderr"], nothing
   assert "WARNING: all" in (tmp_path / "nothing" / "summary.md").read_text()
