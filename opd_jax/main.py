@@ -1,4 +1,5 @@
-r"""Run a study: `python -m opd_jax.main --config=configs/teacher_sweep.py [--workdir=runs/x] [--dry_run]`.
+r"""Run a study: `python -m opd_jax.main --config=configs/teacher_sweep.py [--workdir=runs/x] [--dry_run]`
+(`--dry_run --cost_model=h200`: FLOPs, bytes and roofline times per stage on an accelerator, opd_jax/costs.py).
 
 Override any config field on the command line, e.g. `--config.budget.continuations_per_candidate=64` or
 `--config.student.name=/data/Qwen3-1.7B`; add configurations with `--configuration=mine=self:answer:reverse_kl`
@@ -38,6 +39,10 @@ _CONFIGURATION = flags.DEFINE_multi_string(
     "--configuration=mine=self:answer:reverse_kl; merged into config.configurations before validation.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (default: runs/<config.name>).")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the planned work and an estimated wall time; run nothing.")
+_COST_MODEL = flags.DEFINE_string(
+    "cost_model", "", "With --dry_run: also print FLOPs, HBM bytes and roofline times per stage on an accelerator "
+    "(h100 | h200 | v5e | v5p, optionally -<chips>, e.g. v5e-64; or cpu), compiling single-step programs on CPU "
+    "without weights (opd_jax/costs.py; tens of seconds).")
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() (pods, SLURM).")
 _COORDINATOR = flags.DEFINE_string("coordinator", None, "host:port of process 0 (local multi-process runs; "
                                    "pods and SLURM detect it).")
@@ -130,8 +135,15 @@ def main(argv):
                                  process_id=_PROCESS_ID.value)
     from opd_jax import study  # pylint: disable=g-import-not-at-top  (after distributed init)
     # --- Plan, then run ----------------------------------------------------------------------------------
+    if _COST_MODEL.value:
+      if not _DRY_RUN.value:
+        raise ValueError(f"--cost_model={_COST_MODEL.value} needs --dry_run (it estimates, it does not run)")
+      from opd_jax import costs  # pylint: disable=g-import-not-at-top
+      costs.accelerator(_COST_MODEL.value)                 # a bad name fails before anything prints
     if _DRY_RUN.value:
       print(study.plan(config).describe())
+      if _COST_MODEL.value:
+        print(costs.describe(config, _COST_MODEL.value))
       return
     summary = study.run(config, workdir)
   except KeyboardInterrupt:

@@ -1,0 +1,437 @@
+"""Accelerator cost model of a study: FLOPs and HBM bytes per stage, roofline times, hours per question.
+
+  python -m opd_jax.main --config=configs/teacher_sweep.py --dry_run --cost_model=cpu
+  python -m opd_jax.main --config=configs/teacher_sweep.py:paper --dry_run --cost_model=h200
+  python -m opd_jax.main --config=configs/teacher_sweep.py:paper --dry_run --cost_model=v5e-64
+
+Compile only, nothing runs and no weights load: every program of the pipeline is lowered on CPU with the real
+shapes from abstract params (`jax.eval_shape` of `decoder.init_params`) and XLA's `cost_analysis()` gives its
+FLOPs. XLA counts a while / scan body once, so the programs are single steps (one decode step, one scoring
+chunk, one prompt-prefill chunk) multiplied by their trip counts here, and every model program is compiled with
+1 and with 2 layers in the "layered" layout (a Python loop, no scan): flops(L) = f1 + (L - 1) (f2 - f1), exact
+for a stack of identical layers. CPU "bytes accessed" reflect CPU fusion, so the HBM side is analytic: weights
+once per program call, the KV cache it reads (`benchmarks/harness.py` `decode_bytes_per_step`) and its
+[rows, V] fp32 logits.
+
+Work counted (upper bounds, as `study.plan`): every question selected, every base rollout at the token cap;
+continuations of n_tok / 2 tokens on average in full `branch_batch` batches (rows that stop leave the batch:
+work ~ tokens); prompts of `PROMPT_TOKENS`, teacher contexts `CONTEXT_TOKENS` longer; one student pass per
+scored rollout serves every (teacher, context) view (`study.process_question`); the node heads
+(`scoring.head_logprobs`, a few rows) are left out.
+
+Times: roofline max(FLOPs / (peak x EFF_FLOPS), bytes / (bandwidth x EFF_BW)) per program call, summed, on the
+accelerator's bf16 peak and HBM bandwidth, several chips taken as one ideal device (work and bytes split
+evenly, no communication: a lower bound). The CPU estimate uses the fp32 matmul rate that XLA:CPU reaches at the
+program's matmul M (rows x tokens; `CPU_MATMUL_GFLOPS`, measured beforehand by `measure_cpu`, not fitted to any
+study) and the measured `CPU_BW`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import math
+import os
+import re
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from opd_jax import contexts
+from opd_jax import divergences
+from opd_jax import sampling
+from opd_jax import scoring
+from opd_jax import study
+from opd_jax.models import decoder
+
+
+def _harness():
+  """benchmarks/harness.py of this checkout (matmul_params, xla_cost, decode_bytes_per_step): the one home of
+  those counts. Raises RuntimeError when opd_jax runs without its repository (a non-editable install)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  if not os.path.isfile(os.path.join(root, "benchmarks", "harness.py")):
+    raise RuntimeError(f"--cost_model needs the repository's benchmarks/harness.py next to {root}/opd_jax; run it "
+                       "from a checkout (pip install -e .)")
+  if root not in sys.path:
+    sys.path.insert(0, root)
+  return importlib.import_module("benchmarks.harness")
+
+
+@dataclasses.dataclass(frozen=True)
+class Accelerator:
+  """One chip: dense bf16 peak FLOP/s, HBM bandwidth (bytes/s) and capacity (bytes)."""
+  name: str
+  peak_flops: float
+  hbm_bw: float
+  hbm_bytes: float
+
+
+ACCELERATORS = {
+    "h100": Accelerator("H100 SXM (bf16)", 989e12, 3.35e12, 80e9),
+    "h200": Accelerator("H200 (bf16)", 989e12, 4.8e12, 141e9),
+    "v5e": Accelerator("TPU v5e (bf16)", 197e12, 819e9, 16e9),
+    "v5p": Accelerator("TPU v5p (bf16)", 459e12, 2.76e12, 95e9),
+}
+EFF_FLOPS = 0.5          # assumed fraction of peak FLOP/s reached (prefill, scoring chunks; decode when compute-bound)
+EFF_BW = 0.6             # assumed fraction of HBM bandwidth reached (decode steps; any memory-bound program)
+
+# XLA:CPU fp32 matmul rate (GFLOP/s) of x[M, 896] @ w[896, 4864] (the 0.5B student's MLP), jitted, median of 15,
+# and the memory bandwidth of x[1, 8192] @ w[8192, 8192] (bytes of w / time), on the 2-core CPU of the default
+# study, measured once beforehand with `measure_cpu()`:
+#   PYTHONPATH=. python -c "from opd_jax import costs; print(costs.measure_cpu())"
+CPU_MATMUL_GFLOPS = {1: 9.9, 8: 49.0, 32: 82.0, 64: 94.0, 256: 117.0, 1024: 122.0}
+CPU_BW = 12.3e9
+
+# Assumed prompt lengths (tokens; the default gsm_symbolic prompts measure 145 on average, max 181, with the
+# Qwen2.5 chat template; the solution / summary contexts add ~130).
+PROMPT_TOKENS = 160
+CONTEXT_TOKENS = {"plain": 0, "answer": 16}      # other contexts: +CONTEXT_DEFAULT; contrastive also + n_tok
+CONTEXT_DEFAULT = 128
+
+# Architectures of checkpoints that may be absent (HF folders named in `:paper`), by the lower-cased last path
+# component of the spec (config.json of the published checkpoints).
+_QWEN3 = dict(arch="qwen3", vocab_size=151936, n_real_ids=151669, n_kv_heads=8, head_dim=128, rope_theta=1e6,
+              qk_norm=True, norm_eps=1e-6, max_seq_len=40960)
+_QWEN25 = dict(arch="qwen2", vocab_size=151936, n_real_ids=151665, rope_theta=1e6, qkv_bias=True, norm_eps=1e-6,
+               max_seq_len=32768)
+ARCHITECTURES = {
+    "qwen3-0.6b": decoder.Config(**_QWEN3, d_model=1024, n_layers=28, n_heads=16, d_ff=3072, tie_embeddings=True),
+    "qwen3-1.7b": decoder.Config(**_QWEN3, d_model=2048, n_layers=28, n_heads=16, d_ff=6144, tie_embeddings=True),
+    "qwen3-4b": decoder.Config(**_QWEN3, d_model=2560, n_layers=36, n_heads=32, d_ff=9728, tie_embeddings=True),
+    "qwen3-8b": decoder.Config(**_QWEN3, d_model=4096, n_layers=36, n_heads=32, d_ff=12288),
+    "qwen3-32b": decoder.Config(**_QWEN3, d_model=5120, n_layers=64, n_heads=64, d_ff=25600),
+    "qwen2.5-coder-0.5b-instruct": decoder.Config(**_QWEN25, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2,
+                                                  head_dim=64, d_ff=4864),
+    "qwen2.5-coder-1.5b-instruct": decoder.Config(**_QWEN25, d_model=1536, n_layers=28, n_heads=12, n_kv_heads=2,
+                                                  head_dim=128, d_ff=8960),
+}
+
+
+def accelerator(name: str) -> tuple[Accelerator | None, int]:
+  """`--cost_model` value -> (chip, chips): "h100" | "h200" | "v5e" | "v5p", optionally "-<chips>" (e.g.
+  "v5e-64"), or "cpu" (None, 1: the CPU estimate only). Raises ValueError naming the known names."""
+  m = re.fullmatch(r"([a-z0-9]+?)(?:-(\d+))?", name.strip().lower())
+  if m and m.group(1) == "cpu" and not m.group(2):
+    return None, 1
+  if not m or m.group(1) not in ACCELERATORS or (m.group(2) and int(m.group(2)) < 1):
+    raise ValueError(f"--cost_model={name!r}: unknown accelerator; use cpu or one of {sorted(ACCELERATORS)}, "
+                     "optionally with -<chips>, e.g. h200 or v5e-64")
+  return ACCELERATORS[m.group(1)], int(m.group(2) or 1)
+
+
+def model_config(spec: str, config) -> decoder.Config:
+  """Architecture of a model spec without its weights: random:<seed> (config.random_model, as
+  `study.load_model`), a checkpoint's header (`checkpoints.peek`), else `ARCHITECTURES` by name.
+
+  Raises:
+    ValueError: a spec that is neither cheap to peek nor in ARCHITECTURES (names the known ones).
+  """
+  from opd_jax import models  # pylint: disable=g-import-not-at-top
+  if study.random_seed(spec, "model spec") is not None:
+    r = config.random_model
+    return decoder.Config(arch=r.arch, vocab_size=len(models.byte_tokenizer()), d_model=r.d_model,
+                          n_layers=r.n_layers, n_heads=r.n_heads, n_kv_heads=r.n_kv_heads, head_dim=r.head_dim,
+                          d_ff=r.d_ff, qkv_bias=r.arch == "qwen2", qk_norm=r.arch == "qwen3",
+                          max_seq_len=r.max_seq_len)
+  peeked = models.checkpoints.peek(spec)
+  if peeked is not None:
+    return peeked[0]
+  name = os.path.basename(os.path.normpath(spec)).lower()
+  if name in ARCHITECTURES:
+    return ARCHITECTURES[name]
+  raise ValueError(f"cost model: no architecture for {spec!r} (not a readable checkpoint header, and "
+                   f"{name!r} is not in opd_jax.costs.ARCHITECTURES: {sorted(ARCHITECTURES)}); add its shapes there")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Single-step programs and their XLA FLOPs (compile only).
+
+def _abstract(fn, *args):
+  return jax.eval_shape(fn, *args)
+
+
+def _params(cfg: decoder.Config):
+  return _abstract(lambda: decoder.unstack_layers(decoder.init_params(jax.random.key(0), cfg)))
+
+
+def _cache(cfg: decoder.Config, rows: int, slots: int):
+  return _abstract(lambda: decoder.init_cache(cfg, rows, slots, jnp.float32, layered=True))
+
+
+def _i32(*shape):
+  return jax.ShapeDtypeStruct(shape, jnp.int32)
+
+
+def _f32(*shape):
+  return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+def _program(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int):
+  """(function, abstract args) of one program call; kinds: "prefill" (sampling.prefill of [rows, tokens] into a
+  cache of `slots`), "decode" (one step of sampling.decode: draw + forward of [rows, 1]), "chunk" (one scoring
+  chunk of one side: scoring._logprob_step on [rows, tokens]), "prompt" (one prompt-prefill chunk of scoring:
+  hidden states into the cache), "head" (the student's head only: log-softmax of the logits of [rows, tokens]
+  hidden states), "predictors" (divergences.predictors on two [rows, tokens, V] log-prob arrays)."""
+  p = _params(cfg)
+  V = cfg.real_vocab_size
+  if kind == "prefill":
+    return (lambda p, t, q: sampling.prefill.fun(p, t, q, config=cfg, cache_size=slots)), (p, _i32(rows, tokens),
+                                                                                            _i32(rows, tokens))
+  if kind == "decode":
+    keys = _abstract(lambda: jax.random.split(jax.random.key(0), rows))
+    fn = lambda p, c, lg, pos, k, d, caps: sampling.decode.fun(
+        p, c, lg, pos, k, d, caps, 0, config=cfg, sp=sampling.SamplingParams(), max_new_tokens=1, stop_ids=(0,))
+    return fn, (p, _cache(cfg, rows, slots), _f32(rows, cfg.vocab_size), _i32(rows), keys,
+                jax.ShapeDtypeStruct((rows,), jnp.bool_), _i32(rows))
+  if kind == "chunk":
+    fn = lambda p, c, t, q: scoring._logprob_step(p, c, t, q, config=cfg)  # pylint: disable=protected-access
+    return fn, (p, _cache(cfg, rows, slots), _i32(rows, tokens), _i32(rows, tokens))
+  if kind == "prompt":
+    fn = lambda p, c, t, q: decoder.hidden_states(p, t, q, c, config=cfg)[1]
+    return fn, (p, _cache(cfg, rows, slots), _i32(rows, tokens), _i32(rows, tokens))
+  if kind == "head":
+    fn = lambda p, h: jax.nn.log_softmax(scoring._real_logits(p, h, cfg), axis=-1)  # pylint: disable=protected-access
+    return fn, (p, _f32(rows, tokens, cfg.d_model))
+  if kind == "predictors":
+    fn = lambda a, b, y: divergences.predictors(a, b, y, beta=0.5, top_k=8)
+    return fn, (_f32(rows, tokens, V), _f32(rows, tokens, V), _i32(rows, tokens))
+  raise ValueError(f"unknown program kind {kind!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_flops(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int) -> float:
+  fn, args = _program(kind, cfg, rows, tokens, slots)
+  return _harness().xla_cost(jax.jit(fn).lower(*args).compile())["flops"]
+
+
+def _flops_keys(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int) -> list[tuple]:
+  """The `_compiled_flops` arguments that `program_flops` needs."""
+  if kind in ("head", "predictors") or cfg.n_layers <= 2:
+    return [(kind, cfg, rows, tokens, slots)]
+  return [(kind, dataclasses.replace(cfg, n_layers=n), rows, tokens, slots) for n in (1, 2)]
+
+
+def compile_all(cs: list["Call"]) -> None:
+  """Compiles every distinct program of `cs` once, in threads (XLA compiles release the GIL)."""
+  import concurrent.futures  # pylint: disable=g-import-not-at-top
+  todo = list(dict.fromkeys(k for c in cs for k in _flops_keys(c.kind, c.cfg, c.rows, c.tokens, c.slots)))
+  with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+    list(pool.map(lambda k: _compiled_flops(*k), todo))
+
+
+def program_flops(kind: str, cfg: decoder.Config, rows: int, tokens: int = 1, slots: int = 0) -> float:
+  """XLA FLOPs of one call of `_program(kind, ...)` for the full depth L: compiled with 1 and 2 layers,
+  f1 + (L - 1) (f2 - f1) (layered layout: no loop that XLA would count once; exact when the layers are
+  identical, also where XLA drops the last layer's unused outputs); L <= 2 is compiled as is."""
+  keys = _flops_keys(kind, cfg, rows, tokens, slots)
+  if len(keys) == 1:                                              # no extrapolation needed: one compile
+    return _compiled_flops(*keys[0])
+  f1, f2 = (_compiled_flops(*k) for k in keys)
+  return f1 + (cfg.n_layers - 1) * (f2 - f1)
+
+
+def program_bytes(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int, bytes_per_el: int) -> float:
+  """Analytic HBM bytes of one call: the matmul weights once and the KV cache over all slots
+  (`harness.decode_bytes_per_step`; the head's weights only for "head", none for "predictors") plus the fp32
+  [rows, tokens, V] log-prob arrays written and read (the last position only for "prefill" and "decode")."""
+  V = cfg.real_vocab_size
+  logits = 2 * rows * (1 if kind in ("prefill", "decode") else tokens) * V * 4
+  if kind == "head":
+    return cfg.d_model * cfg.vocab_size * bytes_per_el + logits
+  if kind == "predictors":
+    return 2 * logits
+  body = _harness().decode_bytes_per_step(cfg, rows, slots, bytes_per_el)
+  return body if kind == "prompt" else body + logits
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The study's calls.
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+  """`count` calls of one program in one stage (shapes as `_program`)."""
+  stage: str
+  kind: str
+  model: str
+  cfg: decoder.Config
+  rows: int
+  tokens: int
+  slots: int
+  count: float
+
+
+def calls(config, *, student_passes: str = "once") -> list[Call]:
+  """The program calls of a study (see the module docstring for what is counted).
+
+  Args:
+    config: a study config (validated by `study.plan`).
+    student_passes: "once" (today: one student pass per scored rollout serves every view) or "per_view" (a
+      student pass per (teacher, context) view: the code before the reuse, for comparing older measurements).
+  """
+  plan = study.plan(config)
+  b, n_tok, q = config.budget, config.sampling.max_new_tokens, plan.questions
+  confs = [contexts.parse(k, v) for k, v in config.configurations.items()]
+  keys = sorted({c.scoring_key for c in confs})
+  s_cfg = model_config(config.student.name, config)
+  cfgs = {contexts.SELF: s_cfg, **{t: model_config(t, config) for t, _ in keys if t != contexts.SELF}}
+  out = []
+  # Base rollouts: per block of question_batch questions, one prefill of the distinct prompts, n_tok steps.
+  blocks = plan.rollouts // (b.question_batch * b.rollouts_per_question)
+  bucket = sampling._bucket  # pylint: disable=protected-access
+  P, rows = bucket(PROMPT_TOKENS, 16), bucket(b.question_batch * b.rollouts_per_question, 1)
+  out.append(Call("rollouts", "prefill", "student", s_cfg, bucket(b.question_batch, 1), P, P + n_tok, blocks))
+  out.append(Call("rollouts", "decode", "student", s_cfg, rows, 1, P + n_tok, blocks * n_tok))
+  # Scoring: per question, batches of <= 8 scored rollouts; per view the teacher's prompt prefill and chunks.
+  per_q = plan.scored_rollouts // q
+  sb = min(scoring._bucket(per_q, 1), 8)  # pylint: disable=protected-access
+  batches = q * -(-per_q // 8)
+  T = scoring._bucket(n_tok, 16)  # pylint: disable=protected-access
+  C = min(config.scoring.chunk, T)
+  T_pad = -(-T // C) * C
+  chunks = T_pad // C
+
+  def side(stage, name, cfg, prompt_tokens):
+    width = scoring._bucket(prompt_tokens, 16) - 1  # pylint: disable=protected-access
+    c = max(1, min(C, width))
+    width = -(-width // c) * c
+    return [Call(stage, "prompt", name, cfg, sb, c, width + T_pad, batches * width // c),
+            Call(stage, "chunk", name, cfg, sb, C, width + T_pad, batches * chunks)]
+
+  for i, (teacher, ctx) in enumerate(keys):
+    identical = teacher == contexts.SELF and ctx == "plain"
+    if i == 0 or student_passes == "per_view":
+      out += side("scoring", "student", s_cfg, PROMPT_TOKENS)
+    else:
+      out.append(Call("scoring", "head", "student", s_cfg, sb, C, 0, batches * chunks))
+    if not identical:
+      extra = 0 if ctx == "plain" else CONTEXT_TOKENS.get(ctx, CONTEXT_DEFAULT) + (n_tok if ctx == "contrastive"
+                                                                                   else 0)
+      out += side("scoring", f"{'student' if teacher == contexts.SELF else teacher} ({ctx})", cfgs[teacher],
+                  PROMPT_TOKENS + extra)
+    out.append(Call("scoring", "predictors", "-", s_cfg, sb, C, 0, batches * chunks))
+  # Continuations: one prefill of the node rollouts per question, then full branch batches (one start step each).
+  seq = bucket(PROMPT_TOKENS + n_tok, 16)
+  nb = b.branch_batch
+  n_calls = q * -(-(plan.continuations // q) // nb)
+  out.append(Call("continuations", "prefill", "student", s_cfg, b.node_rollouts_per_question, seq, seq, q))
+  out.append(Call("continuations", "decode", "student", s_cfg, nb, 1, seq + n_tok,
+                  n_calls + plan.continuations * (n_tok // 2) / nb))
+  return out
+
+
+def cpu_rate(m: int) -> float:
+  """fp32 matmul FLOP/s of XLA:CPU at matmul M (`CPU_MATMUL_GFLOPS`, log-linear between measured M)."""
+  ms = sorted(CPU_MATMUL_GFLOPS)
+  return 1e9 * float(np.interp(math.log(max(m, 1)), [math.log(x) for x in ms], [CPU_MATMUL_GFLOPS[x] for x in ms]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+  """Totals of a set of calls: FLOPs, HBM bytes, CPU seconds, accelerator roofline seconds and the part of
+  those that is compute-bound."""
+  flops: float
+  bytes: float
+  cpu_s: float
+  cpu_compute_s: float
+  acc_s: float
+  acc_compute_s: float
+
+  def bound(self, on_cpu: bool = False) -> str:
+    """"compute" when compute-bound programs take most of the time, else "memory"."""
+    t, tc = (self.cpu_s, self.cpu_compute_s) if on_cpu else (self.acc_s, self.acc_compute_s)
+    return "compute" if tc >= t / 2 else "memory"
+
+
+def cost(cs: list[Call], chip: Accelerator | None, chips: int = 1, cpu_bytes_per_el: int = 4) -> Cost:
+  """Sum over calls of XLA FLOPs, analytic bytes (bf16 weights and KV on the accelerator; fp32 for the CPU
+  estimate) and roofline times (module docstring)."""
+  compile_all(cs)
+  f = by = cpu = cpu_c = acc = acc_c = 0.0
+  for c in cs:
+    fl = program_flops(c.kind, c.cfg, c.rows, c.tokens, c.slots)
+    t_c = fl / cpu_rate(c.rows * c.tokens)
+    t = max(t_c, program_bytes(c.kind, c.cfg, c.rows, c.tokens, c.slots, cpu_bytes_per_el) / CPU_BW)
+    cpu, cpu_c = cpu + c.count * t, cpu_c + (c.count * t if t_c >= t else 0.0)
+    bts = program_bytes(c.kind, c.cfg, c.rows, c.tokens, c.slots, 2 if chip else cpu_bytes_per_el)
+    f, by = f + c.count * fl, by + c.count * bts
+    if chip:
+      t_c = fl / (chips * chip.peak_flops * EFF_FLOPS)
+      t = max(t_c, bts / (chips * chip.hbm_bw * EFF_BW))
+      acc, acc_c = acc + c.count * t, acc_c + (c.count * t if t_c >= t else 0.0)
+  return Cost(f, by, cpu, cpu_c, acc, acc_c)
+
+
+STAGES = ("rollouts", "scoring", "continuations")
+
+
+def describe(config, name: str) -> str:
+  """The `--dry_run --cost_model=<name>` report: per stage FLOPs, bytes, the CPU estimate and (for an
+  accelerator) the roofline time and its bound, then totals and hours per question. Raises ValueError on an
+  unknown accelerator or a model without an architecture."""
+  chip, chips = accelerator(name)
+  cs = calls(config)
+  plan = study.plan(config)
+  where = "cpu" if chip is None else f"{chips} x {chip.name}"
+  head = ["stage", "FLOPs", "bytes", "CPU est", "bound"] if chip is None else [
+      "stage", "FLOPs", "HBM bytes", "CPU est", f"roofline ({name})", "bound"]
+  rows, total = [], []
+  for stage in STAGES + ("total",):
+    c = cost([x for x in cs if stage in ("total", x.stage)], chip, chips)
+    row = [stage, f"{c.flops:.3g}", f"{c.bytes:.3g}", _secs(c.cpu_s)]
+    row += [_secs(c.acc_s), c.bound()] if chip else [c.bound(on_cpu=True)]
+    rows.append(row)
+    total = c
+  widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+  fmt = lambda r: "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip()
+  lines = [f"cost model ({where}; compile-only XLA FLOPs, analytic bytes; upper bounds of study.plan):"]
+  lines += [fmt(head)] + [fmt(r) for r in rows]
+  lines.append(f"  CPU estimate: fp32 matmul rate at each program's M from CPU_MATMUL_GFLOPS "
+               f"({min(CPU_MATMUL_GFLOPS.values()):.0f}-{max(CPU_MATMUL_GFLOPS.values()):.0f} GFLOP/s), "
+               f"{CPU_BW / 1e9:.1f} GB/s; compile and load excluded")
+  if chip:
+    lines.append(f"  roofline: {chips} x ({chip.peak_flops / 1e12:.0f} TFLOP/s bf16 at {EFF_FLOPS:.0%}, "
+                 f"{chip.hbm_bw / 1e12:.2f} TB/s HBM at {EFF_BW:.0%}), bf16 weights and KV cache, chips as one "
+                 "ideal device (no communication)")
+    lines.append(f"  hours per question: {total.acc_s / plan.questions / 3600:.3g} on {where} "
+                 f"({total.acc_s / 3600:.3g} h for {plan.questions} questions)")
+    need = _peak_bytes(cs, 2)
+    if need > chips * chip.hbm_bytes:
+      lines.append(f"  WARNING: weights + the largest KV cache need {need / 1e9:.0f} GB, more than {chips} x "
+                   f"{chip.hbm_bytes / 1e9:.0f} GB of HBM: lower config.budget.branch_batch / question_batch or "
+                   "add chips")
+  lines.append(f"  assumed prompts: {PROMPT_TOKENS} tokens; teacher contexts +{CONTEXT_DEFAULT} (contrastive "
+               "also + the response cap); continuations average half the cap in full batches")
+  return "\n".join(lines)
+
+
+def _peak_bytes(cs: list[Call], bytes_per_el: int) -> float:
+  weights = sum(_harness().matmul_params(c) * bytes_per_el for c in {c.cfg for c in cs})
+  kv = max(2 * c.cfg.n_layers * c.rows * c.slots * c.cfg.n_kv_heads * c.cfg.head_dim * bytes_per_el for c in cs)
+  return weights + kv
+
+
+def _secs(s: float) -> str:
+  return f"{s:.3g} s" if s < 3600 else f"{s / 3600:.3g} h"
+
+
+def measure_cpu(reps: int = 15) -> dict:
+  """The microbenchmark behind CPU_MATMUL_GFLOPS and CPU_BW (median of `reps` timed calls each)."""
+  import statistics  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+
+  def run(m, k, n):
+    x, w = jnp.ones((m, k), jnp.float32), jnp.full((k, n), 0.01, jnp.float32)
+    f = jax.jit(jnp.matmul)
+    f(x, w).block_until_ready()
+    ts = []
+    for _ in range(reps):
+      t = time.perf_counter()
+      f(x, w).block_until_ready()
+      ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+  out = {m: round(2 * m * 896 * 4864 / run(m, 896, 4864) / 1e9, 1) for m in CPU_MATMUL_GFLOPS}
+  out["bw_gb_s"] = round(8192 * 8192 * 4 / run(1, 8192, 8192) / 1e9, 1)
+  return out
