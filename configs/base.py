@@ -31,6 +31,13 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   budget.nodes_per_rollout              nodes per node rollout
   budget.node_strategy                  exponential | uniform | entropy | all
   budget.continuations_per_candidate    R: continuations per (node, candidate)
+  budget.adaptive                       False: R continuations at every candidate; True: R in round 0, then rounds
+                                        placed where they most lower the predicted 1 - cos(ĝ, g*) of their node
+                                        (targeted.estimate_successes; records keep each candidate's n)
+  budget.continuations_max              adaptive: most continuations per candidate (R_max, the row-id stride)
+  budget.continuations_mean             adaptive: the question's budget, as mean continuations per candidate
+  budget.adaptive_tolerance             adaptive: a node whose predicted 1 - cos(ĝ, g*) is <= this gets no more
+                                        (0: spend the budget)
   budget.student_top_k, budget.teacher_top_k   candidate set: sampled token + top-k of p + top-k of each q_c
   budget.branch_batch       continuations per decode call (fixed shape)
   budget.question_batch     questions whose base rollouts are sampled in one batch (question_batch x
@@ -68,7 +75,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.contexts = dict(templates={})
   c.budget = dict(questions=4, rollouts_per_question=8, node_rollouts_per_question=2, nodes_per_rollout=4,
                   node_strategy="exponential", continuations_per_candidate=8, student_top_k=2, teacher_top_k=1,
-                  branch_batch=64, question_batch=1, prefer_finished=False)
+                  branch_batch=64, question_batch=1, prefer_finished=False, adaptive=False,
+                  continuations_max=64, continuations_mean=8.0, adaptive_tolerance=0.0)
   c.selection = "informative"
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0)
   c.mesh = dict(data=-1, model=1)

@@ -100,6 +100,14 @@ def validate(config) -> None:
   for f in ("budget.student_top_k", "budget.teacher_top_k"):
     if config.budget[f.split(".")[1]] < 0:
       raise ValueError(f"config.{f} must be >= 0, got {config.budget[f.split('.')[1]]}")
+  b = config.budget
+  if not isinstance(b.get("adaptive", False), bool):
+    raise ValueError(f"config.budget.adaptive must be True or False, got {b.adaptive!r}")
+  if b.get("adaptive", False) and not (b.continuations_per_candidate <= b.continuations_mean <= b.continuations_max
+                                       and b.adaptive_tolerance >= 0):
+    raise ValueError(f"config.budget with adaptive=True needs continuations_per_candidate <= continuations_mean <= "
+                     f"continuations_max and adaptive_tolerance >= 0, got {b.continuations_per_candidate}, "
+                     f"{b.continuations_mean}, {b.continuations_max}, {b.adaptive_tolerance}")
   if config.budget.node_strategy not in targeted.STRATEGIES:
     raise ValueError(f"config.budget.node_strategy must be one of {targeted.STRATEGIES}, got "
                      f"{config.budget.node_strategy!r}")
@@ -186,7 +194,7 @@ def plan(config) -> Plan:
   scored = q * (b.rollouts_per_question if config.scoring.all_rollouts else b.node_rollouts_per_question)
   nodes = q * b.node_rollouts_per_question * (n_tok if b.node_strategy == "all" else b.nodes_per_rollout)
   cand = 1 + b.student_top_k + b.teacher_top_k * len(keys)
-  cont = nodes * cand * b.continuations_per_candidate
+  cont = int(nodes * cand * (b.continuations_mean if b.get("adaptive", False) else b.continuations_per_candidate))
   gen = rollouts * n_tok + cont * n_tok // 2
   scored_tokens = scored * n_tok * len(keys)          # one pass per (teacher, context)
   secs = gen / DECODE_TOKENS_PER_S + scored_tokens / SCORE_TOKENS_PER_S
@@ -464,13 +472,18 @@ def process_question(env: Env, index: int, problem, out: sampling.Samples) -> di
     return env.task.reward(problem, student.tokenizer.decode(resp, skip_special_tokens=True))
 
   key_c = jax.random.fold_in(key_q, 1)
-  branches = sum(int((cand[r] >= 0).sum()) for r in node_rows) * c.budget.continuations_per_candidate
-  with _timed(env, "continuations_s"), stages.bar("targeted continuations", total=branches * n_tok,
+  b = c.budget
+  adaptive = (targeted.Adaptive(r_max=b.continuations_max, mean=b.continuations_mean, tolerance=b.adaptive_tolerance)
+              if b.get("adaptive", False) else None)
+  branches = sum(int((cand[r] >= 0).sum()) for r in node_rows) * (b.continuations_mean if adaptive else
+                                                                     b.continuations_per_candidate)
+  with _timed(env, "continuations_s"), stages.bar("targeted continuations", total=int(branches * n_tok),
                                                   unit="tok") as bar:
     continuer.progress = bar.update
     outcomes = targeted.estimate_successes(
         continuer, verify, prompt, [(r, responses[r], nodes[r], cand[r]) for r in node_rows],
-        R=c.budget.continuations_per_candidate, key=key_c, max_response_len=n_tok)
+        R=c.budget.continuations_per_candidate, key=key_c, max_response_len=n_tok, adaptive=adaptive,
+        probs=[np.exp(p_at[r]) for r in node_rows])
   node_frames = [_node_rows(env, problem, r, correct[r], responses[r], nodes[r], cand[r], out, p_at[r],
                             {key: q_at[key].get(r) for key in keys}, dense)
                  for r, out in zip(node_rows, outcomes)]

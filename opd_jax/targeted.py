@@ -13,6 +13,7 @@ from typing import Any, Callable, Protocol, Sequence
 import jax
 import numpy as np
 
+from opd_jax import allocation
 from opd_jax import gradients
 from opd_jax import sampling
 
@@ -172,16 +173,54 @@ class Outcomes:
     return self._sum(lo, lo + h), h
 
 
-ROLLOUT_STRIDE = 1 << 20   # row ids: rollout_id * ROLLOUT_STRIDE + (m * K + k) * R + r
+ROLLOUT_STRIDE = 1 << 20   # row ids: rollout_id * ROLLOUT_STRIDE + (m * K + k) * stride + r
+
+
+@dataclasses.dataclass(frozen=True)
+class Adaptive:
+  """Adaptive allocation of targeted continuations (`estimate_successes`, `opd_jax.allocation`).
+
+  r_max: most replicates per candidate (`budget.continuations_max`); also the row-id stride, so replicate r of
+    a candidate is the same draw whatever the allocation (and equal to a uniform run's with R = r_max).
+  mean: the call's total budget, in replicates per valid candidate (`budget.continuations_mean`): the call
+    spends at most round(mean x valid candidates) continuations, R in round 0 and the rest by the allocator.
+  tolerance: per-node precision (`budget.adaptive_tolerance`): a node whose predicted 1 - cos(ĝ, g*) is
+    <= tolerance gets no more replicates (0: spend the whole budget).
+  unit: replicates per allocation step (2 keeps the split halves of the noise ceiling balanced).
+  prior: a of the Beta(a, a) prior that shrinks P^ in the allocator's score (never in the estimates).
+  spread: how uncertain the allocator takes |g*|^2 to be, in units of Var(ĝ)'s trace (`allocation.allocate`).
+  growth: each round adds at most growth x the continuations spent so far (0.5: about log(mean / R) / log 1.5
+    rounds after the first).
+  """
+  r_max: int
+  mean: float
+  tolerance: float = 0.0
+  unit: int = 2
+  prior: float = 0.5
+  spread: float = 1.0
+  growth: float = 0.5
 
 
 def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float], prompt: Sequence[int],
                        rollouts: Sequence[tuple[int, Sequence[int], Sequence[int], np.ndarray]], *, R: int,
-                       key: jax.Array, max_response_len: int) -> list[Outcomes]:
-  """Targeted continuations: force every candidate at every node of every given rollout R times, verify each.
+                       key: jax.Array, max_response_len: int, adaptive: Adaptive | None = None,
+                       probs: Sequence[np.ndarray] | None = None) -> list[Outcomes]:
+  """Targeted continuations: force every candidate at every node of every given rollout, verify each.
 
-  All branches of the call (every rollout, node, candidate, replicate) go to the policy together, so the
-  student batches them across rollouts and reuses each rollout's prefix cache.
+  Uniform (adaptive None): R replicates per candidate. Adaptive: R per candidate in round 0, then rounds that
+  each add at most adaptive.growth x what was spent so far, placed by
+  `allocation.allocate` on the (node, candidate) pairs whose next replicates most lower the predicted
+  1 - cos(ĝ, g*) of their node, until round(adaptive.mean x valid candidates) continuations are spent, every
+  node meets adaptive.tolerance or every candidate has r_max. Each round's branches (every rollout, node,
+  candidate, replicate) go to the policy in one `continue_branches` call, so the student batches them across
+  rollouts and reuses each rollout's prefix cache.
+
+  What stays unbiased under adaptive allocation: the allocator reads the outcomes, so n_k depends on the
+  candidate's own earlier replicates and the pooled P^ = successes / n is not exactly unbiased (a sequential
+  design; its bias is measured small in tests/test_adaptive.py). Unbiased are: the first R replicates of every
+  candidate (round 0, a fixed design: `Outcomes.replicates(m, k)[:R]`), hence g* = p (P^ - V^) and the teacher
+  advantage from them (linear in P^), and each later round's batch mean given that the batch was run (its
+  draws are fresh). Cosines (alignment, noise ceiling) are nonlinear and biased at any R, uniform or not.
 
   Args:
     policy: the student (`ModelPolicy`) or the toy; continuations use the student in its own context.
@@ -189,32 +228,90 @@ def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float
     prompt: the question's prompt ids (shared by the rollouts).
     rollouts: per rollout, (rollout_id, response ids, node positions int [M] (0-based response indices),
       candidate ids int [M, K] padded with -1).
-    R: continuations per candidate (`budget.continuations_per_candidate`).
+    R: continuations per candidate (`budget.continuations_per_candidate`); round 0's when adaptive.
     key: PRNG key of the question; branch (rollout_id, m, k, r) uses row id
-      rollout_id * ROLLOUT_STRIDE + (m * K + k) * R + r, so its draws never depend on the other branches.
+      rollout_id * ROLLOUT_STRIDE + (m * K + k) * stride + r with stride = R (uniform) or adaptive.r_max, so
+      its draws never depend on the other branches.
     max_response_len: the base rollouts' token cap; continuations share it (response length <= cap).
+    adaptive: `Adaptive` settings, or None for uniform R.
+    probs: per rollout, float [M, K] student probabilities on C(u) (any positive scale; renormalised over the
+      valid slots): the allocator's p. Required when adaptive.
   Returns:
-    One `Outcomes` per rollout, rewards [M, K, R].
+    One `Outcomes` per rollout: uniform: rewards [M, K, R], counts None; adaptive: rewards [M, K, r_max] and
+    the counts actually run.
+  Raises:
+    ValueError: R <= 0, bad adaptive settings, missing probs, or too many branches for the row-id stride.
   """
   if R <= 0:
     raise ValueError(f"budget.continuations_per_candidate must be > 0, got {R}")
-  branches, outs = [], []
-  for i, (rid, _, positions, candidates) in enumerate(rollouts):
-    candidates = np.asarray(candidates)
-    M, K = candidates.shape
-    if M * K * R >= ROLLOUT_STRIDE:
-      raise ValueError(f"{M} nodes x {K} candidates x R={R} exceeds {ROLLOUT_STRIDE} branches per rollout")
-    outs.append(np.zeros((M, K, R), np.int8))
-    branches += [(i, m, k, r, int(positions[m]), int(candidates[m, k]),
-                  rid * ROLLOUT_STRIDE + (m * K + k) * R + r)
-                 for m in range(M) for k in range(K) if candidates[m, k] >= 0 for r in range(R)]
-  if branches:
-    res = policy.continue_branches(
-        prompt, [r[1] for r in rollouts], [b[0] for b in branches], [b[4] for b in branches],
-        [b[5] for b in branches], key=key, row_ids=[b[6] for b in branches], max_response_len=max_response_len)
-    for (i, m, k, r, *_), (new_response, finished) in zip(branches, res):
-      outs[i][m, k, r] = int(verify(new_response, finished) == 1.0)
-  return [Outcomes(rewards=o, valid=np.asarray(c) >= 0) for o, (_, _, _, c) in zip(outs, rollouts)]
+  stride = R
+  if adaptive is not None:
+    stride = adaptive.r_max
+    if adaptive.r_max < R or not adaptive.mean >= R or adaptive.unit < 1 or adaptive.tolerance < 0:
+      raise ValueError(f"adaptive continuations need continuations_max >= continuations_mean >= "
+                       f"continuations_per_candidate (R = {R}), unit >= 1 and tolerance >= 0, got {adaptive}")
+    if probs is None or len(probs) != len(rollouts):
+      raise ValueError("adaptive continuations need probs: the student's p on C(u), one [M, K] per rollout")
+  cands = [np.asarray(c) for _, _, _, c in rollouts]
+  for c in cands:
+    if c.size * stride >= ROLLOUT_STRIDE:
+      raise ValueError(f"{c.shape[0]} nodes x {c.shape[1]} candidates x {stride} replicates exceeds "
+                       f"{ROLLOUT_STRIDE} branches per rollout")
+  outs = [np.zeros(c.shape + (stride,), np.int8) for c in cands]
+  counts = [np.where(c >= 0, R, 0).astype(np.int64) for c in cands]
+  todo = [(i, m, k, r) for i, c in enumerate(cands) for m in range(c.shape[0]) for k in range(c.shape[1])
+          if c[m, k] >= 0 for r in range(R)]
+  _continue(policy, verify, prompt, rollouts, todo, outs, key=key, stride=stride,
+            max_response_len=max_response_len)
+  if adaptive is not None and cands:
+    _adaptive_rounds(policy, verify, prompt, rollouts, outs, counts, probs, adaptive, key=key,
+                     max_response_len=max_response_len)
+  return [Outcomes(rewards=o, valid=c >= 0, counts=None if adaptive is None else n)
+          for o, c, n in zip(outs, cands, counts)]
+
+
+def _continue(policy, verify, prompt, rollouts, todo, outs, *, key, stride, max_response_len):
+  """Runs branches (rollout index i, node m, slot k, replicate r) in one policy call; writes outs[i][m, k, r]."""
+  if not todo:
+    return
+  branches = []
+  for i, m, k, r in todo:
+    rid, _, positions, candidates = rollouts[i]
+    K = np.shape(candidates)[1]
+    branches.append((i, int(positions[m]), int(candidates[m][k]), rid * ROLLOUT_STRIDE + (m * K + k) * stride + r))
+  res = policy.continue_branches(
+      prompt, [r[1] for r in rollouts], [b[0] for b in branches], [b[1] for b in branches],
+      [b[2] for b in branches], key=key, row_ids=[b[3] for b in branches], max_response_len=max_response_len)
+  for (i, m, k, r), (new_response, finished) in zip(todo, res):
+    outs[i][m, k, r] = int(verify(new_response, finished) == 1.0)
+
+
+def _adaptive_rounds(policy, verify, prompt, rollouts, outs, counts, probs, adaptive, *, key, max_response_len):
+  """Rounds after the first (`estimate_successes`): allocate over every node of every rollout together."""
+  K = max(c.shape[1] for c in counts)
+  pad = lambda a, fill: np.concatenate([np.pad(x, [(0, 0), (0, K - x.shape[1])] + [(0, 0)] * (x.ndim - 2),
+                                               constant_values=fill) for x in a])
+  valid = pad([np.asarray(c) >= 0 for _, _, _, c in rollouts], False)
+  p = pad([np.asarray(x, np.float64) for x in probs], 0.0)
+  where = [(i, m) for i, c in enumerate(counts) for m in range(c.shape[0])]
+  total = int(round(adaptive.mean * valid.sum()))
+  spent = int(sum(c.sum() for c in counts))
+  while spent < total:
+    n = pad(counts, 0)
+    s = pad([o.sum(-1) for o in outs], 0)
+    extra = allocation.allocate(p, s, n, valid, budget=min(total - spent, max(int(adaptive.growth * spent), 1)),
+                                unit=adaptive.unit,
+                                r_max=adaptive.r_max, tolerance=adaptive.tolerance, prior=adaptive.prior,
+                                spread=adaptive.spread)
+    if not extra.any():
+      break
+    todo = [(i, m, k, r) for j, (i, m) in enumerate(where) for k in np.flatnonzero(extra[j])
+            for r in range(n[j, k], n[j, k] + extra[j, k])]
+    _continue(policy, verify, prompt, rollouts, todo, outs, key=key, stride=adaptive.r_max,
+              max_response_len=max_response_len)
+    for j, (i, m) in enumerate(where):
+      counts[i][m] += extra[j, :counts[i].shape[1]]
+    spent += int(extra.sum())
 
 
 def wilson_interval(successes, n, z: float = 1.959964) -> tuple[np.ndarray, np.ndarray]:
