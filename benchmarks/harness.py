@@ -15,6 +15,10 @@ import sys
 import time
 from typing import Callable
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The formulas live in the package (the cost model uses them too); opd_jax.flops imports no jax.
+from opd_jax.flops import decode_bytes_per_step, matmul_params, xla_cost  # pylint: disable=g-import-not-at-top,unused-import
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -251,15 +255,6 @@ def hf_model(spec: str, dtype: str, device: str, export_dir: str | None = None):
   return model.to(device).eval(), tok
 
 
-def matmul_params(config) -> int:
-  """N: weights multiplied per token = every param but the input embedding table, plus the output head once
-  (tied or not). Model FLOPs per token = 2 N (attention scores and softmax are extra)."""
-  c = config
-  qd, kd = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
-  per_layer = c.d_model * (qd + 2 * kd) + qd * c.d_model + 3 * c.d_model * c.d_ff
-  return c.n_layers * per_layer + c.d_model * c.vocab_size
-
-
 def jaxpr_flops(fn, *args, loops: bool = True, **kwargs) -> tuple[float, bool]:
   """Matmul FLOPs of fn(*args, **kwargs) read off its jaxpr: 2 x (output size) x (contracted size) for every
   dot_general, each scan body times its length (loops=True) or once (loops=False: the convention of XLA's
@@ -296,13 +291,6 @@ def jaxpr_flops(fn, *args, loops: bool = True, **kwargs) -> tuple[float, bool]:
   return count(jax.make_jaxpr(functools.partial(fn, **kwargs))(*args).jaxpr), found_while[0]
 
 
-def xla_cost(compiled) -> dict:
-  """{"flops", "bytes accessed"} of `jax.jit(f).lower(...).compile().cost_analysis()` (dict or [dict])."""
-  ca = compiled.cost_analysis()
-  ca = ca[0] if isinstance(ca, (list, tuple)) else ca
-  return {k: float(ca.get(k, float("nan"))) for k in ("flops", "bytes accessed")}
-
-
 class CompileCounter:
   """Counts XLA backend compilations (jax.monitoring events) in this process, e.g. to show that steady-state
   repetitions do not recompile: `n = counter.count; f(...); assert counter.count == n`."""
@@ -324,15 +312,6 @@ def jax_device_memory_mb() -> tuple[float, float] | None:
   if not stats:
     return None
   return stats.get("bytes_in_use", 0) / 2**20, stats.get("peak_bytes_in_use", 0) / 2**20
-
-
-def decode_bytes_per_step(config, batch: int, cache_slots: int, bytes_per_el: int) -> int:
-  """HBM bytes one decode step of our sampler reads: the matmul weights once (`matmul_params`), plus K and V of
-  every layer over all cache slots (attention reads the whole fixed-size cache, masked):
-  bytes = (N + 2 L B S K Dh) x bytes per element."""
-  c = config
-  kv = 2 * c.n_layers * batch * cache_slots * c.n_kv_heads * c.head_dim
-  return (matmul_params(c) + kv) * bytes_per_el
 
 
 def gsm8k_text(path: str | None) -> list[str]:

@@ -10,7 +10,7 @@ FLOPs. XLA counts a while / scan body once, so the programs are single steps (on
 chunk, one prompt-prefill chunk) multiplied by their trip counts here, and every model program is compiled with
 1 and with 2 layers in the "layered" layout (a Python loop, no scan): flops(L) = f1 + (L - 1) (f2 - f1), exact
 for a stack of identical layers. CPU "bytes accessed" reflect CPU fusion, so the HBM side is analytic: weights
-once per program call, the KV cache it reads (`benchmarks/harness.py` `decode_bytes_per_step`) and its
+once per program call, the KV cache it reads (`flops.decode_bytes_per_step`) and its
 [rows, V] fp32 logits.
 
 Work counted (upper bounds, as `study.plan`): every question selected, every base rollout at the token cap;
@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import math
 import os
 import re
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -41,22 +39,11 @@ import numpy as np
 
 from opd_jax import contexts
 from opd_jax import divergences
+from opd_jax import flops
 from opd_jax import sampling
 from opd_jax import scoring
 from opd_jax import study
 from opd_jax.models import decoder
-
-
-def _harness():
-  """benchmarks/harness.py of this checkout (matmul_params, xla_cost, decode_bytes_per_step): the one home of
-  those counts. Raises RuntimeError when opd_jax runs without its repository (a non-editable install)."""
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  if not os.path.isfile(os.path.join(root, "benchmarks", "harness.py")):
-    raise RuntimeError(f"--cost_model needs the repository's benchmarks/harness.py next to {root}/opd_jax; run it "
-                       "from a checkout (pip install -e .)")
-  if root not in sys.path:
-    sys.path.insert(0, root)
-  return importlib.import_module("benchmarks.harness")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +190,7 @@ def _program(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int)
 @functools.lru_cache(maxsize=None)
 def _compiled_flops(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int) -> float:
   fn, args = _program(kind, cfg, rows, tokens, slots)
-  return _harness().xla_cost(jax.jit(fn).lower(*args).compile())["flops"]
+  return flops.xla_cost(jax.jit(fn).lower(*args).compile())["flops"]
 
 
 def _flops_keys(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int) -> list[tuple]:
@@ -234,7 +221,7 @@ def program_flops(kind: str, cfg: decoder.Config, rows: int, tokens: int = 1, sl
 
 def program_bytes(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int, bytes_per_el: int) -> float:
   """Analytic HBM bytes of one call: the matmul weights once and the KV cache over all slots
-  (`harness.decode_bytes_per_step`; the head's weights only for "head", none for "predictors") plus the fp32
+  (`flops.decode_bytes_per_step`; the head's weights only for "head", none for "predictors") plus the fp32
   [rows, tokens, V] log-prob arrays written and read (the last position only for "prefill" and "decode")."""
   V = cfg.real_vocab_size
   logits = 2 * rows * (1 if kind in ("prefill", "decode") else tokens) * V * 4
@@ -242,7 +229,7 @@ def program_bytes(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots:
     return cfg.d_model * cfg.vocab_size * bytes_per_el + logits
   if kind == "predictors":
     return 2 * logits
-  body = _harness().decode_bytes_per_step(cfg, rows, slots, bytes_per_el)
+  body = flops.decode_bytes_per_step(cfg, rows, slots, bytes_per_el)
   return body if kind == "prompt" else body + logits
 
 
@@ -407,7 +394,7 @@ def describe(config, name: str) -> str:
 
 
 def _peak_bytes(cs: list[Call], bytes_per_el: int) -> float:
-  weights = sum(_harness().matmul_params(c) * bytes_per_el for c in {c.cfg for c in cs})
+  weights = sum(flops.matmul_params(c) * bytes_per_el for c in {c.cfg for c in cs})
   kv = max(2 * c.cfg.n_layers * c.rows * c.slots * c.cfg.n_kv_heads * c.cfg.head_dim * bytes_per_el for c in cs)
   return weights + kv
 

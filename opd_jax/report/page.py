@@ -5,7 +5,6 @@ import html
 
 import pandas as pd
 
-from opd_jax.report import markdown as md
 from opd_jax.report.common import ci
 from opd_jax.report.common import fmt
 
