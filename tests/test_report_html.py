@@ -72,3 +72,12 @@ def test_harness_sees_console_errors_and_blank_pages(tmp_path):
   console = render(bad, tmp_path / "bad.png")
   assert any("boom" in line for line in console) and any("ReferenceError" in line for line in console)
   assert non_white_share(tmp_path / "bad.png") < 0.001
+
+
+def test_per_token_page_renders_in_chromium(tmp_path):
+  from test_report_router import tiny_study   # pylint: disable=g-import-not-at-top
+  workdir = tiny_study(tmp_path / "run")
+  report.write_summary(str(workdir), n_boot=50, n_boot_predictors=10, plot=False, pages=1)
+  console = render(workdir / "html" / "rollout-0000.html", tmp_path / "tokens.png")
+  assert console == []
+  assert non_white_share(tmp_path / "tokens.png") > 0.01

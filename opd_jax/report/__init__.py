@@ -1,6 +1,7 @@
 """The report of a study: what a researcher reads (issue 14).
 
   python -m opd_jax.report --workdir=runs/teacher_sweep     # rebuilds summary.md/.csv, verdict.json, report.html
+  python -m opd_jax.report --workdir='runs/*' --out=runs/compare   # one comparison over several studies
 
 Reads `<workdir>/records/nodes/part-*.parquet` (one part per question, from every host), the rollouts, and
 `config.json` / `manifest.json` beside them when present. Modules, in data-flow order:
@@ -10,8 +11,11 @@ Reads `<workdir>/records/nodes/part-*.parquet` (one part per question, from ever
   decision   decide: ranking, paired differences with Holm, P(best), power, the verdict (verdict.json);
   where      alignment and teacher advantage by position, entropy, argmax, token kind;
   predictors Spearman / AUROC with intervals, predictor filter vs oracle filter;
+  router     route: per-token choice of configuration from the predictors, cross-validated by question;
   figures, markdown, page, rollout: matplotlib figures, summary.md, report.html, the per-rollout view;
-  build      write_summary: every file from the records.
+  token_pages html/: one page per node rollout (capped) and an index;
+  build      write_summary: every file from the records;
+  compare    several studies side by side (--workdir repeated or a glob, --out): comparison.html / .csv.
 paper.md, "What the paper reports" and "Where opd_jax goes further".
 """
 from opd_jax.report.build import read_records

@@ -1,6 +1,6 @@
 """Builds every report file of a study from its records: summary.md, summary.csv, verdict.json, where.csv,
-predictors.csv, alignment.png and report.html (each written atomically; same records and arguments -> same
-bytes: no clock, no absolute paths)."""
+predictors.csv, alignment.png, report.html and html/ (per-token pages) (each written atomically; same records
+and arguments -> same bytes: no clock, no absolute paths)."""
 import glob
 import json
 import os
@@ -17,7 +17,9 @@ from opd_jax.report import figures
 from opd_jax.report import markdown as md
 from opd_jax.report import page
 from opd_jax.report import predictors as why
+from opd_jax.report import router as rt
 from opd_jax.report import summary as summ
+from opd_jax.report import token_pages
 from opd_jax.report import where
 
 
@@ -77,12 +79,14 @@ def _rollout_lengths(workdir: str, meta: dict) -> pd.DataFrame | None:
 
 def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes: int = common.MIN_NODES,
                   min_questions: int = common.MIN_QUESTIONS, target: str = "incorrect", plot: bool = True,
-                  html: bool = True, decode=None, n_boot_predictors: int = 200) -> str:
+                  html: bool = True, decode=None, n_boot_predictors: int = 200,
+                  pages: int = token_pages.DEFAULT_PAGES, colour_by: str = token_pages.DEFAULT_COLOUR_BY) -> str:
   """Rebuilds the report files of `<workdir>` from its node records (and rollouts, config.json, manifest.json).
 
   Files: summary.md (markdown, returned), summary.csv (summary.summarize), verdict.json (decision.decide on
-  `target`), where.csv (where.where_table), predictors.csv (predictors.predictor_table), alignment.png (plot)
-  and report.html (html; figures inline).
+  `target`, with the router (router.route on `target`) under "router"), where.csv (where.where_table),
+  predictors.csv (predictors.predictor_table), alignment.png (plot), report.html (html; figures inline) and
+  html/ (html and pages > 0: token_pages.write_pages, linked from report.html).
 
   Args:
     workdir: the study's working directory (holds records/nodes).
@@ -93,6 +97,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
     decode: token id -> text (e.g. `lambda t: tokenizer.decode([t])`) for the token-kind split; without it the
       split is skipped with a note.
     n_boot_predictors: bootstrap replicates of the predictor intervals (rank statistics: slower per replicate).
+    pages: the cap on per-token pages in html/ (0: none).
+    colour_by: the predictor the per-token pages colour by (a tokens column, e.g. "kl_pq").
   Returns:
     The markdown written to summary.md.
   Raises:
@@ -107,6 +113,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   verdict = decision.decide(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
                             min_questions=min_questions)
   predictor_rows = why.predictor_table(nodes, n_boot=n_boot_predictors, seed=seed)
+  routed = rt.route(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes, min_questions=min_questions)
+  verdict = {**verdict, "router": routed}
   config = _load_json(os.path.join(workdir, "config.json"))
   manifest = _load_json(os.path.join(workdir, "manifest.json"))
   name = (config or {}).get("name") or os.path.basename(os.path.abspath(workdir))
@@ -121,7 +129,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   if manifest is not None:
     meta["manifest.json"] = _flatten(manifest)
   markdown = md.render_markdown(summary, title=f"opd_jax summary: {name}", meta=meta, verdict=verdict,
-                                predictors=predictor_rows)
+                                predictors=predictor_rows, router=routed)
   pngs = {}
   if plot:
     pngs["alignment"] = figures.alignment_by_config(summary)
@@ -134,8 +142,10 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
       pngs[f"where_{split}"] = figures.where_split(where_rows, split)
     if len(predictor_rows):
       pngs["predictors"] = figures.predictor_auroc(predictor_rows)
+    links = _pages(workdir, nodes, notes, pages=pages, colour_by=colour_by, decode=decode)
     page_html = page.render_html(title=f"opd_jax report: {name}", verdict=verdict, summary=summary, figures=pngs,
-                                 where=where_rows, predictors=predictor_rows, meta=meta, notes=notes)
+                                 where=where_rows, predictors=predictor_rows, meta=meta, notes=notes,
+                                 router=routed, pages=links)
     records.atomic_write_bytes(os.path.join(workdir, "report.html"), page_html)
   records.atomic_write_bytes(os.path.join(workdir, "summary.md"), markdown)
   records.atomic_write_bytes(os.path.join(workdir, "summary.csv"), summary.to_csv(index=False))
@@ -143,6 +153,38 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   records.atomic_write_bytes(os.path.join(workdir, "predictors.csv"), predictor_rows.to_csv(index=False))
   records.atomic_write_json(os.path.join(workdir, "verdict.json"), _json_ready(verdict))
   return markdown
+
+
+def _pages(workdir, nodes, notes, *, pages, colour_by, decode):
+  """token_pages.write_pages from the tokens table (or the rollouts' response_ids) of the selected rollouts;
+  without either, no pages and a note."""
+  chosen = token_pages.select_rollouts(nodes, pages)
+  if not len(chosen):
+    return token_pages.write_pages(workdir, nodes, pd.DataFrame(), max_pages=0)
+  keys = pd.MultiIndex.from_frame(chosen[["question_id", "rollout_id"]])
+
+  def selected(frame):
+    return frame[pd.MultiIndex.from_frame(frame[["question_id", "rollout_id"]]).isin(keys)]
+
+  try:
+    tokens, rollouts = selected(read_records(workdir, "tokens")), None
+  except FileNotFoundError:
+    try:
+      tokens, rollouts = None, selected(read_records(workdir, "rollouts",
+                                                     columns=["question_id", "rollout_id", "response_ids"]))
+    except (FileNotFoundError, KeyError, ValueError):
+      tokens = rollouts = None
+  if (tokens is None or not len(tokens)) and rollouts is None:
+    notes.append("per-token pages skipped: no records/tokens and no rollouts with response_ids")
+    return token_pages.write_pages(workdir, nodes, pd.DataFrame(), max_pages=0)
+  tokens = token_pages.rollout_tokens(tokens, rollouts)
+  try:
+    text = selected(read_records(workdir, "rollouts", columns=["question_id", "rollout_id", "text"]))
+    texts = {(q, int(r)): t for q, r, t in text.itertuples(index=False)}
+  except (FileNotFoundError, KeyError, ValueError):          # no rollout records, or no text column
+    texts = None
+  return token_pages.write_pages(workdir, nodes, tokens, max_pages=pages, colour_by=colour_by, decode=decode,
+                                 texts=texts)
 
 
 def _where(nodes, lengths, decode, config, *, n_boot, seed, min_nodes, min_questions):

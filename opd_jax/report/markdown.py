@@ -1,6 +1,7 @@
 """summary.md: the verdict, then tables of a `summarize` result, the predictors and the oracle filter."""
 import pandas as pd
 
+from opd_jax.report import router as rt
 from opd_jax.report.common import ci
 from opd_jax.report.common import fmt
 from opd_jax.report.common import table
@@ -52,14 +53,14 @@ def verdict_lines(verdict: dict) -> list[str]:
 
 
 def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: dict | None = None,
-                    predictors: pd.DataFrame | None = None) -> str:
+                    predictors: pd.DataFrame | None = None, router: dict | None = None) -> str:
   """Markdown of the report.
 
   Sections: run facts (`meta`: key -> value; a dict value becomes a collapsed key/value list), the verdict
   (`verdict`, decision.decide), mean alignment and teacher advantage per configuration x group with intervals
   and node counts, one line "UNDERPOWERED: <config> / <group>: <reason>" per underpowered group (its interval is
   indicative), the noise ceilings, Spearman and AUROC of each predictor with intervals (`predictors`,
-  predictors.predictor_table), the oracle filter.
+  predictors.predictor_table), the router (`router`, router.route), the oracle filter.
 
   Returns:
     The markdown text, ending with a newline.
@@ -113,6 +114,11 @@ def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: d
              fmt(r.get("filter_mean"), 3), fmt(r.get("filter_capture"), 3)] for _, r in predictors.iterrows()]
     lines += table(["config", "predictor", "nodes", "Spearman", pct, "AUROC", pct, "filter mean align",
                     "filter capture"], body)
+  if router is not None and router.get("rows"):
+    lines += ["", "## Router (cross-validated by question)", "", f"**{router['line']}**", "", rt.note(router), ""]
+    lines += table(rt.ROUTER_HEADER, rt.table_rows(router))
+  elif router is not None:
+    lines += ["", "## Router", "", router["line"]]
   lines += ["", "## Oracle filter: keep only tokens with align > 0", "",
             "kept share = mean(a > 0); kept mean = mean(a | a > 0); gain = kept mean - mean(a); net share = "
             "sum(a) / sum(|a|) (how much of the alignment mass survives cancellation; with its CI); positive-sum "

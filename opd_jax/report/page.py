@@ -5,6 +5,7 @@ import html
 
 import pandas as pd
 
+from opd_jax.report import router as rt
 from opd_jax.report.common import ci
 from opd_jax.report.common import fmt
 
@@ -15,10 +16,20 @@ border-left:6px solid #2a7;background:#eef9f1}.verdict.weak{border-color:#d90;ba
 .note{color:#555;font-size:13px}img{max-width:100%}details{margin:.5em 0}"""
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def table_html(header: list[str], rows: list[list[str]]) -> str:
+  """An HTML table; every cell escaped."""
   head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
   body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
   return f"<table><tr>{head}</tr>{body}</table>"
+
+
+_table = table_html
+
+
+def document(title: str, parts: list[str]) -> str:
+  """A standalone page (CSS inline, no scripts) of the HTML fragments `parts`."""
+  return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + html.escape(title)
+          + "</title><style>" + CSS + "</style></head>\n<body>\n" + "\n".join(parts) + "\n</body></html>\n")
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -26,8 +37,11 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def render_html(*, title: str, verdict: dict, summary: pd.DataFrame, figures: dict[str, bytes],
-                where: pd.DataFrame | None, predictors: pd.DataFrame | None, meta: dict, notes: list[str]) -> str:
-  """The page as a string. `figures`: name -> PNG bytes ("alignment", "where_<split>", "predictors")."""
+                where: pd.DataFrame | None, predictors: pd.DataFrame | None, meta: dict, notes: list[str],
+                router: dict | None = None, pages: list[tuple[str, str]] | None = None) -> str:
+  """The page as a string. `figures`: name -> PNG bytes ("alignment", "where_<split>", "predictors");
+  `router`: router.route's result (a section after the predictors); `pages`: (relative link, label) of the
+  per-token pages (tokens_pages.write_pages; the first is the index)."""
   parts = [f"<h1>{html.escape(title)}</h1>"]
   weak = "" if verdict.get("verdict") == "use" else " weak"
   parts.append(f'<h2>Verdict</h2><p class="verdict{weak}">{html.escape(verdict["line"])}</p>')
@@ -77,6 +91,16 @@ def render_html(*, title: str, verdict: dict, summary: pd.DataFrame, figures: di
                           ci(r["spearman_lo"], r["spearman_hi"], 3), fmt(r["auroc"], 3),
                           ci(r["auroc_lo"], r["auroc_hi"], 3), fmt(r.get("filter_mean"), 3),
                           fmt(r.get("filter_capture"), 3)] for _, r in predictors.iterrows()]))
+  if router is not None:
+    parts.append("<h2>Router (cross-validated by question)</h2>")
+    weak = "" if router.get("rows") and not router.get("underpowered") else " weak"
+    parts.append(f'<p class="verdict{weak}">{html.escape(router["line"])}</p>')
+    if router.get("rows"):
+      parts.append(f'<p class="note">{html.escape(rt.note(router))}</p>'
+                   + _table(rt.ROUTER_HEADER, rt.table_rows(router)))
+  if pages:
+    links = "".join(f'<li><a href="{html.escape(href)}">{html.escape(label)}</a></li>' for href, label in pages)
+    parts.append(f"<h2>Per-token pages</h2><ul>{links}</ul>")
   parts.append("<h2>Oracle filter</h2>" + _table(
       ["config", "group", "kept share", "kept mean", "gain", "net share", "CI", "positive-sum share"],
       [[r["config_id"], r["group"], fmt(r["oracle_kept_share"], 3), fmt(r["oracle_kept_mean"], 3),
@@ -94,5 +118,4 @@ def render_html(*, title: str, verdict: dict, summary: pd.DataFrame, figures: di
       meta_rows.append([key, value])
   parts.append("<h2>Run</h2><details><summary>metadata</summary>" + _table(["key", "value"], meta_rows)
                + "</details>")
-  return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + html.escape(title)
-          + "</title><style>" + CSS + "</style></head>\n<body>\n" + "\n".join(parts) + "\n</body></html>\n")
+  return document(title, parts)

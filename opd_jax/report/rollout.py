@@ -48,7 +48,39 @@ def rollout_html(nodes: pd.DataFrame, tokens: pd.DataFrame, *, question_id: str,
     raise ValueError(f"colour_by={colour_by!r} is neither 'alignment' nor a tokens column "
                      f"({[c for c in PREDICTORS if c in toks.columns]})")
   at = config_rows[(config_rows["question_id"] == question_id) & (config_rows["rollout_id"] == rollout_id)]
-  at = at.set_index("position")
+  spans = token_spans(toks, at.set_index("position"), colour_by=colour_by, decode=decode)
+  title = html.escape(f"{config_id}: question {question_id}, rollout {rollout_id}, coloured by {colour_by}")
+  return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + title + "</title></head>\n"
+          "<body style=\"font-family:monospace;white-space:pre-wrap\">\n<h3>" + title + "</h3>\n"
+          + "".join(spans) + "\n</body></html>\n")
+
+
+MAX_CANDIDATES_SHOWN = 8
+
+
+def _candidates_tip(node: pd.Series, decode) -> list[str]:
+  """Hover lines for a node's candidates: token, p, q, P_succ [Wilson 95%] (largest p first, at most 8)."""
+  if "candidates" not in node.index or node["candidates"] is None:
+    return []
+  cands = list(node["candidates"])
+  cols = {c: list(node[c]) if c in node.index and node[c] is not None else [] for c in
+          ("p", "q", "p_succ", "p_succ_lo", "p_succ_hi")}
+  get = lambda c, k: cols[c][k] if k < len(cols[c]) else np.nan
+  order = sorted(range(len(cands)), key=lambda k: -np.nan_to_num(get("p", k), nan=-1.0))
+  lines = ["candidates (p, q, P_succ [95% Wilson]):"]
+  for k in order[:MAX_CANDIDATES_SHOWN]:
+    lines.append(f"  {decode(int(cands[k]))!r} p={get('p', k):.3g} q={get('q', k):.3g} "
+                 f"P_succ={get('p_succ', k):.3g} [{get('p_succ_lo', k):.3g}, {get('p_succ_hi', k):.3g}]")
+  if len(cands) > MAX_CANDIDATES_SHOWN:
+    lines.append(f"  ... {len(cands) - MAX_CANDIDATES_SHOWN} more")
+  return lines
+
+
+def token_spans(toks: pd.DataFrame, at: pd.DataFrame, *, colour_by: str = "alignment", decode=None) -> list[str]:
+  """One `<span title=... style=...>text</span>` per row of `toks` (columns position, token, optional
+  predictors), coloured by the node rows `at` (indexed by position: alignment, teacher_advantage, value,
+  candidates, p, q, p_succ, p_succ_lo/hi) or by the predictor column `colour_by` of `toks` (scaled by its
+  largest |finite value|). See rollout_html for the colours."""
   decode = decode or (lambda t: f"[{t}]")
   if colour_by == "alignment":
     scale = 1.0
@@ -60,7 +92,7 @@ def rollout_html(nodes: pd.DataFrame, tokens: pd.DataFrame, *, question_id: str,
   for _, tok in toks.iterrows():
     position = int(tok["position"])
     tip = [f"position {position}"] + [f"{c}={tok[c]:.4g}" for c in PREDICTORS if c in toks.columns]
-    style = ""
+    style, extra = "", []
     if position in at.index:
       node = at.loc[position]
       tip += [f"alignment={node['alignment']:.4g}", f"teacher_advantage={node['teacher_advantage']:.4g}"]
@@ -68,6 +100,7 @@ def rollout_html(nodes: pd.DataFrame, tokens: pd.DataFrame, *, question_id: str,
         tip.append(f"V={node['value']:.4g}")
       if pd.isna(node["alignment"]):
         tip.append(f"undefined: {node['alignment_nan_reason']}")
+      extra = _candidates_tip(node, decode)
     if colour_by == "alignment":
       if position in at.index:
         a = at.loc[position, "alignment"]
@@ -75,8 +108,6 @@ def rollout_html(nodes: pd.DataFrame, tokens: pd.DataFrame, *, question_id: str,
     elif np.isfinite(tok[colour_by]):
       style = f"background:{_colour(tok[colour_by], scale)}"
     text = html.escape(decode(int(tok["token"])))
-    spans.append(f'<span title="{html.escape("; ".join(tip))}" style="{style}">{text}</span>')
-  title = html.escape(f"{config_id}: question {question_id}, rollout {rollout_id}, coloured by {colour_by}")
-  return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + title + "</title></head>\n"
-          "<body style=\"font-family:monospace;white-space:pre-wrap\">\n<h3>" + title + "</h3>\n"
-          + "".join(spans) + "\n</body></html>\n")
+    title = html.escape("\n".join(["; ".join(tip)] + extra))
+    spans.append(f'<span title="{title}" style="{style}">{text}</span>')
+  return spans
