@@ -53,6 +53,9 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             raw (T = 1) log-probs and predictors (manifest.json, "schema": "conventions")
   scoring.all_rollouts      score every rollout (True) or only node rollouts (False)
   mesh.data, mesh.model     device mesh of one process (-1: all remaining devices)
+  report.target             node group the verdict decides on: incorrect | correct | all
+  report.pages              per-token pages written to html/ (node rollouts, incorrect first; 0 = none)
+  report.colour_by          predictor that colours the per-token pages' view rows (divergences.PREDICTORS)
   logging.verbosity, logging.progress    (changing these does not change the run: resume allowed)
 """
 import ml_collections
@@ -80,5 +83,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.selection = "informative"
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0)
   c.mesh = dict(data=-1, model=1)
+  c.report = dict(target="incorrect", pages=20, colour_by="kl_pq")
   c.logging = dict(verbosity=1, progress=True)
   return c

@@ -1,6 +1,6 @@
 """Teacher sweep: which teacher and which self-distillation context align with success, per token.
 
-  python -m opd_jax.main --config=configs/teacher_sweep.py               # ~11.5 min on a 2-core CPU, cold cache
+  python -m opd_jax.main --config=configs/teacher_sweep.py               # ~9 min on a 2-core CPU, cold cache
                                                                           # (README: measured stage times)
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper \
       --config.student.name=/data/Qwen3-1.7B \

@@ -90,6 +90,13 @@ def validate(config) -> None:
     raise ValueError(f"{bad[0]} must be a finite number, got {bad[1]}")
   if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
     raise ValueError(f"config.seed must be an integer >= 0, got {config.seed!r}")
+  r = config.report
+  if r.target not in ("incorrect", "correct", "all"):
+    raise ValueError(f"config.report.target must be 'incorrect', 'correct' or 'all', got {r.target!r}")
+  if isinstance(r.pages, bool) or not isinstance(r.pages, int) or r.pages < 0:
+    raise ValueError(f"config.report.pages must be an integer >= 0, got {r.pages!r}")
+  if r.colour_by not in PREDICTORS:
+    raise ValueError(f"config.report.colour_by must be one of {PREDICTORS}, got {r.colour_by!r}")
   if not isinstance(config.task.get("skip_bad_answers", False), bool):
     raise ValueError(f"config.task.skip_bad_answers must be True or False, got {config.task.skip_bad_answers!r}")
   for f in ("budget.questions", "budget.rollouts_per_question", "budget.node_rollouts_per_question",
@@ -644,7 +651,7 @@ def _cheap_tokenizer(config):
   return None if found is None else found[1]
 
 
-def finish(workdir, *, rebuild: bool = True, tokenizer=None) -> str:
+def finish(workdir, *, rebuild: bool = True, tokenizer=None, options=None) -> str:
   """Check the parts, rebuild the summary (`report.write_summary`, with the student's `tokenizer` for the split
   by token kind; unless rebuild is False: a read-only finished workdir keeps its summary) and warn on stderr and
   in summary.md when nothing was measured (`diagnose`). Returns the summary markdown."""
@@ -652,7 +659,7 @@ def finish(workdir, *, rebuild: bool = True, tokenizer=None) -> str:
   records.check_parts(workdir)
   if rebuild:
     with stages.bar("report"):
-      markdown = report.write_summary(str(workdir), decode=_token_text(tokenizer))
+      markdown = report.write_summary(str(workdir), decode=_token_text(tokenizer), **dict(options or {}))
   else:
     markdown = (workdir / "summary.md").read_text() if (workdir / "summary.md").is_file() else ""
   warning = diagnose(records.read_table(workdir, "nodes"))
@@ -712,7 +719,8 @@ def run(config, workdir: str) -> str:
   if is_complete(workdir, pc):
     logging.info("%s holds a complete run of this config: nothing to run, no model loaded", workdir)
     print(f"complete: {workdir} holds a finished run of this config (nothing to run)", file=sys.stderr)
-    return finish(workdir, rebuild=writable, tokenizer=_cheap_tokenizer(config)) if pi == 0 else ""
+    return (finish(workdir, rebuild=writable, tokenizer=_cheap_tokenizer(config), options=config.report)
+            if pi == 0 else "")
   if not writable:
     raise ValueError(f"--workdir={workdir} is not writable; pass a writable directory")
   with sharding.workdir_lock(workdir, pi):
@@ -793,4 +801,4 @@ def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> s
     raise ValueError(f"no question of the pool ({len(env.task.problems)}) was informative (both a correct and "
                      "an incorrect rollout); raise config.task.num_problems or config.budget.rollouts_per_question"
                      ", or set config.selection='all'")
-  return finish(workdir, tokenizer=env.student.tokenizer)
+  return finish(workdir, tokenizer=env.student.tokenizer, options=config.report)
