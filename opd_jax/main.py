@@ -16,6 +16,7 @@ Override any config field on the command line, e.g. `--config.budget.continuatio
   selection            "informative" | "all"
   scoring              predictor settings and the teacher temperature
   mesh                 device mesh of one process
+  report               the verdict's target group, per-token pages and the predictor that colours them
   logging              verbosity and progress bars (may change on resume)
 Multi-host (TPU pods, SLURM): launch one process per host; jax.distributed is initialised from the environment
 and questions are split between processes. Errors print one line `error: ...` and exit 2; Ctrl-C stops with one
