@@ -1,0 +1,71 @@
+"""Compare the records of two study workdirs: the guard for refactors that must not change results.
+
+  python benchmarks/compare_records.py runs/before runs/after [--tol=1e-6]
+
+Rows are matched by their keys (rollouts: question, rollout; tokens: + view and position; nodes: + configuration
+and position). Ids, ints, strings and booleans must be equal; floats (also inside per-candidate lists) within
+--tol, NaN where NaN. Columns only in the first workdir are listed (a schema change), columns only in the second
+are ignored. Prints every difference and the largest float difference per column; exits 1 on any difference.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import pandas as pd
+
+KEYS = {"rollouts": ["question_id", "rollout_id"],
+        "tokens": ["question_id", "rollout_id", "teacher", "context", "position"],
+        "nodes": ["question_id", "rollout_id", "config_id", "position"]}
+
+
+def _leaves(v) -> list:
+  if isinstance(v, (list, tuple, np.ndarray)):
+    return [x for e in v for x in _leaves(e)]
+  return [v]
+
+
+def compare(a: str, b: str, tol: float) -> tuple[list[str], dict]:
+  problems, worst = [], {}
+  for table, keys in KEYS.items():
+    x = pd.read_parquet(f"{a}/records/{table}").sort_values(keys).reset_index(drop=True)
+    y = pd.read_parquet(f"{b}/records/{table}").sort_values(keys).reset_index(drop=True)
+    if len(x) != len(y):
+      problems.append(f"{table}: {len(x)} rows vs {len(y)}")
+      continue
+    for col in x.columns:
+      if col not in y.columns:
+        problems.append(f"{table}.{col}: missing in {b}")
+        continue
+      for i, (u, v) in enumerate(zip(x[col], y[col])):
+        u, v = _leaves(u), _leaves(v)
+        if len(u) != len(v):
+          problems.append(f"{table}.{col} row {i}: {len(u)} values vs {len(v)}")
+          continue
+        for p, q in zip(u, v):
+          if isinstance(p, float) or isinstance(q, float):
+            if np.isnan(p) != np.isnan(q) or (not np.isnan(p) and abs(p - q) > tol):
+              problems.append(f"{table}.{col} row {i}: {p!r} vs {q!r}")
+            if not np.isnan(p) and not np.isnan(q):
+              worst[f"{table}.{col}"] = max(worst.get(f"{table}.{col}", 0.0), abs(p - q))
+          elif p != q:
+            problems.append(f"{table}.{col} row {i}: {p!r} vs {q!r}")
+  return problems, worst
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("before")
+  ap.add_argument("after")
+  ap.add_argument("--tol", type=float, default=1e-6)
+  args = ap.parse_args()
+  problems, worst = compare(args.before, args.after, args.tol)
+  for line in problems[:50]:
+    print(line)
+  print(f"{len(problems)} differences; largest float difference: {max(worst.values(), default=0.0):.3g}")
+  sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+  main()
