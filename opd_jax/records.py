@@ -182,7 +182,8 @@ def write_part(workdir, table: str, question_id: str, frame: pd.DataFrame,
   return path
 
 
-def _parts(workdir, table: str) -> list[pathlib.Path]:
+def part_files(workdir, table: str) -> list[pathlib.Path]:
+  """The part files of one table, in name order: `part-*.parquet` only (never a temporary file)."""
   d = pathlib.Path(workdir) / "records" / table
   return sorted(d.glob("part-*.parquet")) if d.is_dir() else []
 
@@ -202,7 +203,7 @@ def check_parts(workdir, tables=TABLES) -> int:
   want = config_hash(json.loads(cfg.read_text())) if cfg.is_file() else None
   n = 0
   for table in tables:
-    for part in _parts(workdir, table):
+    for part in part_files(workdir, table):
       try:
         meta = pq.read_metadata(part).metadata or {}
       except (OSError, pa.ArrowException) as e:
@@ -223,7 +224,7 @@ def read_table(workdir, table: str) -> pd.DataFrame:
     ValueError: a part is unreadable or of another study (`check_parts`).
   """
   check_parts(workdir, (table,))
-  parts = _parts(workdir, table)
+  parts = part_files(workdir, table)
   if not parts:
     return SCHEMAS[table].empty_table().to_pandas()
   return pq.read_table([str(p) for p in parts], schema=SCHEMAS[table]).to_pandas()

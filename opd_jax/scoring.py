@@ -111,11 +111,16 @@ def _real_logits(params, h, config):
   return logits if logits.shape[-1] == config.real_vocab_size else logits[..., :config.real_vocab_size]
 
 
+def _head_logprobs_of(params, h, config):
+  """fp32 log-softmax [..., V] over the real ids of the next-token logits at final hidden states h [..., D]."""
+  return jax.nn.log_softmax(_real_logits(params, h, config), axis=-1)
+
+
 def _logprob_step(params, cache, tokens, positions, *, config):
   """One chunk through the model: (cache, fp32 log-softmax [B, C, V] of the next-token logits over the real ids,
   h [B, C, D])."""
   h, cache = decoder.hidden_states(params, tokens, positions, cache, config=config)
-  return cache, jax.nn.log_softmax(_real_logits(params, h, config), axis=-1), h
+  return cache, _head_logprobs_of(params, h, config), h
 
 
 def _gather_step(params, cache, acc, tokens, positions, local, *, config):
@@ -132,11 +137,10 @@ def _node_outputs(params, h, candidates, valid, *, config, top_k, policy=None):
   policy: None (raw log-softmax) or a `sampling.SamplingParams` whose distribution is taken instead
   (`sampling.policy_logprobs`: temperature, top-k, top-p, renormalised).
   """
-  logits = _real_logits(params, h, config)
   if policy is None:
-    logp = jax.nn.log_softmax(logits, axis=-1)                                        # [B, M, V]
+    logp = _head_logprobs_of(params, h, config)                                       # [B, M, V]
   else:
-    logp = sampling.policy_logprobs(logits, policy)
+    logp = sampling.policy_logprobs(_real_logits(params, h, config), policy)
   ok = valid[..., None] & (candidates >= 0)
   at = jnp.take_along_axis(logp, jnp.where(ok, candidates, 0), axis=-1)
   top_lp, top_ids = jax.lax.top_k(logp, top_k)
@@ -260,7 +264,7 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
                                  pack(sl(s_feed[0]), sl(t_feed[0])), pack(sl(s_feed[1]), sl(t_feed[1])))
     else:                                                           # the student's head only
       h_p = sl(s_hidden)
-      logp = jax.nn.log_softmax(_real_logits(s_params, h_p, s_config), axis=-1)
+      logp = _head_logprobs_of(s_params, h_p, s_config)
       if identical:
         logps, hs = (logp, logp), (h_p, h_p)
       else:

@@ -1,7 +1,6 @@
 """Builds every report file of a study from its records: summary.md, summary.csv, verdict.json, where.csv,
 predictors.csv, alignment.png, report.html and html/ (per-token pages) (each written atomically; same records
 and arguments -> same bytes: no clock, no absolute paths)."""
-import glob
 import json
 import os
 
@@ -36,8 +35,8 @@ def read_records(workdir: str, table: str = "nodes", columns: list[str] | None =
   if not os.path.isdir(directory):
     raise FileNotFoundError(f"no {table} records: directory {directory} does not exist; run the study first "
                             "(python -m opd_jax.main --workdir=...) or pass the workdir that holds records/")
-  records.check_parts(workdir)                     # foreign (another config's) or truncated parts: refused
-  parts = sorted(glob.glob(os.path.join(directory, "part-*.parquet")))
+  records.check_parts(workdir, (table,))           # foreign (another config's) or truncated parts: refused
+  parts = records.part_files(workdir, table)
   if not parts:
     raise FileNotFoundError(f"no {table} records: directory {directory} holds no part-*.parquet file; the study "
                             "has not finished a question yet")
