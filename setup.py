@@ -28,6 +28,8 @@ setuptools.setup(
         "matplotlib",
         "scipy",                      # opd_jax.stats (ranks, Spearman, Mann-Whitney U, normal quantiles)
         "tqdm",
+        "optax>=0.2.4",               # opd_jax.training (the OPD trainer)
+        "orbax-checkpoint>=0.11",     # opd_jax.training checkpoints
     ],
     extras_require={
         "test": ["pytest", "torch==2.13.0", "accelerate", "tensorflow-datasets>=4.9", "array-record"],

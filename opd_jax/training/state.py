@@ -1,0 +1,128 @@
+"""Train state, optimizer and checkpoints of the OPD trainer (optax + orbax-checkpoint).
+
+The train state is a plain pytree, so one jitted step can take it donated:
+
+  {"step": int32 [], "params": the trainable params (LoRA factors or the full model state),
+   "opt_state": optax state of `optimizer(...)`, "rng": uint32 [2] raw PRNG key data (jax.random.key_data)}
+
+A checkpoint is that pytree (orbax `StandardSave`) plus a JSON record (`meta`): the data cursor, the config
+hash and the base model's identity. `Checkpoints.restore` refuses a directory written by another config or
+over another base model, in one `ValueError` naming the field and the fix; optax states come back as their
+own types because they are restored against `jax.eval_shape` of the initial state.
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+import orbax.checkpoint as ocp
+
+State = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptimConfig:
+  """AdamW with global-norm clipping and a warmup + constant/cosine schedule (optax).
+
+  Defaults follow tinker-cookbook's LoRA recipe (learning rate 1e-4, no weight decay).
+  """
+  learning_rate: float = 1e-4
+  warmup_steps: int = 0
+  schedule: str = "constant"   # "constant" | "cosine" (cosine decays to 0 at total_steps)
+  total_steps: int = 1
+  weight_decay: float = 0.0
+  clip_norm: float = 1.0       # <= 0: no clipping
+  b1: float = 0.9
+  b2: float = 0.999
+  accumulate: int = 1          # optax.MultiSteps: one update every `accumulate` micro-steps
+
+  def __post_init__(self):
+    checks = {"learning_rate": self.learning_rate > 0, "warmup_steps": self.warmup_steps >= 0,
+              "total_steps": self.total_steps >= 1, "weight_decay": self.weight_decay >= 0,
+              "accumulate": self.accumulate >= 1, "schedule": self.schedule in ("constant", "cosine")}
+    for field, ok in checks.items():
+      if not ok:
+        raise ValueError(f"config.train.optim.{field}={getattr(self, field)!r} is invalid: learning_rate > 0, "
+                         "warmup_steps >= 0, total_steps >= 1, weight_decay >= 0, accumulate >= 1, "
+                         "schedule 'constant' or 'cosine'")
+
+
+def schedule(cfg: OptimConfig) -> optax.Schedule:
+  """Learning rate per update: linear warmup from 0 over warmup_steps, then constant or cosine to 0."""
+  if cfg.schedule == "cosine":
+    return optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, cfg.warmup_steps,
+                                              max(cfg.total_steps, cfg.warmup_steps + 1))
+  if cfg.warmup_steps == 0:
+    return optax.constant_schedule(cfg.learning_rate)
+  return optax.join_schedules([optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps),
+                               optax.constant_schedule(cfg.learning_rate)], [cfg.warmup_steps])
+
+
+def optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
+  """optax.chain(clip_by_global_norm, adamw(schedule)), wrapped in optax.MultiSteps when accumulate > 1."""
+  parts = [optax.clip_by_global_norm(cfg.clip_norm)] if cfg.clip_norm > 0 else []
+  parts.append(optax.adamw(schedule(cfg), b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay))
+  tx = optax.chain(*parts)
+  return optax.MultiSteps(tx, every_k_schedule=cfg.accumulate) if cfg.accumulate > 1 else tx
+
+
+def init_state(params, tx: optax.GradientTransformation, rng: jax.Array) -> State:
+  """The train state at step 0 (see the module docstring); rng is a typed or raw PRNG key."""
+  raw = jax.random.key_data(rng) if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key) else rng
+  return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params),
+          "rng": jnp.asarray(raw, jnp.uint32)}
+
+
+class Checkpoints:
+  """orbax `CheckpointManager` over `<workdir>/checkpoints`: async saves, the newest `keep` kept.
+
+  Args:
+    directory: where the numbered step folders live (created).
+    identity: what must match on resume, e.g. {"config_hash": ..., "base_model": sha256}; stored in every
+      checkpoint's meta and compared by `restore`.
+    keep: how many checkpoints to keep (>= 1).
+  """
+
+  def __init__(self, directory: str | pathlib.Path, *, identity: dict[str, str], keep: int = 2):
+    self.directory = pathlib.Path(directory).absolute()
+    self.identity = dict(identity)
+    self._manager = ocp.CheckpointManager(
+        self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True))
+
+  def latest_step(self) -> int | None:
+    """The newest saved step, or None."""
+    return self._manager.latest_step()
+
+  def save(self, step: int, state: State, meta: dict[str, Any]) -> None:
+    """Start an async save of `state` and `meta` (JSON: e.g. the data cursor) at `step`."""
+    meta = {**meta, "identity": self.identity}
+    self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                     meta=ocp.args.JsonSave(meta)))
+
+  def restore(self, abstract: State, step: int | None = None) -> tuple[State, dict[str, Any]]:
+    """The state (restored against `abstract`, e.g. jax.eval_shape of init_state) and meta of `step`.
+
+    Raises:
+      ValueError: nothing saved, or the checkpoint's identity (config hash, base model) differs from this
+        run's (the message names the field and both values).
+    """
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise ValueError(f"no checkpoint under {self.directory}")
+    meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    saved = meta.get("identity", {})
+    for field, value in self.identity.items():
+      if saved.get(field) != value:
+        raise ValueError(f"{self.directory} holds checkpoints of another {field} ({saved.get(field)!r}, this run: "
+                         f"{value!r}); pass another --workdir or remove the checkpoints to start over")
+    got = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
+    return got.state, meta
+
+  def close(self) -> None:
+    """Wait for pending async saves, then release the manager."""
+    self._manager.wait_until_finished()
+    self._manager.close()
