@@ -28,6 +28,7 @@ setuptools.setup(
         "matplotlib",
         "scipy",                      # opd_jax.stats (ranks, Spearman, Mann-Whitney U, normal quantiles)
         "tqdm",
+        "optax>=0.2",                 # opd_jax.training (the exact toy experiment, the trainer)
     ],
     extras_require={
         "test": ["pytest", "torch==2.13.0", "accelerate", "tensorflow-datasets>=4.9", "array-record"],
