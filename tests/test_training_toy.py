@@ -74,9 +74,9 @@ def test_gradient_identities_for_every_divergence(setup):
   with jax.enable_x64(True):
     dj = np.asarray(jax.grad(ttoy.success_probability)(jnp.asarray(table), jnp.asarray(reward)))
     np.testing.assert_allclose(dj, reach[:, None] * p * (ps - (p * ps).sum(-1, keepdims=True)), atol=1e-13)
+    grad_fn = jax.jit(jax.grad(ttoy.opd_loss), static_argnames=("divergence", "clip"))
     for divergence in ttoy.DIVERGENCES:
-      grad = np.asarray(jax.grad(ttoy.opd_loss)(jnp.asarray(table), jnp.asarray(q), divergence=divergence,
-                                                clip=0.1))
+      grad = np.asarray(grad_fn(jnp.asarray(table), jnp.asarray(q), divergence=divergence, clip=0.1))
       kl = (p * np.log(p / q)).sum(-1, keepdims=True)
       m = 0.5 * q + 0.5 * p
       want = {"reverse_kl": p * (np.log(q / p) + kl), "forward_kl": q - p,
@@ -98,6 +98,26 @@ def test_first_order_identity_with_optax_sgd(setup):
     errors.append(abs((js[0, 1] - js[0, 0]) / eta - b) / abs(b))
   assert errors[-1] < 1e-5, errors                         # measured 1.7e-6
   assert errors[1] < 0.2 * errors[0] and errors[2] < 0.2 * errors[1], errors
+
+
+def test_predictors_against_numpy_and_large_r(setup):
+  """(a) is the reach-weighted mean of numpy cosines; the finite-R predictors converge to the exact ones."""
+  student, table, reward, state = setup
+  p, ps, reach = state.probs, state.p_succ, state.reach
+  q = ttoy.teacher_table(ttoy.Teacher("random"), state, seed=7)
+  got = ttoy.predictors(reach, p, q, ps, divergence="forward_kl")
+  g_star, g = p * (ps - (p * ps).sum(-1, keepdims=True)), q - p
+  norm = np.linalg.norm(g_star, axis=-1) * np.linalg.norm(g, axis=-1)
+  ok = norm > 0
+  cos = (g_star * g).sum(-1)[ok] / norm[ok]
+  np.testing.assert_allclose(got["align"], reach[ok] @ cos / reach[ok].sum(), rtol=1e-10)
+  np.testing.assert_allclose(got["align_filled"], reach[ok] @ cos / reach.sum(), rtol=1e-10)
+  np.testing.assert_allclose(got["first_order"], np.sum(reach[:, None] ** 2 * g_star * g), rtol=1e-10)
+  est_ps, degenerate = ttoy.estimated_p_succ(ps, 10 ** 6, seed=0)
+  est = ttoy.predictors(reach, p, q, est_ps, divergence="forward_kl", degenerate=degenerate)
+  assert abs(est["align"] - got["align"]) < 0.02 and abs(est["first_order"] / got["first_order"] - 1) < 0.02
+  noisy = ttoy.predictors(reach, p, q, *ttoy.estimated_p_succ(ps, 2, seed=0)[:1], divergence="forward_kl")
+  assert abs(noisy["align"] - got["align"]) > 0.02                       # R = 2 is visibly noisy
 
 
 def test_sampled_token_expectation_is_reverse_kl():

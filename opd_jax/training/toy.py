@@ -257,9 +257,11 @@ def predictors(reach, p, q, p_succ, *, divergence: str, beta: float = 0.5, clip:
     degenerate: optional [N] bool (estimated P_succ: `gradients.is_degenerate` on the counts); default: P_succ
       equal on every token.
   Returns:
-    {"align": reach-weighted mean of cos(g*, g_D) over defined nodes (NaN if none), "align_uniform": the plain
-     mean over defined nodes, "first_order": sum_u reach^2 <g*, g_D>, "defined": the fraction of reach mass
-     (over all depths) where the alignment is defined}.
+    {"align": reach-weighted mean of cos(g*, g_D) over defined nodes (NaN if none; the paper's rule),
+     "align_filled": the reach-weighted mean over all nodes with undefined ones counted as 0 (= align * defined:
+     a node where the clip binds or q = p gets no update), "align_uniform": the plain mean over defined nodes,
+     "first_order": sum_u reach^2 <g*, g_D>, "defined": the fraction of reach mass (over all depths) where the
+     alignment is defined}.
   """
   _check_divergence(divergence)
   reach, p, q, p_succ = (np.asarray(x, np.float64) for x in (reach, p, q, p_succ))
@@ -273,13 +275,15 @@ def predictors(reach, p, q, p_succ, *, divergence: str, beta: float = 0.5, clip:
   ok = code == 0
   mass = reach[ok].sum()
   return dict(align=float(reach[ok] @ cos[ok] / mass) if mass > 0 else float("nan"),
+              align_filled=float(reach[ok] @ cos[ok] / reach.sum()),
               align_uniform=float(cos[ok].mean()) if ok.any() else float("nan"),
               first_order=float(np.sum(reach ** 2 * np.sum(g_star * g, axis=-1))),
               defined=float(mass / reach.sum()))
 
 
-def estimated_p_succ(p_succ: np.ndarray, R: int, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
-  """(P_hat = successes / R float64 [N, V], degenerate bool [N]) from R Bernoulli continuations per candidate.
+def estimated_p_succ(p_succ: np.ndarray, R: int, *, seed) -> tuple[np.ndarray, np.ndarray]:
+  """(P_hat = successes / R float64 [N, V], degenerate bool [N]) from R Bernoulli continuations per candidate,
+  successes ~ Binomial(R, P_succ) drawn with np.random.default_rng(seed) (an int or a tuple of ints).
 
   Raises:
     ValueError: if R < 1.
@@ -340,10 +344,10 @@ def train(tables, qs, reward, *, divergence: str, optimizer: str, learning_rate:
 
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
-  """Sizes and settings of the exact experiment (defaults: the full run, 10 teachers x 4 divergences x 3 seeds)."""
+  """Sizes and settings of the exact experiment (defaults: the full run, 5 seeds x 10 teachers x 4 divergences)."""
   vocab: int = 4
   horizon: int = 5
-  seeds: tuple[int, ...] = (0, 1, 2)
+  seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
   teachers: tuple[Teacher, ...] = TEACHERS
   divergences: tuple[str, ...] = DIVERGENCES
   student_scale: float = 1.5
@@ -353,14 +357,16 @@ class ExperimentConfig:
   steps: tuple[int, ...] = (1, 10, 50)
   learning_rates: tuple[tuple[str, float], ...] = (("sgd", 1.0), ("adam", 0.05))
   rs: tuple[int, ...] = (4, 16, 64)
+  r_draws: int = 1                                 # independent finite-R estimates per (student, R)
 
 
 def run_experiment(config: ExperimentConfig = ExperimentConfig()) -> pd.DataFrame:
   """Every (seed, teacher, divergence): predictors at the start (exact and finite-R) and dJ after each step count.
 
   Returns:
-    One row per configuration: seed, teacher, divergence, J0, align, align_uniform, first_order, defined,
-    dJ_<opt>_<steps> for each optimizer and step count, align_R<R> / first_order_R<R> for each R.
+    One row per configuration: seed, teacher, divergence, J0, and the keys of `predictors`,
+    dJ_<opt>_<steps> for each optimizer and step count, align_R<R>_d<i> / first_order_R<R>_d<i> for each R
+    and draw i < r_draws.
   """
   for d in config.divergences:
     _check_divergence(d)
@@ -371,16 +377,17 @@ def run_experiment(config: ExperimentConfig = ExperimentConfig()) -> pd.DataFram
                                           seed=seed))
     with jax.enable_x64(True):
       state = jax.tree.map(np.asarray, exact(jnp.asarray(table), jnp.asarray(reward)))
-    estimates = {R: estimated_p_succ(state.p_succ, R, seed=10_000 * R + seed) for R in config.rs}
+    estimates = {(R, i): estimated_p_succ(state.p_succ, R, seed=(R, seed, i))
+                 for R in config.rs for i in range(config.r_draws)}
     for teacher in config.teachers:
       q = teacher_table(teacher, state, seed=1000 + seed, scale=config.teacher_scale)
       for d in config.divergences:
         kw = dict(divergence=d, beta=config.beta, clip=config.clip)
         row = dict(seed=seed, teacher=teacher.name, divergence=d, J0=float(state.success),
                    **predictors(state.reach, state.probs, q, state.p_succ, **kw))
-        for R, (ps, degenerate) in estimates.items():
+        for (R, i), (ps, degenerate) in estimates.items():
           est = predictors(state.reach, state.probs, q, ps, degenerate=degenerate, **kw)
-          row[f"align_R{R}"], row[f"first_order_R{R}"] = est["align"], est["first_order"]
+          row[f"align_R{R}_d{i}"], row[f"first_order_R{R}_d{i}"] = est["align"], est["first_order"]
         rows.append(row)
         tables.append(table)
         qs.append(q)
