@@ -1,6 +1,7 @@
 """Issue 13, experiment 1 (exact toy): does training-free alignment predict the gain of OPD training?
 
-  PYTHONPATH=$PWD python benchmarks/toy_training.py --out=/tmp/toy_training    # ~1.5 min on a 2-core CPU (1 min of it the bootstrap)
+  PYTHONPATH=$PWD python benchmarks/toy_training.py --out=/tmp/toy_training
+  # ~1.5 min on a 2-core CPU, 1 min of it the bootstrap
 
 For every (student seed, teacher, divergence) configuration (default 5 x 10 x 4 = 200), measures at the start
 (a) the reach-weighted mean alignment cos(g*, g_D) over nodes (the paper's quantity) and (b) the exact

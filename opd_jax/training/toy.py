@@ -123,8 +123,9 @@ class Exact(NamedTuple):
   success: jax.Array  # []     J = V(root)
 
 
+@jax.jit
 def exact(table: jax.Array, reward: jax.Array) -> Exact:
-  """Exact p, reach, P_succ, V and J of the per-prefix table (module docstring). Differentiable, jittable.
+  """Exact p, reach, P_succ, V and J of the per-prefix table (module docstring). Jitted, differentiable.
 
   Args:
     table: [N, V] float logits, one row per prefix (`from_toy`).
@@ -304,9 +305,9 @@ def make_optimizer(name: str, learning_rate: float) -> optax.GradientTransformat
   return optax.sgd(learning_rate) if name == "sgd" else optax.adam(learning_rate)
 
 
-@functools.partial(jax.jit, static_argnames=("divergence", "beta", "clip", "optimizer", "learning_rate", "steps"))
-def _train(tables, qs, reward, *, divergence, beta, clip, optimizer, learning_rate, steps):
-  opt = make_optimizer(optimizer, learning_rate)
+@functools.partial(jax.jit, static_argnames=("divergence", "beta", "clip", "optimizer", "steps"))
+def _train(tables, qs, reward, learning_rate, *, divergence, beta, clip, optimizer, steps):
+  opt = (optax.sgd if optimizer == "sgd" else optax.adam)(learning_rate)   # a traced rate: one compile
   loss = functools.partial(opd_loss, divergence=divergence, beta=beta, clip=clip)
 
   def one(table, q):
@@ -337,9 +338,9 @@ def train(tables, qs, reward, *, divergence: str, optimizer: str, learning_rate:
     raise ValueError(f"steps must be >= 1, got {steps}")
   with jax.enable_x64(True):
     return np.asarray(_train(jnp.asarray(tables, jnp.float64), jnp.asarray(qs, jnp.float64),
-                             jnp.asarray(reward, jnp.float64), divergence=divergence, beta=float(beta),
-                             clip=None if clip is None else float(clip), optimizer=optimizer,
-                             learning_rate=float(learning_rate), steps=int(steps)))
+                             jnp.asarray(reward, jnp.float64), jnp.asarray(learning_rate, jnp.float64),
+                             divergence=divergence, beta=float(beta), clip=None if clip is None else float(clip),
+                             optimizer=optimizer, steps=int(steps)))
 
 
 @dataclasses.dataclass(frozen=True)
