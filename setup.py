@@ -28,7 +28,7 @@ setuptools.setup(
         "matplotlib",
         "scipy",                      # opd_jax.stats (ranks, Spearman, Mann-Whitney U, normal quantiles)
         "tqdm",
-        "optax>=0.2.4",               # opd_jax.training (the OPD trainer)
+        "optax>=0.2.4",               # opd_jax.training (the OPD trainer, the exact toy experiment)
         "orbax-checkpoint>=0.11",     # opd_jax.training checkpoints
     ],
     extras_require={
