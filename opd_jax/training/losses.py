@@ -8,7 +8,9 @@ and q = softmax(teacher logits) over the whole vocabulary (C(u) = V), so -d loss
 
 Memory: the output heads run inside a chunk of `chunk` positions (a `lax.scan` over chunks whose body is
 `jax.checkpoint`ed), so at most [B, chunk, V] logits exist at once, in the forward pass and in the backward pass
-(which recomputes a chunk's logits from its hidden states); never a [B, T, V] array.
+(which recomputes a chunk's logits from its hidden states); never a [B, T, V] array. The backward pass through
+the loss is the registry's direction (`distillation.direction`: the closed form where registered, else -jax.grad
+of the loss), so a teacher equal to the student gives exactly zero loss and zero gradients.
 
 The functions are pure and traceable: call them inside the trainer's `jax.jit` over the model state, with heads
 that close over that state (e.g. `lambda h: model.lm_head(h)` of a merged NNX module, or a head weight array).
@@ -65,7 +67,7 @@ def token_losses(student_hidden: jax.Array, student_head: Head, teacher_hidden: 
       embeddings are padded to different sizes); None: both heads must give the same V.
     field: the config field named in errors (e.g. "config.train.divergence").
   Returns:
-    [B, T] float32 per-token losses (finite wherever the hidden states are).
+    [B, T] per-token losses, float32 (float64 for float64 inputs); finite wherever the hidden states are.
   Raises:
     ValueError: unknown divergence or bad parameter (naming `field` and the registered names), chunk <= 0,
       mismatched shapes, or vocabulary sizes that differ.
@@ -81,27 +83,40 @@ def token_losses(student_hidden: jax.Array, student_head: Head, teacher_hidden: 
                      f"{student_hidden.shape}, {teacher_hidden.shape} and {tokens.shape}")
   s_head, t_head = _as_head(student_head, "student_head"), _as_head(teacher_head, "teacher_head")
   t = tokens.shape[1]
-  chunk = min(chunk, t)
 
   def logits_of(head, h):
     z = head(h).astype(jnp.promote_types(h.dtype, jnp.float32))
     return z if vocab_size is None else z[..., :vocab_size]
 
+  @jax.custom_vjp
+  def loss_of_logits(z, q, y):             # [B, C, V], [B, C, V], [B, C] -> [B, C]
+    return div.loss(jax.nn.softmax(z, axis=-1), q, **options, **({"sampled_token": y} if div.sampled else {}))
+
+  def loss_fwd(z, q, y):
+    p = jax.nn.softmax(z, axis=-1)
+    return div.loss(p, q, **options, **({"sampled_token": y} if div.sampled else {})), (p, q, y)
+
+  def loss_bwd(res, ct):                  # d loss / dz = -direction (closed form, else autodiff of the loss)
+    p, q, y = res
+    g = distillation.direction(name, p, q, sampled_token=y if div.sampled else None, **options)
+    return -ct[..., None] * g, jnp.zeros_like(q), None
+
+  loss_of_logits.defvjp(loss_fwd, loss_bwd)
+
   @jax.checkpoint
   def step(hs, ht, y):                     # [B, C, D], [B, C, D_t], [B, C] -> [B, C]
     z = logits_of(s_head, hs)
-    logq = jax.lax.stop_gradient(jax.nn.log_softmax(logits_of(t_head, ht), axis=-1))
-    if z.shape != logq.shape:
-      raise ValueError(f"student and teacher logits differ in shape ({z.shape} vs {logq.shape}); pass "
+    zq = jax.lax.stop_gradient(logits_of(t_head, ht))
+    if z.shape != zq.shape:
+      raise ValueError(f"student and teacher logits differ in shape ({z.shape} vs {zq.shape}); pass "
                        "vocab_size= the tokenizer's real vocabulary size")
-    kwargs = dict(options)
-    if div.sampled:
-      kwargs["sampled_token"] = y
-    return div.loss(jax.nn.softmax(z, axis=-1), jnp.exp(logq), **kwargs)
+    return loss_of_logits(z, jax.nn.softmax(zq, axis=-1), y)   # q computed as p is: bitwise p when zq == z
 
+  if chunk >= t:                           # one chunk: no loop
+    return step(student_hidden, teacher_hidden, tokens)
   _, out = jax.lax.scan(lambda carry, xs: (carry, step(*xs)), None,
                         (_chunks(student_hidden, chunk), _chunks(teacher_hidden, chunk), _chunks(tokens, chunk)))
-  return jnp.moveaxis(out, 0, 1).reshape(tokens.shape[0], -1)[:, :t].astype(jnp.float32)
+  return jnp.moveaxis(out, 0, 1).reshape(tokens.shape[0], -1)[:, :t]
 
 
 def opd_loss(student_hidden: jax.Array, student_head: Head, teacher_hidden: jax.Array, teacher_head: Head,
@@ -118,7 +133,7 @@ def opd_loss(student_hidden: jax.Array, student_head: Head, teacher_hidden: jax.
       in `token_losses`.
     mask: [B, T] bool or 0/1, True on response tokens (prompt and padding positions False).
   Returns:
-    [] float32 scalar.
+    [] float scalar, the dtype of `token_losses`.
   Raises:
     ValueError: as `token_losses`, or a mask whose shape is not tokens'.
   """
