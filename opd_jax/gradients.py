@@ -18,6 +18,9 @@ candidate sets come from the union of top-k of p and of q, so both are positive 
 score log tiny - log p: a large, finite push off that candidate, and a finite KL, instead of inf or NaN. A
 candidate with q > 0 but p = 0 gets direction 0 from every KL-type loss (it is scaled by p); forward KL gives
 q - p = q there.
+
+The divergences themselves (names, '@' parameters, losses, closed-form or autodiff directions) are the registry
+of opd_jax/distillation.py; `distillation_gradient` and `DIVERGENCES` here are its entry points for the study.
 """
 from __future__ import annotations
 
