@@ -7,6 +7,9 @@ token id on both sides. Every context is a user message rendered with the studen
   self:solution:reverse_kl                         the student, given a reference solution, reverse KL
   qwen2.5-coder-1.5b-instruct:plain:jsd@0.5        an external teacher, the plain question, JSD_beta=0.5
   self:plain:clipped_reverse_kl@0.5                the student itself (q = p), clip 0.5
+  self:solution:topk_reverse_kl@8                  reverse KL over the student's top-8 candidates
+
+Divergence names and their '@' parameters are the registry's (opd_jax/distillation.py, `distillation.parse`).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import dataclasses
 import math
 from typing import Mapping, Sequence
 
-from opd_jax import gradients
+from opd_jax import distillation
 from opd_jax import models
 from opd_jax.tasks import base as task_base
 
@@ -43,8 +46,10 @@ class TeacherConfig:
   """One configuration c = (teacher, context, divergence) of paper.md.
 
   config_id: the name given in `config.configurations`; teacher: "self" or a model spec (preset, HF folder,
-  .gguf path); beta: JSD_beta's beta (NaN unless divergence == "jsd"); clip: the clipped reverse KL's
-  threshold tau (NaN unless divergence == "clipped_reverse_kl").
+  .gguf path); options: the divergence's checked keyword parameter as ((name, value),) or () (the registry's
+  `distillation.options`, e.g. (("beta", 0.5),)); beta, clip: the record columns, JSD_beta's beta (NaN unless
+  divergence == "jsd") and the clipped reverse KL's threshold tau (NaN unless divergence ==
+  "clipped_reverse_kl").
   """
   config_id: str
   teacher: str
@@ -52,6 +57,7 @@ class TeacherConfig:
   divergence: str
   beta: float = math.nan
   clip: float = math.nan
+  options: tuple[tuple[str, float], ...] = ()
 
   @property
   def scoring_key(self) -> tuple[str, str]:
@@ -63,8 +69,8 @@ def parse(config_id: str, spec: str) -> TeacherConfig:
   """Parse `teacher:context:divergence[@param]` (the teacher may itself contain ':', e.g. a path).
 
   Raises:
-    ValueError: malformed spec, unknown context or divergence, a non-finite '@' parameter (nan, inf), jsd beta
-      outside (0, 1), clip <= 0 or missing.
+    ValueError: malformed spec, unknown context or divergence (listing the registered ones), a non-finite '@'
+      parameter (nan, inf), jsd beta outside (0, 1), clip <= 0 or missing, or another bad parameter.
   """
   where = f"config.configurations[{config_id!r}] = {spec!r}"
   parts = spec.rsplit(":", 2)
@@ -73,29 +79,10 @@ def parse(config_id: str, spec: str) -> TeacherConfig:
   teacher, context, div = parts
   if context not in CONTEXTS:
     raise ValueError(f"{where}: unknown context {context!r}; use one of {CONTEXTS}")
-  name, _, arg = div.partition("@")
-  if name not in gradients.DIVERGENCES:
-    raise ValueError(f"{where}: unknown divergence {name!r}; use one of {gradients.DIVERGENCES}")
-  beta = clip = math.nan
-  try:
-    value = float(arg) if arg else None
-  except ValueError:
-    raise ValueError(f"{where}: the parameter after '@' must be a number, got {arg!r}") from None
-  if value is not None and not math.isfinite(value):
-    raise ValueError(f"{where}: the parameter after '@' must be a finite number, got {arg!r}")
-  if name == "jsd":
-    beta = 0.5 if value is None else value
-    if not 0.0 < beta < 1.0:
-      raise ValueError(f"{where}: jsd beta must lie strictly inside (0, 1), got {beta}; use forward_kl or "
-                       "reverse_kl for the end points")
-  elif name == "clipped_reverse_kl":
-    if value is None or value <= 0:
-      raise ValueError(f"{where}: clipped_reverse_kl needs a positive clip, e.g. 'clipped_reverse_kl@0.5'")
-    clip = value
-  elif value is not None:
-    raise ValueError(f"{where}: divergence {name!r} takes no '@' parameter")
+  name, options = distillation.parse(div, where=where)
+  beta, clip = options.get("beta", math.nan), options.get("clip", math.nan)
   return TeacherConfig(config_id=config_id, teacher=teacher, context=context, divergence=name, beta=beta,
-                       clip=clip)
+                       clip=clip, options=tuple(sorted(options.items())))
 
 
 def parse_all(configurations: Mapping[str, str], *, has_solutions: bool, task_name: str) -> list[TeacherConfig]:

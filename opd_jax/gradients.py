@@ -18,17 +18,19 @@ candidate sets come from the union of top-k of p and of q, so both are positive 
 score log tiny - log p: a large, finite push off that candidate, and a finite KL, instead of inf or NaN. A
 candidate with q > 0 but p = 0 gets direction 0 from every KL-type loss (it is scaled by p); forward KL gives
 q - p = q there.
+
+The divergences themselves (names, '@' parameters, losses, closed-form or autodiff directions) are the registry
+of opd_jax/distillation.py; `distillation_gradient` and `DIVERGENCES` here are its entry points for the study.
 """
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
 
-from opd_jax import divergences
+from opd_jax import distillation
+# The divergence registry and its losses live in opd_jax/distillation.py; these names stay here for callers.
+from opd_jax.distillation import DIVERGENCES, clipped_reverse_kl, forward_kl, jsd, reverse_kl  # noqa: F401
 
-DIVERGENCES = ("reverse_kl", "forward_kl", "jsd", "sampled_token", "clipped_reverse_kl")
 NORM_EPS = 1e-12  # a gradient whose L2 norm is below this is treated as zero by `alignment` and `nan_reason`
 # A distillation direction with |g| < DISTILLATION_NOISE * |p| is at the level of the fp32 round-off of p and q
 # (log-probs from fp32 logits carry relative errors of ~1e-6): `nan_reason` calls it zero, never a cosine of noise.
@@ -36,36 +38,8 @@ DISTILLATION_NOISE = 1e-5
 NAN_REASONS = ("", "degenerate", "zero_distillation_gradient", "zero_ideal_gradient")  # indexed by nan_reason
 
 
-def _float(x: jax.Array) -> jax.Array:
-  x = jnp.asarray(x)
-  return x.astype(jnp.promote_types(x.dtype, jnp.float32))
-
-
-def _log(x: jax.Array) -> jax.Array:
-  """log max(x, tiny): finite for x = 0, and its gradient is 0 there (not NaN)."""
-  return jnp.log(jnp.maximum(x, jnp.finfo(x.dtype).tiny))
-
-
-def _centred(p: jax.Array, f: jax.Array) -> jax.Array:
-  """p * (f - sum_k p_k f_k): the softmax Jacobian applied to a per-candidate score f."""
-  return p * (f - jnp.sum(p * f, axis=-1, keepdims=True))
-
-
-def _check_same(name_a: str, a: jax.Array, name_b: str, b: jax.Array) -> None:
-  if a.shape != b.shape or a.ndim == 0:
-    raise ValueError(f"{name_a} and {name_b} must have the same shape [..., K], got {a.shape} and {b.shape}")
-
-
-def _check_clip(clip: float | None) -> float:
-  if clip is None:
-    raise ValueError("clip is required for divergence 'clipped_reverse_kl' (the threshold tau), e.g. clip=0.05")
-  try:
-    value = float(clip)
-  except (TypeError, jax.errors.ConcretizationTypeError):
-    raise ValueError(f"clip must be a static Python float > 0, got a traced value {clip!r}") from None
-  if not value > 0:
-    raise ValueError(f"clip must be > 0, got {clip}; use a positive threshold tau such as 0.05")
-  return value
+_float, _log, _centred, _check_same = (distillation.as_float, distillation.safe_log, distillation.centred,
+                                      distillation.check_same)
 
 
 @jax.jit
@@ -134,87 +108,9 @@ def ideal_gradient(p: jax.Array, p_succ: jax.Array) -> jax.Array:
   return _centred(p, p_succ - reference)
 
 
-@jax.jit
-def reverse_kl(p: jax.Array, q: jax.Array) -> jax.Array:
-  """KL(p || q) = sum_k p_k (log p_k - log q_k) over the candidates (the OPD loss; logs clamped at tiny).
-
-  Args:
-    p: [..., K] float student probabilities; padded slots 0.
-    q: [..., K] float teacher probabilities; padded slots 0.
-  Returns:
-    [...] float; >= 0 up to rounding, exactly 0 where q == p.
-  """
-  p, q = _float(p), _float(q)
-  _check_same("p", p, "q", q)
-  return jnp.sum(p * (_log(p) - _log(q)), axis=-1)
-
-
-@jax.jit
-def forward_kl(p: jax.Array, q: jax.Array) -> jax.Array:
-  """KL(q || p) = sum_k q_k (log q_k - log p_k) over the candidates (logs clamped at tiny).
-
-  Args:
-    p: [..., K] float student probabilities; padded slots 0.
-    q: [..., K] float teacher probabilities; padded slots 0.
-  Returns:
-    [...] float; >= 0 up to rounding, exactly 0 where q == p.
-  """
-  p, q = _float(p), _float(q)
-  _check_same("p", p, "q", q)
-  return jnp.sum(q * (_log(q) - _log(p)), axis=-1)
-
-
-def jsd(p: jax.Array, q: jax.Array, beta: float = 0.5) -> jax.Array:
-  """JSD_beta = beta KL(q || m) + (1 - beta) KL(p || m), m = beta q + (1 - beta) p (GKD/TRL; paper.md).
-
-  Args:
-    p: [..., K] float student probabilities; padded slots 0.
-    q: [..., K] float teacher probabilities; padded slots 0.
-    beta: static Python float strictly inside (0, 1).
-  Returns:
-    [...] float; exactly 0 where q == p.
-  Raises:
-    ValueError: if beta is outside (0, 1) or traced (divergences.check_beta).
-  """
-  return _jsd(p, q, beta=divergences.check_beta(beta))
-
-
-@functools.partial(jax.jit, static_argnames="beta")
-def _jsd(p, q, *, beta):
-  p, q = _float(p), _float(q)
-  _check_same("p", p, "q", q)
-  log_m_over_p, log_m_over_q = divergences.log_mixture_ratios(_log(p), _log(q), beta)
-  return jnp.sum(beta * q * -log_m_over_q + (1.0 - beta) * p * -log_m_over_p, axis=-1)
-
-
-def clipped_reverse_kl(p: jax.Array, q: jax.Array, clip: float) -> jax.Array:
-  """min(KL(p || q), clip) at the node (OPSD-style clip at threshold tau = clip; paper.md).
-
-  The value is lifted to 0 where rounding makes KL a few ulp negative (p ~ q), without changing its gradient,
-  so the result lies in [0, clip]. Where KL >= clip the clip binds and the gradient is exactly 0.
-
-  Args:
-    p: [..., K] float student probabilities; padded slots 0.
-    q: [..., K] float teacher probabilities; padded slots 0.
-    clip: static Python float > 0.
-  Returns:
-    [...] float in [0, clip].
-  Raises:
-    ValueError: if clip is None, not > 0, or traced.
-  """
-  return _clipped_reverse_kl(p, q, clip=_check_clip(clip))
-
-
-@functools.partial(jax.jit, static_argnames="clip")
-def _clipped_reverse_kl(p, q, *, clip):
-  kl = reverse_kl(p, q)
-  kl = kl + jax.lax.stop_gradient(jnp.maximum(kl, 0.0) - kl)
-  return jnp.where(kl < clip, kl, clip)
-
-
 def distillation_gradient(divergence: str, p: jax.Array, q: jax.Array, *, beta: float = 0.5,
                           clip: float | None = None, sampled_token: jax.Array | None = None,
-                          advantage: jax.Array | None = None) -> jax.Array:
+                          advantage: jax.Array | None = None, **params) -> jax.Array:
   """Direction a distillation loss moves the student logits, g = -dLoss/dz (paper.md, "Gradients" table).
 
   - "reverse_kl":  p * (log q - log p + KL(p || q))
@@ -224,11 +120,13 @@ def distillation_gradient(divergence: str, p: jax.Array, q: jax.Array, *, beta: 
     `advantage` (the full-vocabulary log q(y_t) - log p(y_t)) when given, else log q[y] - log p[y] on the
     renormalised candidates. Its expectation over y ~ p with A = log q_y - log p_y is the reverse-KL direction.
   - "clipped_reverse_kl": the reverse-KL direction where KL(p || q) < clip, exactly 0 where the clip binds.
+  - any other name of the registry (`distillation.REGISTRY`, e.g. "topk_reverse_kl" with k=8): its closed form,
+    else -jax.grad of its loss (`distillation.direction`).
   Every direction is exactly 0 where q == p (and, for "sampled_token", the advantage is 0). Logs of zero
   probabilities are clamped at tiny (module docstring).
 
   Args:
-    divergence: static, one of DIVERGENCES.
+    divergence: static, one of DIVERGENCES (the registry's names).
     p: [..., K] float student probabilities over the candidates, renormalised; padded slots 0.
     q: [..., K] float teacher probabilities over the same candidates, renormalised; padded slots 0.
     beta: static float strictly inside (0, 1); used by "jsd" only.
@@ -237,48 +135,15 @@ def distillation_gradient(divergence: str, p: jax.Array, q: jax.Array, *, beta: 
       y_t; required by "sampled_token"; must point to a valid slot.
     advantage: optional [...] float A for "sampled_token"; must be finite (divergences.logq_minus_logp is -inf
       where the teacher gives y_t zero probability: clamp it first).
+    **params: the static parameter of another registered divergence, e.g. k=8 for "topk_reverse_kl".
   Returns:
     [..., K] float direction, 0 on padded slots (except "sampled_token" at y, which is never padding).
   Raises:
-    ValueError: on an unknown divergence, mismatched shapes, beta outside (0, 1), a missing or non-positive
-      clip, a missing sampled_token, or a traced beta/clip.
+    ValueError: on an unknown divergence (listing the registered names), mismatched shapes, beta outside (0, 1),
+      a missing or non-positive clip (or another bad parameter), a missing sampled_token, or a traced beta/clip.
   """
-  if divergence not in DIVERGENCES:
-    raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
-  beta = divergences.check_beta(beta) if divergence == "jsd" else None
-  clip = _check_clip(clip) if divergence == "clipped_reverse_kl" else None
-  if divergence == "sampled_token" and sampled_token is None:
-    raise ValueError("sampled_token (the index of y_t within the candidate axis, shape [...]) is required for "
-                     "divergence 'sampled_token'")
-  if divergence != "sampled_token":
-    sampled_token = advantage = None
-  return _distillation_gradient(p, q, sampled_token, advantage, divergence=divergence, beta=beta, clip=clip)
-
-
-@functools.partial(jax.jit, static_argnames=("divergence", "beta", "clip"))
-def _distillation_gradient(p, q, sampled_token, advantage, *, divergence, beta, clip):
-  p, q = _float(p), _float(q)
-  _check_same("p", p, "q", q)
-  if divergence == "forward_kl":
-    return q - p
-  if divergence == "jsd":
-    log_m_over_p, _ = divergences.log_mixture_ratios(_log(p), _log(q), beta)
-    return (1.0 - beta) * _centred(p, log_m_over_p)
-  if divergence == "sampled_token":
-    y = jnp.asarray(sampled_token)
-    if y.shape != p.shape[:-1] or not jnp.issubdtype(y.dtype, jnp.integer):
-      raise ValueError(f"sampled_token must be integer indices of shape {p.shape[:-1]}, got {y.dtype} {y.shape}")
-    if advantage is None:
-      at = lambda x: jnp.take_along_axis(x, y[..., None], axis=-1)[..., 0]
-      advantage = _log(at(q)) - _log(at(p))
-    advantage = _float(advantage)
-    if advantage.shape != p.shape[:-1]:
-      raise ValueError(f"advantage must have shape {p.shape[:-1]}, got {advantage.shape}")
-    return advantage[..., None] * (jax.nn.one_hot(y, p.shape[-1], dtype=p.dtype) - p)
-  g = _centred(p, _log(q) - _log(p))  # reverse KL
-  if divergence == "clipped_reverse_kl":
-    g = jnp.where((reverse_kl(p, q) < clip)[..., None], g, 0.0)
-  return g
+  return distillation.direction(divergence, p, q, beta=beta, clip=clip, sampled_token=sampled_token,
+                                advantage=advantage, **params)
 
 
 @jax.jit

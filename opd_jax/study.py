@@ -552,10 +552,8 @@ def _node_rows(env, problem, r, correct, response, positions, cands, outcomes, p
     # Full-vocabulary log q(y_t) - log p(y_t) of the scaled teacher and the sampled policy; -inf where q(y_t)
     # underflows to 0.
     adv = np.clip(np.asarray(q_at[key][:, 0], np.float64) - np.asarray(p_at[:, 0], np.float64), -1e30, 1e30)
-    est = targeted.node_estimates(p, q, succ, n, divergence=conf.divergence,
-                                  beta=0.5 if math.isnan(conf.beta) else conf.beta,
-                                  clip=None if math.isnan(conf.clip) else conf.clip,
-                                  sampled_index=sampled_index, advantage=adv)
+    est = targeted.node_estimates(p, q, succ, n, divergence=conf.divergence, sampled_index=sampled_index,
+                                  advantage=adv, **dict(conf.options))
     if noise is None:
       noise = targeted.split_half_noise_ceiling(p, outcomes)
     for m, t in enumerate(positions):

@@ -364,13 +364,14 @@ class NodeEstimates:
 
 def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.ndarray, *, divergence: str,
                    beta: float = 0.5, clip: float | None = None, sampled_index: np.ndarray | None = None,
-                   advantage: np.ndarray | None = None) -> NodeEstimates:
+                   advantage: np.ndarray | None = None, **params) -> NodeEstimates:
   """g*, g_D, alignment, teacher advantage at M nodes (paper.md, "Gradients in logit space").
 
   Args:
     p, q: float [M, K] student / teacher probabilities on C(u), renormalised, 0 on padding.
     successes, n: int [M, K] counts (n = 0 on padding).
-    divergence, beta, clip: the configuration's divergence (`gradients.distillation_gradient`).
+    divergence, beta, clip: the configuration's divergence (`gradients.distillation_gradient`); **params: the
+      parameter of another registered divergence (e.g. k=8), as in `contexts.TeacherConfig.options`.
     sampled_index: int [M] index in C(u) of the sampled token (needed by "sampled_token").
     advantage: float [M] full-vocabulary log q(y_t) - log p(y_t) (for "sampled_token"; optional).
   Returns:
@@ -386,7 +387,7 @@ def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.nd
     g_ideal = np.asarray(gradients.ideal_gradient(p, ps))
     g = np.asarray(gradients.distillation_gradient(
         divergence, p, q, beta=beta, clip=clip, sampled_token=sampled_index,
-        advantage=None if advantage is None else np.asarray(advantage, np.float64)))
+        advantage=None if advantage is None else np.asarray(advantage, np.float64), **params))
     degenerate = np.asarray(gradients.is_degenerate(successes, n))
     code = np.asarray(gradients.nan_reason(degenerate, g_ideal, g, p))
     cos = np.where(code > 0, np.nan, np.asarray(gradients.alignment(g_ideal, g)))

@@ -1,0 +1,149 @@
+"""Per-token on-policy distillation losses on the full vocabulary, chunked over positions (issue 13, item 1).
+
+Every divergence of the registry (`opd_jax/distillation.py`: reverse KL, forward KL, JSD_beta in GKD/TRL's
+convention, the sampled-token advantage of tinker-cookbook / Thinking Machines' OPD, the clipped reverse KL, the
+top-k reverse KL, and whatever a fork adds) is applied per response position t with p = softmax(student logits)
+and q = softmax(teacher logits) over the whole vocabulary (C(u) = V), so -d loss_t / d z_t is exactly
+`gradients.distillation_gradient(divergence, p_t, q_t, ...)` (tests/test_losses.py).
+
+Memory: the output heads run inside a chunk of `chunk` positions (a `lax.scan` over chunks whose body is
+`jax.checkpoint`ed), so at most [B, chunk, V] logits exist at once, in the forward pass and in the backward pass
+(which recomputes a chunk's logits from its hidden states); never a [B, T, V] array. The backward pass through
+the loss is the registry's direction (`distillation.direction`: the closed form where registered, else -jax.grad
+of the loss), so a teacher equal to the student gives exactly zero loss and zero gradients.
+
+The functions are pure and traceable: call them inside the trainer's `jax.jit` over the model state, with heads
+that close over that state (e.g. `lambda h: model.lm_head(h)` of a merged NNX module, or a head weight array).
+Only a `head(h) -> logits` callable (or a [D, V] weight) and arrays are needed; nothing here knows the model.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from opd_jax import distillation
+
+Head = Callable[[jax.Array], jax.Array] | jax.Array
+
+
+def _as_head(head: Head, name: str) -> Callable[[jax.Array], jax.Array]:
+  if callable(head):
+    return head
+  w = jnp.asarray(head)
+  if w.ndim != 2:
+    raise ValueError(f"{name} must be a callable head(h) -> logits or a [D, V] weight, got shape {w.shape}")
+  return lambda h: h @ w
+
+
+def _chunks(x: jax.Array, chunk: int) -> jax.Array:
+  """[B, T, ...] -> [n, B, chunk, ...], T zero-padded to n * chunk."""
+  b, t = x.shape[:2]
+  n = -(-t // chunk)
+  x = jnp.pad(x, [(0, 0), (0, n * chunk - t)] + [(0, 0)] * (x.ndim - 2))
+  return jnp.moveaxis(x.reshape((b, n, chunk) + x.shape[2:]), 1, 0)
+
+
+def token_losses(student_hidden: jax.Array, student_head: Head, teacher_hidden: jax.Array, teacher_head: Head,
+                 tokens: jax.Array, *, divergence: str, chunk: int = 128, vocab_size: int | None = None,
+                 field: str = "divergence") -> jax.Array:
+  """Per-token OPD loss l_t = D(p_t, q_t) of a registered divergence, on the full vocabulary.
+
+  Position t's hidden states predict token `tokens[:, t]` (the caller shifts): p_t = softmax(student_head(
+  student_hidden[:, t])), q_t = softmax(teacher_head(teacher_hidden[:, t])), both in fp32, the teacher side
+  under stop-gradient (no gradient reaches the teacher, even when it shares the student's parameters).
+
+  Args:
+    student_hidden: [B, T, D] float final hidden states of the student (after its final norm).
+    student_head: head(h [B, C, D]) -> logits [B, C, V], or a [D, V] weight (logits = h @ W).
+    teacher_hidden: [B, T, D_t] float final hidden states of the teacher on the same tokens.
+    teacher_head: the teacher's head, as student_head.
+    tokens: [B, T] int the sampled response token y_t at each position (used by sampled-token divergences).
+    divergence: a registry spec `name[@param]`, e.g. "reverse_kl", "jsd@0.5", "clipped_reverse_kl@0.5",
+      "topk_reverse_kl@8" (`distillation.parse`).
+    chunk: positions per chunk (> 0); the peak logits array is [B, chunk, V].
+    vocab_size: keep only the first vocab_size logits on both sides (the tokenizer's real tokens when the two
+      embeddings are padded to different sizes); None: both heads must give the same V.
+    field: the config field named in errors (e.g. "config.train.divergence").
+  Returns:
+    [B, T] per-token losses, float32 (float64 for float64 inputs); finite wherever the hidden states are.
+  Raises:
+    ValueError: unknown divergence or bad parameter (naming `field` and the registered names), chunk <= 0,
+      mismatched shapes, or vocabulary sizes that differ.
+  """
+  name, options = distillation.parse(divergence, where=field)
+  div = distillation.REGISTRY[name]
+  if not (isinstance(chunk, int) and chunk > 0):
+    raise ValueError(f"chunk must be a positive int (positions per chunk), got {chunk!r}")
+  tokens = jnp.asarray(tokens)
+  if (student_hidden.ndim != 3 or teacher_hidden.ndim != 3 or tokens.shape != student_hidden.shape[:2]
+      or teacher_hidden.shape[:2] != tokens.shape):
+    raise ValueError(f"student_hidden [B, T, D], teacher_hidden [B, T, D_t] and tokens [B, T] must agree, got "
+                     f"{student_hidden.shape}, {teacher_hidden.shape} and {tokens.shape}")
+  s_head, t_head = _as_head(student_head, "student_head"), _as_head(teacher_head, "teacher_head")
+  t = tokens.shape[1]
+
+  def logits_of(head, h):
+    z = head(h).astype(jnp.promote_types(h.dtype, jnp.float32))
+    return z if vocab_size is None else z[..., :vocab_size]
+
+  @jax.custom_vjp
+  def loss_of_logits(z, q, y):             # [B, C, V], [B, C, V], [B, C] -> [B, C]
+    return div.loss(jax.nn.softmax(z, axis=-1), q, **options, **({"sampled_token": y} if div.sampled else {}))
+
+  def loss_fwd(z, q, y):
+    p = jax.nn.softmax(z, axis=-1)
+    return div.loss(p, q, **options, **({"sampled_token": y} if div.sampled else {})), (p, q, y)
+
+  def loss_bwd(res, ct):                  # d loss / dz = -direction (closed form, else autodiff of the loss)
+    p, q, y = res
+    g = distillation.direction(name, p, q, sampled_token=y if div.sampled else None, **options)
+    return -ct[..., None] * g, jnp.zeros_like(q), None
+
+  loss_of_logits.defvjp(loss_fwd, loss_bwd)
+
+  @jax.checkpoint
+  def step(hs, ht, y):                     # [B, C, D], [B, C, D_t], [B, C] -> [B, C]
+    z = logits_of(s_head, hs)
+    zq = jax.lax.stop_gradient(logits_of(t_head, ht))
+    if z.shape != zq.shape:
+      raise ValueError(f"student and teacher logits differ in shape ({z.shape} vs {zq.shape}); pass "
+                       "vocab_size= the tokenizer's real vocabulary size")
+    return loss_of_logits(z, jax.nn.softmax(zq, axis=-1), y)   # q computed as p is: bitwise p when zq == z
+
+  if chunk >= t:                           # one chunk: no loop
+    return step(student_hidden, teacher_hidden, tokens)
+  _, out = jax.lax.scan(lambda carry, xs: (carry, step(*xs)), None,
+                        (_chunks(student_hidden, chunk), _chunks(teacher_hidden, chunk), _chunks(tokens, chunk)))
+  return jnp.moveaxis(out, 0, 1).reshape(tokens.shape[0], -1)[:, :t]
+
+
+def opd_loss(student_hidden: jax.Array, student_head: Head, teacher_hidden: jax.Array, teacher_head: Head,
+             tokens: jax.Array, mask: jax.Array, *, divergence: str, chunk: int = 128, vocab_size: int | None = None,
+             field: str = "divergence") -> jax.Array:
+  """The OPD training loss: mean over response tokens per sequence, then mean over the batch (tinker-cookbook's
+  and TRL's GKD per-sequence normalisation [ours: the choice between the two common normalisations]).
+
+  loss = (1 / |B'|) sum_{b in B'} (sum_t mask_bt l_bt) / (sum_t mask_bt), B' the sequences with at least one
+  response token (a sequence without any contributes nothing; a batch without any gives 0).
+
+  Args:
+    student_hidden, student_head, teacher_hidden, teacher_head, tokens, divergence, chunk, vocab_size, field: as
+      in `token_losses`.
+    mask: [B, T] bool or 0/1, True on response tokens (prompt and padding positions False).
+  Returns:
+    [] float scalar, the dtype of `token_losses`.
+  Raises:
+    ValueError: as `token_losses`, or a mask whose shape is not tokens'.
+  """
+  mask = jnp.asarray(mask)
+  if mask.shape != jnp.shape(tokens):
+    raise ValueError(f"mask must have the shape of tokens [B, T] = {jnp.shape(tokens)}, got {mask.shape}")
+  losses = token_losses(student_hidden, student_head, teacher_hidden, teacher_head, tokens, divergence=divergence,
+                        chunk=chunk, vocab_size=vocab_size, field=field)
+  mask = mask.astype(bool)
+  count = jnp.sum(mask, axis=-1)
+  per_sequence = jnp.sum(jnp.where(mask, losses, 0.0), axis=-1) / jnp.maximum(count, 1)
+  has = count > 0
+  return jnp.sum(jnp.where(has, per_sequence, 0.0)) / jnp.maximum(jnp.sum(has), 1)
