@@ -17,7 +17,6 @@ from scipy import stats
 from opd_jax import records
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-PREDICTORS = records.PREDICTORS
 KEYS = {"rollouts": ["question_id", "rollout_id"], "tokens": ["question_id", "rollout_id", "teacher", "context",
                                                               "position"],
         "nodes": ["question_id", "rollout_id", "config_id", "position"]}
