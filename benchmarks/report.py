@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from opd_jax import divergences
+from opd_jax import records
 from opd_jax import report
 
 
@@ -29,7 +29,7 @@ def synthetic_study(workdir: pathlib.Path, *, questions: int, configs: int, node
       for pos in sorted(rng.choice(64, nodes // 2, replace=False)):
         p = rng.dirichlet(np.ones(k))
         succ = rng.binomial(r, rng.uniform(size=k))
-        preds = {name: float(rng.exponential()) for name in divergences.PREDICTORS}
+        preds = {name: float(rng.exponential()) for name in records.PREDICTORS}
         for c in range(configs):
           a = float(np.tanh(q_effect + 0.05 * c + rng.normal(0, 0.8)))
           rows.append(dict(config_id=f"c{c}", question_id=f"q{qi:05d}", rollout_id=rollout_id, position=int(pos),

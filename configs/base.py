@@ -55,7 +55,7 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   mesh.data, mesh.model     device mesh of one process (-1: all remaining devices)
   report.target             node group the verdict decides on: incorrect | correct | all
   report.pages              per-token pages written to html/ (node rollouts, incorrect first; 0 = none)
-  report.colour_by          predictor that colours the per-token pages' view rows (divergences.PREDICTORS)
+  report.colour_by          predictor that colours the per-token pages' view rows (records.PREDICTORS)
   logging.verbosity, logging.progress    (changing these does not change the run: resume allowed)
 """
 import ml_collections

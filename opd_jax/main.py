@@ -158,7 +158,8 @@ def main(argv):
       raise
     fail(f"{e}")
   if summary:
-    print(study.results_text(workdir))
+    from opd_jax import report  # pylint: disable=g-import-not-at-top
+    print(report.results_text(workdir))
 
 
 _AS_COMMAND = False     # set by `run` (python -m opd_jax.main), not when main() is called in-process

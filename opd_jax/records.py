@@ -3,13 +3,17 @@
 Layout (design.md, "Records"):
   <workdir>/config.json            the resolved config
   <workdir>/manifest.json          schema version, config hash, versions, seeds, checksums, mesh, timings
-  <workdir>/progress.json          questions processed so far (the commit point of resume)
+  <workdir>/progress.json          questions processed so far (the commit point of resume; runs.py)
   <workdir>/records/{rollouts,tokens,nodes}/part-<question_id>.parquet
 Read a table whole with `pandas.read_parquet("<workdir>/records/nodes")`.
 
-A question's parts are written first (each atomically: temporary file, then rename), then progress.json
-(also atomically). A run killed anywhere and rerun redoes at most the question in flight, whose parts are
-deterministic, so the records end equal to an uninterrupted run's.
+This module is the one definition of every table's columns, dtypes and meanings (`SCHEMAS`, `describe_schema`),
+of the predictor columns (`PREDICTORS`) and of the reasons an alignment is NaN (`NAN_REASONS`): the study, the
+report and the tests import them from here.
+
+A question's parts are written first (each atomically: temporary file, then rename), then its progress file
+(also atomically: `runs.write_progress`). A run killed anywhere and rerun redoes at most the question in flight,
+whose parts are deterministic, so the records end equal to an uninterrupted run's.
 """
 from __future__ import annotations
 
@@ -26,12 +30,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from opd_jax import divergences
+from opd_jax import gradients
 
 SCHEMA_VERSION = 2
 TABLES = ("rollouts", "tokens", "nodes")
+# Per-token and per-node predictor columns (paper.md, "Divergence predictors"), computed by
+# `divergences.predictors` (whose module holds the tuple next to the code that computes each).
+PREDICTORS: tuple[str, ...] = divergences.PREDICTORS
 # The study's alignment_nan_reason where a view's context does not exist for a rollout (contrastive without
-# another incorrect rollout); the other reasons are gradients.NAN_REASONS.
+# another incorrect rollout).
 CONTEXT_UNAVAILABLE = "context_unavailable"
+# Why an alignment is NaN: every non-empty value of nodes.alignment_nan_reason ("" = defined). The estimator's
+# reasons are `gradients.NAN_REASONS` (indexed by `gradients.nan_reason`'s code), then the study's own.
+NAN_REASONS: tuple[str, ...] = tuple(r for r in gradients.NAN_REASONS if r) + (CONTEXT_UNAVAILABLE,)
 
 # Probability conventions of the records (also in manifest.json, "conventions"). "raw" = softmax of the model's
 # logits (temperature 1, no truncation); "sampled policy" = what the sampler draws from (`sampling.
@@ -73,7 +84,7 @@ _COLUMNS = {
         ("context", pa.string(), "teacher context of the view"),
         ("logp", pa.float64(), "raw log p(y_t) of the student (T = 1)"),
         ("logq", pa.float64(), "raw log q(y_t) of the teacher in its context (T = 1)"),
-    ] + [(k, pa.float64(), "raw predictor (divergences.predictors, T = 1)") for k in divergences.PREDICTORS],
+    ] + [(k, pa.float64(), "raw predictor (divergences.predictors, T = 1)") for k in PREDICTORS],
     "nodes": [
         ("question_id", pa.string(), "task question id"),
         ("rollout_id", pa.int64(), "rollout index within the question"),
@@ -107,7 +118,7 @@ _COLUMNS = {
         ("q_mass", pa.float64(), "mass of the scaled teacher on C(u) before renormalising"),
         ("noise_ceiling", pa.float64(),
          "split-half noise ceiling: cos of g* from each candidate's first and next floor(n_k / 2) rewards"),
-    ] + [(k, pa.float64(), _PRED) for k in divergences.PREDICTORS],
+    ] + [(k, pa.float64(), _PRED) for k in PREDICTORS],
 }
 SCHEMAS = {t: pa.schema([pa.field(n, ty) for n, ty, _ in cols]) for t, cols in _COLUMNS.items()}
 
@@ -236,10 +247,10 @@ def config_hash(config_dict: dict) -> str:
   return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def check_workdir(workdir, config_dict: dict) -> dict:
-  """Claim `workdir` for this config, or refuse one written by another config (leaving it untouched).
+def check_workdir(workdir, config_dict: dict) -> None:
+  """Claim `workdir` for this config (writes config.json), or refuse one written by another config (leaving it
+  untouched). The progress to resume from is `runs.read_progress`'s.
 
-  Returns the progress dict ({"processed": [...], "selected": [...]}) to resume from.
   Raises:
     ValueError: the workdir's config.json has a different hash (any field but logging).
   """
@@ -256,9 +267,3 @@ def check_workdir(workdir, config_dict: dict) -> dict:
                        "same config to resume")
   else:
     atomic_write_json(cfg_path, config_dict)
-  prog = workdir / "progress.json"
-  return json.loads(prog.read_text()) if prog.exists() else {"processed": [], "selected": []}
-
-
-def write_progress(workdir, progress: dict) -> None:
-  atomic_write_json(pathlib.Path(workdir) / "progress.json", progress)

@@ -19,9 +19,6 @@ from opd_jax import sampling
 
 STRATEGIES = ("exponential", "uniform", "entropy", "all")
 
-# Why an alignment is NaN (records' `alignment_nan_reason`; gradients.NAN_REASONS).
-DEGENERATE = "degenerate"                        # P_succ equal on every candidate: g* = 0
-ZERO_DISTILLATION = "zero_distillation_gradient"  # q = p on C(u), or the clip binds: g_D = 0
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -355,7 +352,7 @@ class NodeEstimates:
   p_succ: np.ndarray               # [M, K]
   value: np.ndarray                # V = sum_k p_k P_succ(k)
   alignment: np.ndarray            # cos(g*, g_D); NaN when undefined
-  nan_reason: np.ndarray           # object [M]: "" or DEGENERATE or ZERO_DISTILLATION
+  nan_reason: np.ndarray           # object [M]: one of gradients.NAN_REASONS
   teacher_advantage: np.ndarray    # sum_k q_k P_succ(k) - V
   degenerate: np.ndarray           # bool, decided on the integer counts
   g_ideal: np.ndarray              # [M, K]
@@ -375,8 +372,8 @@ def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.nd
     sampled_index: int [M] index in C(u) of the sampled token (needed by "sampled_token").
     advantage: float [M] full-vocabulary log q(y_t) - log p(y_t) (for "sampled_token"; optional).
   Returns:
-    `NodeEstimates`. Alignment is NaN with a reason (`gradients.nan_reason`): DEGENERATE when the counts make
-    every P_succ equal (g* = 0), else ZERO_DISTILLATION when |g_D| < max(1e-12, 1e-5 |p|) (q = p on C(u) up to
+    `NodeEstimates`. Alignment is NaN with a reason (`gradients.nan_reason`): "degenerate" when the counts make
+    every P_succ equal (g* = 0), else "zero_distillation_gradient" when |g_D| < max(1e-12, 1e-5 |p|) (q = p on C(u) up to
     fp32 round-off, or the clip binds), else "zero_ideal_gradient" (P_succ differs only where p underflows).
   """
   # float64: near-degenerate nodes have g* components far below P_succ's scale (P_succ - V ~ 1e-7), where

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sp_stats
 
+from opd_jax import records
 from opd_jax import report
 from opd_jax.report import predictors
 from opd_jax import stats
@@ -242,6 +243,21 @@ def test_summarize_counts_means_and_correlations_match_pandas():
 
 def summarize_fast(nodes, **kwargs):
   return report.summarize(nodes, n_boot=300, **kwargs)
+
+
+def test_every_nan_reason_the_study_writes_is_counted_by_name():
+  """records.NAN_REASONS is every non-empty alignment_nan_reason (the estimator's three, then the study's context
+  reason), and the summary counts each under its own column: none falls into n_nan_other."""
+  assert records.NAN_REASONS == ("degenerate", "zero_distillation_gradient", "zero_ideal_gradient",
+                                 "context_unavailable")
+  nodes = synthetic_nodes()
+  ideal = (nodes.config_id == "jsd") & ~nodes.correct & (nodes.position == 3)           # 6 nodes, one per question
+  nodes.loc[ideal, ["alignment", "alignment_nan_reason"]] = [np.nan, "zero_ideal_gradient"]
+  summary = summarize_fast(nodes).set_index(["config_id", "group"])
+  assert summary.loc[("jsd", "incorrect"), "n_zero_ideal_gradient"] == 6
+  assert summary.loc[("jsd", "incorrect"), "n_zero_distillation_gradient"] == 3
+  assert summary.loc[("jsd", "incorrect"), "n_context_unavailable"] == 1
+  assert (summary["n_nan_other"] == 0).all()
 
 
 def test_summarize_empty_group_and_bad_input():

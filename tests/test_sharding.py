@@ -1,4 +1,5 @@
-"""Meshes, partition rules and the process split: 8 fake CPU devices and two jax.distributed processes.
+"""Meshes and partition rules on 8 fake CPU devices, and two jax.distributed processes (the process split and
+progress files alone: test_runs.py).
 
 Multi-device checks run in subprocesses (the device count is fixed when jax initialises); they save their
 arrays and the parent compares them with the single-device results and with hand-computed pins.
@@ -11,8 +12,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 
 import jax
 import numpy as np
@@ -21,6 +20,7 @@ import pytest
 from jax.sharding import AbstractMesh
 
 from opd_jax import models
+from opd_jax import runs
 from opd_jax import sharding
 from opd_jax.models import decoder
 
@@ -299,8 +299,8 @@ def test_one_device_mesh_and_sharding_tree():
   x = np.arange(6)
   assert sharding.shard_batch(None, x) is x                # no mesh: unchanged
   n = len(jax.local_devices())
-  assert sharding.describe(mesh) == {"data": n, "model": 1, "devices": n, "platform": jax.devices()[0].platform,
-                                     "process_index": 0, "process_count": 1}
+  assert runs.describe(mesh) == {"data": n, "model": 1, "devices": n, "platform": jax.devices()[0].platform,
+                                 "process_index": 0, "process_count": 1}
 
 
 @pytest.mark.parametrize("data,model,n,needle", [
@@ -325,49 +325,6 @@ def test_pad_rows_and_pad_batch():
   np.testing.assert_array_equal(padded, np.concatenate([x, np.full((3, 2), -1)]))
 
 
-def test_split_questions_round_robin_and_quotas():
-  ids = [f"q{i}" for i in range(11)]
-  shares = [sharding.split_questions(ids, i, 3) for i in range(3)]
-  assert shares[1] == ["q1", "q4", "q7", "q10"]
-  assert sorted(sum(shares, []), key=lambda s: int(s[1:])) == ids
-  assert sharding.split_questions(ids, 0, 1) == ids
-  assert [sharding.question_quota(7, i, 3) for i in range(3)] == [3, 2, 2]
-  assert [sharding.question_quota(2, i, 4) for i in range(4)] == [1, 1, 0, 0]
-  with pytest.raises(ValueError, match="process_index must be an int in \\[0, 3\\), got 3"):
-    sharding.split_questions(ids, 3, 3)
-
-
-def test_progress_files_and_waiting_for_all_processes(tmp_path):
-  assert sharding.progress_path(tmp_path, 0, 1).name == "progress.json"
-  assert sharding.wait_for_processes(tmp_path / "single", 1) == [{}]       # one process waits for nobody
-  assert sharding.read_progress(tmp_path, 1, 3) == {"processed": [], "selected": [], "done": False}
-  sharding.write_progress(tmp_path, {"processed": ["q0"], "selected": ["q0"]}, 0, 3, done=True)
-  sharding.write_progress(tmp_path, {"processed": ["q1"], "selected": []}, 1, 3)
-  assert sharding.read_progress(tmp_path, 1, 3)["processed"] == ["q1"]
-  with pytest.raises(TimeoutError, match=r"processes \[1, 2\] of 3"):
-    sharding.wait_for_processes(tmp_path, 3, timeout_s=0.2, poll_s=0.05)
-
-  def finish_later():
-    time.sleep(0.3)
-    sharding.write_progress(tmp_path, {"processed": ["q1"], "selected": []}, 1, 3, done=True)
-    sharding.write_progress(tmp_path, {"processed": ["q2"], "selected": ["q2"]}, 2, 3, done=True)
-
-  thread = threading.Thread(target=finish_later)
-  start = time.monotonic()
-  thread.start()
-  states = sharding.wait_for_processes(tmp_path, 3, timeout_s=20, poll_s=0.05)
-  thread.join()
-  assert time.monotonic() - start >= 0.3
-  assert [s["processed"] for s in states] == [["q0"], ["q1"], ["q2"]] and all(s["done"] for s in states)
-  sharding.write_progress(tmp_path, {"processed": [], "selected": []}, 2, 3, error="OOM on question q5")
-  with pytest.raises(RuntimeError, match="process 2 of 3 failed: OOM on question q5"):
-    sharding.wait_for_processes(tmp_path, 3, timeout_s=5, poll_s=0.05)
-  with pytest.raises(ValueError, match="started with 3 process"):
-    sharding.read_progress(tmp_path, 0, 2)
-  with pytest.raises(ValueError, match="started with 3 process"):
-    sharding.read_progress(tmp_path, 0, 1)
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Two processes (jax.distributed on CPU), 4 fake devices each.
 
@@ -380,25 +337,24 @@ jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processe
                            initialization_timeout=60)
 import numpy as np
 sys.path.insert(0, "tests")
-from opd_jax import models, sharding
+from opd_jax import models, runs, sharding
 from opd_jax.models import decoder
 from test_sharding import CFG, _model
 
 mesh = sharding.make_mesh(-1, 2)
-pi, pc = sharding.process_index(), sharding.process_count()
+pi, pc = runs.process_index(), runs.process_count()
 ids = [f"q{i}" for i in range(11)]
 model = sharding.shard_model(_model(CFG, 0), mesh)
 tokens = np.random.default_rng(pi).integers(0, 64, (4, 9))
 logits = models.logits(model, tokens)
 wq = model.params["layers"]["wq"]
-sharding.write_progress(workdir, {"processed": sharding.split_questions(ids, pi, pc), "selected": []}, pi, pc,
-                        done=True)
-states = sharding.wait_for_processes(workdir, pc, timeout_s=120, poll_s=0.05)
+runs.write_progress(workdir, {"processed": runs.split_questions(ids, pi, pc), "selected": []}, pi, pc, done=True)
+states = runs.wait_for_processes(workdir, pc, timeout_s=120, poll_s=0.05)
 json.dump({"index": pi, "count": pc, "global_devices": len(jax.devices()),
            "local": [d.id for d in jax.local_devices()], "mesh": dict(mesh.shape),
-           "mesh_ids": [d.id for d in mesh.devices.flat], "splits": [sharding.split_questions(ids, j, pc)
-                                                                     for j in range(pc)],
-           "quotas": [sharding.question_quota(5, j, pc) for j in range(pc)], "seen": [s["processed"] for s in states],
+           "mesh_ids": [d.id for d in mesh.devices.flat],
+           "splits": [runs.split_questions(ids, j, pc) for j in range(pc)],
+           "quotas": [runs.question_quota(5, j, pc) for j in range(pc)], "seen": [s["processed"] for s in states],
            "tokens": tokens.tolist(), "logits": np.asarray(logits).tolist(),
            "wq_spec": list(wq.sharding.spec), "wq_shards": sorted({x.data.shape for x in wq.addressable_shards})},
           open(out, "w"))
@@ -455,9 +411,6 @@ json.dump({"summary": study.run(config, workdir)}, open(out, "w"))
 
 
 def test_two_process_smoke_study_splits_questions_and_process_0_summarises(tmp_path):
-  from opd_jax import study  # pylint: disable=g-import-not-at-top
-  if not hasattr(study, "sharding"):
-    pytest.skip("study.run is not wired to opd_jax.sharding yet (the multi-process path)")
   from opd_jax import records  # pylint: disable=g-import-not-at-top
   port, workdir = _free_port(), tmp_path / "run"
   outs = [tmp_path / f"out{i}.json" for i in range(2)]
@@ -473,7 +426,7 @@ def test_two_process_smoke_study_splits_questions_and_process_0_summarises(tmp_p
   index = dict(zip(rollouts["question_id"], rollouts["question_index"]))
   quota = 2
   for i, s in enumerate(states):
-    assert s["selected"] and len(s["selected"]) <= sharding.question_quota(quota, i, 2)
+    assert s["selected"] and len(s["selected"]) <= runs.question_quota(quota, i, 2)
     assert all(index[q] % 2 == i for q in s["selected"])              # round-robin by pool index
   selected = states[0]["selected"] + states[1]["selected"]
   assert sorted(set(records.read_table(workdir, "nodes")["question_id"])) == sorted(selected)
@@ -566,27 +519,3 @@ def test_smoke_study_on_8_devices_equals_one_device(tmp_path):
   assert len(plain) and all(np.array_equal(p, q) for p, q in zip(plain.p, plain.q))
   assert plain.alignment.isna().all()
   assert plain.alignment_nan_reason.isin(["zero_distillation_gradient", "degenerate"]).all()
-
-
-def test_workdir_lock_refuses_a_live_holder_and_takes_over_a_stale_one(tmp_path, caplog):
-  with sharding.workdir_lock(tmp_path, 0) as path:
-    held = json.loads(path.read_text())
-    assert held["pid"] == os.getpid() and held["host"] == socket.gethostname()
-    with pytest.raises(ValueError, match=rf"in use by another run with process index 0 \(pid {os.getpid()} on "
-                                         rf"host {socket.gethostname()}"):
-      with sharding.workdir_lock(tmp_path, 0):
-        pass
-    with sharding.workdir_lock(tmp_path, 1):               # another process index of the same run: allowed
-      pass
-  assert not path.exists()                                  # released
-  dead = subprocess.Popen([sys.executable, "-c", "pass"])
-  dead.wait()
-  path.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
-  with caplog.at_level("WARNING"):
-    with sharding.workdir_lock(tmp_path, 0):
-      assert json.loads(path.read_text())["pid"] == os.getpid()
-  assert "stale lock" in caplog.text
-  path.write_text(json.dumps({"pid": dead.pid, "host": "another-host"}))   # cannot check a pid elsewhere
-  with pytest.raises(ValueError, match="another-host"):
-    with sharding.workdir_lock(tmp_path, 0):
-      pass

@@ -17,8 +17,6 @@ from scipy import stats
 from opd_jax import records
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-PREDICTORS = ("kl_pq", "kl_qp", "js", "jsd_beta", "tv", "cosine", "entropy_p", "entropy_q", "topk_overlap",
-              "logq_minus_logp")
 KEYS = {"rollouts": ["question_id", "rollout_id"], "tokens": ["question_id", "rollout_id", "teacher", "context",
                                                               "position"],
         "nodes": ["question_id", "rollout_id", "config_id", "position"]}

@@ -153,11 +153,11 @@ def test_degenerate_and_zero_gradient_nodes():
   q = np.array([[0.2, 0.5, 0.3]], np.float32)
   succ, n = np.array([[3, 3, 3]]), np.array([[8, 8, 8]])
   ne = targeted.node_estimates(p, q, succ, n, divergence="reverse_kl")
-  assert ne.degenerate[0] and np.isnan(ne.alignment[0]) and ne.nan_reason[0] == targeted.DEGENERATE
+  assert ne.degenerate[0] and np.isnan(ne.alignment[0]) and ne.nan_reason[0] == "degenerate"
   assert np.all(ne.g_ideal == 0)
   ne = targeted.node_estimates(p, p.copy(), np.array([[1, 5, 2]]), n, divergence="reverse_kl")
   assert not ne.degenerate[0] and np.isnan(ne.alignment[0])
-  assert ne.nan_reason[0] == targeted.ZERO_DISTILLATION
+  assert ne.nan_reason[0] == "zero_distillation_gradient"
 
 
 def test_fp32_noise_in_q_is_a_zero_distillation_gradient_not_a_cosine():
@@ -170,7 +170,7 @@ def test_fp32_noise_in_q_is_a_zero_distillation_gradient_not_a_cosine():
     kw = dict(divergence=div, sampled_index=np.zeros(4, np.int64))
     noisy = p * (1 + 1e-7 * rng.standard_normal(p.shape))
     ne = targeted.node_estimates(p, noisy / noisy.sum(-1, keepdims=True), succ, n, **kw)
-    assert np.all(ne.nan_reason == targeted.ZERO_DISTILLATION) and np.all(np.isnan(ne.alignment)), div
+    assert np.all(ne.nan_reason == "zero_distillation_gradient") and np.all(np.isnan(ne.alignment)), div
     real = p * (1 + 1e-3 * rng.standard_normal(p.shape))
     ne = targeted.node_estimates(p, real / real.sum(-1, keepdims=True), succ, n, **kw)
     assert np.all(ne.nan_reason == "") and np.all(np.isfinite(ne.alignment)), div

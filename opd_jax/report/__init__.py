@@ -5,7 +5,7 @@
 
 Reads `<workdir>/records/nodes/part-*.parquet` (one part per question, from every host), the rollouts, and
 `config.json` / `manifest.json` beside them when present. Modules, in data-flow order:
-  common     groups, NaN reasons and predictors (imported, one definition), checks, the power rule;
+  common     groups, checks, the power rule (NaN reasons and predictors: opd_jax.records);
   ceiling    the direct noise ceiling E cos(g*_R, g*) per node;
   summary    summarize: configuration x group counts, means, cluster intervals, oracle filter;
   decision   decide: ranking, paired differences with Holm, P(best), power, the verdict (verdict.json);
@@ -15,14 +15,17 @@ Reads `<workdir>/records/nodes/part-*.parquet` (one part per question, from ever
   figures, markdown, page, rollout: matplotlib figures, summary.md, report.html, the per-rollout view;
   token_pages html/: one page per node rollout (capped) and an index;
   build      write_summary: every file from the records;
-  compare    several studies side by side (--workdir repeated or a glob, --out): comparison.html / .csv.
+  compare    several studies side by side (--workdir repeated or a glob, --out): comparison.html / .csv;
+  console    what a run prints: the results table, and the warning when nothing was measured.
 paper.md, "What the paper reports" and "Where opd_jax goes further".
 """
+from opd_jax.records import NAN_REASONS
+from opd_jax.records import PREDICTORS
 from opd_jax.report.build import read_records
 from opd_jax.report.build import write_summary
 from opd_jax.report.common import GROUPS
-from opd_jax.report.common import NAN_REASONS
-from opd_jax.report.common import PREDICTORS
+from opd_jax.report.console import diagnose
+from opd_jax.report.console import results_text
 from opd_jax.report.common import REQUIRED_COLUMNS
 from opd_jax.report.decision import decide
 from opd_jax.report.markdown import render_markdown

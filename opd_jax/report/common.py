@@ -1,21 +1,12 @@
-"""What every report module shares: the node groups, the NaN reasons and predictors (one definition, imported),
-the input checks, the power rule, and small formatting helpers."""
+"""What every report module shares: the node groups, the input checks, the power rule, and small formatting
+helpers. The NaN reasons and predictor columns are records.NAN_REASONS and records.PREDICTORS."""
 import math
 
 import numpy as np
 import pandas as pd
 
-from opd_jax import divergences
-from opd_jax import gradients
-from opd_jax import records
 
 GROUPS = ("correct", "incorrect", "all")
-# Per-node predictor columns (paper.md, "Divergence predictors"): the one list, divergences.PREDICTORS.
-PREDICTORS = divergences.PREDICTORS
-# The study's reason for a node whose teacher context could not be built (defined in records).
-CONTEXT_UNAVAILABLE = records.CONTEXT_UNAVAILABLE
-# Why an alignment is NaN: gradients.NAN_REASONS (without its "" = defined) and the study's context reason.
-NAN_REASONS = tuple(r for r in gradients.NAN_REASONS if r) + (CONTEXT_UNAVAILABLE,)
 NODE_KEY = ("question_id", "rollout_id", "position")
 REQUIRED_COLUMNS = ("config_id", "question_id", "rollout_id", "position", "teacher", "context", "divergence",
                     "correct", "alignment", "alignment_nan_reason", "degenerate", "teacher_advantage")

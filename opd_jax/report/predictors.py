@@ -3,6 +3,7 @@ cluster-bootstrap intervals, and a predictor-based filter against the oracle fil
 import numpy as np
 import pandas as pd
 
+from opd_jax import records
 from opd_jax import stats
 from opd_jax.report import common
 
@@ -35,7 +36,7 @@ def predictor_table(nodes: pd.DataFrame, *, group: str = "all", n_boot: int = 20
     q = sub["question_id"].astype(str).to_numpy()
     weights = boot.weights[:, boot.index(q)]                         # [n_boot, N] node multiplicities
     oracle = stats.oracle_filter(a)
-    for name in [p for p in common.PREDICTORS if p in sub.columns]:
+    for name in [p for p in records.PREDICTORS if p in sub.columns]:
       x = sub[name].to_numpy(np.float64)
       row = {"config_id": config_id, "group": group, "predictor": name, "n": int(a.size),
              "spearman": stats.spearman(x, a), "auroc": stats.auroc(x, a > 0) if a.size else np.nan}

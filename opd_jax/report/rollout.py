@@ -4,7 +4,7 @@ import html
 import numpy as np
 import pandas as pd
 
-from opd_jax.report.common import PREDICTORS
+from opd_jax.records import PREDICTORS
 
 
 def _colour(value: float, scale: float) -> str:

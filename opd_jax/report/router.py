@@ -3,7 +3,7 @@ trained and scored with cross-validation by question, against the best single co
 oracle (max over configurations per node).
 
 Per configuration c, a logistic model of P(alignment_c > 0) from the predictors of c's own row at the node
-(divergences.PREDICTORS of c's (teacher, context) view); each held-out node is routed to the configuration with
+(records.PREDICTORS of c's (teacher, context) view); each held-out node is routed to the configuration with
 the highest predicted probability among those with a defined alignment there. Nothing of the held-out
 questions enters the models (folds over question_id).
 """
@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from opd_jax import records
 from opd_jax import stats
 from opd_jax.report import common
 
@@ -97,7 +98,7 @@ def route(nodes: pd.DataFrame, *, target: str = "incorrect", n_folds: int = 5, l
   Protocol (the contract; tests recompute parts of it):
     - nodes: the target group's rows (common.group_mask); a node is (question_id, rollout_id, position); the
       routed nodes are those where at least one configuration has a defined alignment;
-    - features: the predictor columns (common.PREDICTORS present in `nodes`) of each configuration's own row,
+    - features: the predictor columns (records.PREDICTORS present in `nodes`) of each configuration's own row,
       as sign(x) log(1 + |x|), standardised with the training fold's mean and sd, non-finite -> 0;
     - folds: folds_by_question(question_id, n_folds, seed); for each fold, per configuration, fit_logistic(l2)
       of alignment > 0 on that configuration's defined rows of the other folds (a configuration with only one
@@ -125,7 +126,7 @@ def route(nodes: pd.DataFrame, *, target: str = "incorrect", n_folds: int = 5, l
     ValueError: bad nodes (common.check_nodes) or an unknown target.
   """
   common.check_nodes(nodes)
-  names = [p for p in common.PREDICTORS if p in nodes.columns]
+  names = [p for p in records.PREDICTORS if p in nodes.columns]
   configs = list(pd.unique(nodes["config_id"]))
   out = {"target": target, "n_folds": int(n_folds), "l2": float(l2), "predictors": names, "level": level,
          "rows": []}

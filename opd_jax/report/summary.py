@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from opd_jax import records
 from opd_jax import stats
 from opd_jax.report import common
 
@@ -35,7 +36,7 @@ def _group_row(rows: pd.DataFrame, *, n_boot: int, seed: int, level: float, min_
   reasons = rows["alignment_nan_reason"].fillna("").astype(str).to_numpy()
   degenerate = rows["degenerate"].astype(bool).to_numpy()
   undefined = ~defined & ~degenerate
-  named = {r: int((undefined & (reasons == r)).sum()) for r in common.NAN_REASONS if r != "degenerate"}
+  named = {r: int((undefined & (reasons == r)).sum()) for r in records.NAN_REASONS if r != "degenerate"}
   n_questions = int(rows["question_id"].nunique())
   n_defined_questions = int(pd.unique(questions[defined]).size)
   row = {
@@ -90,7 +91,7 @@ def summarize(nodes: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, min_nod
     config_id, teacher, context, divergence (beta, clip when recorded), group;
     n_nodes; n_defined (alignment not NaN: the nodes every alignment statistic uses); n_degenerate (g* = 0,
       P_succ constant over C(u)); n_nondegenerate = n_nodes - n_degenerate; NaN alignments of non-degenerate
-      nodes by `alignment_nan_reason` (common.NAN_REASONS): n_zero_distillation_gradient, n_zero_ideal_gradient,
+      nodes by `alignment_nan_reason` (records.NAN_REASONS): n_zero_distillation_gradient, n_zero_ideal_gradient,
       n_context_unavailable, and n_nan_other for any other reason;
     n_questions, n_defined_questions (questions with a defined alignment), n_rollouts;
     underpowered: n_defined < min_nodes or n_defined_questions < min_questions (common.underpowered): its

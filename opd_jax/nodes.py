@@ -1,0 +1,158 @@
+"""Nodes: the candidate set C(u), p and q restricted to C(u), and each node's estimates -> node rows.
+
+paper.md, "Candidate set" and "Gradients in logit space": at a node u (a position of a scored rollout),
+C(u) = {y_t} ∪ top-k_s(p) ∪ top-k_t(q_v) over every view v = (teacher, context); p (the student's sampled
+policy) and every q_v (the scaled teacher of the view) are evaluated at C(u) from the hidden states of the
+scoring pass (no second forward), restricted to C(u) and renormalised; with the successes of the targeted
+continuations they give V, g*, g_D, alignment and teacher advantage per configuration (`targeted.node_estimates`).
+One row per (node, configuration), with the columns of `records.SCHEMAS["nodes"]`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from opd_jax import gradients
+from opd_jax import records
+from opd_jax import sampling
+from opd_jax import scoring
+from opd_jax import targeted
+
+View = tuple[str, str]          # (teacher, context): one scoring pass, one q, shared by its configurations
+
+
+@dataclasses.dataclass
+class RolloutNodes:
+  """The nodes of one rollout and what the models say there (`at_nodes`)."""
+  positions: list[int]                     # M response positions
+  candidates: np.ndarray                   # int64 [M, K]: C(u), slot 0 the sampled token, -1 padded
+  p_at: np.ndarray                         # fp32 [M, K]: log-probs of the student's sampled policy at C(u)
+  q_at: dict[View, np.ndarray | None]      # per view, fp32 [M, K] of its scaled teacher; None: no context
+
+
+def at_nodes(student: Any, h_p: np.ndarray, teachers: dict[View, tuple[Any, np.ndarray]], views: Sequence[View],
+             response: Sequence[int], positions: Sequence[int], *, student_top_k: int, teacher_top_k: int,
+             policy: sampling.SamplingParams, teacher_policy: sampling.SamplingParams) -> RolloutNodes:
+  """C(u), p and every q_v at the nodes of one rollout, from the hidden states of its scoring pass.
+
+  Args:
+    h_p: [L, D] the student's hidden states along the response; teachers[view]: (teacher model, h_q [L, D]) of
+      each view that scored this rollout (a view missing here has no context for it: q_at None).
+    views: every view of the study, sorted (C(u) has room for each one's top-k_t).
+    policy: the student's sampled policy (p); teacher_policy: the scaled teacher (q) (`preflight.policy`,
+      `preflight.teacher_policy`).
+  """
+  size = 1 + student_top_k + teacher_top_k * len(views)
+  cands = candidate_sets(student, h_p, [teachers[v] for v in views if v in teachers], response, positions,
+                         student_top_k=student_top_k, teacher_top_k=teacher_top_k, size=size)
+  q_at = {v: logprobs_at(*teachers[v], positions, cands, teacher_policy) if v in teachers else None for v in views}
+  return RolloutNodes(list(positions), cands, logprobs_at(student, h_p, positions, cands, policy), q_at)
+
+
+def candidate_sets(student: Any, h_p: np.ndarray, teachers: Sequence[tuple[Any, np.ndarray]],
+                   response: Sequence[int], positions: Sequence[int], *, student_top_k: int, teacher_top_k: int,
+                   size: int) -> np.ndarray:
+  """C(u) at each node of one rollout (`targeted.candidate_set`): the sampled token first, the student's
+  top-k_s, then each view's top-k_t in view order.
+
+  Args:
+    student: the student model (its head reads `h_p`).
+    h_p: [L, D] the student's final-normed hidden states along the response (`scoring.score`, return_hidden).
+    teachers: (model, h_q [L, D]) of every view that scored this rollout, in view order.
+    response: the response token ids [L]; positions: the M node positions.
+    size: K, the padded size of C(u) (1 + k_s + k_t x the number of views of the study).
+  Returns:
+    int64 [M, K], -1 padded.
+  """
+  k_top = max(1, student_top_k, teacher_top_k)
+  s_top = scoring.head_logprobs(student, h_p[positions], top_k=k_top)["topk_ids"]
+  t_tops = [scoring.head_logprobs(model, h_q[positions], top_k=k_top)["topk_ids"] for model, h_q in teachers]
+  return np.stack([targeted.candidate_set(response[t], s_top[m][:student_top_k],
+                                          [top[m][:teacher_top_k] for top in t_tops], size)
+                   for m, t in enumerate(positions)])
+
+
+def logprobs_at(model: Any, h: np.ndarray, positions: Sequence[int], cands: np.ndarray,
+                policy: sampling.SamplingParams) -> np.ndarray:
+  """fp32 [M, K]: full-vocabulary log-probs of `model`'s processed distribution (`policy`: the student's sampled
+  policy, or the scaled teacher) at the candidates, from its hidden states h [L, D]; -inf at padding."""
+  return scoring.head_logprobs(model, h[positions], cands, top_k=1, policy=policy)["logp"]
+
+
+def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response: Sequence[int], at: RolloutNodes,
+              outcomes: targeted.Outcomes, predictors: dict[View, dict[str, np.ndarray]]) -> pd.DataFrame:
+  """One row per (node, configuration) of one rollout (columns: records.SCHEMAS["nodes"]).
+
+  Args:
+    confs: the study's configurations (`contexts.TeacherConfig`), in config order.
+    at: the nodes, C(u), p and q of the rollout (`at_nodes`); a view whose q_at is None (context unavailable
+      for this rollout) gets NaN estimates and alignment_nan_reason records.CONTEXT_UNAVAILABLE.
+    outcomes: the targeted continuations' rewards at these nodes and candidates.
+    predictors[view]: {name: float [L]} the dense predictors along the response of every view with a q
+      (records.PREDICTORS).
+  """
+  positions, cands, p_at, q_at = at.positions, at.candidates, at.p_at, at.q_at
+  rows = []
+  succ, n = outcomes.successes, outcomes.n
+  lo, hi = targeted.wilson_interval(succ, n)
+  ps_all = targeted.p_succ(succ, n)
+  noise = None
+  for conf in confs:
+    view = conf.scoring_key
+    base = {"question_id": question_id, "rollout_id": rollout_id, "config_id": conf.config_id,
+            "teacher": conf.teacher, "context": conf.context, "divergence": conf.divergence, "beta": conf.beta,
+            "clip": conf.clip, "correct": correct}
+
+    def per_node(m, t):
+      valid = cands[m] >= 0
+      return {**base, "position": int(t), "sampled_token": int(response[t]), "candidates": _ids(cands[m]),
+              "successes": succ[m][valid].tolist(), "n": n[m][valid].tolist(),
+              "rewards": [outcomes.replicates(m, k).tolist() for k in np.flatnonzero(valid)],
+              "p_succ": ps_all[m][valid].tolist(), "p_succ_lo": lo[m][valid].tolist(),
+              "p_succ_hi": hi[m][valid].tolist()}
+
+    if q_at[view] is None:
+      for m, t in enumerate(positions):
+        rows.append({**per_node(m, t), "p": [], "q": [], "value": math.nan, "alignment": math.nan,
+                     "alignment_nan_reason": records.CONTEXT_UNAVAILABLE, "teacher_advantage": math.nan,
+                     "sampled_advantage": math.nan, "degenerate": bool(gradients.is_degenerate(succ[m], n[m])),
+                     "p_mass": math.nan, "q_mass": math.nan, "noise_ceiling": math.nan,
+                     **{k: math.nan for k in records.PREDICTORS}})
+      continue
+    slots = np.where(cands >= 0, np.arange(cands.shape[-1]), -1)        # log-probs are already on C(u)
+    p, p_mass = gradients.restrict(p_at, slots)                         # renormalised, and the mass covered
+    q, q_mass = gradients.restrict(q_at[view], slots)
+    p, q = _renormalise(p), _renormalise(q)
+    sampled_index = np.zeros(len(positions), np.int64)                  # the sampled token is C(u)'s first
+    # Full-vocabulary log q(y_t) - log p(y_t) of the scaled teacher and the sampled policy; -inf where q(y_t)
+    # underflows to 0.
+    adv = np.clip(np.asarray(q_at[view][:, 0], np.float64) - np.asarray(p_at[:, 0], np.float64), -1e30, 1e30)
+    est = targeted.node_estimates(p, q, succ, n, divergence=conf.divergence, sampled_index=sampled_index,
+                                  advantage=adv, **dict(conf.options))
+    if noise is None:
+      noise = targeted.split_half_noise_ceiling(p, outcomes)
+    for m, t in enumerate(positions):
+      valid = cands[m] >= 0
+      rows.append({**per_node(m, t), "p": p[m][valid].tolist(), "q": q[m][valid].tolist(),
+                   "value": float(est.value[m]), "alignment": float(est.alignment[m]),
+                   "alignment_nan_reason": str(est.nan_reason[m]),
+                   "teacher_advantage": float(est.teacher_advantage[m]), "sampled_advantage": float(adv[m]),
+                   "degenerate": bool(est.degenerate[m]), "p_mass": float(np.asarray(p_mass)[m]),
+                   "q_mass": float(np.asarray(q_mass)[m]), "noise_ceiling": float(noise[m]),
+                   **{k: float(predictors[view][k][t]) for k in records.PREDICTORS}})
+  return pd.DataFrame(rows)
+
+
+def _renormalise(p):
+  """Exactly normalised in float64 (restrict's fp32 sums are 1 +- 1e-7, which near-degenerate nodes feel:
+  g* = p (P_succ - V) assumes sum p = 1)."""
+  p = np.asarray(p, np.float64)
+  return p / np.maximum(p.sum(-1, keepdims=True), 1e-300)
+
+
+def _ids(c):
+  return [int(x) for x in c if x >= 0]

@@ -1,0 +1,53 @@
+"""What a study says on the console: the warning when it measured nothing (`diagnose`, also appended to
+summary.md by `study.finish`) and the results a finished run prints on stdout (`results_text`)."""
+import json
+import pathlib
+
+import pandas as pd
+
+
+def diagnose(nodes: pd.DataFrame) -> str | None:
+  """A loud one-paragraph warning when the study measured nothing (no node, or no defined alignment), with the
+  likely cause; None when some alignment is defined."""
+  if len(nodes) and nodes["alignment"].notna().any():
+    return None
+  if not len(nodes):
+    return ("WARNING: the study recorded no node, so the alignment table and plot are empty; likely cause: no "
+            "node rollout had a response (raise config.sampling.max_new_tokens)")
+  degenerate = nodes["degenerate"].astype(bool)
+  if degenerate.all():
+    return (f"WARNING: all {len(nodes)} node rows are degenerate (P_succ equal on every candidate), so no alignment "
+            "is defined and the alignment table and plot are empty; likely cause: no informative question (every "
+            "continuation succeeds or every one fails: check the task's accuracy and its gold answers), or "
+            "R = config.budget.continuations_per_candidate too small to tell candidates apart: raise it")
+  reasons = nodes.loc[~degenerate, "alignment_nan_reason"].fillna("").value_counts().to_dict()
+  return (f"WARNING: every alignment is NaN ({int(degenerate.sum())} of {len(nodes)} node rows degenerate; the "
+          f"others: {reasons}), so the alignment table and plot are empty; likely cause: too few nodes "
+          "(config.budget) or contexts unavailable for the scored rollouts")
+
+
+TABLE_COLUMNS = ("config_id", "group", "n_nodes", "n_defined", "mean_alignment", "alignment_ci_lo", "alignment_ci_hi",
+                 "mean_noise_ceiling", "underpowered")
+
+
+def results_text(workdir) -> str:
+  """What a finished run prints on stdout: the verdict (verdict.json's line), the alignment table
+  (`TABLE_COLUMNS` of summary.csv that exist), then one line saying where the records, report and figures are."""
+  workdir = pathlib.Path(workdir)
+  lines = []
+  if (workdir / "verdict.json").is_file():
+    lines += [json.loads((workdir / "verdict.json").read_text())["line"], ""]
+  csv = workdir / "summary.csv"
+  if csv.is_file():
+    table = pd.read_csv(csv)
+    cols = [c for c in TABLE_COLUMNS if c in table.columns]
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) and not isinstance(v, bool) else str(v)
+    body = [[fmt(v) for v in row] for row in table[cols].itertuples(index=False)]
+    widths = [max(len(c), *(len(r[i]) for r in body)) if body else len(c) for i, c in enumerate(cols)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in body]
+  figures = [p.name for p in sorted(workdir.glob("*.png"))]
+  lines.append(f"records: {workdir / 'records'}  report: {workdir / 'report.html'}  summary: "
+               f"{workdir / 'summary.md'} (table: summary.csv)"
+               + (f"  figures: {', '.join(figures)}" if figures else ""))
+  return "\n".join(lines)

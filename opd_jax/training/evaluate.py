@@ -1,0 +1,82 @@
+"""Held-out pass@1 with common random numbers, and the paired before/after difference.
+
+Every evaluation samples the same held-out questions with the same per-row PRNG keys (`eval_keys`), so the
+difference between two checkpoints is paired twice over: by question and by random draw. A change of the
+weights that leaves a row's tokens unchanged leaves its reward unchanged, and the noise of the difference is
+far below that of two independent estimates (which is why a paired interval, not two Wilson intervals).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.stats
+
+from opd_jax import sampling
+
+
+def eval_keys(seed: int, n_questions: int, samples: int) -> jax.Array:
+  """Per-row keys [Q * S] of the evaluation: row (i, s) uses row_keys(fold_in(key(seed), 2**31 - 1), i * S + s),
+  the same at every step and in every run of this seed (a stream no other draw of the trainer uses)."""
+  base = jax.random.fold_in(jax.random.key(seed), 2**31 - 1)
+  return sampling.row_keys(base, jnp.arange(n_questions * samples, dtype=jnp.uint32))
+
+
+def pass_at_1(model, task, problems, prompts, keys: jax.Array, *, samples: int, max_new_tokens: int,
+              temperature: float, top_p: float = 1.0, top_k: int = 0, grade_truncated: bool = False) -> np.ndarray:
+  """Rewards [Q, S] (float32 in {0, 1}) of S samples per held-out question under `model`.
+
+  Args:
+    model: an `opd_jax.models.Model` (e.g. the student with its LoRA adapters merged).
+    task, problems, prompts: the task (its verifier), Q problems and their prompt ids.
+    keys: [Q * S] per-row keys (`eval_keys`); row i * S + s is sample s of question i.
+    grade_truncated: grade responses cut at max_new_tokens (else they score 0, as in the study).
+  """
+  rows = [p for p in prompts for _ in range(samples)]
+  out = sampling.sample(model, rows, keys=keys, max_new_tokens=max_new_tokens, temperature=temperature,
+                        top_p=top_p, top_k=top_k)
+  rewards = np.zeros((len(problems), samples), np.float32)
+  for i, problem in enumerate(problems):
+    for s in range(samples):
+      r = i * samples + s
+      if out.finished[r] or grade_truncated:
+        text = model.tokenizer.decode(out.tokens[r, :out.lengths[r]].tolist(), skip_special_tokens=True)
+        rewards[i, s] = task.reward(problem, text)
+  return rewards
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Paired:
+  """after - before, paired by question (means over samples per question, then over questions)."""
+  before: float           # pass@1 before
+  after: float            # pass@1 after
+  diff: float             # mean paired difference
+  lo: float               # 95% interval of diff (paired t over questions; NaN with < 2 questions)
+  hi: float
+  p_value: float          # two-sided paired t-test (scipy.stats.ttest_rel); NaN when every difference is 0
+  n_questions: int
+  n_changed_rows: int     # rows (question, sample) whose reward changed
+
+
+def paired_difference(before: np.ndarray, after: np.ndarray, level: float = 0.95) -> Paired:
+  """The paired difference of two [Q, S] reward arrays sampled with the same keys.
+
+  Raises:
+    ValueError: shapes differ.
+  """
+  before, after = np.asarray(before, np.float64), np.asarray(after, np.float64)
+  if before.shape != after.shape or before.ndim != 2:
+    raise ValueError(f"before {before.shape} and after {after.shape} must be the same [Q, S] reward arrays")
+  b, a = before.mean(axis=1), after.mean(axis=1)
+  d = a - b
+  lo = hi = p = float("nan")
+  if len(d) >= 2 and np.any(d != d[0]):
+    test = scipy.stats.ttest_rel(a, b)
+    ci = test.confidence_interval(level)
+    lo, hi, p = float(ci.low), float(ci.high), float(test.pvalue)
+  elif len(d) >= 2:                      # every question changed by the same amount (e.g. nothing changed)
+    lo = hi = float(d[0])
+  return Paired(before=float(b.mean()), after=float(a.mean()), diff=float(d.mean()), lo=lo, hi=hi, p_value=p,
+                n_questions=len(d), n_changed_rows=int(np.sum(before != after)))

@@ -1,0 +1,82 @@
+"""The process split, per-process progress files, waiting for every process, and the workdir lock (runs.py).
+
+Two real jax.distributed processes running them: test_sharding.py.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from opd_jax import runs
+
+
+def test_split_questions_round_robin_and_quotas():
+  ids = [f"q{i}" for i in range(11)]
+  shares = [runs.split_questions(ids, i, 3) for i in range(3)]
+  assert shares[1] == ["q1", "q4", "q7", "q10"]
+  assert sorted(sum(shares, []), key=lambda s: int(s[1:])) == ids
+  assert runs.split_questions(ids, 0, 1) == ids
+  assert [runs.question_quota(7, i, 3) for i in range(3)] == [3, 2, 2]
+  assert [runs.question_quota(2, i, 4) for i in range(4)] == [1, 1, 0, 0]
+  with pytest.raises(ValueError, match="process_index must be an int in \\[0, 3\\), got 3"):
+    runs.split_questions(ids, 3, 3)
+
+
+def test_progress_files_and_waiting_for_all_processes(tmp_path):
+  assert runs.progress_path(tmp_path, 0, 1).name == "progress.json"
+  assert runs.wait_for_processes(tmp_path / "single", 1) == [{}]       # one process waits for nobody
+  assert runs.read_progress(tmp_path, 1, 3) == {"processed": [], "selected": [], "done": False}
+  runs.write_progress(tmp_path, {"processed": ["q0"], "selected": ["q0"]}, 0, 3, done=True)
+  runs.write_progress(tmp_path, {"processed": ["q1"], "selected": []}, 1, 3)
+  assert runs.read_progress(tmp_path, 1, 3)["processed"] == ["q1"]
+  with pytest.raises(TimeoutError, match=r"processes \[1, 2\] of 3"):
+    runs.wait_for_processes(tmp_path, 3, timeout_s=0.2, poll_s=0.05)
+
+  def finish_later():
+    time.sleep(0.3)
+    runs.write_progress(tmp_path, {"processed": ["q1"], "selected": []}, 1, 3, done=True)
+    runs.write_progress(tmp_path, {"processed": ["q2"], "selected": ["q2"]}, 2, 3, done=True)
+
+  thread = threading.Thread(target=finish_later)
+  start = time.monotonic()
+  thread.start()
+  states = runs.wait_for_processes(tmp_path, 3, timeout_s=20, poll_s=0.05)
+  thread.join()
+  assert time.monotonic() - start >= 0.3
+  assert [s["processed"] for s in states] == [["q0"], ["q1"], ["q2"]] and all(s["done"] for s in states)
+  runs.write_progress(tmp_path, {"processed": [], "selected": []}, 2, 3, error="OOM on question q5")
+  with pytest.raises(RuntimeError, match="process 2 of 3 failed: OOM on question q5"):
+    runs.wait_for_processes(tmp_path, 3, timeout_s=5, poll_s=0.05)
+  with pytest.raises(ValueError, match="started with 3 process"):
+    runs.read_progress(tmp_path, 0, 2)
+  with pytest.raises(ValueError, match="started with 3 process"):
+    runs.read_progress(tmp_path, 0, 1)
+
+
+def test_workdir_lock_refuses_a_live_holder_and_takes_over_a_stale_one(tmp_path, caplog):
+  with runs.workdir_lock(tmp_path, 0) as path:
+    held = json.loads(path.read_text())
+    assert held["pid"] == os.getpid() and held["host"] == socket.gethostname()
+    with pytest.raises(ValueError, match=rf"in use by another run with process index 0 \(pid {os.getpid()} on "
+                                         rf"host {socket.gethostname()}"):
+      with runs.workdir_lock(tmp_path, 0):
+        pass
+    with runs.workdir_lock(tmp_path, 1):               # another process index of the same run: allowed
+      pass
+  assert not path.exists()                                  # released
+  dead = subprocess.Popen([sys.executable, "-c", "pass"])
+  dead.wait()
+  path.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+  with caplog.at_level("WARNING"):
+    with runs.workdir_lock(tmp_path, 0):
+      assert json.loads(path.read_text())["pid"] == os.getpid()
+  assert "stale lock" in caplog.text
+  path.write_text(json.dumps({"pid": dead.pid, "host": "another-host"}))   # cannot check a pid elsewhere
+  with pytest.raises(ValueError, match="another-host"):
+    with runs.workdir_lock(tmp_path, 0):
+      pass
