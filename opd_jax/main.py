@@ -135,6 +135,12 @@ def main(argv):
       jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
                                  process_id=_PROCESS_ID.value)
     from opd_jax import study  # pylint: disable=g-import-not-at-top  (after distributed init)
+    if config.get("job", "study") == "train":             # configs/opd_train.py: OPD training (opd_jax/training)
+      if _DRY_RUN.value or _COST_MODEL.value:
+        raise ValueError("--dry_run and --cost_model plan studies; a training config (job 'train') has no dry run")
+      from opd_jax.training import loop  # pylint: disable=g-import-not-at-top
+      print(loop.run(config, workdir))
+      return
     # --- Plan, then run ----------------------------------------------------------------------------------
     if _COST_MODEL.value:
       if not _DRY_RUN.value:

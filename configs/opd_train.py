@@ -1,0 +1,56 @@
+"""OPD training with one teacher configuration, then the paired held-out gain (closing the loop, issue 13).
+
+  python -m opd_jax.main --config=configs/opd_train.py:smoke --workdir=/tmp/opd_smoke   # tiny random models, < 1 min
+  python -m opd_jax.main --config=configs/opd_train.py --workdir=runs/opd_solution      # 0.5B + LoRA, 2-core CPU
+  python -m opd_jax.main --config=configs/opd_train.py --workdir=runs/opd_external \
+      --config.train.configuration=qwen2.5-coder-1.5b-instruct:plain:reverse_kl
+
+The task, template and policy are teacher_sweep's, so a configuration diagnosed by the study can be trained on
+the same questions. Held-out questions are the pool's first `eval_questions`; the rest are trained on. Fields
+(config.train): configuration ("teacher:context:divergence[@x]" as in config.configurations), steps,
+batch_questions x rollouts_per_question rollouts per step, eval_questions x eval_samples held-out samples every
+eval_every steps (same keys each time), checkpoint_every, keep_checkpoints, chunk (loss positions per chunk),
+export (write the merged model as an HF folder at the end), lora.rank (0: full fine-tuning), lora.alpha,
+lora.targets (regex over param paths), optim.* (training/state.py OptimConfig: AdamW, clipping, warmup,
+schedule, accumulate). Defaults: LoRA rank 16, alpha 32 on q/k/v/o and the MLP, learning rate 1e-4
+(tinker-cookbook's LoRA recipe), loss = mean over response tokens per rollout, then over rollouts.
+"""
+import ml_collections
+
+from configs import teacher_sweep
+from opd_jax.training import lora
+
+
+def get_config(arg: str | None = None):
+  config = teacher_sweep.get_config()
+  config.name = "opd_train"
+  config.job = "train"
+  config.configurations = {}                    # the study's field; training reads config.train.configuration
+  config.train = ml_collections.ConfigDict(dict(
+      configuration="self:solution:reverse_kl",
+      steps=12, batch_questions=4, rollouts_per_question=2,
+      eval_questions=16, eval_samples=2, eval_every=6,
+      checkpoint_every=1, keep_checkpoints=2, chunk=128, export=False,
+      lora=dict(rank=16, alpha=32.0, targets=lora.DEFAULT_TARGETS),
+      optim=dict(learning_rate=1e-4, warmup_steps=0, schedule="constant", weight_decay=0.0, clip_norm=1.0,
+                 b1=0.9, b2=0.999, accumulate=1)))
+  if arg == "smoke":                            # tiny random models on the synthetic parity task (tests)
+    config.name = "opd_train_smoke"
+    config.student.name = "random:0"
+    config.task.name = "synthetic:parity"
+    config.task.num_problems = 12
+    config.task.template = ""
+    config.task.grade_truncated = True
+    config.sampling.max_new_tokens = 8
+    config.train.configuration = "self:solution:reverse_kl"
+    config.train.update(steps=3, batch_questions=2, rollouts_per_question=2, eval_questions=3, eval_samples=2,
+                        eval_every=3, chunk=8)
+    config.train.lora.rank = 4
+    config.train.optim.learning_rate = 1e-2
+  elif arg == "gpu":
+    config.name = "opd_train_gpu"
+    config.train.update(steps=200, batch_questions=16, rollouts_per_question=4, eval_questions=100,
+                        eval_samples=4, eval_every=50, checkpoint_every=25, chunk=512)
+  elif arg:
+    raise ValueError(f"unknown variant {arg!r} of opd_train; use '', 'smoke' or 'gpu'")
+  return config

@@ -1,0 +1,271 @@
+"""The OPD training loop (`python -m opd_jax.main --config=configs/opd_train.py`): sample, score, step, evaluate.
+
+Each step: the student (LoRA adapters merged) samples `rollouts_per_question` rollouts of `batch_questions`
+training questions with the study's sampler; the teacher configuration (`config.train.configuration`, the
+study's "teacher:context:divergence") reads them in its view; one optax step on the chunked OPD loss
+(training/step.py). Held-out pass@1 is measured before training and every `eval_every` steps with the same
+PRNG keys (common random numbers, training/evaluate.py), and reported as a paired difference with its interval.
+
+Everything random derives from (config.seed, step), so a run resumed from its last checkpoint (orbax,
+training/state.py: params or adapters, optimizer state, step, PRNG key, data cursor) reaches the same final
+params as an uninterrupted one. Outputs under <workdir>/train: metrics.csv (one row per step), eval.csv (one
+row per evaluation), metrics.png, eval_before.npy (the shared "before" rewards), summary.json, and
+checkpoints/; with config.train.export, export/ holds the merged model as an HF safetensors folder.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from opd_jax import contexts
+from opd_jax import records
+from opd_jax import sampling
+from opd_jax import stages
+from opd_jax import study
+from opd_jax.training import evaluate
+from opd_jax.training import lora
+from opd_jax.training import state as state_lib
+from opd_jax.training import step as step_lib
+
+_EVAL_STREAM = 2**31 - 1
+
+
+def validate(config) -> None:
+  """config.train errors that need no model (each names the field and the fix)."""
+  t = config.train
+  for f in ("steps", "batch_questions", "rollouts_per_question", "eval_questions", "eval_samples", "eval_every",
+            "checkpoint_every", "chunk"):
+    v = t[f]
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+      raise ValueError(f"config.train.{f} must be an integer > 0, got {v!r}")
+  if t.lora.rank < 0 or isinstance(t.lora.rank, bool):
+    raise ValueError(f"config.train.lora.rank must be >= 0 (0: full fine-tuning), got {t.lora.rank!r}")
+  if t.lora.rank > 0 and not t.lora.alpha > 0:
+    raise ValueError(f"config.train.lora.alpha must be > 0, got {t.lora.alpha!r}")
+  contexts.parse("train", t.configuration)
+  state_lib.OptimConfig(**t.optim.to_dict(), total_steps=t.steps)
+
+
+def _identity_hash(config) -> str:
+  """The config hash that a resume must match: everything but logging, train.steps (a run may be extended)
+  and train.export."""
+  d = config.to_dict()
+  d["train"] = {k: v for k, v in d["train"].items() if k not in ("steps", "export")}
+  return records.config_hash(d)
+
+
+def base_identity(model) -> str:
+  """What the adapters are trained on: the checkpoint's sha256 where known; for an HF folder a hash of its
+  config.json and every safetensors file's header and size; for a random model its name and architecture."""
+  if model.sha256:
+    return model.sha256
+  path = pathlib.Path(str(model.source))
+  h = hashlib.sha256()
+  if path.is_dir():
+    h.update((path / "config.json").read_bytes())
+    for f in sorted(path.glob("*.safetensors")):
+      with open(f, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        h.update(f.name.encode() + f.stat().st_size.to_bytes(8, "little") + fh.read(n))
+  else:
+    h.update(f"{model.name}:{model.config}".encode())
+  return "sha256:" + h.hexdigest()
+
+
+@dataclasses.dataclass
+class _Data:
+  train: list[int]        # pool indices of training questions
+  held_out: list[int]     # pool indices of held-out questions
+
+
+def split_questions(n_pool: int, eval_questions: int, seed: int) -> _Data:
+  """Held-out questions: the pool's first `eval_questions`; training: the rest, in a seeded order."""
+  if n_pool <= eval_questions:
+    raise ValueError(f"config.train.eval_questions={eval_questions} leaves no training questions in a pool of "
+                     f"{n_pool}; raise config.task.num_problems or lower eval_questions")
+  rest = np.arange(eval_questions, n_pool)
+  return _Data(np.random.default_rng(seed).permutation(rest).tolist(), list(range(eval_questions)))
+
+
+def step_questions(data: _Data, step: int, k: int) -> list[int]:
+  """The k training questions of `step` (the data cursor is the step: cycling through the seeded order)."""
+  n = len(data.train)
+  return [data.train[(step * k + j) % n] for j in range(k)]
+
+
+def _teacher_prompts(env, conf, problem, prompt: list[int], texts: list[str], rewards: list[float]):
+  """Per rollout the ids the teacher reads before the response, or None when its context is unavailable."""
+  if conf.context == "plain":
+    return [prompt] * len(texts)
+  out = []
+  for r in range(len(texts)):
+    src = contexts.contrastive_source(rewards, r) if conf.context == "contrastive" else None
+    msg = contexts.context_message(conf.context, env.task, problem, templates=env.config.contexts.templates,
+                                   incorrect=None if src is None else texts[src])
+    out.append(None if msg is None else env.chat(msg))
+  return out
+
+
+def divergence_spec(conf) -> str:
+  """The registry spec ("jsd@0.5", "reverse_kl") of a parsed configuration."""
+  return conf.divergence + "".join(f"@{float(v)!r}" for _, v in conf.options)
+
+
+def _write_csv(path: pathlib.Path, rows: list[dict]) -> None:
+  records.atomic_write_bytes(path, pd.DataFrame(rows).to_csv(index=False))
+
+
+def _plot(out: pathlib.Path, metrics: list[dict], evals: list[dict]) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(1, 3, figsize=(12, 3.2))
+  m = pd.DataFrame(metrics)
+  ax[0].plot(m["step"], m["loss"])
+  ax[0].set(xlabel="step", ylabel="OPD loss")
+  ax[1].plot(m["step"], m["train_reward"])
+  ax[1].set(xlabel="step", ylabel="train pass rate (on-policy)")
+  if evals:
+    e = pd.DataFrame(evals)
+    ax[2].errorbar(e["step"], e["diff"], yerr=[e["diff"] - e["lo"], e["hi"] - e["diff"]], fmt="o-", capsize=3)
+    ax[2].axhline(0, color="grey", lw=0.8)
+  ax[2].set(xlabel="step", ylabel="held-out pass@1 - before (paired 95%)")
+  fig.tight_layout()
+  fig.savefig(out / "metrics.png", dpi=110)
+  plt.close(fig)
+
+
+def run(config, workdir: str) -> str:
+  """Train with config.train's configuration; returns a one-paragraph summary (also in summary.json).
+
+  Raises:
+    ValueError: a bad config.train field, a checkpoint directory of another config or base model, or any
+      error of the study's setup (models, task, contexts), before anything is trained.
+  """
+  validate(config)
+  t = config.train
+  out = pathlib.Path(workdir) / "train"
+  out.mkdir(parents=True, exist_ok=True)
+  with config.unlocked():
+    config.configurations = {"train": t.configuration}
+  env = study.setup(config)
+  conf = env.confs[0]
+  task, pool = env.task, env.task.problems
+  data = split_questions(len(pool), t.eval_questions, config.seed)
+  c = config.sampling
+  policy = dict(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k)
+
+  # --- Trainable params, optimizer, checkpoints ---------------------------------------------------------
+  student, key = env.student, jax.random.key(config.seed)
+  base = student.params
+  scale = t.lora.alpha / t.lora.rank if t.lora.rank > 0 else None
+  init_trainable = lambda: (lora.init(base, jax.random.fold_in(key, 1), rank=t.lora.rank, pattern=t.lora.targets)
+                            if scale is not None else base)
+  tx = state_lib.optimizer(state_lib.OptimConfig(**t.optim.to_dict(), total_steps=t.steps))
+  ckpts = state_lib.Checkpoints(out / "checkpoints", identity={"config_hash": _identity_hash(config),
+                                                              "base_model": base_identity(student)},
+                                keep=t.keep_checkpoints)
+  metrics, evals = [], []
+  if ckpts.latest_step() is not None:
+    abstract = jax.eval_shape(lambda: state_lib.init_state(init_trainable(), tx, jax.random.fold_in(key, 2)))
+    st, meta = ckpts.restore(abstract)
+    metrics, evals = meta["metrics"], meta["evals"]
+  else:
+    st = state_lib.init_state(init_trainable(), tx, jax.random.fold_in(key, 2))
+  teacher = None if conf.teacher == contexts.SELF else env.teacher(conf.teacher)
+  step_fn = step_lib.make_train_step(
+      tx, s_graph=student.graphdef, t_graph=None if teacher is None else teacher.graphdef, lora_scale=scale,
+      divergence=divergence_spec(conf), chunk=t.chunk, vocab_size=student.config.real_vocab_size)
+  merge = jax.jit(lambda b, a: lora.merge(b, a, scale=scale)) if scale is not None else None
+  current = lambda: dataclasses.replace(student, params=merge(base, st["params"]) if merge else st["params"])
+
+  # --- Held-out evaluation (common random numbers) -------------------------------------------------------
+  held = [pool[i] for i in data.held_out]
+  held_prompts = [env.chat(task.prompt(p)) for p in held]
+  keys = evaluate.eval_keys(config.seed, len(held), t.eval_samples)
+  evaluate_now = lambda: evaluate.pass_at_1(current(), task, held, held_prompts, keys, samples=t.eval_samples,
+                                            max_new_tokens=c.max_new_tokens, grade_truncated=config.task.grade_truncated,
+                                            **policy)
+  before_path = out / "eval_before.npy"
+  if before_path.exists():
+    before = np.load(before_path)
+  else:
+    with stages.bar("evaluation before training"):
+      before = evaluate_now()
+    records.atomic_write_bytes(before_path, _npy(before))
+
+  # --- Steps ----------------------------------------------------------------------------------------------
+  start = int(st["step"])
+  with stages.bar("training", total=t.steps - start, unit="step") as bar:
+    for s in range(start, t.steps):
+      t0 = time.time()
+      qs = step_questions(data, s, t.batch_questions)
+      prompts = [env.chat(task.prompt(pool[i])) for i in qs]
+      n = t.rollouts_per_question
+      row_keys = jnp.concatenate([sampling.row_keys(jax.random.fold_in(jax.random.fold_in(key, 3), s * 4096 + j),
+                                                    jnp.arange(n, dtype=jnp.uint32)) for j in range(len(qs))])
+      model = current()
+      got = sampling.sample(model, [p for p in prompts for _ in range(n)], keys=row_keys,
+                            max_new_tokens=c.max_new_tokens, **policy)
+      s_prompts, t_prompts, responses, rewards = [], [], [], []
+      for j, i in enumerate(qs):
+        rows = range(j * n, (j + 1) * n)
+        ys = [got.tokens[r, :got.lengths[r]].tolist() for r in rows]
+        texts = [model.tokenizer.decode(y, skip_special_tokens=True) for y in ys]
+        rw = [task.reward(pool[i], x) if got.finished[r] or config.task.grade_truncated else 0.0
+              for r, x in zip(rows, texts)]
+        for y, tp in zip(ys, _teacher_prompts(env, conf, pool[i], prompts[j], texts, rw)):
+          s_prompts.append(prompts[j])
+          t_prompts.append(prompts[j] if tp is None else tp)
+          responses.append([] if tp is None else y)       # no context: the rollout adds nothing to the loss
+        rewards += rw
+      batch = step_lib.make_batch(s_prompts, t_prompts, responses)
+      st, m = step_fn(st, base, None if teacher is None else teacher.params, batch)
+      m = {k: float(v) for k, v in m.items()}
+      metrics.append({"step": s + 1, **m, "train_reward": float(np.mean(rewards)),
+                      "response_tokens": float(np.mean(got.lengths)), "seconds": time.time() - t0})
+      if (s + 1) % t.eval_every == 0 or s + 1 == t.steps:
+        with stages.bar(f"evaluation at step {s + 1}"):
+          paired = evaluate.paired_difference(before, evaluate_now())
+        evals.append({"step": s + 1, **dataclasses.asdict(paired)})
+      if (s + 1) % t.checkpoint_every == 0 or s + 1 == t.steps:
+        ckpts.save(s + 1, st, {"cursor": s + 1, "metrics": metrics, "evals": evals})
+      _write_csv(out / "metrics.csv", metrics)
+      _write_csv(out / "eval.csv", evals)
+      bar.update(1)
+  ckpts.close()
+  _plot(out, metrics, evals)
+  summary = _summary(config, conf, metrics, evals, before)
+  records.atomic_write_json(out / "summary.json", summary)
+  if t.export:
+    from opd_jax.training import export  # pylint: disable=g-import-not-at-top
+    export.write_hf(current(), out / "export")
+  return summary["text"]
+
+
+def _npy(a: np.ndarray) -> bytes:
+  import io  # pylint: disable=g-import-not-at-top
+  buf = io.BytesIO()
+  np.save(buf, a)
+  return buf.getvalue()
+
+
+def _summary(config, conf, metrics, evals, before) -> dict:
+  last = evals[-1] if evals else None
+  text = (f"trained {config.train.configuration!r} ({divergence_spec(conf)}) for {len(metrics)} steps; held-out "
+          f"pass@1 before {before.mean():.3f}")
+  if last:
+    within = last["lo"] <= 0 <= last["hi"] if np.isfinite(last["lo"]) else True
+    text += (f", after {last['after']:.3f}: paired difference {last['diff']:+.3f} [{last['lo']:+.3f}, "
+             f"{last['hi']:+.3f}] over {last['n_questions']} questions x {config.train.eval_samples} samples"
+             f"{' (within noise)' if within else ''}")
+  return {"text": text, "steps": len(metrics), "before": float(before.mean()), "last_eval": last,
+          "configuration": config.train.configuration}

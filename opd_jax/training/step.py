@@ -1,0 +1,151 @@
+"""One OPD train step: student and teacher forwards over rollouts, the chunked loss, optax update (pure, jitted).
+
+Batch layout (`make_batch`, numpy): each row is a prompt left-padded to a common width P (pad positions -1, never
+attended to) followed by the rollout's response right-padded to T (pad positions -1 as well). The student reads
+[student prompt; response], the teacher [teacher context; response] (the same prompt for an external teacher;
+the privileged context for a self-teacher). The hidden state at column P - 1 + t predicts response token t, so
+
+  h_s = student.hidden_states(tokens_s)[:, Ps - 1 : Ps - 1 + T],  h_t likewise with Pt,
+
+and `losses.opd_loss` reduces over the full vocabulary in chunks of positions (never a [B, T, V] array), the
+teacher side under stop-gradient.
+
+Trainable params: LoRA adapters (`lora.merge` inside the step; the base weights are an input, not updated) or
+the whole student state (full fine-tuning). The self-teacher is the current student (adapters merged) reading
+its privileged context: what the study diagnosed, as training moves it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from opd_jax.models import decoder
+from opd_jax.training import lora
+from opd_jax.training import losses
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+  """Arrays of one step (numpy; shapes bucketed by the caller's widths)."""
+  tokens_s: np.ndarray    # int32 [B, Ps + T] student prompt (left-padded) + response (right-padded)
+  pos_s: np.ndarray       # int32 [B, Ps + T] positions; -1 at pads
+  tokens_t: np.ndarray    # int32 [B, Pt + T] teacher context + response
+  pos_t: np.ndarray       # int32 [B, Pt + T]
+  response: np.ndarray    # int32 [B, T] response ids (0 at pads)
+  mask: np.ndarray        # bool [B, T] True on response tokens
+
+
+def _bucket(n: int, minimum: int = 16) -> int:
+  """The next power of two >= n (>= minimum), then multiples of 512: few shapes, few compiles."""
+  b = minimum
+  while b < n and b < 512:
+    b *= 2
+  return b if n <= b else -(-n // 512) * 512
+
+
+def _rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], P: int, T: int):
+  B = len(prompts)
+  tokens = np.zeros((B, P + T), np.int32)
+  pos = np.full((B, P + T), -1, np.int32)
+  for b, (p, y) in enumerate(zip(prompts, responses)):
+    tokens[b, P - len(p):P], pos[b, P - len(p):P] = p, np.arange(len(p))
+    tokens[b, P:P + len(y)], pos[b, P:P + len(y)] = y, np.arange(len(p), len(p) + len(y))
+  return tokens, pos
+
+
+def make_batch(student_prompts: Sequence[Sequence[int]], teacher_prompts: Sequence[Sequence[int]],
+               responses: Sequence[Sequence[int]], *, rows: int | None = None) -> Batch:
+  """Pad B rollouts into one `Batch` (widths bucketed: powers of two, then multiples of 512).
+
+  Args:
+    student_prompts, teacher_prompts: per row the prompt ids (>= 1 token) each model reads before the response.
+    responses: per row the sampled response ids (may be empty: the row then adds nothing to the loss).
+    rows: pad the batch to this many rows (empty dummy rows) so that every step has one shape.
+  Raises:
+    ValueError: lists of different lengths, an empty prompt, or more rollouts than `rows`.
+  """
+  B = len(responses)
+  if not len(student_prompts) == len(teacher_prompts) == B:
+    raise ValueError(f"got {len(student_prompts)} student prompts, {len(teacher_prompts)} teacher prompts and {B} "
+                     "responses; pass one of each per rollout")
+  if any(len(p) == 0 for p in list(student_prompts) + list(teacher_prompts)):
+    raise ValueError("every prompt needs at least one token (the last one predicts the first response token)")
+  rows = B if rows is None else rows
+  if rows < B:
+    raise ValueError(f"rows={rows} is fewer than the {B} rollouts")
+  pad = rows - B
+  sp, tp = list(student_prompts) + [[0]] * pad, list(teacher_prompts) + [[0]] * pad
+  ys = list(responses) + [[]] * pad
+  T = _bucket(max(1, max(len(y) for y in ys)), 16)
+  tokens_s, pos_s = _rows(sp, ys, _bucket(max(map(len, sp))), T)
+  tokens_t, pos_t = _rows(tp, ys, _bucket(max(map(len, tp))), T)
+  response = np.zeros((rows, T), np.int32)
+  mask = np.zeros((rows, T), bool)
+  for b, y in enumerate(ys):
+    response[b, :len(y)], mask[b, :len(y)] = y, True
+  return Batch(tokens_s, pos_s, tokens_t, pos_t, response, mask)
+
+
+def _response_hidden(model: decoder.Decoder, tokens, pos, T: int) -> jax.Array:
+  h, _ = model.hidden_states(tokens, pos)
+  P = tokens.shape[1] - T
+  return h[:, P - 1:P - 1 + T]
+
+
+def loss_fn(trainable, base, teacher_state, batch: Batch, *, s_graph, t_graph, lora_scale: float | None,
+            divergence: str, chunk: int, vocab_size: int | None) -> jax.Array:
+  """The OPD loss of one batch (`losses.opd_loss`: mean over response tokens, then over rollouts).
+
+  Args:
+    trainable: LoRA adapters (`lora.init`) when lora_scale is set, else the student's whole nnx.State.
+    base: the frozen student state (LoRA), or None (full fine-tuning).
+    teacher_state: an external teacher's state, or None for the self-teacher (the current student, merged).
+    batch: `Batch` arrays (jax or numpy).
+    s_graph, t_graph: the student's and the external teacher's graphdefs (static).
+  """
+  params = lora.merge(base, trainable, scale=lora_scale) if lora_scale is not None else trainable
+  student = decoder.merge(s_graph, params)
+  T = batch.response.shape[1]
+  h_s = _response_hidden(student, batch.tokens_s, batch.pos_s, T)
+  teacher = student if teacher_state is None else decoder.merge(t_graph, teacher_state)
+  h_t = jax.lax.stop_gradient(_response_hidden(teacher, batch.tokens_t, batch.pos_t, T))
+  return losses.opd_loss(h_s, student.head, h_t, teacher.head, batch.response, batch.mask, divergence=divergence,
+                         chunk=chunk, vocab_size=vocab_size, field="config.train.divergence")
+
+
+def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, lora_scale: float | None,
+                    divergence: str, chunk: int, vocab_size: int | None, in_shardings: tuple | None = None):
+  """A jitted `step(state, base, teacher_state, batch) -> (state, metrics)`; `state` (`state.init_state`) is
+  donated. metrics: {"loss", "grad_norm", "update_norm"} fp32 scalars (the loss before the update).
+
+  On a mesh, pass `in_shardings` = the NamedSharding pytrees of (state, base, teacher_state, batch) (`shardings_of`
+  of placed arrays; rows of the batch over "data"): the step is jitted with those explicit in-shardings and the
+  state's as out-shardings (pjit), so the updated state stays where it was.
+  """
+  grad = jax.value_and_grad(functools.partial(loss_fn, s_graph=s_graph, t_graph=t_graph, lora_scale=lora_scale,
+                                              divergence=divergence, chunk=chunk, vocab_size=vocab_size))
+
+  def step(state, base, teacher_state, batch):
+    loss, grads = grad(state["params"], base, teacher_state, batch)
+    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    metrics = {"loss": loss.astype(jnp.float32), "grad_norm": optax.global_norm(grads).astype(jnp.float32),
+               "update_norm": optax.global_norm(updates).astype(jnp.float32)}
+    return {**state, "step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
+
+  if in_shardings is None:
+    return jax.jit(step, donate_argnums=0)
+  mesh = next(s.mesh for s in jax.tree.leaves(in_shardings[0]))
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  return jax.jit(step, donate_argnums=0, in_shardings=in_shardings, out_shardings=(in_shardings[0], replicated))
+
+
+def shardings_of(tree):
+  """The pytree of each placed array's sharding (None stays None)."""
+  return jax.tree.map(lambda x: x.sharding, tree)
