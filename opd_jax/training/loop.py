@@ -28,6 +28,7 @@ import pandas as pd
 from opd_jax import contexts
 from opd_jax import records
 from opd_jax import sampling
+from opd_jax import sharding
 from opd_jax import stages
 from opd_jax import study
 from opd_jax.training import evaluate
@@ -114,6 +115,14 @@ def _teacher_prompts(env, conf, problem, prompt: list[int], texts: list[str], re
   return out
 
 
+def place_state(st, mesh):
+  """The train state on `mesh`: leaves already there (full fine-tuning: params and their optimizer moments)
+  keep their sharding; the rest (LoRA adapters, step, PRNG key) are replicated."""
+  rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  keep = lambda x: isinstance(x.sharding, jax.sharding.NamedSharding) and x.sharding.mesh == mesh
+  return jax.device_put(st, jax.tree.map(lambda x: x.sharding if keep(x) else rep, st))
+
+
 def divergence_spec(conf) -> str:
   """The registry spec ("jsd@0.5", "reverse_kl") of a parsed configuration."""
   return conf.divergence + "".join(f"@{float(v)!r}" for _, v in conf.options)
@@ -181,9 +190,18 @@ def run(config, workdir: str) -> str:
   else:
     st = state_lib.init_state(init_trainable(), tx, jax.random.fold_in(key, 2))
   teacher = None if conf.teacher == contexts.SELF else env.teacher(conf.teacher)
+  t_params = None if teacher is None else teacher.params
+  rows = t.batch_questions * t.rollouts_per_question
+  in_shardings = None
+  if env.mesh is not None and env.mesh.size > 1:        # pjit: explicit shardings on the study's mesh
+    st = place_state(st, env.mesh)
+    rows = sharding.pad_rows(rows, env.mesh)
+    in_shardings = (step_lib.shardings_of(st), step_lib.shardings_of(base), step_lib.shardings_of(t_params),
+                    step_lib.batch_shardings(env.mesh))
   step_fn = step_lib.make_train_step(
       tx, s_graph=student.graphdef, t_graph=None if teacher is None else teacher.graphdef, lora_scale=scale,
-      divergence=divergence_spec(conf), chunk=t.chunk, vocab_size=student.config.real_vocab_size)
+      divergence=divergence_spec(conf), chunk=t.chunk, vocab_size=student.config.real_vocab_size,
+      in_shardings=in_shardings)
   merge = jax.jit(lambda b, a: lora.merge(b, a, scale=scale)) if scale is not None else None
   current = lambda: dataclasses.replace(student, params=merge(base, st["params"]) if merge else st["params"])
 
@@ -217,18 +235,18 @@ def run(config, workdir: str) -> str:
                             max_new_tokens=c.max_new_tokens, **policy)
       s_prompts, t_prompts, responses, rewards = [], [], [], []
       for j, i in enumerate(qs):
-        rows = range(j * n, (j + 1) * n)
-        ys = [got.tokens[r, :got.lengths[r]].tolist() for r in rows]
+        idx = range(j * n, (j + 1) * n)
+        ys = [got.tokens[r, :got.lengths[r]].tolist() for r in idx]
         texts = [model.tokenizer.decode(y, skip_special_tokens=True) for y in ys]
         rw = [task.reward(pool[i], x) if got.finished[r] or config.task.grade_truncated else 0.0
-              for r, x in zip(rows, texts)]
+              for r, x in zip(idx, texts)]
         for y, tp in zip(ys, _teacher_prompts(env, conf, pool[i], prompts[j], texts, rw)):
           s_prompts.append(prompts[j])
           t_prompts.append(prompts[j] if tp is None else tp)
           responses.append([] if tp is None else y)       # no context: the rollout adds nothing to the loss
         rewards += rw
-      batch = step_lib.make_batch(s_prompts, t_prompts, responses)
-      st, m = step_fn(st, base, None if teacher is None else teacher.params, batch)
+      batch = step_lib.make_batch(s_prompts, t_prompts, responses, rows=rows)
+      st, m = step_fn(st, base, t_params, batch)
       m = {k: float(v) for k, v in m.items()}
       metrics.append({"step": s + 1, **m, "train_reward": float(np.mean(rewards)),
                       "response_tokens": float(np.mean(got.lengths)), "seconds": time.time() - t0})

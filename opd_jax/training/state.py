@@ -13,6 +13,7 @@ own types because they are restored against `jax.eval_shape` of the initial stat
 from __future__ import annotations
 
 import dataclasses
+import logging as logging_lib
 import pathlib
 from typing import Any
 
@@ -22,6 +23,16 @@ import optax
 import orbax.checkpoint as ocp
 
 State = dict[str, Any]
+
+
+class _QuietOrbax(logging_lib.Filter):
+  """Drops orbax-checkpoint's INFO records (several per save) from absl's handler; warnings pass."""
+
+  def filter(self, record):
+    return record.levelno >= logging_lib.WARNING or "orbax" not in record.pathname
+
+
+logging_lib.getLogger("absl").addFilter(_QuietOrbax())
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

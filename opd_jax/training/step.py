@@ -30,6 +30,7 @@ from opd_jax.training import lora
 from opd_jax.training import losses
 
 
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Batch:
   """Arrays of one step (numpy; shapes bucketed by the caller's widths)."""
@@ -144,6 +145,12 @@ def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, 
   mesh = next(s.mesh for s in jax.tree.leaves(in_shardings[0]))
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   return jax.jit(step, donate_argnums=0, in_shardings=in_shardings, out_shardings=(in_shardings[0], replicated))
+
+
+def batch_shardings(mesh) -> Batch:
+  """Every `Batch` array with its rows over "data" (the batch's row count must be a multiple of its size)."""
+  rows = lambda ndim: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data", *([None] * (ndim - 1))))
+  return Batch(*(rows(2) for _ in dataclasses.fields(Batch)))
 
 
 def shardings_of(tree):
