@@ -376,9 +376,9 @@ def _prepare(student, teacher, student_prompts, teacher_prompts, responses, chun
   """Validates the wrapper inputs; returns whether the teacher is the student."""
   _check_positive("chunk", chunk)
   _check_positive("batch_size", batch_size)
-  shared = teacher is student or (teacher.params is student.params and teacher.graphdef == student.graphdef)
   s_config, t_config = student.config, teacher.config
   check_vocab(s_config, t_config)
+  shared = teacher is student or (teacher.params is student.params and teacher.graphdef == student.graphdef)
   n = len(responses)
   if not n or len(student_prompts) != n or len(teacher_prompts) != n:
     raise ValueError(f"student_prompts, teacher_prompts and responses must be non-empty lists of equal length, got "

@@ -390,7 +390,12 @@ def fill(config: Config, value, *, layered: bool, dtype: str = "float32") -> tup
 
 def from_arrays(config: Config, params: Params) -> tuple[nnx.GraphDef, nnx.State]:
   """(graphdef, state) of a nested dict in the module docstring's layout (`init_params`; "layered" when
-  params["layers"] is a tuple of per-layer dicts): the same arrays, no copy (works under a trace too)."""
+  params["layers"] is a tuple of per-layer dicts), or an `nnx.State` of `Decoder`: the same arrays, no copy
+  (works under a trace too)."""
+  if isinstance(params, nnx.State):
+    params = nnx.to_pure_dict(params)
+    if 0 in params["layers"]:
+      params = {**params, "layers": tuple(params["layers"][i] for i in range(len(params["layers"])))}
   def value(path, _):
     key, i = leaf_key(path)
     if not key.startswith("layers/"):

@@ -21,6 +21,7 @@ from typing import Any
 import gguf
 import ml_dtypes
 import numpy as np
+from flax import nnx
 import tokenizers
 
 from opd_jax import stages
@@ -174,7 +175,7 @@ def _convert_gguf_params(reader, config: decoder.Config, dtype: str, path: pathl
 
   cache.count_conversion()
   np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
-  leaves = decoder.abstract(config, False, dtype)[1].flat_state()
+  leaves = nnx.to_flat_state(decoder.abstract(config, False, dtype)[1])
   with stages.bar(f"converting {path.name}", total=len(leaves), unit="tensor") as bar:
     for key_path, var in leaves:   # file-backed: the converted params never sit in anonymous memory
       key, _ = decoder.leaf_key(key_path)

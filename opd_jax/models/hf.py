@@ -18,6 +18,7 @@ import struct
 
 import ml_dtypes
 import numpy as np
+from flax import nnx
 import safetensors
 import transformers
 
@@ -203,7 +204,7 @@ def load_hf(folder: str | os.PathLike, *, dtype=None, shardings=None, layout: st
   tok = hf_tokenizer(folder)
   config = model_lib.with_real_ids(config, tok, str(folder))
   cache.count_conversion()
-  n_leaves = len(decoder.abstract(config, model_lib.check_layout(layout) == "layered")[1].flat_state())
+  n_leaves = len(nnx.to_flat_state(decoder.abstract(config, model_lib.check_layout(layout) == "layered")[1]))
   with stages.bar(f"converting {folder.name}", total=n_leaves, unit="tensor") as bar:
     def read(key, index, shape, np_dtype):
       bar.update(1)
