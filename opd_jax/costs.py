@@ -180,7 +180,8 @@ def _program(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int)
     fn = lambda p, c, t, q: decoder.merge(g, p).hidden_states(t, q, c)[1]
     return fn, (p, _cache(cfg, rows, slots), _i32(rows, tokens), _i32(rows, tokens))
   if kind == "head":
-    fn = lambda p, h: jax.nn.log_softmax(scoring._real_logits(decoder.merge(g, p), h), axis=-1)  # pylint: disable=protected-access
+    real_logits = scoring._real_logits  # pylint: disable=protected-access
+    fn = lambda p, h: jax.nn.log_softmax(real_logits(decoder.merge(g, p), h), axis=-1)
     return fn, (p, _f32(rows, tokens, cfg.d_model))
   if kind == "predictors":
     fn = lambda a, b, y: divergences.predictors(a, b, y, beta=0.5, top_k=8)

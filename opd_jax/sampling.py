@@ -2,9 +2,9 @@
 
 Three jit-compiled pure functions over plain pytrees do the work (`sharding.sharded_jit`: jax.jit with
 explicit in / out shardings on the params' mesh); each takes the model's state (`Model.params`) and its static
-graphdef and merges them inside (`decoder.merge`), never a Module; `sample` and `branch` are thin Python wrappers that pad to
-bucket shapes (so repeated calls do not recompile), prefill each distinct prompt once, decode in segments of
-`SEGMENT` steps that move the rows still generating into smaller batches (rows that stopped early cost
+graphdef and merges them inside (`decoder.merge`), never a Module; `sample` and `branch` are thin Python
+wrappers that pad to bucket shapes (so repeated calls do not recompile), prefill each distinct prompt once,
+decode in segments of `SEGMENT` steps that move the rows still generating into smaller batches (rows that stopped early cost
 nothing), and unpad the results.
 
 - `prefill`: run prompts (left-padded, pad positions -1) through the model into a fresh KV cache.
@@ -395,7 +395,8 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array | None = N
   logits, cache = _prefill_rows(params, tokens, positions, rows, graphdef=model.graphdef,
                                 cache_size=P + max_new_tokens)
   out = _decode_compacting(params, cache, logits, next_pos, keys, np.arange(Bp) >= B, None,
-                           graphdef=model.graphdef, sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop, pad_id=pad_id, segment=segment,
+                           graphdef=model.graphdef, sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop,
+                           pad_id=pad_id, segment=segment,
                            min_rows=min_rows, progress=progress)
   return Samples(*(a[:B] for a in out))
 
@@ -476,6 +477,7 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
   cache, logits, next_pos, done = _branch_start(model.params, base_cache, rows, cut, forced, graphdef=model.graphdef,
                                                 max_new_tokens=max_new_tokens, stop_ids=stop)
   out = _decode_compacting(model.params, cache, logits, next_pos, keys, np.asarray(done), row_caps,
-                           graphdef=model.graphdef, sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop, pad_id=pad_id, segment=segment,
+                           graphdef=model.graphdef, sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop,
+                           pad_id=pad_id, segment=segment,
                            min_rows=min_rows, progress=progress)
   return Samples(*(a[:nb] for a in out))

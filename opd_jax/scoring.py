@@ -167,7 +167,8 @@ def _sides(mode, fn, s, t, *xs):
 def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, *, s_graphdef,
            t_graphdef, chunk, identical=False, reuse=False):
   """Shared checks and inputs of the jitted functions: (mode, pack, caches, s feed, t feed, C, T_pad, s, t),
-  mode as in `_sides`, s and t the merged student and teacher (`decoder.merge`; t is s when t_params is None). reuse: the student's hidden states are given, so the student side gets no KV cache (its
+  mode as in `_sides`, s and t the merged student and teacher (`decoder.merge`; t is s when t_params is None).
+  reuse: the student's hidden states are given, so the student side gets no KV cache (its
   entry of `caches` is None; the teacher's too when identical)."""
   shared = t_params is None
   if identical and not shared:

@@ -3,8 +3,8 @@
 Within a process: a ("data", "model") `Mesh` of the process's own devices (`make_mesh`, from `config.mesh`).
 Params are placed by their logical axes (each nnx.Param's sharding metadata, decoder.py) and one table of
 logical-axis rules (`RULES`, MaxText style): FSDP shards a matrix's model dim over "data", tensor parallelism its
-heads / MLP / vocabulary dim over "model"; batches are sharded on their leading axis over "data". A dim that the mesh axis does not divide (or, with a config, that
-would split an attention head) is replicated along that axis instead, so odd sizes never fail.
+heads / MLP / vocabulary dim over "model"; batches are sharded on their leading axis over "data". A dim that the
+mesh axis does not divide (or, with a config, that would split an attention head) is replicated along that axis instead, so odd sizes never fail.
 
 Every jitted entry point that runs a model (sampling.py, scoring.py, `models.logits`) is declared with
 `sharded_jit`: `jax.jit` with explicit `in_shardings` / `out_shardings` ("pjit") resolved on the mesh the params

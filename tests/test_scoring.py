@@ -93,7 +93,8 @@ def test_chunked_stream_matches_per_row_reference(student, teacher):
     response[r, :len(y)] = y
   lengths = np.array([len(y) for y in RESPONSES], np.int32)
   args = (*padded(S_PROMPTS, 11), *padded(T_PROMPTS, 16), response, lengths)
-  got = scoring.score_arrays(student.params, teacher.params, *args, s_graphdef=student.graphdef, t_graphdef=teacher.graphdef, chunk=8,
+  got = scoring.score_arrays(student.params, teacher.params, *args, s_graphdef=student.graphdef,
+                             t_graphdef=teacher.graphdef, chunk=8,
                              top_k=TOP_K, beta=BETA)
   got = {k: np.asarray(v) for k, v in got.items()}
   np.testing.assert_array_equal(got["mask"], np.arange(T)[None] < lengths[:, None])
@@ -116,7 +117,8 @@ def test_chunked_stream_matches_per_row_reference(student, teacher):
   # Masks come from the lengths: other garbage beyond them and in the prompt pads changes nothing, bitwise.
   response2 = np.where(got["mask"], response, 0).astype(np.int32)
   args2 = (*padded(S_PROMPTS, 11), *padded(T_PROMPTS, 16), response2, lengths)
-  got2 = scoring.score_arrays(student.params, teacher.params, *args2, s_graphdef=student.graphdef, t_graphdef=teacher.graphdef, chunk=8,
+  got2 = scoring.score_arrays(student.params, teacher.params, *args2, s_graphdef=student.graphdef,
+                              t_graphdef=teacher.graphdef, chunk=8,
                               top_k=TOP_K, beta=BETA)
   for k in scoring.DENSE_KEYS:
     np.testing.assert_array_equal(np.asarray(got2[k]), got[k], err_msg=k)

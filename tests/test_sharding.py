@@ -114,7 +114,8 @@ def placed_score(s, t):
   # scoring.score_arrays on the padded numpy batch: rows over "data" in and out (explicit shardings)
   arrays = scoring._pad_rows(sp, tp, rs, list(range(len(sp))), 8, 8)
   got = scoring.score_arrays(s.params, t.params, *arrays, s_graphdef=s.graphdef, t_graphdef=t.graphdef, chunk=8)
-  compiled = scoring.score_arrays.lower(s.params, t.params, *arrays, s_graphdef=s.graphdef, t_graphdef=t.graphdef, chunk=8).compile()
+  compiled = scoring.score_arrays.lower(s.params, t.params, *arrays, s_graphdef=s.graphdef, t_graphdef=t.graphdef,
+                                        chunk=8).compile()
   return {"logp": np.asarray(got["logp"]), "kl_pq": np.asarray(got["kl_pq"]),
           "in_spec": tuple(compiled.input_shardings[0][2].spec), "out_spec": tuple(got["logp"].sharding.spec)}
 
