@@ -12,6 +12,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["opd_jax", "opd_jax.*", "configs"]),
     python_requires=">=3.10",
     install_requires=[
+        "flax>=0.12.8,<0.13",
         "jax>=0.10",
         "transformers>=5",
         "ml-collections",

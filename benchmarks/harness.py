@@ -192,19 +192,20 @@ def export_hf(model, folder: str) -> None:
       "num_key_value_heads": c.n_kv_heads, "head_dim": c.head_dim, "intermediate_size": c.d_ff,
       "rope_theta": c.rope_theta, "rms_norm_eps": c.norm_eps, "tie_word_embeddings": c.tie_embeddings,
       "max_position_embeddings": c.max_seq_len, "hidden_act": "silu", "attention_bias": False,
-      "use_sliding_window": False, "torch_dtype": str(model.params["embed"].dtype),
+      "use_sliding_window": False, "torch_dtype": str(model.dtype),
       "eos_token_id": list(model.stop_ids), "bos_token_id": None, "pad_token_id": None}
   if checkpoints.config_from_hf(hf_config) != c:
     raise ValueError(f"export_hf: config.json does not round-trip: {checkpoints.config_from_hf(hf_config)} != {c}")
   tensors = []                                   # (HF name, our leaf, layer index or None, linear)
-  layers = model.params["layers"]
+  params = nnx.to_pure_dict(models.with_layout(model, "stacked").params)   # arrays by stacked key
+  layers = params["layers"]
   for ours, hf, _, linear in checkpoints.TABLE:
     if ours.startswith("layers/"):
       leaf = ours.split("/", 1)[1]
       if leaf in layers:
         tensors += [(hf.format(i=i), layers[leaf], i, linear) for i in range(c.n_layers)]
-    elif ours in model.params:
-      tensors.append((hf, model.params[ours], None, linear))
+    elif ours in params:
+      tensors.append((hf, params[ours], None, linear))
   names = {np.dtype(np.float32): "F32", np.dtype(ml_dtypes.bfloat16): "BF16", np.dtype(np.float16): "F16"}
   header, offset = {}, 0
   for name, a, i, linear in tensors:

@@ -5,7 +5,7 @@
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper --dry_run --cost_model=v5e-64
 
 Compile only, nothing runs and no weights load: every program of the pipeline is lowered on CPU with the real
-shapes from abstract params (`jax.eval_shape` of `decoder.init_params`) and XLA's `cost_analysis()` gives its
+shapes from the abstract model (`decoder.abstract`: `nnx.eval_shape`) and XLA's `cost_analysis()` gives its
 FLOPs. XLA counts a while / scan body once, so the programs are single steps (one decode step, one scoring
 chunk, one prompt-prefill chunk) multiplied by their trip counts here, and every model program is compiled with
 1 and with 2 layers in the "layered" layout (a Python loop, no scan): flops(L) = f1 + (L - 1) (f2 - f1), exact
@@ -140,7 +140,8 @@ def _abstract(fn, *args):
 
 
 def _params(cfg: decoder.Config):
-  return _abstract(lambda: decoder.unstack_layers(decoder.init_params(jax.random.key(0), cfg)))
+  """(graphdef, abstract state) of the model in the "layered" layout."""
+  return decoder.abstract(cfg, True)
 
 
 def _cache(cfg: decoder.Config, rows: int, slots: int):
@@ -161,25 +162,26 @@ def _program(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int)
   chunk of one side: scoring._logprob_step on [rows, tokens]), "prompt" (one prompt-prefill chunk of scoring:
   hidden states into the cache), "head" (the student's head only: log-softmax of the logits of [rows, tokens]
   hidden states), "predictors" (divergences.predictors on two [rows, tokens, V] log-prob arrays)."""
-  p = _params(cfg)
+  g, p = _params(cfg)
   V = cfg.real_vocab_size
   if kind == "prefill":
-    return (lambda p, t, q: sampling.prefill.fun(p, t, q, config=cfg, cache_size=slots)), (p, _i32(rows, tokens),
+    return (lambda p, t, q: sampling.prefill.fun(p, t, q, graphdef=g, cache_size=slots)), (p, _i32(rows, tokens),
                                                                                             _i32(rows, tokens))
   if kind == "decode":
     keys = _abstract(lambda: jax.random.split(jax.random.key(0), rows))
     fn = lambda p, c, lg, pos, k, d, caps: sampling.decode.fun(
-        p, c, lg, pos, k, d, caps, 0, config=cfg, sp=sampling.SamplingParams(), max_new_tokens=1, stop_ids=(0,))
+        p, c, lg, pos, k, d, caps, 0, graphdef=g, sp=sampling.SamplingParams(), max_new_tokens=1, stop_ids=(0,))
     return fn, (p, _cache(cfg, rows, slots), _f32(rows, cfg.vocab_size), _i32(rows), keys,
                 jax.ShapeDtypeStruct((rows,), jnp.bool_), _i32(rows))
   if kind == "chunk":
-    fn = lambda p, c, t, q: scoring._logprob_step(p, c, t, q, config=cfg)  # pylint: disable=protected-access
+    fn = lambda p, c, t, q: scoring._logprob_step(decoder.merge(g, p), c, t, q)  # pylint: disable=protected-access
     return fn, (p, _cache(cfg, rows, slots), _i32(rows, tokens), _i32(rows, tokens))
   if kind == "prompt":
-    fn = lambda p, c, t, q: decoder.hidden_states(p, t, q, c, config=cfg)[1]
+    fn = lambda p, c, t, q: decoder.merge(g, p).hidden_states(t, q, c)[1]
     return fn, (p, _cache(cfg, rows, slots), _i32(rows, tokens), _i32(rows, tokens))
   if kind == "head":
-    fn = lambda p, h: jax.nn.log_softmax(scoring._real_logits(p, h, cfg), axis=-1)  # pylint: disable=protected-access
+    real_logits = scoring._real_logits  # pylint: disable=protected-access
+    fn = lambda p, h: jax.nn.log_softmax(real_logits(decoder.merge(g, p), h), axis=-1)
     return fn, (p, _f32(rows, tokens, cfg.d_model))
   if kind == "predictors":
     fn = lambda a, b, y: divergences.predictors(a, b, y, beta=0.5, top_k=8)

@@ -1,9 +1,10 @@
 """Batched sampling on device: prefill, a `lax.while_loop` decode loop, and prefix branching.
 
 Three jit-compiled pure functions over plain pytrees do the work (`sharding.sharded_jit`: jax.jit with
-explicit in / out shardings on the params' mesh); `sample` and `branch` are thin Python wrappers that pad to
-bucket shapes (so repeated calls do not recompile), prefill each distinct prompt once, decode in segments of
-`SEGMENT` steps that move the rows still generating into smaller batches (rows that stopped early cost
+explicit in / out shardings on the params' mesh); each takes the model's state (`Model.params`) and its static
+graphdef and merges them inside (`decoder.merge`), never a Module; `sample` and `branch` are thin Python
+wrappers that pad to bucket shapes (so repeated calls do not recompile), prefill each distinct prompt once,
+decode in segments of `SEGMENT` steps that move the rows still generating into smaller batches (rows that stopped early cost
 nothing), and unpad the results.
 
 - `prefill`: run prompts (left-padded, pad positions -1) through the model into a fresh KV cache.
@@ -189,26 +190,26 @@ def _draw(logits: jax.Array, keys: jax.Array, sp: SamplingParams) -> tuple[jax.A
 
 
 @sharding.sharded_jit(in_specs=(PARAMS, ROWS, ROWS), out_specs=(ROWS, CACHE),
-                      static_argnames=("config", "cache_size"))
-def prefill(params, tokens, positions, *, config: decoder.Config, cache_size: int):
+                      static_argnames=("graphdef", "cache_size"))
+def prefill(params, tokens, positions, *, graphdef, cache_size: int):
   """Run left-padded prompts into a new KV cache.
 
   Args:
+    params: the model's state (`Model.params`); graphdef: static, `Model.graphdef`.
     tokens: int32 [B, P]; positions: int32 [B, P] (-1 at pad slots, 0.. on real tokens).
     cache_size: S >= P slots (room for the tokens to come).
   Returns:
     (last-position logits fp32 [B, V], cache with `end` = P).
   """
-  cache = decoder.init_cache(config, tokens.shape[0], cache_size, params["embed"].dtype,
-                             layered=decoder.is_layered(params))
-  h, cache = decoder.hidden_states(params, tokens, positions, cache, config=config)
-  return decoder.head(params, h[:, -1], config=config), cache
+  model = decoder.merge(graphdef, params)
+  h, cache = model.hidden_states(tokens, positions, model.init_cache(tokens.shape[0], cache_size))
+  return model.head(h[:, -1]), cache
 
 
 @sharding.sharded_jit(in_specs=(PARAMS, CACHE, ROWS, ROWS, ROWS, ROWS, ROWS, REPLICATED),
                       out_specs=(ROWS, ROWS, ROWS, ROWS, CACHE, ROWS, ROWS),
-                      static_argnames=("config", "sp", "max_new_tokens", "stop_ids", "pad_id"))
-def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, config: decoder.Config,
+                      static_argnames=("graphdef", "sp", "max_new_tokens", "stop_ids", "pad_id"))
+def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, graphdef,
            sp: SamplingParams, max_new_tokens: int, stop_ids: tuple[int, ...], pad_id: int = 0):
   """Sample up to N = max_new_tokens tokens per row on device.
 
@@ -225,6 +226,7 @@ def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, c
     continue from: final cache, next-token logits fp32 [B, V], next positions int32 [B].
   """
   B = logits.shape[0]
+  model = decoder.merge(graphdef, params)
   stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
   out_tok = jnp.full((B, max_new_tokens), pad_id, jnp.int32)
   out_lp = jnp.zeros((B, max_new_tokens), jnp.float32)
@@ -246,7 +248,7 @@ def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, c
     lengths = lengths + active.astype(jnp.int32)
     stopped = stopped | (active & jnp.any(tok[:, None] == stops[None, :], axis=-1))
     feed_pos = jnp.where(active, pos, -1)                              # inactive rows write masked slots
-    new_logits, cache = decoder.forward(params, tok[:, None], feed_pos[:, None], cache, config=config)
+    new_logits, cache = model(tok[:, None], feed_pos[:, None], cache)
     return i + 1, cache, new_logits[:, 0], pos + 1, lengths, stopped, toks, lps
 
   state = (jnp.zeros((), jnp.int32), cache, logits, next_pos.astype(jnp.int32), jnp.zeros((B,), jnp.int32),
@@ -262,7 +264,7 @@ def _take_rows(rows, cache, logits, next_pos, keys):
   return decoder.map_cache_rows(lambda a: a[rows], cache), logits[rows], next_pos[rows], keys[rows]
 
 
-def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, config, sp, max_new_tokens,
+def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, graphdef, sp, max_new_tokens,
                        stop_ids, pad_id, segment, min_rows, progress=None):
   """`decode` in segments of `segment` steps; once at most half of a batch's rows are still generating, the
   live rows move to a batch half as large (down to `min_rows`), so rows that stopped early cost nothing.
@@ -283,7 +285,7 @@ def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, con
     steps = min(segment, N - start)
     rem = np.where(live, caps[slots] - lengths[slots], 0).astype(np.int32)
     stopped = ~live | finished[slots]
-    seg = decode(params, cache, logits, next_pos, keys, stopped, rem, np.int32(start), config=config, sp=sp,
+    seg = decode(params, cache, logits, next_pos, keys, stopped, rem, np.int32(start), graphdef=graphdef, sp=sp,
                  max_new_tokens=segment, stop_ids=stop_ids, pad_id=pad_id)
     t, lp, n, f = (np.asarray(a) for a in seg[:4])
     cache, logits, next_pos = seg[4:]
@@ -334,10 +336,10 @@ def _check_prompts(prompts, config: decoder.Config, max_new_tokens: int):
 
 
 @sharding.sharded_jit(in_specs=(PARAMS, ROWS, ROWS, REPLICATED), out_specs=(ROWS, CACHE),
-                      static_argnames=("config", "cache_size"))
-def _prefill_rows(params, tokens, positions, rows, *, config: decoder.Config, cache_size: int):
+                      static_argnames=("graphdef", "cache_size"))
+def _prefill_rows(params, tokens, positions, rows, *, graphdef, cache_size: int):
   """`prefill` of distinct prompts [U, P], then row b of the result copies prompt rows[b] (int32 [B])."""
-  logits, cache = prefill.fun(params, tokens, positions, config=config, cache_size=cache_size)
+  logits, cache = prefill.fun(params, tokens, positions, graphdef=graphdef, cache_size=cache_size)
   return logits[rows], decoder.map_cache_rows(lambda a: a[rows], cache)
 
 
@@ -390,16 +392,18 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array | None = N
   next_pos = np.array([len(p) for p in prompts] + [1] * (Bp - B), np.int32)
   COUNTERS["prefill_calls"] += 1
   COUNTERS["prefill_rows"] += U
-  logits, cache = _prefill_rows(params, tokens, positions, rows, config=config, cache_size=P + max_new_tokens)
-  out = _decode_compacting(params, cache, logits, next_pos, keys, np.arange(Bp) >= B, None, config=config,
-                           sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop, pad_id=pad_id, segment=segment,
+  logits, cache = _prefill_rows(params, tokens, positions, rows, graphdef=model.graphdef,
+                                cache_size=P + max_new_tokens)
+  out = _decode_compacting(params, cache, logits, next_pos, keys, np.arange(Bp) >= B, None,
+                           graphdef=model.graphdef, sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop,
+                           pad_id=pad_id, segment=segment,
                            min_rows=min_rows, progress=progress)
   return Samples(*(a[:B] for a in out))
 
 
 @sharding.sharded_jit(in_specs=(PARAMS, CACHE, REPLICATED, ROWS, ROWS), out_specs=(CACHE, ROWS, ROWS, ROWS),
-                      static_argnames=("config", "max_new_tokens", "stop_ids"))
-def _branch_start(params, base_cache, base_row, cut_pos, forced, *, config, max_new_tokens, stop_ids):
+                      static_argnames=("graphdef", "max_new_tokens", "stop_ids"))
+def _branch_start(params, base_cache, base_row, cut_pos, forced, *, graphdef, max_new_tokens, stop_ids):
   """Jitted start of `branch`: gather base rows, mask positions >= cut, feed the forced token.
 
   Returns the decode state: cache (N + 1 free slots), logits fp32 [NB, V], next positions [NB], and done [NB]
@@ -413,7 +417,7 @@ def _branch_start(params, base_cache, base_row, cut_pos, forced, *, config, max_
 
   cache = decoder.map_cache_rows(rows, base_cache)
   cache["pos"] = jnp.where(cache["pos"] >= cut_pos[:, None], -1, cache["pos"])
-  logits, cache = decoder.forward(params, forced[:, None], cut_pos[:, None], cache, config=config)
+  logits, cache = decoder.merge(graphdef, params)(forced[:, None], cut_pos[:, None], cache)
   stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
   return cache, logits[:, 0], cut_pos + 1, jnp.any(forced[:, None] == stops[None, :], axis=-1)
 
@@ -428,7 +432,7 @@ def prefill_sequences(model, sequences: Sequence[Sequence[int]]):
   tokens, positions = _left_pad(sequences, P, 0)
   COUNTERS["prefill_calls"] += 1
   COUNTERS["prefill_rows"] += B
-  _, cache = prefill(model.params, tokens, positions, config=config, cache_size=P)
+  _, cache = prefill(model.params, tokens, positions, graphdef=model.graphdef, cache_size=P)
   return cache
 
 
@@ -470,9 +474,10 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
   COUNTERS["branch_calls"] += 1
   COUNTERS["branch_rows"] += nb
   keys = row_keys(key, jnp.asarray(ids))
-  cache, logits, next_pos, done = _branch_start(model.params, base_cache, rows, cut, forced, config=config,
+  cache, logits, next_pos, done = _branch_start(model.params, base_cache, rows, cut, forced, graphdef=model.graphdef,
                                                 max_new_tokens=max_new_tokens, stop_ids=stop)
-  out = _decode_compacting(model.params, cache, logits, next_pos, keys, np.asarray(done), row_caps, config=config,
-                           sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop, pad_id=pad_id, segment=segment,
+  out = _decode_compacting(model.params, cache, logits, next_pos, keys, np.asarray(done), row_caps,
+                           graphdef=model.graphdef, sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop,
+                           pad_id=pad_id, segment=segment,
                            min_rows=min_rows, progress=progress)
   return Samples(*(a[:nb] for a in out))

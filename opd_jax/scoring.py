@@ -77,7 +77,7 @@ def _feed(prompt, prompt_len, response, lengths, T_pad):
   return jnp.where(positions >= 0, tokens, 0), positions
 
 
-def _prefill(params, prompt, prompt_len, *, config, chunk, extra):
+def _prefill(model, prompt, prompt_len, *, chunk, extra):
   """A KV cache holding all but the last prompt column, with `extra` free slots after them.
 
   The P - 1 prompt columns are left-padded to a multiple of c = min(chunk, P - 1) and run c at a time, so the
@@ -90,57 +90,57 @@ def _prefill(params, prompt, prompt_len, *, config, chunk, extra):
   positions = jnp.pad(_left_positions(prompt_len, P)[:, :n], ((0, 0), (width - n, 0)), constant_values=-1)
   tokens = jnp.pad(prompt[:, :n], ((0, 0), (width - n, 0)))
   tokens = jnp.where(positions >= 0, tokens, 0)
-  cache = decoder.init_cache(config, B, width + extra, params["embed"].dtype, layered=decoder.is_layered(params))
+  cache = model.init_cache(B, width + extra)
   if not n:
     return (cache,)
 
   def body(cache, j):
     sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * c, c, axis=1)
-    _, cache = decoder.hidden_states(params, sl(tokens), sl(positions), cache, config=config)
+    _, cache = model.hidden_states(sl(tokens), sl(positions), cache)
     return cache, None
 
   cache, _ = jax.lax.scan(body, cache, jnp.arange(width // c))
   return (cache,)
 
 
-def _real_logits(params, h, config):
+def _real_logits(model, h):
   """fp32 logits [..., V] over the ids that exist, V = config.real_vocab_size: the head's logits less the
   embedding padding (-inf there, decoder.head), so a student and a teacher padded to different sizes score on the
   same shared ids (check_vocab), and every softmax is the one over the real ids."""
-  logits = decoder.head(params, h, config=config)
-  return logits if logits.shape[-1] == config.real_vocab_size else logits[..., :config.real_vocab_size]
+  logits, n = model.head(h), model.config.real_vocab_size
+  return logits if logits.shape[-1] == n else logits[..., :n]
 
 
-def _head_logprobs_of(params, h, config):
+def _head_logprobs_of(model, h):
   """fp32 log-softmax [..., V] over the real ids of the next-token logits at final hidden states h [..., D]."""
-  return jax.nn.log_softmax(_real_logits(params, h, config), axis=-1)
+  return jax.nn.log_softmax(_real_logits(model, h), axis=-1)
 
 
-def _logprob_step(params, cache, tokens, positions, *, config):
+def _logprob_step(model, cache, tokens, positions):
   """One chunk through the model: (cache, fp32 log-softmax [B, C, V] of the next-token logits over the real ids,
   h [B, C, D])."""
-  h, cache = decoder.hidden_states(params, tokens, positions, cache, config=config)
-  return cache, _head_logprobs_of(params, h, config), h
+  h, cache = model.hidden_states(tokens, positions, cache)
+  return cache, _head_logprobs_of(model, h), h
 
 
-def _gather_step(params, cache, acc, tokens, positions, local, *, config):
+def _gather_step(model, cache, acc, tokens, positions, local):
   """One chunk through the model; rows' hidden states at chunk-local node indices `local` [B, M] go to acc."""
-  h, cache = decoder.hidden_states(params, tokens, positions, cache, config=config)
+  h, cache = model.hidden_states(tokens, positions, cache)
   inside = (local >= 0) & (local < tokens.shape[1])
   picked = jnp.take_along_axis(h, jnp.clip(local, 0, tokens.shape[1] - 1)[..., None], axis=1)
   return cache, jnp.where(inside[..., None], picked, acc)
 
 
-def _node_outputs(params, h, candidates, valid, *, config, top_k, policy=None):
+def _node_outputs(model, h, candidates, valid, *, top_k, policy=None):
   """Full-vocabulary log-probs at node hidden states h [B, M, D]: gathered at candidates and top-k.
 
   policy: None (raw log-softmax) or a `sampling.SamplingParams` whose distribution is taken instead
   (`sampling.policy_logprobs`: temperature, top-k, top-p, renormalised).
   """
   if policy is None:
-    logp = _head_logprobs_of(params, h, config)                                       # [B, M, V]
+    logp = _head_logprobs_of(model, h)                                                # [B, M, V]
   else:
-    logp = sampling.policy_logprobs(_real_logits(params, h, config), policy)
+    logp = sampling.policy_logprobs(_real_logits(model, h), policy)
   ok = valid[..., None] & (candidates >= 0)
   at = jnp.take_along_axis(logp, jnp.where(ok, candidates, 0), axis=-1)
   top_lp, top_ids = jax.lax.top_k(logp, top_k)
@@ -148,8 +148,8 @@ def _node_outputs(params, h, candidates, valid, *, config, top_k, policy=None):
           jnp.where(valid[..., None], top_lp, -jnp.inf))
 
 
-def _sides(mode, fn, s_params, t_params, s_config, t_config, *xs):
-  """fn(params, *xs_side, config) for the student and the teacher; fn returns a tuple.
+def _sides(mode, fn, s, t, *xs):
+  """fn(model, *xs_side) for the student and the teacher (merged `decoder.Decoder`s); fn returns a tuple.
 
   mode "stacked" (teacher is the student): each x is stacked [2, ...] (student, teacher) and one `lax.map`
   runs the same compiled body for both sides; the outputs come back stacked. "identical" (teacher is the
@@ -158,18 +158,17 @@ def _sides(mode, fn, s_params, t_params, s_config, t_config, *xs):
   out[i][0] is the student's, out[i][1] the teacher's.
   """
   if mode == "stacked":
-    return jax.lax.map(lambda a: fn(s_params, *a, config=s_config), xs)
+    return jax.lax.map(lambda a: fn(s, *a), xs)
   if mode == "identical":
-    return tuple((o, o) for o in fn(s_params, *(x[0] for x in xs), config=s_config))
-  s = fn(s_params, *(x[0] for x in xs), config=s_config)
-  t = fn(t_params, *(x[1] for x in xs), config=t_config)
-  return tuple(zip(s, t))
+    return tuple((o, o) for o in fn(s, *(x[0] for x in xs)))
+  return tuple(zip(fn(s, *(x[0] for x in xs)), fn(t, *(x[1] for x in xs))))
 
 
-def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, *, s_config,
-           t_config, chunk, identical=False, reuse=False):
-  """Shared checks and inputs of the jitted functions: (mode, pack, caches, s feed, t feed, C, T_pad, t_config),
-  mode as in `_sides`. reuse: the student's hidden states are given, so the student side gets no KV cache (its
+def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, *, s_graphdef,
+           t_graphdef, chunk, identical=False, reuse=False):
+  """Shared checks and inputs of the jitted functions: (mode, pack, caches, s feed, t feed, C, T_pad, s, t),
+  mode as in `_sides`, s and t the merged student and teacher (`decoder.merge`; t is s when t_params is None).
+  reuse: the student's hidden states are given, so the student side gets no KV cache (its
   entry of `caches` is None; the teacher's too when identical)."""
   shared = t_params is None
   if identical and not shared:
@@ -181,10 +180,13 @@ def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, r
                      "self-teacher context pass the student's params as t_params")
   _check_positive("chunk", chunk)
   if shared:
-    if t_config is not None and t_config != s_config:
-      raise ValueError("t_params=None means the teacher is the student, but t_config differs from s_config; pass "
-                       "t_config=None or the teacher's params")
-    t_config = s_config
+    if t_graphdef is not None and t_graphdef != s_graphdef:
+      raise ValueError("t_params=None means the teacher is the student, but t_graphdef differs from s_graphdef; "
+                       "pass t_graphdef=None or the teacher's params")
+  s = decoder.merge(s_graphdef, s_params)
+  t = s if shared else decoder.merge(t_graphdef, t_params)
+  s_config, t_config = s.config, t.config
+  if shared:
     if s_prompt.shape != t_prompt.shape:
       raise ValueError(f"with the student as teacher (t_params=None) both prompts must be padded to one width, got "
                        f"s_prompt {s_prompt.shape} and t_prompt {t_prompt.shape}")
@@ -198,20 +200,19 @@ def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, r
   pack = (lambda a, b: jnp.stack([a, b])) if mode == "stacked" else (lambda a, b: (a, b))
   prefill = functools.partial(_prefill, chunk=C, extra=T_pad)
   if reuse:
-    caches = (None, None if identical else prefill(t_params, t_prompt, t_prompt_len, config=t_config)[0])
+    caches = (None, None if identical else prefill(t, t_prompt, t_prompt_len)[0])
   else:
-    (caches,) = _sides(mode, prefill, s_params, t_params, s_config, t_config,
-                       pack(s_prompt, t_prompt), pack(s_prompt_len, t_prompt_len))
+    (caches,) = _sides(mode, prefill, s, t, pack(s_prompt, t_prompt), pack(s_prompt_len, t_prompt_len))
   s_feed = _feed(s_prompt, s_prompt_len, response, lengths, T_pad)
   t_feed = _feed(t_prompt, t_prompt_len, response, lengths, T_pad)
-  return mode, pack, caches, s_feed, t_feed, C, T_pad, t_config
+  return mode, pack, caches, s_feed, t_feed, C, T_pad, s, t
 
 
 @sharding.sharded_jit(in_specs=(PARAMS, PARAMS) + (ROWS,) * 7, out_specs=ROWS,
-                      static_argnames=("s_config", "t_config", "chunk", "top_k", "beta", "return_hidden",
+                      static_argnames=("s_graphdef", "t_graphdef", "chunk", "top_k", "beta", "return_hidden",
                                        "identical"))
 def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths,
-                 s_hidden=None, *, s_config: decoder.Config, t_config: decoder.Config | None, chunk: int = 128,
+                 s_hidden=None, *, s_graphdef, t_graphdef=None, chunk: int = 128,
                  top_k: int = 8, beta: float = 0.5, return_hidden: bool = False,
                  identical: bool = False) -> dict[str, jax.Array]:
   """Log-probs of the response tokens and every predictor at every response position, streamed in chunks.
@@ -222,12 +223,13 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
   overlap, log q(y_t) - log p(y_t). Layout, memory per chunk and the self-teacher guarantee: module docstring.
 
   Args:
-    s_params, t_params: param trees of the student and the teacher; t_params=None: the teacher is the student
-      (one compiled body for both sides; bitwise-equal outputs for identical prompts).
+    s_params, t_params: states (`Model.params`) of the student and the teacher; t_params=None: the teacher is
+      the student (one compiled body for both sides; bitwise-equal outputs for identical prompts).
     s_prompt: int32 [B, Ps] left-padded student prompts; s_prompt_len: int32 [B] in [1, Ps].
     t_prompt: int32 [B, Pt] left-padded teacher contexts; t_prompt_len: int32 [B] in [1, Pt].
     response: int32 [B, T] right-padded response ids, read by both models; lengths: int32 [B] in [0, T].
-    s_config, t_config: static configs (t_config None or equal to s_config when t_params is None).
+    s_graphdef, t_graphdef: static `Model.graphdef`s (t_graphdef None or equal to s_graphdef when t_params is
+      None); each side is `decoder.merge(graphdef, params)` inside the trace.
     chunk: static C, positions per chunk (T need not be a multiple: it is padded up inside).
     top_k: static k of "topk_overlap"; beta: static JSD_beta weight strictly inside (0, 1).
     return_hidden: static; also return the final-normed hidden states that predict each response token,
@@ -245,9 +247,10 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
     ValueError: bad chunk, top_k or beta, real vocabularies that differ, prompts of different widths with
       t_params=None, or arrays of inconsistent shapes.
   """
-  mode, pack, caches, s_feed, t_feed, C, T_pad, t_config = _setup(
-      s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_config=s_config,
-      t_config=t_config, chunk=chunk, identical=identical, reuse=s_hidden is not None)
+  mode, pack, caches, s_feed, t_feed, C, T_pad, s, t = _setup(
+      s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_graphdef=s_graphdef,
+      t_graphdef=t_graphdef, chunk=chunk, identical=identical, reuse=s_hidden is not None)
+  s_config = s.config
   B, T = response.shape
   t_idx = jnp.arange(T_pad, dtype=jnp.int32)[None, :]
   mask = t_idx < lengths[:, None]
@@ -260,15 +263,15 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
   def body(caches, j):
     sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * C, C, axis=1)
     if s_hidden is None:
-      caches, logps, hs = _sides(mode, _logprob_step, s_params, t_params, s_config, t_config, caches,
-                                 pack(sl(s_feed[0]), sl(t_feed[0])), pack(sl(s_feed[1]), sl(t_feed[1])))
+      caches, logps, hs = _sides(mode, _logprob_step, s, t, caches, pack(sl(s_feed[0]), sl(t_feed[0])),
+                                 pack(sl(s_feed[1]), sl(t_feed[1])))
     else:                                                           # the student's head only
       h_p = sl(s_hidden)
-      logp = _head_logprobs_of(s_params, h_p, s_config)
+      logp = _head_logprobs_of(s, h_p)
       if identical:
         logps, hs = (logp, logp), (h_p, h_p)
       else:
-        t_cache, logq, h_q = _logprob_step(t_params, caches[1], sl(t_feed[0]), sl(t_feed[1]), config=t_config)
+        t_cache, logq, h_q = _logprob_step(t, caches[1], sl(t_feed[0]), sl(t_feed[1]))
         caches, logps, hs = (None, t_cache), (logp, logq), (h_p, h_q)
     logp, logq = logps[0], logps[1]                                              # [B, C, V] fp32 each
     y, m = sl(targets), sl(mask)
@@ -287,9 +290,9 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
 
 
 @sharding.sharded_jit(in_specs=(PARAMS, PARAMS) + (ROWS,) * 8, out_specs=ROWS,
-                      static_argnames=("s_config", "t_config", "chunk", "top_k"))
+                      static_argnames=("s_graphdef", "t_graphdef", "chunk", "top_k"))
 def node_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, nodes,
-                candidates, *, s_config: decoder.Config, t_config: decoder.Config | None, chunk: int = 128,
+                candidates, *, s_graphdef, t_graphdef=None, chunk: int = 128,
                 top_k: int = 8) -> dict[str, jax.Array]:
   """Full-vocabulary log-probs of p and q at node positions, gathered at candidate ids, and their top-k.
 
@@ -311,36 +314,33 @@ def node_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_l
   Raises:
     ValueError: as `score_arrays`, or top_k outside [1, V], or nodes / candidates of inconsistent shapes.
   """
-  mode, pack, caches, s_feed, t_feed, C, T_pad, t_config = _setup(
-      s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_config=s_config,
-      t_config=t_config, chunk=chunk)
+  mode, pack, caches, s_feed, t_feed, C, T_pad, s, t = _setup(
+      s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_graphdef=s_graphdef,
+      t_graphdef=t_graphdef, chunk=chunk)
   B, T = response.shape
   if nodes.ndim != 2 or nodes.shape[0] != B:
     raise ValueError(f"nodes must be [B={B}, M] response positions, got shape {nodes.shape}")
   if candidates.shape[:2] != nodes.shape or candidates.ndim != 3:
     raise ValueError(f"candidates must be [B, M, K] = {nodes.shape} + (K,), got shape {candidates.shape}")
-  V = s_config.real_vocab_size
+  V = s.config.real_vocab_size
   if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or not 1 <= top_k <= V:
     raise ValueError(f"top_k must be an int in [1, V = {V}], got {top_k!r}")
   valid = (nodes >= 0) & (nodes < lengths[:, None])
   nodes = jnp.where(valid, nodes, -1)
-  zeros = lambda p, cfg: jnp.zeros((B, nodes.shape[1], cfg.d_model), p["embed"].dtype)
-  acc = (jnp.stack([zeros(s_params, s_config)] * 2) if mode == "stacked"
-         else (zeros(s_params, s_config), zeros(t_params, t_config)))
+  zeros = lambda m: jnp.zeros((B, nodes.shape[1], m.config.d_model), m.embed.dtype)
+  acc = jnp.stack([zeros(s)] * 2) if mode == "stacked" else (zeros(s), zeros(t))
 
   def body(carry, j):
     caches, acc = carry
     sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * C, C, axis=1)
     local = jnp.where(valid, nodes - j * C, -1)
-    caches, acc = _sides(mode, _gather_step, s_params, t_params, s_config, t_config, caches, acc,
-                         pack(sl(s_feed[0]), sl(t_feed[0])), pack(sl(s_feed[1]), sl(t_feed[1])),
-                         pack(local, local))
+    caches, acc = _sides(mode, _gather_step, s, t, caches, acc, pack(sl(s_feed[0]), sl(t_feed[0])),
+                         pack(sl(s_feed[1]), sl(t_feed[1])), pack(local, local))
     return (caches, acc), None
 
   (_, acc), _ = jax.lax.scan(body, (caches, acc), jnp.arange(T_pad // C))
   heads = functools.partial(_node_outputs, top_k=top_k)
-  at, ids, top = _sides(mode, heads, s_params, t_params, s_config, t_config, acc, pack(candidates, candidates),
-                        pack(valid, valid))
+  at, ids, top = _sides(mode, heads, s, t, acc, pack(candidates, candidates), pack(valid, valid))
   return {"logp": at[0], "logq": at[1], "topk_ids_p": ids[0], "topk_logp": top[0], "topk_ids_q": ids[1],
           "topk_logq": top[1]}
 
@@ -377,9 +377,9 @@ def _prepare(student, teacher, student_prompts, teacher_prompts, responses, chun
   """Validates the wrapper inputs; returns whether the teacher is the student."""
   _check_positive("chunk", chunk)
   _check_positive("batch_size", batch_size)
-  shared = teacher is student or (teacher.params is student.params and teacher.config == student.config)
   s_config, t_config = student.config, teacher.config
   check_vocab(s_config, t_config)
+  shared = teacher is student or (teacher.params is student.params and teacher.graphdef == student.graphdef)
   n = len(responses)
   if not n or len(student_prompts) != n or len(teacher_prompts) != n:
     raise ValueError(f"student_prompts, teacher_prompts and responses must be non-empty lists of equal length, got "
@@ -432,12 +432,12 @@ def _pad_rows(prompts_s, prompts_t, responses, rows, Bp, chunk):
 
 
 def _teacher_args(student, teacher, shared, arrays):
-  """(t_params, t_config) for one batch: (None, None), i.e. one compiled body for both sides (bitwise-equal p and
+  """(t_params, t_graphdef) for one batch: (None, None), i.e. one compiled body for both sides (bitwise-equal p and
   q on identical prompts), when the teacher is the student and both prompt widths bucket alike; otherwise the
   teacher's own (a self-teacher with a much longer context then does not pad the student's prompts to it)."""
   if shared and arrays[0].shape == arrays[2].shape:
     return None, None
-  return teacher.params, teacher.config
+  return teacher.params, teacher.graphdef
 
 
 def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
@@ -484,7 +484,7 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
   out = {k: [None] * len(responses) for k in keys}
   for rows, Bp in _batches(len(responses), batch_size, sharding.mesh_of(student.params)):
     arrays = _pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk)
-    t_params, t_config = _teacher_args(student, teacher, shared, arrays)
+    t_params, t_graphdef = _teacher_args(student, teacher, shared, arrays)
     identical = t_params is None and all(list(student_prompts[r]) == list(teacher_prompts[r]) for r in rows)
     extra = ()
     if student_hidden is not None:                    # the student's head only: no student prefill or layers
@@ -493,8 +493,8 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
         h[i, :len(responses[r])] = student_hidden[r]
       extra = (h,)
       if t_params is None and not identical:          # a self-teacher context: the student's body, teacher side
-        t_params, t_config = teacher.params, teacher.config
-    got = score_arrays(student.params, t_params, *arrays, *extra, s_config=student.config, t_config=t_config,
+        t_params, t_graphdef = teacher.params, teacher.graphdef
+    got = score_arrays(student.params, t_params, *arrays, *extra, s_graphdef=student.graphdef, t_graphdef=t_graphdef,
                        chunk=chunk, top_k=top_k, beta=beta, return_hidden=return_hidden, identical=identical)
     got = {k: np.asarray(got[k]) for k in keys}
     for i, r in enumerate(rows):
@@ -503,10 +503,11 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
   return out
 
 
-@sharding.sharded_jit(in_specs=(PARAMS, ROWS, ROWS), out_specs=ROWS, static_argnames=("config", "top_k", "policy"))
-def _head_logprobs(params, h, candidates, *, config, top_k, policy):
+@sharding.sharded_jit(in_specs=(PARAMS, ROWS, ROWS), out_specs=ROWS, static_argnames=("graphdef", "top_k", "policy"))
+def _head_logprobs(params, h, candidates, *, graphdef, top_k, policy):
   valid = jnp.ones(h.shape[:-1], bool)
-  out = _node_outputs(params, h[None], candidates[None], valid[None], config=config, top_k=top_k, policy=policy)
+  out = _node_outputs(decoder.merge(graphdef, params), h[None], candidates[None], valid[None], top_k=top_k,
+                      policy=policy)
   return tuple(a[0] for a in out)                                    # [N, ...]: rows over "data"
 
 
@@ -535,7 +536,7 @@ def head_logprobs(model: Any, h: np.ndarray, candidates: np.ndarray | None = Non
   hp[:N] = h
   cp = np.full((Nb, Kb), -1, np.int32)
   cp[:N, :cand.shape[1]] = cand
-  at, ids, top = _head_logprobs(model.params, hp, cp, config=model.config, top_k=top_k, policy=policy)
+  at, ids, top = _head_logprobs(model.params, hp, cp, graphdef=model.graphdef, top_k=top_k, policy=policy)
   return {"logp": np.asarray(at)[:N, :cand.shape[1]], "topk_ids": np.asarray(ids)[:N],
           "topk_logp": np.asarray(top)[:N]}
 
@@ -583,7 +584,7 @@ def score_nodes(student: Any, teacher: Any, student_prompts: Sequence[Sequence[i
   out = {k: [None] * n for k in keys}
   for rows, Bp in _batches(n, batch_size, sharding.mesh_of(student.params)):
     arrays = _pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk)
-    t_params, t_config = _teacher_args(student, teacher, shared, arrays)
+    t_params, t_graphdef = _teacher_args(student, teacher, shared, arrays)
     M = _bucket(max(1, max(len(nodes[r]) for r in rows)), 1)
     Kb = _bucket(K, 1) if K else 0
     node_ids = np.full((Bp, M), -1, np.int32)
@@ -592,8 +593,8 @@ def score_nodes(student: Any, teacher: Any, student_prompts: Sequence[Sequence[i
       node_ids[i, :len(nodes[r])] = nodes[r]
       for m, c in enumerate(candidates[r]):
         cand[i, m, :len(c)] = c
-    got = node_arrays(student.params, t_params, *arrays, node_ids, cand, s_config=student.config,
-                      t_config=t_config, chunk=chunk, top_k=top_k)
+    got = node_arrays(student.params, t_params, *arrays, node_ids, cand, s_graphdef=student.graphdef,
+                      t_graphdef=t_graphdef, chunk=chunk, top_k=top_k)
     got = {k: np.asarray(v) for k, v in got.items()}
     got["candidates"] = cand
     for i, r in enumerate(rows):

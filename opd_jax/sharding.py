@@ -1,10 +1,10 @@
 """Device meshes, partition rules for params and batches, and splitting a study between processes.
 
 Within a process: a ("data", "model") `Mesh` of the process's own devices (`make_mesh`, from `config.mesh`).
-Params are placed by a small table of rules (`RULES`: regex on the flattened param path -> PartitionSpec):
-FSDP shards a matrix's input dim over "data", tensor parallelism its output dim over "model"; batches are
-sharded on their leading axis over "data". A dim that the mesh axis does not divide (or, with a config, that
-would split an attention head) is replicated along that axis instead, so odd sizes never fail.
+Params are placed by their logical axes (each nnx.Param's sharding metadata, decoder.py) and one table of
+logical-axis rules (`RULES`, MaxText style): FSDP shards a matrix's model dim over "data", tensor parallelism its
+heads / MLP / vocabulary dim over "model"; batches are sharded on their leading axis over "data". A dim that the
+mesh axis does not divide (or, with a config, that would split an attention head) is replicated along that axis instead, so odd sizes never fail.
 
 Every jitted entry point that runs a model (sampling.py, scoring.py, `models.logits`) is declared with
 `sharded_jit`: `jax.jit` with explicit `in_shardings` / `out_shardings` ("pjit") resolved on the mesh the params
@@ -34,25 +34,22 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 from absl import logging
+from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from opd_jax import records
 
 AXES = ("data", "model")
 
-# Partition rules, first match wins: regex searched in the "/"-joined param path (decoder.py layout) -> one
-# entry per array dim (a mesh axis name or None). Layers are stacked on a leading L axis, never sharded.
-# The third field names the dim made of attention heads (its shards must hold whole heads), or None.
-RULES: tuple[tuple[str, tuple[str | None, ...], int | None], ...] = (
-    (r"^embed$", ("model", "data"), None),                               # [V, D]
-    (r"^lm_head$", ("data", "model"), None),                             # [D, V]
-    (r"^layers/(wq|wk|wv)$", (None, "data", "model"), 2),                # [L, D, H*Dh], [L, D, K*Dh]
-    (r"^layers/(w_gate|w_up)$", (None, "data", "model"), None),          # [L, D, F]
-    (r"^layers/wo$", (None, "model", "data"), 1),                        # [L, H*Dh, D]
-    (r"^layers/w_down$", (None, "model", "data"), None),                 # [L, F, D]
-    (r"^layers/(bq|bk|bv)$", (None, "model"), 1),                        # [L, H*Dh], [L, K*Dh]
-    (r"norm$", (), None),                                                # RMSNorm scales: replicated (small)
+# Logical-axis rules (MaxText style): the logical axes each param declares (decoder.py: nnx.Param sharding
+# metadata) -> a mesh axis or None. FSDP shards a matrix's model dim ("embed") over "data", tensor parallelism
+# its heads / MLP / vocabulary dim over "model"; layers, norms and head_dim are replicated. Override with
+# `param_shardings(..., rules=)` (e.g. from config.mesh.rules).
+RULES: tuple[tuple[str, str | None], ...] = (
+    ("vocab", "model"), ("embed", "data"), ("q_heads", "model"), ("kv_heads", "model"), ("mlp", "model"),
+    ("layers", None), ("norm", None), ("head_dim", None),
 )
+HEAD_AXES = ("q_heads", "kv_heads")   # dims made of attention heads: their shards must hold whole heads
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -123,64 +120,73 @@ def _path(keys) -> str:
   return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in keys)
 
 
-def param_spec(path: str, shape: Sequence[int], mesh: Mesh, head_dim: int | None = None) -> P:
-  """The PartitionSpec of one param from `RULES`, with every impossible axis replaced by None.
+def param_spec(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh, head_dim: int | None = None,
+               rules=None) -> P:
+  """The PartitionSpec of one param from its logical axes and `rules` (default `RULES`), with every impossible
+  mesh axis replaced by None.
 
   An entry stays sharded over mesh axis a only when the axis has size > 1 and divides the dim (for a dim of
-  attention heads with `head_dim` given: divides dim / head_dim, so each shard holds whole heads). A param no
-  rule names is replicated.
+  attention heads, `HEAD_AXES`, with `head_dim` given: divides dim / head_dim, so each shard holds whole heads).
 
   Args:
-    path: "/"-joined param path, e.g. "layers/wq" (stacked) or "layers/3/wq" (layered: rules lose the L axis).
+    axes: the param's logical axes (its `out_sharding` metadata), one per dim; () for a replicated param.
     shape: the param's shape.
     mesh: a mesh with axes ("data", "model").
     head_dim: Dh of the model (None: do not keep heads whole).
+    rules: ((logical axis, mesh axis or None), ...); an axis no rule names is replicated.
   Raises:
-    ValueError: a rule matches but its rank differs from the param's (the layout changed: update RULES).
+    ValueError: axes and shape of different ranks.
   """
-  layered = re.match(r"^layers/\d+/", path)          # the "layered" layout: no leading L axis
-  if layered:
-    path = "layers/" + path[layered.end():]
-  for pattern, spec, heads in RULES:
-    if re.search(pattern, path):
-      break
-  else:
-    return P()
-  if layered and spec and spec[0] is None and path.startswith("layers/"):
-    spec, heads = spec[1:], None if heads is None else heads - 1
-  if spec and len(spec) != len(shape):
-    raise ValueError(f"param {path!r} has shape {tuple(shape)} but its sharding rule {pattern!r} expects rank "
-                     f"{len(spec)}; update opd_jax.sharding.RULES for the new layout")
+  if axes and len(axes) != len(shape):
+    raise ValueError(f"logical axes {tuple(axes)} do not match the param's shape {tuple(shape)}")
+  table = dict(RULES if rules is None else rules)
+  return _divisible(tuple(table.get(name) for name in axes), axes, shape, mesh, head_dim)
+
+
+def _divisible(entries, axes, shape, mesh: Mesh, head_dim: int | None) -> P:
+  """PartitionSpec entries (mesh axes) with each one that cannot split its dim evenly replaced by None."""
   out = []
-  for d, axis in enumerate(spec):
+  for d, (axis, name) in enumerate(zip(entries, axes)):
     size = 1 if axis is None else mesh.shape[axis]
-    units = shape[d] // head_dim if (d == heads and head_dim and shape[d] % head_dim == 0) else shape[d]
+    units = shape[d] // head_dim if (name in HEAD_AXES and head_dim and shape[d] % head_dim == 0) else shape[d]
     out.append(axis if size > 1 and units % size == 0 else None)
   return P(*out)
 
 
-def param_shardings(params, mesh: Mesh, config=None):
-  """A pytree of `NamedSharding` matching `params` (decoder.py layout), from `RULES` (see `param_spec`).
+def param_shardings(params, mesh: Mesh, config=None, rules=None):
+  """A pytree of `NamedSharding` matching `params` (an `nnx.State`, e.g. `Model.params`), from each param's
+  logical axes: `nnx.get_partition_spec` under `nnx.logical_axis_rules(rules)`, then `param_spec`'s fallback
+  to replication where a mesh axis does not divide a dim.
 
   Args:
-    params: nested dict of arrays (or ShapeDtypeStructs).
+    params: nnx.State of nnx.Params with `out_sharding` metadata (values arrays or ShapeDtypeStructs).
     mesh: ("data", "model") mesh.
     config: the model's decoder.Config (optional): with it, attention projections are split on head
       boundaries only (otherwise any divisor of the dim is used).
+    rules: logical-axis rules (default `RULES`).
   """
+  rules = tuple(RULES if rules is None else rules)
   head_dim = getattr(config, "head_dim", None)
-  return jax.tree_util.tree_map_with_path(
-      lambda keys, x: NamedSharding(mesh, param_spec(_path(keys), np.shape(x), mesh, head_dim)), params)
+  with nnx.logical_axis_rules(rules):
+    specs = nnx.get_partition_spec(params)          # logical axes -> mesh axes (flax)
+  is_var = lambda x: isinstance(x, nnx.Variable)
+
+  def one(var, spec):
+    axes = var.get_metadata().get("out_sharding") or ()
+    shape = np.shape(var.get_value())
+    entries = tuple(spec.get_value()) if axes else ()
+    return var.replace(NamedSharding(mesh, _divisible(entries, axes, shape, mesh, head_dim)))
+  return jax.tree.map(one, params, specs, is_leaf=is_var)
 
 
-def shard_params(params, mesh: Mesh, config=None):
-  """`params` placed on `mesh` by the partition rules (`jax.device_put`; the arrays are not copied to host)."""
-  return jax.device_put(params, param_shardings(params, mesh, config))
+def shard_params(params, mesh: Mesh, config=None, rules=None):
+  """`params` (an nnx.State) placed on `mesh` by their logical axes (`jax.device_put`; no copy to host)."""
+  return jax.device_put(params, param_shardings(params, mesh, config, rules))
 
 
-def shard_model(model, mesh: Mesh):
+def shard_model(model, mesh: Mesh, rules=None):
   """A `models.Model` (frozen dataclass) whose params are placed on `mesh`; everything else is shared."""
-  return dataclasses.replace(model, params=shard_params(model.params, mesh, model.config))
+  return dataclasses.replace(model, params=shard_params(model.params, mesh, model.config, rules))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 from scipy import stats
 
 from opd_jax import sampling
+from opd_jax import models
 from opd_jax.models import decoder
 
 CONFIG = decoder.Config(arch="qwen3", vocab_size=48, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
@@ -17,7 +18,8 @@ CONFIG = decoder.Config(arch="qwen3", vocab_size=48, d_model=32, n_layers=2, n_h
 @pytest.fixture(scope="module")
 def model():
   params = decoder.init_params(jax.random.key(0), CONFIG, scale=0.3)   # peaked enough to vary lengths
-  return types.SimpleNamespace(config=CONFIG, params=params, stop_ids=(5,))
+  return models.Model(config=CONFIG, params=params, tokenizer=None, stop_ids=(5,), name="test", sha256=None,
+                      source="random")
 
 
 def full_logprobs(model, seq):

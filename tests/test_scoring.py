@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from opd_jax import divergences, gradients, scoring
+from opd_jax import models
 from opd_jax.models import decoder
 
 V = 97
@@ -38,7 +39,8 @@ def random_model(config, seed):
     is_norm = "norm" in jax.tree_util.keystr(path)
     return jnp.asarray(is_norm + gen.normal(size=s.shape) * (0.1 if is_norm else 0.3), s.dtype)
 
-  return types.SimpleNamespace(config=config, params=jax.tree_util.tree_map_with_path(draw, shapes))
+  return models.Model(config=config, params=jax.tree_util.tree_map_with_path(draw, shapes), tokenizer=None,
+                      stop_ids=(), name="test", sha256=None, source="random")
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +93,8 @@ def test_chunked_stream_matches_per_row_reference(student, teacher):
     response[r, :len(y)] = y
   lengths = np.array([len(y) for y in RESPONSES], np.int32)
   args = (*padded(S_PROMPTS, 11), *padded(T_PROMPTS, 16), response, lengths)
-  got = scoring.score_arrays(student.params, teacher.params, *args, s_config=STUDENT, t_config=TEACHER, chunk=8,
+  got = scoring.score_arrays(student.params, teacher.params, *args, s_graphdef=student.graphdef,
+                             t_graphdef=teacher.graphdef, chunk=8,
                              top_k=TOP_K, beta=BETA)
   got = {k: np.asarray(v) for k, v in got.items()}
   np.testing.assert_array_equal(got["mask"], np.arange(T)[None] < lengths[:, None])
@@ -114,7 +117,8 @@ def test_chunked_stream_matches_per_row_reference(student, teacher):
   # Masks come from the lengths: other garbage beyond them and in the prompt pads changes nothing, bitwise.
   response2 = np.where(got["mask"], response, 0).astype(np.int32)
   args2 = (*padded(S_PROMPTS, 11), *padded(T_PROMPTS, 16), response2, lengths)
-  got2 = scoring.score_arrays(student.params, teacher.params, *args2, s_config=STUDENT, t_config=TEACHER, chunk=8,
+  got2 = scoring.score_arrays(student.params, teacher.params, *args2, s_graphdef=student.graphdef,
+                              t_graphdef=teacher.graphdef, chunk=8,
                               top_k=TOP_K, beta=BETA)
   for k in scoring.DENSE_KEYS:
     np.testing.assert_array_equal(np.asarray(got2[k]), got[k], err_msg=k)
@@ -151,9 +155,9 @@ def test_one_student_pass_serves_every_view(student, teacher, monkeypatch):
   first = scoring.score(student, teacher, S_PROMPTS, T_PROMPTS, RESPONSES, chunk=8, top_k=TOP_K, beta=BETA,
                         return_hidden=True)
   layers = []
-  original = decoder.hidden_states
-  monkeypatch.setattr(decoder, "hidden_states", lambda params, *a, **k: (layers.append(params["embed"].shape),
-                                                                          original(params, *a, **k))[1])
+  original = decoder.Decoder.hidden_states
+  monkeypatch.setattr(decoder.Decoder, "hidden_states", lambda self, *a, **k: (layers.append(self.embed.shape),
+                                                                               original(self, *a, **k))[1])
   views = ((teacher, T_PROMPTS, [teacher.params["embed"].shape]),     # external: the teacher's body only
            (student, T_PROMPTS, [student.params["embed"].shape]),     # self, other context: one body (teacher side)
            (student, S_PROMPTS, []))                                  # self:plain: no body at all
@@ -244,12 +248,12 @@ def test_logits_memory_stays_flat_in_T(capsys):
   Vb, B, P, C = 16384, 2, 16, 64
   cfg = decoder.Config(arch="qwen3", vocab_size=Vb, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16,
                        d_ff=64, qk_norm=True, max_seq_len=1 << 15)
-  params = jax.eval_shape(lambda: decoder.init_params(jax.random.key(0), cfg))
+  graphdef, params = decoder.abstract(cfg)
   i32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.int32)
 
   def temp(T):
     lowered = scoring.score_arrays.lower(params, params, i32(B, P), i32(B), i32(B, P), i32(B), i32(B, T), i32(B),
-                                         s_config=cfg, t_config=cfg, chunk=C)
+                                         s_graphdef=graphdef, t_graphdef=graphdef, chunk=C)
     return lowered.compile().memory_analysis().temp_size_in_bytes
 
   mib = lambda x: f"{x / 2**20:8.1f} MiB"

@@ -9,10 +9,12 @@ special tokens and the tokenizer adds none. (`tokenizer(apply_chat_template(...,
 second BOS for tokenizers that add one and whose template writes it too.)
 
 `Model` fields: config (decoder.Config; n_real_ids = the tokenizer's real tokens, `tokenizer.real_vocab_size`,
-where the embedding is padded past them), params (nested dict, decoder.py layout), tokenizer (transformers
+where the embedding is padded past them), graphdef and params (`nnx.split` of `decoder.Decoder`: jitted functions
+take the state and merge it with the static graphdef inside; `model.module` merges eagerly), tokenizer (transformers
 PreTrainedTokenizerFast), stop_ids, name, sha256 (checkpoint file checksum where known), source.
 Presets (offline weights in pip packages): qwen2.5-coder-0.5b-instruct (student), qwen2.5-coder-1.5b-instruct
-(teacher), smollm2-135m-instruct (own tokenizer); see checkpoints.py for the cache under $OPD_JAX_CACHE.
+(teacher), smollm2-135m-instruct (own tokenizer); see checkpoints.py for the modules and cache.py for the
+cache under $OPD_JAX_CACHE.
 """
 from __future__ import annotations
 
@@ -24,20 +26,20 @@ from opd_jax import sharding
 from opd_jax.models import checkpoints
 from opd_jax.models import decoder
 from opd_jax.models import tokenizer
-from opd_jax.models.checkpoints import CONVERTER_VERSION, PRESETS, Model, default_layout, load, with_layout
+from opd_jax.models.checkpoints import CONVERTER_VERSION, PRESETS, Model, default_layout, load, peek, with_layout
 from opd_jax.models.decoder import Config, init_params
 from opd_jax.models.tokenizer import byte_tokenizer, chat_ids, real_vocab_size, same_tokenizer, tokenizer_difference
 
 __all__ = ["CONVERTER_VERSION", "PRESETS", "Config", "Model", "byte_tokenizer", "chat_ids", "checkpoints", "decoder",
-           "default_layout", "with_layout", "init_params", "load", "logits", "random_model", "real_vocab_size",
+           "default_layout", "with_layout", "init_params", "load", "logits", "peek", "random_model", "real_vocab_size",
            "same_tokenizer", "tokenizer", "tokenizer_difference"]
 
 
 @sharding.sharded_jit(in_specs=(sharding.PARAMS, sharding.ROWS), out_specs=sharding.ROWS,
-                      static_argnames=("config",))
-def _logits(params, tokens, *, config):
+                      static_argnames=("graphdef",))
+def _logits(params, tokens, *, graphdef):
   positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
-  return decoder.forward(params, tokens, positions, config=config)[0]
+  return decoder.merge(graphdef, params)(tokens, positions)[0]
 
 
 def logits(model: Model, tokens) -> jax.Array:
@@ -55,7 +57,7 @@ def logits(model: Model, tokens) -> jax.Array:
   lo, hi, n = int(tokens.min()), int(tokens.max()), model.config.real_vocab_size
   if lo < 0 or hi >= n:
     raise ValueError(f"token ids must be in [0, {n}), got range [{lo}, {hi}]")
-  return _logits(model.params, jnp.asarray(tokens, jnp.int32), config=model.config)
+  return _logits(model.params, jnp.asarray(tokens, jnp.int32), graphdef=model.graphdef)
 
 
 def random_model(config: Config, *, seed: int, tokenizer=None, dtype=jnp.float32, layout: str | None = None) -> Model:

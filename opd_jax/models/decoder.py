@@ -1,29 +1,36 @@
-"""One decoder-only transformer family: Llama, Qwen2 / Qwen2.5 and Qwen3, as pure functions.
+"""One decoder-only transformer family: Llama, Qwen2 / Qwen2.5 and Qwen3, as Flax NNX modules.
 
 Switches instead of one module per family: attention bias on q/k/v (Qwen2), RMSNorm on q and k per head
 before RoPE (Qwen3), tied or untied output head, grouped-query attention, rotate-half RoPE (HF layout) with
 optional per-frequency scaling factors (Llama 3.1 "llama3", "linear").
 
-Params are a nested dict of arrays; the layers are stacked along a leading axis `L` and run with
-`jax.lax.scan`, so a 24-layer model compiles as fast as a 1-layer one:
+`Decoder` (an `nnx.Module`; `config` its static architecture) holds `nnx.Param`s, each with its logical axes
+as sharding metadata (`out_sharding`; `sharding.RULES` maps them to mesh axes). Module paths (= the state's
+keys, = the converted cache's leaf files `layers.wq.npy`, ...; `names.TABLE` maps them to HF / GGUF names):
 
-  embed         [V, D]        token embedding (also the output head when `config.tie_embeddings`)
-  final_norm    [D]           RMSNorm scale before the head
-  lm_head       [D, V]        output head (only when not tied)
-  layers/attn_norm [L, D]     RMSNorm scale before attention
-  layers/wq     [L, D, H*Dh]  layers/bq [L, H*Dh]   (bias only when `config.qkv_bias`)
-  layers/wk     [L, D, K*Dh]  layers/bk [L, K*Dh]
+  embed         [V, D]        ("vocab", "embed")   token embedding (also the head when `config.tie_embeddings`)
+  final_norm    [D]           ("norm",)            RMSNorm scale before the head
+  lm_head       [D, V]        ("embed", "vocab")   output head (only when not tied)
+  layers/attn_norm [L, D]     RMSNorm scale before attention                 (a `Block`; logical axes of the
+  layers/wq     [L, D, H*Dh]  layers/bq [L, H*Dh]   (bias only when `config.qkv_bias`)   layer params start
+  layers/wk     [L, D, K*Dh]  layers/bk [L, K*Dh]                                         with "layers")
   layers/wv     [L, D, K*Dh]  layers/bv [L, K*Dh]
   layers/q_norm [L, Dh]       layers/k_norm [L, Dh] (only when `config.qk_norm`)
   layers/wo     [L, H*Dh, D]
   layers/mlp_norm [L, D]
   layers/w_gate [L, D, F]     layers/w_up [L, D, F]   layers/w_down [L, F, D]   (SwiGLU MLP)
 
-Two layouts of the same weights (`stack_layers` / `unstack_layers` convert): "stacked" (above: one array per
-name with a leading L axis, run with `lax.scan`: a 24-layer model compiles in seconds; the accelerator default)
-and "layered" (`params["layers"]` a tuple of L per-layer dicts without the L axis, run with a Python loop:
-slower to compile, but no per-layer slice copies; on CPU a decode step is 1.7x faster: `models.load` picks it
-on CPU). The KV cache follows the params' layout (`init_cache(..., layered=...)`).
+Two layouts of the same weights: "stacked" (above: `layers` is one `Block` whose params carry a leading L axis,
+run with `jax.lax.scan` over its state: a 24-layer model compiles in seconds; the accelerator default) and
+"layered" (`layers` an `nnx.List` of L `Block`s without the L axis, paths layers/<i>/wq, run with a Python
+loop: slower to compile, but no per-layer slice copies; on CPU a decode step is faster: `models.load` picks it
+on CPU). The KV cache follows the layout (`Decoder.init_cache`).
+
+Modules are never built with random initialisers: `abstract` gives the shapes (`nnx.eval_shape`) and the
+loaders fill the leaves (models/checkpoints.py; random models from `init_params`, a plain nested dict in the
+stacked layout above, so their values do not depend on flax). The hot path is pure: jitted functions take the
+state (`nnx.State`) as a pytree and the graphdef as a static argument, and call `merge(graphdef, state)`'s
+methods (`hidden_states`, `head`, `__call__`).
 
 The KV cache is a dict {"k": [L, B, S, K, Dh], "v": [L, B, S, K, Dh], "pos": [B, S] int32, "end": [] int32}
 (layered: "k" and "v" are tuples of L arrays [B, S, K, Dh]):
@@ -38,10 +45,12 @@ logits and softmax in fp32, logits returned in fp32.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 Params = dict[str, Any]
 Cache = dict[str, jax.Array]
@@ -190,93 +199,215 @@ def _attention(q, k, v, q_pos, k_pos):
   return out.reshape(B, T, H, Dh).astype(q.dtype)
 
 
-def _layer(x, p, positions, cache_kv, k_pos, end, config: Config):
-  """One block. x [B, T, D]; cache_kv None or (k, v) [B, S, K, Dh]. Returns (x, new (k, v) or None)."""
-  c = config
-  B, T, _ = x.shape
-  h = _rms_norm(x, p["attn_norm"], c.norm_eps)
-  q, k, v = h @ p["wq"], h @ p["wk"], h @ p["wv"]
-  if c.qkv_bias:
-    q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
-  q = q.reshape(B, T, c.n_heads, c.head_dim)
-  k = k.reshape(B, T, c.n_kv_heads, c.head_dim)
-  v = v.reshape(B, T, c.n_kv_heads, c.head_dim)
-  if c.qk_norm:
-    q, k = _rms_norm(q, p["q_norm"], c.norm_eps), _rms_norm(k, p["k_norm"], c.norm_eps)
-  q = _rope(q, positions, c.rope_theta, c.rope_freq_factors)
-  k = _rope(k, positions, c.rope_theta, c.rope_freq_factors)
-  if cache_kv is None:
-    keys, values, new_kv = k, v, None
-  else:
-    keys = jax.lax.dynamic_update_slice(cache_kv[0], k.astype(cache_kv[0].dtype), (0, end, 0, 0))
-    values = jax.lax.dynamic_update_slice(cache_kv[1], v.astype(cache_kv[1].dtype), (0, end, 0, 0))
-    new_kv = (keys, values)
-  attn = _attention(q, keys.astype(q.dtype), values.astype(q.dtype), positions, k_pos)
-  x = x + attn.reshape(B, T, -1) @ p["wo"]
-  h = _rms_norm(x, p["mlp_norm"], c.norm_eps)
-  x = x + (jax.nn.silu(h @ p["w_gate"]) * (h @ p["w_up"])) @ p["w_down"]
-  return x, new_kv
 
 
-def hidden_states(params: Params, tokens: jax.Array, positions: jax.Array, cache: Cache | None = None,
-                  *, config: Config) -> tuple[jax.Array, Cache | None]:
-  """Final-normed hidden states [B, T, D] (params' dtype) and the updated cache; see `forward`."""
-  x = params["embed"][tokens]
-  if cache is None:
-    k_pos, end = positions, None
-  else:
-    end = cache["end"]
-    k_pos = jax.lax.dynamic_update_slice(cache["pos"], positions.astype(jnp.int32), (0, end))
+# ----------------------------------------------------------------------------------------------------------
+# NNX modules.
 
-  def body(x, layer_in):
-    p, kv = layer_in
-    x, new_kv = _layer(x, p, positions, kv, k_pos, end, config)
-    return x, new_kv
-
-  kv_in = None if cache is None else (cache["k"], cache["v"])
-  if is_layered(params):
-    outs = []
-    for i, p in enumerate(params["layers"]):
-      x, new_kv = body(x, (p, None if kv_in is None else (kv_in[0][i], kv_in[1][i])))
-      outs.append(new_kv)
-    kv_out = None if cache is None else (tuple(o[0] for o in outs), tuple(o[1] for o in outs))
-  else:
-    x, kv_out = jax.lax.scan(body, x, (params["layers"], kv_in))
-  x = _rms_norm(x, params["final_norm"], config.norm_eps)
-  if cache is None:
-    return x, None
-  new_cache = {"k": kv_out[0], "v": kv_out[1], "pos": k_pos, "end": end + tokens.shape[1]}
-  return x, new_cache
+def _param(shape, axes: tuple[str, ...], dtype, fill=0.0) -> nnx.Param:
+  """A Param of `shape` with logical axes `axes` (sharding metadata only: placement is the loader's, so no mesh
+  context is needed, under `nnx.eval_shape` or not). Its value is a placeholder the loaders overwrite."""
+  return nnx.Param(jnp.full(shape, fill, dtype), eager_sharding=False, out_sharding=axes)
 
 
-def head(params: Params, h: jax.Array, *, config: Config) -> jax.Array:
-  """Output head: h [..., D] -> fp32 logits [..., V] (the embedding when tied).
+class Block(nnx.Module):
+  """One pre-norm block (attention + SwiGLU MLP). With `n_layers`, every param has a leading L axis ("layers")
+  and the block stands for all L of them (the "stacked" layout: `Decoder` scans over its state)."""
 
-  Ids >= config.n_real_ids (embedding padding past the tokenizer's tokens) get logit -inf: the one rule that
-  keeps them out of every softmax, the sampler's and scoring's alike.
+  def __init__(self, config: Config, *, n_layers: int | None = None, dtype=jnp.float32):
+    c = self.config = config
+    lead, ax = ((n_layers,), ("layers",)) if n_layers else ((), ())
+    p = lambda axes, *shape, fill=0.0: _param(lead + shape, ax + axes, dtype, fill)
+    qd, kd = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    self.attn_norm = p(("norm",), c.d_model, fill=1.0)
+    self.wq, self.wk, self.wv = (p(("embed", "q_heads"), c.d_model, qd), p(("embed", "kv_heads"), c.d_model, kd),
+                                 p(("embed", "kv_heads"), c.d_model, kd))
+    if c.qkv_bias:
+      self.bq, self.bk, self.bv = p(("q_heads",), qd), p(("kv_heads",), kd), p(("kv_heads",), kd)
+    if c.qk_norm:
+      self.q_norm, self.k_norm = p(("head_dim",), c.head_dim, fill=1.0), p(("head_dim",), c.head_dim, fill=1.0)
+    self.wo = p(("q_heads", "embed"), qd, c.d_model)
+    self.mlp_norm = p(("norm",), c.d_model, fill=1.0)
+    self.w_gate, self.w_up = p(("embed", "mlp"), c.d_model, c.d_ff), p(("embed", "mlp"), c.d_model, c.d_ff)
+    self.w_down = p(("mlp", "embed"), c.d_ff, c.d_model)
+
+  def attention(self, x, positions, cache_kv, k_pos, end):
+    """Attention of x [B, T, D] (pre-norm, no residual); cache_kv None or (k, v) [B, S, K, Dh].
+    Returns (out [B, T, D], new (k, v) or None)."""
+    c = self.config
+    B, T, _ = x.shape
+    h = _rms_norm(x, self.attn_norm[...], c.norm_eps)
+    q, k, v = h @ self.wq[...], h @ self.wk[...], h @ self.wv[...]
+    if c.qkv_bias:
+      q, k, v = q + self.bq[...], k + self.bk[...], v + self.bv[...]
+    q = q.reshape(B, T, c.n_heads, c.head_dim)
+    k = k.reshape(B, T, c.n_kv_heads, c.head_dim)
+    v = v.reshape(B, T, c.n_kv_heads, c.head_dim)
+    if c.qk_norm:
+      q, k = _rms_norm(q, self.q_norm[...], c.norm_eps), _rms_norm(k, self.k_norm[...], c.norm_eps)
+    q = _rope(q, positions, c.rope_theta, c.rope_freq_factors)
+    k = _rope(k, positions, c.rope_theta, c.rope_freq_factors)
+    if cache_kv is None:
+      keys, values, new_kv = k, v, None
+    else:
+      keys = jax.lax.dynamic_update_slice(cache_kv[0], k.astype(cache_kv[0].dtype), (0, end, 0, 0))
+      values = jax.lax.dynamic_update_slice(cache_kv[1], v.astype(cache_kv[1].dtype), (0, end, 0, 0))
+      new_kv = (keys, values)
+    attn = _attention(q, keys.astype(q.dtype), values.astype(q.dtype), positions, k_pos)
+    return attn.reshape(B, T, -1) @ self.wo[...], new_kv
+
+  def mlp(self, x):
+    """SwiGLU MLP of x [B, T, D] (pre-norm, no residual)."""
+    h = _rms_norm(x, self.mlp_norm[...], self.config.norm_eps)
+    return (jax.nn.silu(h @ self.w_gate[...]) * (h @ self.w_up[...])) @ self.w_down[...]
+
+  def __call__(self, x, positions, cache_kv, k_pos, end):
+    """One block: x [B, T, D] -> (x, new (k, v) or None); see `attention`."""
+    attn, new_kv = self.attention(x, positions, cache_kv, k_pos, end)
+    x = x + attn
+    return x + self.mlp(x), new_kv
+
+
+class Decoder(nnx.Module):
+  """The model: embedding, L `Block`s ("stacked": one Block with an L axis; "layered": a list), final norm, head."""
+
+  def __init__(self, config: Config, *, layered: bool = False, dtype=jnp.float32):
+    c = self.config = config
+    self.embed = _param((c.vocab_size, c.d_model), ("vocab", "embed"), dtype)
+    self.final_norm = _param((c.d_model,), ("norm",), dtype, 1.0)
+    if not c.tie_embeddings:
+      self.lm_head = _param((c.d_model, c.vocab_size), ("embed", "vocab"), dtype)
+    self.layers = (nnx.List([Block(c, dtype=dtype) for _ in range(c.n_layers)]) if layered
+                   else Block(c, n_layers=c.n_layers, dtype=dtype))
+
+  @property
+  def layered(self) -> bool:
+    return isinstance(self.layers, nnx.List)
+
+  def init_cache(self, batch: int, size: int) -> Cache:
+    """An empty KV cache of `size` slots per row in this model's layout and params' dtype (`init_cache`)."""
+    return init_cache(self.config, batch, size, self.embed.dtype, layered=self.layered)
+
+  def hidden_states(self, tokens: jax.Array, positions: jax.Array,
+                    cache: Cache | None = None) -> tuple[jax.Array, Cache | None]:
+    """Final-normed hidden states [B, T, D] (params' dtype) and the updated cache; see `__call__`."""
+    x = self.embed[...][tokens]
+    if cache is None:
+      k_pos, end = positions, None
+    else:
+      end = cache["end"]
+      k_pos = jax.lax.dynamic_update_slice(cache["pos"], positions.astype(jnp.int32), (0, end))
+    kv_in = None if cache is None else (cache["k"], cache["v"])
+    if self.layered:
+      outs = []
+      for i, block in enumerate(self.layers):
+        x, new_kv = block(x, positions, None if kv_in is None else (kv_in[0][i], kv_in[1][i]), k_pos, end)
+        outs.append(new_kv)
+      kv_out = None if cache is None else (tuple(o[0] for o in outs), tuple(o[1] for o in outs))
+    else:
+      graphdef, state = nnx.split(self.layers)
+
+      def body(x, layer_in):
+        st, kv = layer_in
+        return nnx.merge(graphdef, st)(x, positions, kv, k_pos, end)
+
+      x, kv_out = jax.lax.scan(body, x, (state, kv_in))
+    x = _rms_norm(x, self.final_norm[...], self.config.norm_eps)
+    if cache is None:
+      return x, None
+    return x, {"k": kv_out[0], "v": kv_out[1], "pos": k_pos, "end": end + tokens.shape[1]}
+
+  def head(self, h: jax.Array) -> jax.Array:
+    """Output head: h [..., D] -> fp32 logits [..., V] (the embedding when tied).
+
+    Ids >= config.n_real_ids (embedding padding past the tokenizer's tokens) get logit -inf: the one rule that
+    keeps them out of every softmax, the sampler's and scoring's alike.
+    """
+    c = self.config
+    w = self.embed[...].T if c.tie_embeddings else self.lm_head[...]
+    logits = jnp.matmul(h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+    if c.real_vocab_size < logits.shape[-1]:
+      logits = jnp.where(jnp.arange(logits.shape[-1]) < c.real_vocab_size, logits, -jnp.inf)
+    return logits
+
+  def __call__(self, tokens: jax.Array, positions: jax.Array,
+               cache: Cache | None = None) -> tuple[jax.Array, Cache | None]:
+    """Logits of a decoder-only transformer (Llama / Qwen2 / Qwen3).
+
+    Args:
+      tokens: int32 [B, T] token ids (any id at pad slots).
+      positions: int32 [B, T] position of each token; -1 marks padding (never attended to).
+      cache: None for a full causal forward over `tokens`, or a KV cache (`init_cache`) of S slots with
+        `end + T <= S`; the tokens are appended at slots [end, end + T) and attend to every earlier slot of
+        their row whose position is in [0, own position].
+    Returns:
+      (logits fp32 [B, T, V], updated cache or None). Logits at pad slots are finite and meaningless; logits of
+      ids >= config.n_real_ids are -inf (`head`).
+    """
+    h, cache = self.hidden_states(tokens, positions, cache)
+    return self.head(h), cache
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Graphdef / state.
+
+@functools.lru_cache(maxsize=64)
+def abstract(config: Config, layered: bool = False, dtype: str = "float32") -> tuple[nnx.GraphDef, nnx.State]:
+  """(graphdef, abstract state) of `Decoder(config)`: ShapeDtypeStructs with their logical axes, no memory."""
+  return nnx.split(nnx.eval_shape(lambda: Decoder(config, layered=layered, dtype=jnp.dtype(dtype))))
+
+
+def merge(graphdef: nnx.GraphDef, state: nnx.State) -> Decoder:
+  """The module of a (graphdef, state) split; inside jit, the state's leaves are the traced arrays."""
+  return nnx.merge(graphdef, state)
+
+
+def leaf_key(path: tuple) -> tuple[str, int | None]:
+  """A state path -> (stacked key as in the module docstring, layer index or None): ("layers", 3, "wq") ->
+  ("layers/wq", 3); ("layers", "wq") -> ("layers/wq", None); ("embed",) -> ("embed", None)."""
+  index = next((p for p in path if isinstance(p, int)), None)
+  return "/".join(str(p) for p in path if not isinstance(p, int)), index
+
+
+def fill(config: Config, value, *, layered: bool, dtype: str = "float32") -> tuple[nnx.GraphDef, nnx.State]:
+  """(graphdef, state) of `Decoder(config)` with every leaf `value(path, abstract leaf)` (a jax array, placed
+  by the caller), made one leaf at a time: the loaders never hold a second copy of the model.
+
+  Raises:
+    ValueError: a value whose shape or dtype differs from the abstract leaf's.
   """
-  w = params["embed"].T if config.tie_embeddings else params["lm_head"]
-  logits = jnp.matmul(h, w.astype(h.dtype), preferred_element_type=jnp.float32)
-  if config.real_vocab_size < logits.shape[-1]:
-    logits = jnp.where(jnp.arange(logits.shape[-1]) < config.real_vocab_size, logits, -jnp.inf)
-  return logits
+  graphdef, abstract_state = abstract(config, layered, jnp.dtype(dtype).name)
+  flat = []
+  for path, var in nnx.to_flat_state(abstract_state):
+    x = value(path, var.get_value())
+    want = var.get_value()
+    if tuple(x.shape) != tuple(want.shape) or x.dtype != want.dtype:
+      raise ValueError(f"param {'/'.join(map(str, path))}: got {x.dtype}{list(x.shape)}, the config implies "
+                       f"{want.dtype}{list(want.shape)}")
+    flat.append((path, var.replace(x)))
+  return graphdef, nnx.from_flat_state(flat)
+
+
+def from_arrays(config: Config, params: Params) -> tuple[nnx.GraphDef, nnx.State]:
+  """(graphdef, state) of a nested dict in the module docstring's layout (`init_params`; "layered" when
+  params["layers"] is a tuple of per-layer dicts), or an `nnx.State` of `Decoder`: the same arrays, no copy
+  (works under a trace too)."""
+  if isinstance(params, nnx.State):
+    params = nnx.to_pure_dict(params)
+    if 0 in params["layers"]:
+      params = {**params, "layers": tuple(params["layers"][i] for i in range(len(params["layers"])))}
+  def value(path, _):
+    key, i = leaf_key(path)
+    if not key.startswith("layers/"):
+      return params[key]
+    layers = params["layers"]
+    return layers[i][key[7:]] if i is not None else layers[key[7:]]
+  layered = is_layered(params)
+  dtype = jnp.dtype(params["embed"].dtype).name
+  return fill(config, value, layered=layered, dtype=dtype)
 
 
 def forward(params: Params, tokens: jax.Array, positions: jax.Array, cache: Cache | None = None,
             *, config: Config) -> tuple[jax.Array, Cache | None]:
-  """Logits of a decoder-only transformer (Llama / Qwen2 / Qwen3).
-
-  Args:
-    params: nested dict of arrays, layout in the module docstring.
-    tokens: int32 [B, T] token ids (any id at pad slots).
-    positions: int32 [B, T] position of each token; -1 marks padding (never attended to).
-    cache: None for a full causal forward over `tokens`, or a KV cache (`init_cache`) of S slots with
-      `end + T <= S`; the tokens are appended at slots [end, end + T) and attend to every earlier slot of
-      their row whose position is in [0, own position].
-    config: static architecture.
-  Returns:
-    (logits fp32 [B, T, V], updated cache or None). Logits at pad slots are finite and meaningless; logits of
-    ids >= config.n_real_ids are -inf (`head`).
-  """
-  h, cache = hidden_states(params, tokens, positions, cache, config=config)
-  return head(params, h, config=config), cache
+  """`Decoder.__call__` of a nested dict of arrays (`from_arrays`): a reference for tests and notebooks."""
+  return merge(*from_arrays(config, params))(tokens, positions, cache)
