@@ -100,7 +100,7 @@ def write_gguf(path, params, cfg: decoder.Config, meta: dict):
   w.add_eos_token_id(meta["tokenizer.ggml.eos_token_id"])
   w.add_pad_token_id(meta["tokenizer.ggml.padding_token_id"])
   w.add_chat_template(meta["tokenizer.chat_template"])
-  flat = checkpoints._flatten(params)
+  flat = {k: v for k, v in params.items() if k != "layers"} | {f"layers/{k}": v for k, v in params["layers"].items()}
   for ours, _, name, linear in checkpoints.TABLE:
     if ours not in flat:
       continue

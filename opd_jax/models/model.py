@@ -31,7 +31,9 @@ class Model:
   `graphdef` and `params` are `nnx.split(decoder.Decoder(config))`: jitted functions take `params` (an
   `nnx.State`, a pytree of arrays with their logical axes) and `graphdef` (static) and merge them inside
   (`decoder.merge`). Constructed with `params` a nested dict of arrays in decoder.py's layout (e.g.
-  `decoder.init_params`) and no graphdef, the dict is converted (`decoder.from_arrays`, no copy).
+  `decoder.init_params`) and no graphdef, the dict is converted (`decoder.from_arrays`, no copy). `config` is
+  the one source of the architecture: a graphdef built for another config (`dataclasses.replace(model,
+  config=...)`) is rebuilt for this one (the modules' static `config`), the arrays unchanged.
   """
   config: decoder.Config
   params: Any                     # nnx.State of decoder.Decoder (paths in decoder.py's docstring)
@@ -48,6 +50,15 @@ class Model:
         raise ValueError("Model(params=...) without graphdef needs a nested dict of arrays in decoder.py's layout "
                          f"(decoder.init_params), got {type(self.params).__name__}; pass graphdef= with an nnx.State")
       graphdef, state = decoder.from_arrays(self.config, self.params)
+      object.__setattr__(self, "graphdef", graphdef)
+      object.__setattr__(self, "params", state)
+      return
+    module = decoder.merge(self.graphdef, self.params)
+    if module.config != self.config:        # e.g. dataclasses.replace(model, config=...): the graphdef follows
+      for _, node in nnx.iter_graph(module):
+        if isinstance(getattr(node, "config", None), decoder.Config):
+          node.config = self.config
+      graphdef, state = nnx.split(module)
       object.__setattr__(self, "graphdef", graphdef)
       object.__setattr__(self, "params", state)
 
