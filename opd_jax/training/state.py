@@ -115,7 +115,8 @@ class Checkpoints:
                                                      meta=ocp.args.JsonSave(meta)))
 
   def restore(self, abstract: State, step: int | None = None) -> tuple[State, dict[str, Any]]:
-    """The state (restored against `abstract`, e.g. jax.eval_shape of init_state) and meta of `step`.
+    """The state (restored against `abstract`, e.g. jax.eval_shape of init_state; None: plain arrays and
+    dicts) and meta of `step` (default the latest).
 
     Raises:
       ValueError: nothing saved, or the checkpoint's identity (config hash, base model) differs from this
@@ -131,6 +132,7 @@ class Checkpoints:
         raise ValueError(f"{self.directory} holds checkpoints of another {field} ({saved.get(field)!r}, this run: "
                          f"{value!r}); pass another --workdir or remove the checkpoints to start over")
     got = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
+    logging_lib.getLogger("absl").info("resumed from %s step %d", self.directory, step)
     return got.state, meta
 
   def close(self) -> None:

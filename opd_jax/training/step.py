@@ -136,8 +136,8 @@ def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, 
     loss, grads = grad(state["params"], base, teacher_state, batch)
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
-    metrics = {"loss": loss.astype(jnp.float32), "grad_norm": optax.global_norm(grads).astype(jnp.float32),
-               "update_norm": optax.global_norm(updates).astype(jnp.float32)}
+    metrics = {"loss": loss.astype(jnp.float32), "grad_norm": optax.tree.norm(grads).astype(jnp.float32),
+               "update_norm": optax.tree.norm(updates).astype(jnp.float32)}
     return {**state, "step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
 
   if in_shardings is None:

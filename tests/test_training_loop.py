@@ -1,0 +1,126 @@
+"""The OPD train step and loop (opd_jax/training): the loss against an independent forward, self:plain gives
+exact zeros, and a run killed with SIGKILL resumes to the uninterrupted run's final params."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+from opd_jax import models
+from opd_jax.training import lora
+from opd_jax.training import state as state_lib
+from opd_jax.training import step as step_lib
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CFG = models.Config(arch="qwen2", vocab_size=48, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
+                    d_ff=64, qkv_bias=True)
+S_PROMPTS = [[3, 4, 5], [7, 8, 9, 10, 11], [12]]
+T_PROMPTS = [[3, 4, 5, 20, 21, 22], [7], [13, 14]]
+RESPONSES = [[30, 31, 32, 33], [34], []]
+
+
+def _model(seed):
+  return models.random_model(CFG, seed=seed, layout="stacked")
+
+
+def _reverse_kl_reference(student, teacher, s_prompts, t_prompts, responses):
+  """Per-sequence mean of KL(p_t || q_t) over response tokens, then the mean over sequences with a response:
+  each row run alone through models.logits (no padding), numpy on the full vocabulary."""
+  per_seq = []
+  for sp, tp, y in zip(s_prompts, t_prompts, responses):
+    if not y:
+      continue
+    zs = np.asarray(models.logits(student, np.array([sp + y])))[0, len(sp) - 1:len(sp) - 1 + len(y)]
+    zt = np.asarray(models.logits(teacher, np.array([tp + y])))[0, len(tp) - 1:len(tp) - 1 + len(y)]
+    lp = zs - np.log(np.sum(np.exp(zs - zs.max(-1, keepdims=True)), -1, keepdims=True)) - zs.max(-1, keepdims=True)
+    lq = zt - np.log(np.sum(np.exp(zt - zt.max(-1, keepdims=True)), -1, keepdims=True)) - zt.max(-1, keepdims=True)
+    per_seq.append(np.mean(np.sum(np.exp(lp) * (lp - lq), -1)))
+  return float(np.mean(per_seq))
+
+
+def test_loss_is_the_reverse_kl_of_independent_forwards_and_self_plain_is_exactly_zero():
+  student, teacher = _model(0), _model(1)
+  batch = step_lib.make_batch(S_PROMPTS, T_PROMPTS, RESPONSES, rows=4)
+  assert batch.mask.sum() == 5 and batch.tokens_s.shape[0] == 4
+  ad = lora.init(student.params, jax.random.key(0), rank=2)
+  ad = jax.tree.map(lambda x: x + 0.05, ad)              # b != 0: the merged student differs from the base
+  merged = models.Model(config=CFG, params=lora.merge(student.params, ad, scale=2.0), graphdef=student.graphdef,
+                        tokenizer=None, stop_ids=(), name="merged", sha256=None, source="test")
+  loss = step_lib.loss_fn(ad, student.params, teacher.params, batch, s_graph=student.graphdef,
+                          t_graph=teacher.graphdef, lora_scale=2.0, divergence="reverse_kl", chunk=3, vocab_size=None)
+  want = _reverse_kl_reference(merged, teacher, S_PROMPTS, T_PROMPTS, RESPONSES)
+  np.testing.assert_allclose(float(loss), want, rtol=2e-5)
+  # self:plain (the student reading its own prompt): zero loss, zero gradients, and with weight decay 0 no update.
+  tx = state_lib.optimizer(state_lib.OptimConfig(learning_rate=0.1, weight_decay=0.0))
+  plain = step_lib.make_batch(S_PROMPTS, S_PROMPTS, RESPONSES)
+  for trainable, base, scale in ((ad, student.params, 2.0), (student.params, None, None)):
+    st = state_lib.init_state(trainable, tx, jax.random.key(1))
+    before = jax.tree.map(np.asarray, st["params"])
+    fn = step_lib.make_train_step(tx, s_graph=student.graphdef, lora_scale=scale, divergence="jsd@0.5", chunk=4,
+                                  vocab_size=None)
+    st, m = fn(st, base, None, plain)
+    assert float(m["loss"]) == 0.0 and float(m["grad_norm"]) == 0.0
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, st["params"]), before)
+  # A small step moves the adapters and lowers the loss of that batch.
+  tx = state_lib.optimizer(state_lib.OptimConfig(learning_rate=1e-3))
+  st = state_lib.init_state(ad, tx, jax.random.key(1))
+  fn = step_lib.make_train_step(tx, s_graph=student.graphdef, t_graph=teacher.graphdef, lora_scale=2.0,
+                                divergence="reverse_kl", chunk=3, vocab_size=None)
+  st, m = fn(st, student.params, teacher.params, batch)
+  st, m2 = fn(st, student.params, teacher.params, batch)
+  assert float(m["grad_norm"]) > 0 and float(m2["loss"]) < float(m["loss"])
+
+
+KILLED = """
+import os, signal, sys
+from opd_jax.training import state as state_lib
+save = state_lib.Checkpoints.save
+def save_then_die(self, step, st, meta):
+  save(self, step, st, meta)
+  if step == 2:                      # SIGKILL while step 2's async save may still be in flight
+    os.kill(os.getpid(), signal.SIGKILL)
+state_lib.Checkpoints.save = save_then_die
+from opd_jax import main
+sys.argv = ["main"] + sys.argv[1:]
+main.run()
+"""
+
+
+def _cmd(workdir, *prefix):
+  return [sys.executable, *prefix, *([] if prefix else ["-m", "opd_jax.main"]),
+          f"--config={REPO / 'configs/opd_train.py'}:smoke", f"--workdir={workdir}", "--config.logging.progress=False"]
+
+
+def test_sigkilled_run_resumes_to_the_uninterrupted_params(tmp_path):
+  env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jc"),
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+  full = subprocess.Popen(_cmd(tmp_path / "full"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  killed = subprocess.run(_cmd(tmp_path / "cut", "-c", KILLED), env=env, capture_output=True, text=True, timeout=600)
+  assert killed.returncode == -9, killed.stderr[-2000:]
+  out, err = full.communicate(timeout=600)
+  assert full.returncode == 0, err[-2000:]
+  assert "paired difference" in out and "held-out pass@1 before" in out
+  resumed = subprocess.run(_cmd(tmp_path / "cut"), env=env, capture_output=True, text=True, timeout=600)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  assert "resumed from" in resumed.stderr
+  got = {}
+  for name in ("full", "cut"):
+    ck = state_lib.Checkpoints(tmp_path / name / "train" / "checkpoints", identity={})
+    assert ck.latest_step() == 3
+    got[name] = ck.restore(None)[0]
+    ck.close()
+  assert set(got["full"]["params"]) and set(got["full"]["params"]) == set(got["cut"]["params"])
+  jax.tree.map(np.testing.assert_array_equal, got["cut"], got["full"])           # bitwise, optimizer state too
+  a, b = (pd.read_csv(tmp_path / n / "train" / "metrics.csv").drop(columns="seconds") for n in ("full", "cut"))
+  pd.testing.assert_frame_equal(a, b)
+  assert len(a) == 3 and (tmp_path / "full" / "train" / "metrics.png").exists()
+  # The same workdir with another base model is refused in one line, and nothing is lost.
+  other = subprocess.run(_cmd(tmp_path / "cut") + ["--config.student.name=random:5"], env=env, capture_output=True,
+                         text=True, timeout=600)
+  assert other.returncode == 2 and other.stderr.strip().splitlines()[-1].startswith("error: ")
+  assert "another" in other.stderr and (tmp_path / "cut" / "train" / "checkpoints" / "3").is_dir()
