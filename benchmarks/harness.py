@@ -176,60 +176,9 @@ def touch(params) -> None:
 
 
 def export_hf(model, folder: str) -> None:
-  """Writes `model` (decoder layout) as an HF Qwen3 folder: config.json, model.safetensors, tokenizer files.
-
-  Tensor names and the [out, in] layout of linear weights follow checkpoints.TABLE (the loader's own table),
-  so `checkpoints.load_hf(folder)` returns the same params; the HF side loads it with from_pretrained.
-  """
-  import ml_dtypes  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from opd_jax.models import checkpoints  # pylint: disable=g-import-not-at-top
-  c = model.config
-  os.makedirs(folder, exist_ok=True)
-  hf_config = {
-      "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": c.vocab_size,
-      "hidden_size": c.d_model, "num_hidden_layers": c.n_layers, "num_attention_heads": c.n_heads,
-      "num_key_value_heads": c.n_kv_heads, "head_dim": c.head_dim, "intermediate_size": c.d_ff,
-      "rope_theta": c.rope_theta, "rms_norm_eps": c.norm_eps, "tie_word_embeddings": c.tie_embeddings,
-      "max_position_embeddings": c.max_seq_len, "hidden_act": "silu", "attention_bias": False,
-      "use_sliding_window": False, "torch_dtype": str(model.dtype),
-      "eos_token_id": list(model.stop_ids), "bos_token_id": None, "pad_token_id": None}
-  if checkpoints.config_from_hf(hf_config) != c:
-    raise ValueError(f"export_hf: config.json does not round-trip: {checkpoints.config_from_hf(hf_config)} != {c}")
-  tensors = []                                   # (HF name, our leaf, layer index or None, linear)
-  params = nnx.to_pure_dict(models.with_layout(model, "stacked").params)   # arrays by stacked key
-  layers = params["layers"]
-  for ours, hf, _, linear in checkpoints.TABLE:
-    if ours.startswith("layers/"):
-      leaf = ours.split("/", 1)[1]
-      if leaf in layers:
-        tensors += [(hf.format(i=i), layers[leaf], i, linear) for i in range(c.n_layers)]
-    elif ours in params:
-      tensors.append((hf, params[ours], None, linear))
-  names = {np.dtype(np.float32): "F32", np.dtype(ml_dtypes.bfloat16): "BF16", np.dtype(np.float16): "F16"}
-  header, offset = {}, 0
-  for name, a, i, linear in tensors:
-    shape = tuple(a.shape[1:] if i is not None else a.shape)
-    shape = shape[::-1] if linear else shape
-    nbytes = int(np.prod(shape)) * a.dtype.itemsize
-    header[name] = {"dtype": names[np.dtype(a.dtype)], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
-    offset += nbytes
-  blob = json.dumps(header).encode()
-  blob += b" " * (-len(blob) % 8)
-  tmp = os.path.join(folder, ".model.safetensors.tmp")
-  with open(tmp, "wb") as f:                     # safetensors: u64 header size, JSON header, raw little-endian data
-    f.write(len(blob).to_bytes(8, "little"))
-    f.write(blob)
-    host = None
-    for _, a, i, linear in tensors:
-      if host is None or host[0] is not a:
-        host = (a, np.asarray(a))                # one device-to-host copy per leaf
-      x = host[1] if i is None else host[1][i]
-      f.write(np.ascontiguousarray(x.T if linear else x).tobytes())
-  os.replace(tmp, os.path.join(folder, "model.safetensors"))
-  with open(os.path.join(folder, "config.json"), "w") as f:
-    json.dump(hf_config, f, indent=1)
-  model.tokenizer.save_pretrained(folder)
+  """Writes `model` as an HF folder the HF side loads (`opd_jax.models.export.write_hf`)."""
+  from opd_jax.models import export  # pylint: disable=g-import-not-at-top
+  export.write_hf(model, folder)
 
 
 def hf_model(spec: str, dtype: str, device: str, export_dir: str | None = None):

@@ -264,7 +264,7 @@ def run(config, workdir: str) -> str:
   summary = _summary(config, conf, metrics, evals, before)
   records.atomic_write_json(out / "summary.json", summary)
   if t.export:
-    from opd_jax.training import export  # pylint: disable=g-import-not-at-top
+    from opd_jax.models import export  # pylint: disable=g-import-not-at-top
     export.write_hf(current(), out / "export")
   return summary["text"]
 
