@@ -224,8 +224,9 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
   overlap, log q(y_t) - log p(y_t). Layout, memory per chunk and the self-teacher guarantee: module docstring.
 
   Args:
-    s_params, t_params: states (`Model.params`) of the student and the teacher; t_params=None: the teacher is
-      the student (one compiled body for both sides; bitwise-equal outputs for identical prompts).
+    s_params, t_params: states (`Model.params`) of the student and the teacher (or of an external teacher,
+      `flax_adapter.FlaxTeacher.params`); t_params=None: the teacher is the student (one compiled body for both
+      sides; bitwise-equal outputs for identical prompts).
     s_prompt: int32 [B, Ps] left-padded student prompts; s_prompt_len: int32 [B] in [1, Ps].
     t_prompt: int32 [B, Pt] left-padded teacher contexts; t_prompt_len: int32 [B] in [1, Pt].
     response: int32 [B, T] right-padded response ids, read by both models; lengths: int32 [B] in [0, T].

@@ -71,14 +71,14 @@ class Adapter(nnx.Module):
 
   def hidden(self, tokens: jax.Array, positions: jax.Array, mask: jax.Array) -> jax.Array:
     """The module's final-normed hidden states [B, L, D] (contract in the module docstring)."""
-    x, _ = self.module(tokens, positions, None, mask, output_hidden_states=True)
-    sown = [v.get_value() for path, v in nnx.to_flat_state(nnx.pop(self.module, nnx.Intermediate))
-            if path[-1] == SOWN]
+    (x, _), sown = nnx.capture(self.module, nnx.Intermediate)(tokens, positions, None, mask,
+                                                              output_hidden_states=True)
+    sown = [v.get_value() for path, v in nnx.to_flat_state(sown) if path[-1] == SOWN]
     h = sown[-1] if sown else x
     h = h[-1] if isinstance(h, (tuple, list)) else h
     B, L = tokens.shape
     want = "D" if self.config is None else self.config.d_model
-    if getattr(h, "ndim", 0) != 3 or h.shape[:2] != (B, L) or (self.config and h.shape[2] != want):
+    if getattr(h, "ndim", 0) != 3 or h.shape[:2] != (B, L) or (self.config is not None and h.shape[2] != want):
       raise _contract_error(self.name, f"output_hidden_states=True gave shape {getattr(h, 'shape', type(h))}, "
                                        f"expected hidden states [B={B}, L={L}, {want}]")
     return h
