@@ -6,7 +6,7 @@ own context (it may differ in length: paper.md, "Self-distillation contexts") an
 y_1..y_T, which both models read verbatim after their own prompt. Response token t is predicted by p(u_t) =
 pi_theta(. | x, y_<t) and q_c(u_t) = pi_T(. | context_c(x), y_<t).
 
-Array layout (the jitted functions; the Python wrappers `score` and `score_nodes` build it from token lists):
+Array layout (the jitted function `score_arrays`; the Python wrapper `score` builds it from token lists):
   prompt   int32 [B, P]  left-padded (any id at the pad slots), prompt_len [B] >= 1 real tokens at the right end;
                          prompt token i of a row sits at position i.
   response int32 [B, T]  right-padded (any id beyond each row's length), lengths [B] in [0, T]; token t of a
@@ -35,6 +35,10 @@ overlap exactly 1): the `self:plain` check of paper.md. (The wrappers take this 
 bucket alike, which identical prompts always do; a much longer self-teacher context runs as a separate model
 instead of padding the student's prompts to it. Two different param trees with equal values, or the separate
 path, give values equal up to float round-off only.) The `lax.map` path holds one extra copy of the KV caches.
+
+External teacher: a user's Flax NNX module with the google/tunix call (`models.flax_adapter.from_module`) runs
+one full forward over [teacher prompt; response] instead of the KV-cache stream (its own memory); its hidden
+states then go through its head C positions at a time like the student's, so no [B, T, V] array exists either.
 """
 from __future__ import annotations
 
@@ -50,10 +54,10 @@ from opd_jax import divergences
 from opd_jax import sampling
 from opd_jax import sharding
 from opd_jax.models import decoder
+from opd_jax.models import flax_adapter
 from opd_jax.sharding import PARAMS, ROWS
 
 DENSE_KEYS = ("logp", "logq") + divergences.PREDICTORS  # outputs of `score_arrays` besides "mask"
-NODE_KEYS = ("logp", "logq", "topk_ids_p", "topk_logp", "topk_ids_q", "topk_logq")  # outputs of `node_arrays`
 
 
 def _left_positions(prompt_len: jax.Array, width: int) -> jax.Array:
@@ -123,14 +127,6 @@ def _logprob_step(model, cache, tokens, positions):
   return cache, _head_logprobs_of(model, h), h
 
 
-def _gather_step(model, cache, acc, tokens, positions, local):
-  """One chunk through the model; rows' hidden states at chunk-local node indices `local` [B, M] go to acc."""
-  h, cache = model.hidden_states(tokens, positions, cache)
-  inside = (local >= 0) & (local < tokens.shape[1])
-  picked = jnp.take_along_axis(h, jnp.clip(local, 0, tokens.shape[1] - 1)[..., None], axis=1)
-  return cache, jnp.where(inside[..., None], picked, acc)
-
-
 def _node_outputs(model, h, candidates, valid, *, top_k, policy=None):
   """Full-vocabulary log-probs at node hidden states h [B, M, D]: gathered at candidates and top-k.
 
@@ -166,10 +162,11 @@ def _sides(mode, fn, s, t, *xs):
 
 def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, *, s_graphdef,
            t_graphdef, chunk, identical=False, reuse=False):
-  """Shared checks and inputs of the jitted functions: (mode, pack, caches, s feed, t feed, C, T_pad, s, t),
-  mode as in `_sides`, s and t the merged student and teacher (`decoder.merge`; t is s when t_params is None).
+  """Checks and inputs of `score_arrays`: (mode, pack, caches, s feed, t feed, C, T_pad, s, t, t_hidden), mode as
+  in `_sides`, s and t the merged student and teacher (`decoder.merge`; t is s when t_params is None).
   reuse: the student's hidden states are given, so the student side gets no KV cache (its
-  entry of `caches` is None; the teacher's too when identical)."""
+  entry of `caches` is None; the teacher's too when identical). An external teacher (`flax_adapter.Adapter`)
+  gets no KV cache either: t_hidden [B, T_pad, Dt] are its hidden states from one full forward (else None)."""
   shared = t_params is None
   if identical and not shared:
     raise ValueError("identical=True means the teacher is the student on the student's own prompts: pass "
@@ -199,13 +196,17 @@ def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, r
   T_pad = -(-T // C) * C
   pack = (lambda a, b: jnp.stack([a, b])) if mode == "stacked" else (lambda a, b: (a, b))
   prefill = functools.partial(_prefill, chunk=C, extra=T_pad)
-  if reuse:
+  t_hidden = None
+  if isinstance(t, flax_adapter.Adapter):                  # one full forward of its own, no KV cache
+    t_hidden = t.feed_hidden(t_prompt, t_prompt_len, response, lengths, T_pad)
+    caches = (None if reuse else prefill(s, s_prompt, s_prompt_len)[0], None)
+  elif reuse:
     caches = (None, None if identical else prefill(t, t_prompt, t_prompt_len)[0])
   else:
     (caches,) = _sides(mode, prefill, s, t, pack(s_prompt, t_prompt), pack(s_prompt_len, t_prompt_len))
   s_feed = _feed(s_prompt, s_prompt_len, response, lengths, T_pad)
   t_feed = _feed(t_prompt, t_prompt_len, response, lengths, T_pad)
-  return mode, pack, caches, s_feed, t_feed, C, T_pad, s, t
+  return mode, pack, caches, s_feed, t_feed, C, T_pad, s, t, t_hidden
 
 
 @sharding.sharded_jit(in_specs=(PARAMS, PARAMS) + (ROWS,) * 7, out_specs=ROWS,
@@ -223,8 +224,9 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
   overlap, log q(y_t) - log p(y_t). Layout, memory per chunk and the self-teacher guarantee: module docstring.
 
   Args:
-    s_params, t_params: states (`Model.params`) of the student and the teacher; t_params=None: the teacher is
-      the student (one compiled body for both sides; bitwise-equal outputs for identical prompts).
+    s_params, t_params: states (`Model.params`) of the student and the teacher (or of an external teacher,
+      `flax_adapter.FlaxTeacher.params`); t_params=None: the teacher is the student (one compiled body for both
+      sides; bitwise-equal outputs for identical prompts).
     s_prompt: int32 [B, Ps] left-padded student prompts; s_prompt_len: int32 [B] in [1, Ps].
     t_prompt: int32 [B, Pt] left-padded teacher contexts; t_prompt_len: int32 [B] in [1, Pt].
     response: int32 [B, T] right-padded response ids, read by both models; lengths: int32 [B] in [0, T].
@@ -247,7 +249,7 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
     ValueError: bad chunk, top_k or beta, real vocabularies that differ, prompts of different widths with
       t_params=None, or arrays of inconsistent shapes.
   """
-  mode, pack, caches, s_feed, t_feed, C, T_pad, s, t = _setup(
+  mode, pack, caches, s_feed, t_feed, C, T_pad, s, t, t_hidden = _setup(
       s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_graphdef=s_graphdef,
       t_graphdef=t_graphdef, chunk=chunk, identical=identical, reuse=s_hidden is not None)
   s_config = s.config
@@ -260,19 +262,24 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
       raise ValueError(f"s_hidden must be [B={B}, T={T}, D={s_config.d_model}], got shape {s_hidden.shape}")
     s_hidden = jnp.pad(s_hidden, ((0, 0), (0, T_pad - T), (0, 0)))
 
+  def step(model, cache, hidden, feed, sl):
+    """One side's chunk: its head only when its hidden states are given, else its layers on the cache."""
+    if hidden is None:
+      return _logprob_step(model, cache, sl(feed[0]), sl(feed[1]))
+    h = sl(hidden)
+    return cache, _head_logprobs_of(model, h), h
+
   def body(caches, j):
     sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * C, C, axis=1)
-    if s_hidden is None:
+    if mode == "pair":
+      caches, logps, hs = zip(step(s, caches[0], s_hidden, s_feed, sl), step(t, caches[1], t_hidden, t_feed, sl))
+    elif s_hidden is None:
       caches, logps, hs = _sides(mode, _logprob_step, s, t, caches, pack(sl(s_feed[0]), sl(t_feed[0])),
                                  pack(sl(s_feed[1]), sl(t_feed[1])))
-    else:                                                           # the student's head only
+    else:                                                           # identical: the student's head serves both
       h_p = sl(s_hidden)
       logp = _head_logprobs_of(s, h_p)
-      if identical:
-        logps, hs = (logp, logp), (h_p, h_p)
-      else:
-        t_cache, logq, h_q = _logprob_step(t, caches[1], sl(t_feed[0]), sl(t_feed[1]))
-        caches, logps, hs = (None, t_cache), (logp, logq), (h_p, h_q)
+      logps, hs = (logp, logp), (h_p, h_p)
     logp, logq = logps[0], logps[1]                                              # [B, C, V] fp32 each
     y, m = sl(targets), sl(mask)
     out = divergences.predictors(logp, logq, y, beta=beta, top_k=top_k)
@@ -287,62 +294,6 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
   result = {k: jnp.moveaxis(v, 0, 1).reshape(B, T_pad, *v.shape[3:])[:, :T] for k, v in outs.items()}
   result["mask"] = mask[:, :T]
   return result
-
-
-@sharding.sharded_jit(in_specs=(PARAMS, PARAMS) + (ROWS,) * 8, out_specs=ROWS,
-                      static_argnames=("s_graphdef", "t_graphdef", "chunk", "top_k"))
-def node_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, nodes,
-                candidates, *, s_graphdef, t_graphdef=None, chunk: int = 128,
-                top_k: int = 8) -> dict[str, jax.Array]:
-  """Full-vocabulary log-probs of p and q at node positions, gathered at candidate ids, and their top-k.
-
-  A node u_t is response position t of a row (paper.md, "Node"). The candidate set C(u) (paper.md, "Candidate
-  set") is built from the top-k outputs ({y_t} ∪ top-k_s(p) ∪ top-k_t(q_c) over configurations) and then
-  passed back as `candidates`; p and q_c on C(u) are the full-vocabulary log-probs gathered here, which the
-  caller renormalises, e.g. `gradients.restrict(logp, jnp.where(candidates >= 0, jnp.arange(K), -1))` (the
-  gathered values play the role of the vocabulary), mass covered = sum over valid slots of exp(logp).
-  Same streaming and arguments as `score_arrays`; the head runs only at the M node rows ([B, M, V] fp32).
-
-  Args:
-    nodes: int32 [B, M] response positions in [0, lengths); -1 (or any position outside) is padding.
-    candidates: int32 [B, M, K] token ids in [0, V); -1 is padding (K may be 0).
-    top_k: static k of the top-k outputs, 1 <= k <= V (sorted by decreasing log-prob; ties: lower id first).
-  Returns:
-    "logp", "logq": fp32 [B, M, K], log p and log q_c at the candidates; -inf at padded slots and nodes.
-    "topk_ids_p", "topk_ids_q": int32 [B, M, k] the k most likely ids of p and of q_c; -1 at padded nodes.
-    "topk_logp", "topk_logq": fp32 [B, M, k] their log-probs; -inf at padded nodes.
-  Raises:
-    ValueError: as `score_arrays`, or top_k outside [1, V], or nodes / candidates of inconsistent shapes.
-  """
-  mode, pack, caches, s_feed, t_feed, C, T_pad, s, t = _setup(
-      s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_graphdef=s_graphdef,
-      t_graphdef=t_graphdef, chunk=chunk)
-  B, T = response.shape
-  if nodes.ndim != 2 or nodes.shape[0] != B:
-    raise ValueError(f"nodes must be [B={B}, M] response positions, got shape {nodes.shape}")
-  if candidates.shape[:2] != nodes.shape or candidates.ndim != 3:
-    raise ValueError(f"candidates must be [B, M, K] = {nodes.shape} + (K,), got shape {candidates.shape}")
-  V = s.config.real_vocab_size
-  if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or not 1 <= top_k <= V:
-    raise ValueError(f"top_k must be an int in [1, V = {V}], got {top_k!r}")
-  valid = (nodes >= 0) & (nodes < lengths[:, None])
-  nodes = jnp.where(valid, nodes, -1)
-  zeros = lambda m: jnp.zeros((B, nodes.shape[1], m.config.d_model), m.embed.dtype)
-  acc = jnp.stack([zeros(s)] * 2) if mode == "stacked" else (zeros(s), zeros(t))
-
-  def body(carry, j):
-    caches, acc = carry
-    sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * C, C, axis=1)
-    local = jnp.where(valid, nodes - j * C, -1)
-    caches, acc = _sides(mode, _gather_step, s, t, caches, acc, pack(sl(s_feed[0]), sl(t_feed[0])),
-                         pack(sl(s_feed[1]), sl(t_feed[1])), pack(local, local))
-    return (caches, acc), None
-
-  (_, acc), _ = jax.lax.scan(body, (caches, acc), jnp.arange(T_pad // C))
-  heads = functools.partial(_node_outputs, top_k=top_k)
-  at, ids, top = _sides(mode, heads, s, t, acc, pack(candidates, candidates), pack(valid, valid))
-  return {"logp": at[0], "logq": at[1], "topk_ids_p": ids[0], "topk_logp": top[0], "topk_ids_q": ids[1],
-          "topk_logq": top[1]}
 
 
 def check_vocab(s_config: decoder.Config, t_config: decoder.Config) -> None:
@@ -379,6 +330,8 @@ def _prepare(student, teacher, student_prompts, teacher_prompts, responses, chun
   _check_positive("batch_size", batch_size)
   s_config, t_config = student.config, teacher.config
   check_vocab(s_config, t_config)
+  if isinstance(teacher, flax_adapter.FlaxTeacher):
+    teacher.check_student(student)
   shared = teacher is student or (teacher.params is student.params and teacher.graphdef == student.graphdef)
   n = len(responses)
   if not n or len(student_prompts) != n or len(teacher_prompts) != n:
@@ -410,7 +363,7 @@ def _batches(n: int, batch_size: int, mesh=None):
 
 
 def _pad_rows(prompts_s, prompts_t, responses, rows, Bp, chunk):
-  """numpy arrays for `score_arrays` / `node_arrays` at bucketed shapes; dummy rows are scored as empty."""
+  """numpy arrays for `score_arrays` at bucketed shapes; dummy rows are scored as empty."""
   ps = [list(prompts_s[r]) for r in rows] + [[0]] * (Bp - len(rows))
   pt = [list(prompts_t[r]) for r in rows] + [[0]] * (Bp - len(rows))
   rs = [list(responses[r]) for r in rows] + [[]] * (Bp - len(rows))
@@ -453,7 +406,8 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
   float round-off from the batch shape).
 
   Args:
-    student, teacher: `opd_jax.models.Model`-like objects with `.config` (decoder.Config) and `.params`. Pass
+    student, teacher: `opd_jax.models.Model`-like objects with `.config` (decoder.Config) and `.params`; the
+      teacher may be an external Flax module (`flax_adapter.FlaxTeacher`). Pass
       the student itself as the teacher for self-distillation; where a batch's teacher prompts equal the
       student's (the `self:plain` view) one pass serves both sides: q = p bitwise on any mesh.
     student_prompts: per row, the student's prompt ids (>= 1 token).
@@ -539,66 +493,3 @@ def head_logprobs(model: Any, h: np.ndarray, candidates: np.ndarray | None = Non
   at, ids, top = _head_logprobs(model.params, hp, cp, graphdef=model.graphdef, top_k=top_k, policy=policy)
   return {"logp": np.asarray(at)[:N, :cand.shape[1]], "topk_ids": np.asarray(ids)[:N],
           "topk_logp": np.asarray(top)[:N]}
-
-
-def score_nodes(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
-                teacher_prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-                nodes: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]] | None = None, *,
-                top_k: int = 8, chunk: int = 128, batch_size: int = 8) -> dict[str, list[np.ndarray]]:
-  """p and q_c at selected nodes: log-probs at candidate ids and the top-k of each (see `node_arrays`).
-
-  Typical use (paper.md, "Candidate set"): call without candidates to get each configuration's top-k, build
-  C(u) = {y_t} ∪ top-k_s(p) ∪ top-k_t(q_c) (slice the sorted top-k to k_s / k_t), then call again with C(u)
-  for p and every q_c on the same tokens.
-
-  Args:
-    student, teacher, student_prompts, teacher_prompts, responses, chunk, batch_size: as in `score`.
-    nodes: per row, response positions in [0, len(response)) (any order, may be empty).
-    candidates: per row and node, candidate token ids in [0, V) (lists may differ in length); None: no
-      candidates (K = 0).
-    top_k: k of the top-k outputs, 1 <= k <= V.
-  Returns:
-    {name: [array per row r]}: "candidates" int32 [M_r, K] (the ids, padded with -1 to the longest list of
-    the call), "logp", "logq" float32 [M_r, K] (-inf at padding), "topk_ids_p", "topk_ids_q" int32 [M_r, k],
-    "topk_logp", "topk_logq" float32 [M_r, k].
-  Raises:
-    ValueError: as `score`, plus nodes outside a row's response, candidate ids outside [0, V), or lengths
-      of nodes / candidates that do not match the rows.
-  """
-  shared = _prepare(student, teacher, student_prompts, teacher_prompts, responses, chunk, batch_size)
-  n, V = len(responses), student.config.real_vocab_size
-  if len(nodes) != n:
-    raise ValueError(f"nodes must have one list per row ({n}), got {len(nodes)}")
-  if candidates is None:
-    candidates = [[[] for _ in row] for row in nodes]
-  if len(candidates) != n or any(len(c) != len(m) for c, m in zip(candidates, nodes)):
-    raise ValueError("candidates must have one list per node of every row (same nesting as nodes)")
-  for r, row in enumerate(nodes):
-    bad = [t for t in row if not 0 <= t < len(responses[r])]
-    if bad:
-      raise ValueError(f"nodes[{r}] has positions {bad} outside its response [0, {len(responses[r])}); node "
-                       "positions are 0-based indices into the response tokens")
-    _check_ids(f"candidates[{r}]", candidates[r], V)
-  K = max([len(c) for row in candidates for c in row], default=0)
-  keys = ("candidates",) + NODE_KEYS
-  out = {k: [None] * n for k in keys}
-  for rows, Bp in _batches(n, batch_size, sharding.mesh_of(student.params)):
-    arrays = _pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk)
-    t_params, t_graphdef = _teacher_args(student, teacher, shared, arrays)
-    M = _bucket(max(1, max(len(nodes[r]) for r in rows)), 1)
-    Kb = _bucket(K, 1) if K else 0
-    node_ids = np.full((Bp, M), -1, np.int32)
-    cand = np.full((Bp, M, Kb), -1, np.int32)
-    for i, r in enumerate(rows):
-      node_ids[i, :len(nodes[r])] = nodes[r]
-      for m, c in enumerate(candidates[r]):
-        cand[i, m, :len(c)] = c
-    got = node_arrays(student.params, t_params, *arrays, node_ids, cand, s_graphdef=student.graphdef,
-                      t_graphdef=t_graphdef, chunk=chunk, top_k=top_k)
-    got = {k: np.asarray(v) for k, v in got.items()}
-    got["candidates"] = cand
-    for i, r in enumerate(rows):
-      m = len(nodes[r])
-      for k in keys:
-        out[k][r] = got[k][i, :m, :K] if k in ("candidates", "logp", "logq") else got[k][i, :m]
-  return out

@@ -126,13 +126,14 @@ def test_chunked_stream_matches_per_row_reference(student, teacher):
 
 def test_self_teacher_plain_is_exactly_zero_and_privileged_context_is_aligned(student):
   plain = scoring.score(student, student, S_PROMPTS, S_PROMPTS, RESPONSES, chunk=8, top_k=TOP_K,
-                        beta=BETA)
+                        beta=BETA, return_hidden=True)
   context = scoring.score(student, student, S_PROMPTS, T_PROMPTS, RESPONSES, chunk=8, top_k=TOP_K, beta=BETA)
   for r, y in enumerate(RESPONSES):
     assert all(len(plain[k][r]) == len(y) for k in scoring.DENSE_KEYS)
     if not y:
       continue
     np.testing.assert_array_equal(plain["logp"][r], plain["logq"][r])          # bitwise
+    np.testing.assert_array_equal(plain["h_p"][r], plain["h_q"][r])            # so p = q at nodes too
     np.testing.assert_array_equal(plain["entropy_p"][r], plain["entropy_q"][r])
     for k in ("kl_pq", "kl_qp", "js", "jsd_beta", "tv", "logq_minus_logp"):
       assert np.all(plain[k][r] == 0.0), (k, plain[k][r])
@@ -178,46 +179,36 @@ def test_one_student_pass_serves_every_view(student, teacher, monkeypatch):
     scoring.score(student, teacher, S_PROMPTS, T_PROMPTS, RESPONSES, student_hidden=first["h_p"][:2])
 
 
-def test_score_nodes_gathers_full_log_softmax_and_top_k(student, teacher):
+def test_head_logprobs_at_nodes_gather_full_log_softmax_and_top_k(student, teacher):
+  """The study's node path: `head_logprobs` on the hidden states of `score(..., return_hidden=True)` gives p and
+  q_c at candidates and their top-k, equal to a per-row full forward (and renormalised on C(u) like
+  gradients.restrict on the full vocabulary)."""
   nodes = [[0, 36, 7, 20], [19], [], [3, 4]]
   candidates = [[[1, 2, 3], [RESPONSES[0][36]], [], [0, 96, 5, 6, 50]], [[9, 8]], [], [[4], [11, 12]]]
-  got = scoring.score_nodes(student, teacher, S_PROMPTS, T_PROMPTS, RESPONSES, nodes, candidates, top_k=6,
-                            chunk=128)                       # chunk > T: a single chunk
+  scored = scoring.score(student, teacher, S_PROMPTS, T_PROMPTS, RESPONSES, chunk=8, top_k=TOP_K, beta=BETA,
+                         return_hidden=True)
   for r, y in enumerate(RESPONSES):
-    assert got["logp"][r].shape == (len(nodes[r]), 5) and got["topk_ids_q"][r].shape == (len(nodes[r]), 6)
     if not nodes[r]:
       continue
-    logp, logq = row_logprobs(student, S_PROMPTS[r], y), row_logprobs(teacher, T_PROMPTS[r], y)
-    for m, t in enumerate(nodes[r]):
-      c = candidates[r][m]
-      np.testing.assert_array_equal(got["candidates"][r][m], c + [-1] * (5 - len(c)))
-      for key, ref in (("logp", logp), ("logq", logq)):
-        np.testing.assert_allclose(got[key][r][m, :len(c)], ref[t, c], atol=1e-5)
-        assert np.all(got[key][r][m, len(c):] == -np.inf)
-      for ids, lps, ref in (("topk_ids_p", "topk_logp", logp), ("topk_ids_q", "topk_logq", logq)):
-        np.testing.assert_array_equal(got[ids][r][m], np.argsort(-ref[t], kind="stable")[:6])
-        np.testing.assert_allclose(got[lps][r][m], np.sort(ref[t])[::-1][:6], atol=1e-5)
-    # Renormalising the gathered values equals gradients.restrict on the full vocabulary.
     cand = np.full((len(nodes[r]), 5), -1)
     for m, c in enumerate(candidates[r]):
       cand[m, :len(c)] = c
-    slots = np.where(cand >= 0, np.arange(5), -1)
-    p_c, mass = gradients.restrict(jnp.asarray(got["logp"][r]), jnp.asarray(slots))
-    p_ref, mass_ref = gradients.restrict(jnp.asarray(logp[nodes[r]]), jnp.asarray(cand))
-    np.testing.assert_allclose(np.asarray(p_c), np.asarray(p_ref), atol=1e-6)
-    np.testing.assert_allclose(np.asarray(mass), np.asarray(mass_ref), atol=1e-6)
-
-
-def test_score_nodes_self_teacher_is_bitwise(student):
-  nodes = [[0, 36], [5], [], [10]]
-  got = scoring.score_nodes(student, student, S_PROMPTS, S_PROMPTS, RESPONSES, nodes,
-                            [[[1, 2], [3]], [[4, 5, 6]], [], [[7]]], top_k=3, chunk=8)
-  for r in range(len(RESPONSES)):
-    np.testing.assert_array_equal(got["logp"][r], got["logq"][r])
-    np.testing.assert_array_equal(got["topk_ids_p"][r], got["topk_ids_q"][r])
-    np.testing.assert_array_equal(got["topk_logp"][r], got["topk_logq"][r])
-  ref = row_logprobs(student, S_PROMPTS[0], RESPONSES[0])
-  np.testing.assert_allclose(got["logp"][0][:, 0], [ref[0, 1], ref[36, 3]], atol=1e-5)
+    for model, h, ref in ((student, scored["h_p"][r], row_logprobs(student, S_PROMPTS[r], y)),
+                          (teacher, scored["h_q"][r], row_logprobs(teacher, T_PROMPTS[r], y))):
+      got = scoring.head_logprobs(model, h[nodes[r]], cand, top_k=6)
+      assert got["logp"].shape == (len(nodes[r]), 5) and got["topk_ids"].shape == (len(nodes[r]), 6)
+      for m, t in enumerate(nodes[r]):
+        c = candidates[r][m]
+        np.testing.assert_allclose(got["logp"][m, :len(c)], ref[t, c], atol=1e-5)
+        assert np.all(got["logp"][m, len(c):] == -np.inf)
+        np.testing.assert_array_equal(got["topk_ids"][m], np.argsort(-ref[t], kind="stable")[:6])
+        np.testing.assert_allclose(got["topk_logp"][m], np.sort(ref[t])[::-1][:6], atol=1e-5)
+      # Renormalising the gathered values equals gradients.restrict on the full vocabulary.
+      slots = np.where(cand >= 0, np.arange(5), -1)
+      p_c, mass = gradients.restrict(jnp.asarray(got["logp"]), jnp.asarray(slots))
+      p_ref, mass_ref = gradients.restrict(jnp.asarray(ref[nodes[r]]), jnp.asarray(cand))
+      np.testing.assert_allclose(np.asarray(p_c), np.asarray(p_ref), atol=1e-6)
+      np.testing.assert_allclose(np.asarray(mass), np.asarray(mass_ref), atol=1e-6)
 
 
 def test_bad_inputs_raise_clear_errors(student, teacher):
@@ -236,10 +227,6 @@ def test_bad_inputs_raise_clear_errors(student, teacher):
     scoring.score(student, teacher, [[1] * 500], [[1]], [[2] * 20])
   with pytest.raises(ValueError, match="chunk must be an int >= 1"):
     scoring.score(student, teacher, [[1]], [[1]], [[2]], chunk=0)
-  with pytest.raises(ValueError, match=r"nodes\[0\] has positions \[3\]"):
-    scoring.score_nodes(student, teacher, [[1]], [[1]], [[2, 3]], [[3]])
-  with pytest.raises(ValueError, match=r"candidates\[0\]\[0\] has token ids outside"):
-    scoring.score_nodes(student, teacher, [[1]], [[1]], [[2, 3]], [[1]], [[[-1]]])
 
 
 def test_logits_memory_stays_flat_in_T(capsys):

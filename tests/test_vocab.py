@@ -160,9 +160,10 @@ def test_student_288_teacher_320_score_on_the_259_shared_ids():
   """Student V = 288 and teacher V = 320, one 259-id tokenizer: scoring runs, and log p, log q, the predictors
   and the top-k equal numpy over each model's full logits (models.logits) restricted to the 259 real ids."""
   student, teacher = padded_model(288, seed=0), padded_model(320, seed=1)
-  got = scoring.score(student, teacher, [PROMPT], [PROMPT], [RESPONSE], top_k=4)
-  nodes = scoring.score_nodes(student, teacher, [PROMPT], [PROMPT], [RESPONSE], [[0, 1, 2]],
-                              [[[72, 0, 258]] * 3], top_k=4)
+  got = scoring.score(student, teacher, [PROMPT], [PROMPT], [RESPONSE], top_k=4, return_hidden=True)
+  cands = np.array([[72, 0, 258]] * 3)
+  p_nodes = scoring.head_logprobs(student, got["h_p"][0], cands, top_k=4)       # the study's node path
+  q_nodes = scoring.head_logprobs(teacher, got["h_q"][0], cands, top_k=4)
   seq = np.array([PROMPT + RESPONSE])
   lp = log_softmax(np.asarray(models.logits(student, seq))[0, 2:5, :N_REAL])     # rows predicting y_0..y_2
   lq = log_softmax(np.asarray(models.logits(teacher, seq))[0, 2:5, :N_REAL])
@@ -173,10 +174,10 @@ def test_student_288_teacher_320_score_on_the_259_shared_ids():
           "entropy_q": -(q * lq).sum(-1)}
   for k, v in want.items():
     np.testing.assert_allclose(got[k][0], v, atol=2e-5, err_msg=k)
-  np.testing.assert_allclose(nodes["logp"][0], lp[:, [72, 0, 258]], atol=2e-5)
-  np.testing.assert_allclose(nodes["logq"][0], lq[:, [72, 0, 258]], atol=2e-5)
-  np.testing.assert_array_equal(nodes["topk_ids_p"][0], np.argsort(-lp, axis=-1, kind="stable")[:, :4])
-  np.testing.assert_array_equal(nodes["topk_ids_q"][0], np.argsort(-lq, axis=-1, kind="stable")[:, :4])
+  np.testing.assert_allclose(p_nodes["logp"], lp[:, [72, 0, 258]], atol=2e-5)
+  np.testing.assert_allclose(q_nodes["logp"], lq[:, [72, 0, 258]], atol=2e-5)
+  np.testing.assert_array_equal(p_nodes["topk_ids"], np.argsort(-lp, axis=-1, kind="stable")[:, :4])
+  np.testing.assert_array_equal(q_nodes["topk_ids"], np.argsort(-lq, axis=-1, kind="stable")[:, :4])
   unmasked = dataclasses.replace(student, config=dataclasses.replace(student.config, n_real_ids=None))
   with pytest.raises(ValueError, match="real vocabularies differ: student 288 ids, teacher 259"):
     scoring.score(unmasked, teacher, [PROMPT], [PROMPT], [RESPONSE])
