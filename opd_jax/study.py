@@ -59,7 +59,8 @@ random_seed = preflight.random_seed
 # Loading: the models, on this process's mesh.
 
 def load_model(spec: str, config):
-  """A model spec: preset, HF folder, .gguf path, or "random:<seed>" (config.random_model architecture)."""
+  """A model spec: preset, HF folder, .gguf path, "random:<seed>" (config.random_model architecture), or (a
+  teacher) "flax:<python.module>:<factory>" returning a `flax_adapter.FlaxTeacher`."""
   if spec.startswith("random:"):
     r = config.random_model
     seed = preflight.random_seed(spec, "model spec")
@@ -71,6 +72,9 @@ def load_model(spec: str, config):
     return models.with_layout(models.Model(config=cfg, params=params, tokenizer=tok,
                                            stop_ids=(int(tok.eos_token_id),), name=spec, sha256=None,
                                            source="random"))
+  if spec.startswith("flax:"):                   # a user's Flax module (models/flax_adapter.py), teachers only
+    from opd_jax.models import flax_adapter  # pylint: disable=g-import-not-at-top
+    return flax_adapter.load(spec)
   return models.load(spec, dtype=config.student.dtype or None)
 
 
@@ -475,7 +479,7 @@ def write_manifest(env: Env, cfg: dict, workdir: pathlib.Path, *, processed: int
       "schema_version": records.SCHEMA_VERSION, "config_hash": records.config_hash(cfg),
       "versions": _versions(), "seed": env.config.seed, "device_count": len(devices),
       "platform": devices[0].platform, "mesh_shape": runs.describe(env.mesh),
-      "models": {m.name: {"sha256": m.sha256, "source": m.source, "dtype": str(m.params["embed"].dtype)}
+      "models": {m.name: {"sha256": m.sha256, "source": m.source, "dtype": str(m.dtype)}
                  for m in [env.student, *env.teachers.values()]},
       "questions_processed": processed, "questions_selected": selected, "timings_s": timings,
       "policy": {"student": dataclasses.asdict(preflight.policy(env.config)),

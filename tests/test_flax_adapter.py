@@ -161,3 +161,26 @@ def test_broken_contract_and_other_tokenizer_raise_one_clear_error():
   with pytest.raises(ValueError, match="exceeds the model's context"):
     scoring.score(dataclasses.replace(student, tokenizer=TOK), teacher(max_seq_len=8), S_PROMPTS[:1],
                   T_PROMPTS[:1], RESPONSES[:1])
+
+
+def smoke_teacher():
+  """The factory of a `flax:tests.test_flax_adapter:smoke_teacher` spec (a study teacher; see the next test)."""
+  module = nnx.merge(GRAPHDEF, draw(STATE, 7))
+  return flax_adapter.from_module(module, head="decode", tokenizer=TOK, name="tiny-flax", source="tests",
+                                  max_seq_len=128)
+
+
+def test_a_flax_spec_names_a_study_teacher():
+  from opd_jax import study  # pylint: disable=g-import-not-at-top
+  teacher = study.load_model("flax:tests.test_flax_adapter:smoke_teacher", None)
+  assert isinstance(teacher, flax_adapter.FlaxTeacher) and teacher.name == "tiny-flax"
+  for bad, match in (("flax:tests.test_flax_adapter", "expected 'flax:<python.module>:<factory>'"),
+                     ("flax:tests.no_such_module:f", "cannot import"),
+                     ("flax:tests.test_flax_adapter:draw_nothing", "cannot import"),
+                     ("flax:tests.test_flax_adapter:not_a_teacher", "returned")):
+    with pytest.raises((ValueError, TypeError), match=match):
+      study.load_model(bad, None)
+
+
+def not_a_teacher():
+  return None

@@ -193,3 +193,28 @@ def from_module(module: nnx.Module, *, head: str | Callable, tokenizer, name: st
   stop = () if tokenizer.eos_token_id is None else (int(tokenizer.eos_token_id),)
   return FlaxTeacher(config=config, params=params, tokenizer=tokenizer, name=name, source=source,
                      graphdef=graphdef, sha256=sha256, stop_ids=stop)
+
+
+def load(spec: str) -> FlaxTeacher:
+  """The teacher of a config spec `flax:<python.module>:<factory>`: imports the module and calls factory(),
+  which returns a `FlaxTeacher` (`from_module`). E.g. `--configuration=mine=flax:my_pkg.teachers:gemma:plain:
+  reverse_kl` in a study.
+
+  Raises:
+    ValueError: a malformed spec, a module or factory that cannot be found, or a factory that does not return a
+      FlaxTeacher (naming the spec).
+  """
+  import importlib  # pylint: disable=g-import-not-at-top
+  _, module_name, factory = (str(spec).split(":") + ["", ""])[:3]
+  if not (str(spec).startswith("flax:") and module_name and factory):
+    raise ValueError(f"flax teacher spec {spec!r}: expected 'flax:<python.module>:<factory>'")
+  try:
+    fn = getattr(importlib.import_module(module_name), factory)
+  except (ImportError, AttributeError) as e:
+    raise ValueError(f"flax teacher spec {spec!r}: cannot import {module_name}.{factory} ({e}); put the module on "
+                     "PYTHONPATH") from e
+  teacher = fn()
+  if not isinstance(teacher, FlaxTeacher):
+    raise ValueError(f"flax teacher spec {spec!r}: {module_name}.{factory}() returned {type(teacher).__name__}, "
+                     "not a FlaxTeacher (build it with flax_adapter.from_module)")
+  return teacher
