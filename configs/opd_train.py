@@ -4,6 +4,15 @@
   python -m opd_jax.main --config=configs/opd_train.py --workdir=runs/opd_solution      # 0.5B + LoRA, 2-core CPU
   python -m opd_jax.main --config=configs/opd_train.py --workdir=runs/opd_external \
       --config.train.configuration=qwen2.5-coder-1.5b-instruct:plain:reverse_kl
+  python -m opd_jax.main --config=configs/opd_train.py:gpu --workdir=runs/opd_gpu \
+      --config.student.name=/data/Qwen3-1.7B                       # one H200: ~9.2 h (cost model, below)
+  python -m opd_jax.main --config=configs/opd_train.py:gpu --dry_run --cost_model=h200     # the estimate
+
+`:gpu` is teacher_sweep:paper's student, task and policy (Qwen3-1.7B HF folder, 2048-token responses), 500 steps
+of 32 questions x 8 rollouts, LoRA rank 16, 100 held-out questions x 4 samples every 100 steps. Its cost model
+(`--dry_run --cost_model=h200`, roofline at 50% of peak FLOP/s and 60% of HBM bandwidth, compile and load
+excluded) gives 9.15 h on one H200 with self:solution (rollouts 7.1 h memory-bound, train steps 2.0 h) and
+11.1 h with `--config.train.configuration=/data/Qwen3-8B:plain:reverse_kl`; not run (no accelerator was lent).
 
 The task, template and policy are teacher_sweep's, so a configuration diagnosed by the study can be trained on
 the same questions. Held-out questions are the pool's first `eval_questions`; the rest are trained on. Fields
@@ -47,10 +56,13 @@ def get_config(arg: str | None = None):
                         eval_every=3, chunk=8)
     config.train.lora.rank = 4
     config.train.optim.learning_rate = 1e-2
-  elif arg == "gpu":
+  elif arg == "gpu":                            # teacher_sweep:paper's models, task and policy on one H200
+    paper = teacher_sweep.get_config("paper")
+    for field in ("student", "task", "chat", "sampling"):
+      config[field] = paper[field]
     config.name = "opd_train_gpu"
-    config.train.update(steps=200, batch_questions=16, rollouts_per_question=4, eval_questions=100,
-                        eval_samples=4, eval_every=50, checkpoint_every=25, chunk=512)
+    config.train.update(steps=500, batch_questions=32, rollouts_per_question=8, eval_questions=100,
+                        eval_samples=4, eval_every=100, checkpoint_every=25, chunk=512)
   elif arg:
     raise ValueError(f"unknown variant {arg!r} of opd_train; use '', 'smoke' or 'gpu'")
   return config

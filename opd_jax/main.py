@@ -136,9 +136,12 @@ def main(argv):
                                  process_id=_PROCESS_ID.value)
     from opd_jax import study  # pylint: disable=g-import-not-at-top  (after distributed init)
     if config.get("job", "study") == "train":             # configs/opd_train.py: OPD training (opd_jax/training)
-      if _DRY_RUN.value or _COST_MODEL.value:
-        raise ValueError("--dry_run and --cost_model plan studies; a training config (job 'train') has no dry run")
       from opd_jax.training import loop  # pylint: disable=g-import-not-at-top
+      if _DRY_RUN.value:
+        loop.validate(config)
+        from opd_jax.training import costs as train_costs  # pylint: disable=g-import-not-at-top
+        print(train_costs.describe(config, _COST_MODEL.value or "cpu"))
+        return
       print(loop.run(config, workdir))
       return
     # --- Plan, then run ----------------------------------------------------------------------------------

@@ -124,3 +124,19 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_params(tmp_path):
                          text=True, timeout=600)
   assert other.returncode == 2 and other.stderr.strip().splitlines()[-1].startswith("error: ")
   assert "another" in other.stderr and (tmp_path / "cut" / "train" / "checkpoints" / "3").is_dir()
+
+
+def test_training_cost_model_counts_the_loop():
+  from configs import opd_train  # pylint: disable=g-import-not-at-top
+  from opd_jax.training import costs as train_costs  # pylint: disable=g-import-not-at-top
+  config = opd_train.get_config("smoke")
+  t, n_tok = config.train, config.sampling.max_new_tokens
+  cs = {(c.stage, c.kind, c.model): c for c in train_costs.calls(config)}
+  assert cs["rollouts", "decode", "student"].count == t.steps * n_tok
+  assert cs["rollouts", "decode", "student"].rows == t.batch_questions * t.rollouts_per_question
+  assert cs["train step", "prompt", "student"].count == 2 * t.steps          # LoRA: forward + input gradients
+  assert cs["evaluation", "decode", "student"].count == 2 * n_tok            # before + at the last step
+  config.train.lora.rank = 0
+  assert {(c.stage, c.kind, c.model): c for c in train_costs.calls(config)}[
+      "train step", "prompt", "student"].count == 3 * t.steps                # full fine-tuning: + weight gradients
+  assert "train step" in train_costs.describe(config, "h200") and "expected:" in train_costs.describe(config, "h200")

@@ -1,0 +1,62 @@
+"""Cost model of an OPD training run (`--dry_run --cost_model=h200` on configs/opd_train.py): the study's
+compile-only FLOPs, analytic bytes and rooflines (opd_jax/costs.py) applied to the trainer's programs.
+
+Per step: the student's rollouts (one prefill of the questions' prompts, `max_new_tokens` decode steps over
+batch_questions x rollouts_per_question rows); the student's forward over [prompt; response] of every rollout
+and the full-vocabulary head at the response positions, times 3 for forward + backward with full fine-tuning
+(weight and input gradients) or 2 with LoRA (input gradients only, the adapters' own FLOPs are negligible);
+the teacher's forward and head (its context + response). Evaluations: before training and every eval_every
+steps, eval_questions x eval_samples rollouts. Upper bounds as in the study: every response at the token cap.
+"""
+from __future__ import annotations
+
+from opd_jax import contexts
+from opd_jax import costs
+from opd_jax import sampling
+
+STAGES = ("rollouts", "train step", "evaluation")
+
+
+def calls(config) -> list[costs.Call]:
+  """The program calls of `config.train` (module docstring)."""
+  t, n_tok = config.train, config.sampling.max_new_tokens
+  conf = contexts.parse("train", t.configuration)
+  s_cfg = costs.model_config(config.student.name, config)
+  t_cfg = s_cfg if conf.teacher == contexts.SELF else costs.model_config(conf.teacher, config)
+  bucket = sampling._bucket  # pylint: disable=protected-access
+  P = bucket(costs.PROMPT_TOKENS, 16)
+  ctx = 0 if conf.context == "plain" else costs.CONTEXT_TOKENS.get(conf.context, costs.CONTEXT_DEFAULT)
+  rows = t.batch_questions * t.rollouts_per_question
+  grad = 2 if t.lora.rank > 0 else 3
+  seq_s, seq_t = P + n_tok, bucket(costs.PROMPT_TOKENS + ctx, 16) + n_tok
+  out = [costs.Call("rollouts", "prefill", "student", s_cfg, t.batch_questions, P, P + n_tok, t.steps),
+         costs.Call("rollouts", "decode", "student", s_cfg, rows, 1, P + n_tok, t.steps * n_tok),
+         costs.Call("train step", "prompt", "student", s_cfg, rows, seq_s, seq_s, grad * t.steps),
+         costs.Call("train step", "head", "student", s_cfg, rows, n_tok, 0, grad * t.steps),
+         costs.Call("train step", "prompt", "teacher", t_cfg, rows, seq_t, seq_t, t.steps),
+         costs.Call("train step", "head", "teacher", t_cfg, rows, n_tok, 0, t.steps)]
+  evals = 1 + t.steps // t.eval_every + (t.steps % t.eval_every != 0)
+  e_rows = t.eval_questions * t.eval_samples
+  out += [costs.Call("evaluation", "prefill", "student", s_cfg, t.eval_questions, P, P + n_tok, evals),
+          costs.Call("evaluation", "decode", "student", s_cfg, e_rows, 1, P + n_tok, evals * n_tok)]
+  return out
+
+
+def describe(config, name: str) -> str:
+  """The dry-run report of a training config: per stage FLOPs, bytes, CPU estimate and roofline, and the hours
+  of the whole run on `name` (an accelerator of opd_jax.costs.ACCELERATORS, or cpu)."""
+  chip, chips = costs.accelerator(name)
+  cs = calls(config)
+  lines = [f"training cost model ({'cpu' if chip is None else f'{chips} x {chip.name}'}; {config.train.steps} "
+           "steps, compile-only XLA FLOPs, analytic bytes, upper bounds):"]
+  for stage in STAGES + ("total",):
+    c = costs.cost([x for x in cs if stage in ("total", x.stage)], chip, chips)
+    acc = f", roofline {costs._secs(c.acc_s)} ({c.bound()}-bound)" if chip else ""  # pylint: disable=protected-access
+    lines.append(f"  {stage:<11} {c.flops:.3g} FLOPs, {c.bytes:.3g} bytes, CPU est "
+                 f"{costs._secs(c.cpu_s)}{acc}")  # pylint: disable=protected-access
+  total = costs.cost(cs, chip, chips)
+  if chip:
+    lines.append(f"  expected: {total.acc_s / 3600:.3g} h of roofline time on {chips} x {chip.name} (efficiencies "
+                 f"{costs.EFF_FLOPS:.0%} of peak FLOP/s, {costs.EFF_BW:.0%} of HBM bandwidth; compile, load and "
+                 "Python overheads excluded)")
+  return "\n".join(lines)
