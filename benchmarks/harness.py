@@ -183,6 +183,8 @@ def export_hf(model, folder: str) -> None:
   """
   import ml_dtypes  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from opd_jax import models  # pylint: disable=g-import-not-at-top
   from opd_jax.models import checkpoints  # pylint: disable=g-import-not-at-top
   c = model.config
   os.makedirs(folder, exist_ok=True)
