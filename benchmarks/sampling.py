@@ -37,7 +37,8 @@ def ours(args):
   import time  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   from opd_jax import sampling  # pylint: disable=g-import-not-at-top
-  model = harness.ours_model(args.model, args.dtype, args.export_dir)
+  from opd_jax import models  # pylint: disable=g-import-not-at-top
+  model = models.with_layout(harness.ours_model(args.model, args.dtype, args.export_dir), args.layout or None)
   prompt = _prompt_ids(model.tokenizer)
   n_params = harness.matmul_params(model.config)
   itemsize = jax.numpy.dtype(args.dtype).itemsize
@@ -97,6 +98,8 @@ def main():
   ap.add_argument("--reps", type=int, default=3)
   ap.add_argument("--threads", type=int, default=os.cpu_count())
   ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="params dtype, both sides")
+  ap.add_argument("--layout", default="", choices=["", "stacked", "layered"],
+                  help="our params' layout (decoder.py); '' = the platform default (models.default_layout)")
   ap.add_argument("--reference", default="hf", choices=["hf", "none"], help="none: our side only (no torch)")
   ap.add_argument("--peak_bw", type=float, default=0.0, help="device HBM bytes/s for the bandwidth fraction")
   ap.add_argument("--export_dir", default=None, help="where random models are written for the HF side")
@@ -110,7 +113,7 @@ def main():
     tmp = args.export_dir = tempfile.mkdtemp(prefix="opd_bench_", dir="/dev/shm" if os.access("/dev/shm", os.W_OK)
                                              else None)
   argv = [sys.executable, os.path.abspath(__file__), f"--model={args.model}", f"--threads={args.threads}",
-          f"--dtype={args.dtype}", f"--export_dir={args.export_dir}"]
+          f"--dtype={args.dtype}", f"--export_dir={args.export_dir}", f"--layout={args.layout}"]
   env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}        # both sides share one accelerator
   try:
     sides = {"ours": harness.Worker(argv + ["--side=ours"], env)}   # first: it exports random models

@@ -53,6 +53,11 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             raw (T = 1) log-probs and predictors (manifest.json, "schema": "conventions")
   scoring.all_rollouts      score every rollout (True) or only node rollouts (False)
   mesh.data, mesh.model     device mesh of one process (-1: all remaining devices)
+  mesh.rules                logical-axis rules (MaxText style) placing params on the mesh: pairs (logical axis,
+                            "data" | "model" | None) replacing the whole table; () = opd_jax.sharding.RULES.
+                            Logical axes: vocab, embed, q_heads, kv_heads, mlp, layers, norm, head_dim (left out:
+                            replicated), e.g. --config.mesh.rules='(("embed", None), ("mlp", "model"))' (no FSDP,
+                            MLP tensor-parallel only); a dim the mesh axis does not divide is replicated
   report.target             node group the verdict decides on: incorrect | correct | all
   report.pages              per-token pages written to html/ (node rollouts, incorrect first; 0 = none)
   report.colour_by          predictor that colours the per-token pages' view rows (records.PREDICTORS)
@@ -82,7 +87,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   continuations_max=64, continuations_mean=8.0, adaptive_tolerance=0.0)
   c.selection = "informative"
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0)
-  c.mesh = dict(data=-1, model=1)
+  c.mesh = dict(data=-1, model=1, rules=())
   c.report = dict(target="incorrect", pages=20, colour_by="kl_pq")
   c.logging = dict(verbosity=1, progress=True)
   return c

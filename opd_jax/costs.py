@@ -13,10 +13,10 @@ for a stack of identical layers. CPU "bytes accessed" reflect CPU fusion, so the
 once per program call, the KV cache it reads (`flops.decode_bytes_per_step`) and its
 [rows, V] fp32 logits.
 
-Work counted (upper bounds, as `study.plan`): every question selected, every base rollout at the token cap;
+Work counted (upper bounds, as `preflight.plan`): every question selected, every base rollout at the token cap;
 continuations of n_tok / 2 tokens on average in full `branch_batch` batches (rows that stop leave the batch:
 work ~ tokens); prompts of `PROMPT_TOKENS`, teacher contexts `CONTEXT_TOKENS` longer; one student pass per
-scored rollout serves every (teacher, context) view (`study.process_question`); the node heads
+scored rollout serves every (teacher, context) view (`study.score_views`); the node heads
 (`scoring.head_logprobs`, a few rows) are left out.
 
 Times: roofline max(FLOPs / (peak x EFF_FLOPS), bytes / (bandwidth x EFF_BW)) per program call, summed, on the
@@ -40,9 +40,9 @@ import numpy as np
 from opd_jax import contexts
 from opd_jax import divergences
 from opd_jax import flops
+from opd_jax import preflight
 from opd_jax import sampling
 from opd_jax import scoring
-from opd_jax import study
 from opd_jax.models import decoder
 
 
@@ -116,7 +116,7 @@ def model_config(spec: str, config) -> decoder.Config:
     ValueError: a spec that is neither cheap to peek nor in ARCHITECTURES (names the known ones).
   """
   from opd_jax import models  # pylint: disable=g-import-not-at-top
-  if study.random_seed(spec, "model spec") is not None:
+  if preflight.random_seed(spec, "model spec") is not None:
     r = config.random_model
     return decoder.Config(arch=r.arch, vocab_size=len(models.byte_tokenizer()), d_model=r.d_model,
                           n_layers=r.n_layers, n_heads=r.n_heads, n_kv_heads=r.n_kv_heads, head_dim=r.head_dim,
@@ -255,11 +255,11 @@ def calls(config, *, student_passes: str = "once") -> list[Call]:
   """The program calls of a study (see the module docstring for what is counted).
 
   Args:
-    config: a study config (validated by `study.plan`).
+    config: a study config (validated by `preflight.plan`).
     student_passes: "once" (today: one student pass per scored rollout serves every view) or "per_view" (a
       student pass per (teacher, context) view: the code before the reuse, for comparing older measurements).
   """
-  plan = study.plan(config)
+  plan = preflight.plan(config)
   b, n_tok, q = config.budget, config.sampling.max_new_tokens, plan.questions
   confs = [contexts.parse(k, v) for k, v in config.configurations.items()]
   keys = sorted({c.scoring_key for c in confs})
@@ -361,7 +361,7 @@ def describe(config, name: str) -> str:
   unknown accelerator or a model without an architecture."""
   chip, chips = accelerator(name)
   cs = calls(config)
-  plan = study.plan(config)
+  plan = preflight.plan(config)
   where = "cpu" if chip is None else f"{chips} x {chip.name}"
   head = ["stage", "FLOPs", "bytes", "CPU est", "bound"] if chip is None else [
       "stage", "FLOPs", "HBM bytes", "CPU est", f"roofline ({name})", "bound"]
@@ -374,7 +374,7 @@ def describe(config, name: str) -> str:
     total = c
   widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
   fmt = lambda r: "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip()
-  lines = [f"cost model ({where}; compile-only XLA FLOPs, analytic bytes; upper bounds of study.plan):"]
+  lines = [f"cost model ({where}; compile-only XLA FLOPs, analytic bytes; upper bounds of preflight.plan):"]
   lines += [fmt(head)] + [fmt(r) for r in rows]
   lines.append(f"  CPU estimate: fp32 matmul rate at each program's M from CPU_MATMUL_GFLOPS "
                f"({min(CPU_MATMUL_GFLOPS.values()):.0f}-{max(CPU_MATMUL_GFLOPS.values()):.0f} GFLOP/s), "

@@ -151,7 +151,8 @@ def main(argv):
       from opd_jax import costs  # pylint: disable=g-import-not-at-top
       costs.accelerator(_COST_MODEL.value)                 # a bad name fails before anything prints
     if _DRY_RUN.value:
-      print(study.plan(config).describe())
+      from opd_jax import preflight  # pylint: disable=g-import-not-at-top
+      print(preflight.plan(config).describe())
       if _COST_MODEL.value:
         print(costs.describe(config, _COST_MODEL.value))
       return

@@ -13,6 +13,7 @@ from opd_jax import contexts
 from opd_jax import models
 from opd_jax import records
 from opd_jax import sampling
+from opd_jax import sharding
 from opd_jax import targeted
 from opd_jax import tasks
 
@@ -97,6 +98,7 @@ def validate(config) -> None:
   if not (isinstance(t_q, (int, float)) and math.isfinite(t_q) and t_q >= 0):
     raise ValueError(f"config.scoring.teacher_temperature must be a finite number >= 0 (0 = the sampling "
                      f"temperature), got {t_q!r}")
+  sharding.rules_from_config(config)
   random_seed(config.student.name, "config.student.name")
   for cid, spec in config.configurations.items():
     conf = contexts.parse(cid, spec)

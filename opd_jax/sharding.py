@@ -1,10 +1,11 @@
-"""Device meshes, partition rules for params and batches, and splitting a study between processes.
+"""Device meshes, partition rules for params and batches, and jit with explicit shardings ("pjit").
 
 Within a process: a ("data", "model") `Mesh` of the process's own devices (`make_mesh`, from `config.mesh`).
 Params are placed by their logical axes (each nnx.Param's sharding metadata, decoder.py) and one table of
-logical-axis rules (`RULES`, MaxText style): FSDP shards a matrix's model dim over "data", tensor parallelism its
-heads / MLP / vocabulary dim over "model"; batches are sharded on their leading axis over "data". A dim that the
-mesh axis does not divide (or, with a config, that would split an attention head) is replicated along that axis instead, so odd sizes never fail.
+logical-axis rules (`RULES`, MaxText style; a study overrides it with `config.mesh.rules`): FSDP shards a
+matrix's model dim over "data", tensor parallelism its heads / MLP / vocabulary dim over "model"; batches are
+sharded on their leading axis over "data". A dim that the mesh axis does not divide (or, with a config, that
+would split an attention head) is replicated along that axis instead, so odd sizes never fail.
 
 Every jitted entry point that runs a model (sampling.py, scoring.py, `models.logits`) is declared with
 `sharded_jit`: `jax.jit` with explicit `in_shardings` / `out_shardings` ("pjit") resolved on the mesh the params
@@ -12,23 +13,12 @@ were placed on (`shard_params`): params keep their placement, batch arrays have 
 rows over "data" and kv heads over "model", small index arrays are replicated. The same code runs on 1 CPU
 device, 8 fake CPU devices (tests), a GPU host and a TPU host; with params on no mesh it is plain `jax.jit`.
 
-Across processes (jax.distributed, one process per host: TPU pods, multi-GPU nodes), nothing is shared but
-the workdir, which must be on a filesystem every host sees (NFS, gcsfuse): `split_questions` deals the
-question pool round-robin by pool index, each process runs its questions on its own local mesh and writes its
-own record parts and `progress.<i>-of-<n>.json`; every process marks itself done, `wait_for_processes` waits
-until all are, and then process 0 alone builds the summary from all parts. No collective crosses processes.
+This module imports nothing of opd_jax. Splitting a study between processes (jax.distributed) is runs.py.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import json
-import os
-import pathlib
-import re
-import socket
-import time
 from typing import Any, Callable, Sequence
 
 import jax
@@ -37,18 +27,17 @@ from absl import logging
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from opd_jax import records
-
 AXES = ("data", "model")
 
 # Logical-axis rules (MaxText style): the logical axes each param declares (decoder.py: nnx.Param sharding
 # metadata) -> a mesh axis or None. FSDP shards a matrix's model dim ("embed") over "data", tensor parallelism
-# its heads / MLP / vocabulary dim over "model"; layers, norms and head_dim are replicated. Override with
-# `param_shardings(..., rules=)` (e.g. from config.mesh.rules).
+# its heads / MLP / vocabulary dim over "model"; layers, norms and head_dim are replicated. A study replaces
+# the whole table with `config.mesh.rules` (`rules_from_config`); `param_shardings(..., rules=)` takes any table.
 RULES: tuple[tuple[str, str | None], ...] = (
     ("vocab", "model"), ("embed", "data"), ("q_heads", "model"), ("kv_heads", "model"), ("mlp", "model"),
     ("layers", None), ("norm", None), ("head_dim", None),
 )
+LOGICAL_AXES = tuple(name for name, _ in RULES)   # every logical axis the decoder's params declare
 HEAD_AXES = ("q_heads", "kv_heads")   # dims made of attention heads: their shards must hold whole heads
 
 
@@ -116,6 +105,39 @@ def mesh_of(params) -> Mesh | None:
 # ----------------------------------------------------------------------------------------------------------
 # Params.
 
+def check_rules(rules, field: str = "rules") -> tuple[tuple[str, str | None], ...]:
+  """`rules` as a tuple of (logical axis, mesh axis or None) pairs, checked (a logical axis left out is replicated).
+
+  Raises:
+    ValueError naming `field`: not a sequence of pairs, a logical axis not in `LOGICAL_AXES` or named twice, a
+      mesh axis that is not one of `AXES` or None.
+  """
+  example = '(("vocab", "model"), ("embed", None), ...)'
+  fix = f"give pairs (logical axis, mesh axis or None) like {example}, or () for the default sharding.RULES"
+  if isinstance(rules, (str, bytes)) or not isinstance(rules, Sequence):
+    raise ValueError(f"{field} must be a sequence of (logical axis, mesh axis) pairs, got {rules!r}; {fix}")
+  out, seen = [], set()
+  for rule in rules:
+    if isinstance(rule, (str, bytes)) or not isinstance(rule, Sequence) or len(rule) != 2:
+      raise ValueError(f"{field}: {rule!r} is not a (logical axis, mesh axis) pair; {fix}")
+    name, axis = rule
+    if name not in LOGICAL_AXES:
+      raise ValueError(f"{field}: unknown logical axis {name!r} in {tuple(rule)!r}; the decoder's params use "
+                       f"{LOGICAL_AXES}; {fix}")
+    if name in seen:
+      raise ValueError(f"{field}: logical axis {name!r} is named twice; keep one rule per logical axis")
+    if axis is not None and axis not in AXES:
+      raise ValueError(f"{field}: mesh axis {axis!r} in {tuple(rule)!r} is not one of {AXES} or None; {fix}")
+    seen.add(name)
+    out.append((name, axis))
+  return tuple(out)
+
+
+def rules_from_config(config) -> tuple[tuple[str, str | None], ...]:
+  """The logical-axis rules of a study: `config.mesh.rules` (checked), or `RULES` when it is empty / absent."""
+  return check_rules(config.mesh.get("rules", ()), "config.mesh.rules") or RULES
+
+
 def _path(keys) -> str:
   return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in keys)
 
@@ -144,10 +166,11 @@ def param_spec(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh, hea
 
 
 def _divisible(entries, axes, shape, mesh: Mesh, head_dim: int | None) -> P:
-  """PartitionSpec entries (mesh axes) with each one that cannot split its dim evenly replaced by None."""
+  """PartitionSpec entries (mesh axes) with each one that cannot split its dim evenly, or that an earlier dim
+  already uses (rules mapping two of a param's logical axes to one mesh axis), replaced by None."""
   out = []
   for d, (axis, name) in enumerate(zip(entries, axes)):
-    size = 1 if axis is None else mesh.shape[axis]
+    size = 1 if axis is None or axis in out else mesh.shape[axis]
     units = shape[d] // head_dim if (name in HEAD_AXES and head_dim and shape[d] % head_dim == 0) else shape[d]
     out.append(axis if size > 1 and units % size == 0 else None)
   return P(*out)
@@ -163,9 +186,13 @@ def param_shardings(params, mesh: Mesh, config=None, rules=None):
     mesh: ("data", "model") mesh.
     config: the model's decoder.Config (optional): with it, attention projections are split on head
       boundaries only (otherwise any divisor of the dim is used).
-    rules: logical-axis rules (default `RULES`).
+    rules: logical-axis rules (default `RULES`; see `check_rules`): a logical axis they leave out is replicated.
   """
   rules = tuple(RULES if rules is None else rules)
+  named = {name for name, _ in rules}
+  declared = {a for v in jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+              for a in (v.get_metadata().get("out_sharding") or ()) if a is not None}
+  rules += tuple((a, None) for a in sorted(declared - named))   # flax would keep an unnamed axis's own name
   head_dim = getattr(config, "head_dim", None)
   with nnx.logical_axis_rules(rules):
     specs = nnx.get_partition_spec(params)          # logical axes -> mesh axes (flax)

@@ -50,11 +50,6 @@ from opd_jax import sharding
 from opd_jax import stages
 from opd_jax import targeted
 
-# Re-exported: `--dry_run` (main.py) and costs.py plan through the study.
-plan = preflight.plan
-random_seed = preflight.random_seed
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Loading: the models, on this process's mesh.
 
@@ -115,8 +110,9 @@ def setup(config, task=None, confs=None) -> Env:
                            f"student's tokenizer ({diff}); per-token distillation needs identical tokenizers: "
                            "pick a teacher of the student's family")
   mesh = sharding.mesh_from_config(config)
-  student = sharding.shard_model(student, mesh)
-  teachers = {name: sharding.shard_model(m, mesh) for name, m in teachers.items()}
+  rules = sharding.rules_from_config(config)
+  student = sharding.shard_model(student, mesh, rules)
+  teachers = {name: sharding.shard_model(m, mesh, rules) for name, m in teachers.items()}
   env = Env(config, task, confs, student, teachers, {"load_s": time.time() - t0}, mesh)
   limits = {contexts.SELF: student.config.max_seq_len, **{k: m.config.max_seq_len for k, m in teachers.items()}}
   preflight.check_context(config, task, confs, student.tokenizer, limits)

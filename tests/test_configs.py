@@ -46,12 +46,12 @@ def test_paper_variant_runs_on_tiny_qwen3_folders(tmp_path):
 
 def test_help_lists_every_top_level_group_and_dry_run_counts_fixed_costs_in_hours():
   from configs import base, teacher_sweep  # pylint: disable=g-import-not-at-top
-  from opd_jax import main, preflight, study  # pylint: disable=g-import-not-at-top
+  from opd_jax import main, preflight  # pylint: disable=g-import-not-at-top
   doc = main.__doc__                                        # absl prints it for --help
   assert "configs/base.py" in doc
   for group in base.get_config():
     assert re.search(rf"^  [a-z_, ]*\b{group}\b", doc, re.M), group
-  small, paper = study.plan(base.get_config()), study.plan(teacher_sweep.get_config("paper"))
+  small, paper = preflight.plan(base.get_config()), preflight.plan(teacher_sweep.get_config("paper"))
   assert small.load_compile_seconds == preflight.LOAD_S["checkpoint"] + 3 * preflight.COMPILE_S["checkpoint"]
   assert paper.load_compile_seconds == 2 * preflight.LOAD_S["checkpoint"] + 3 * preflight.COMPILE_S["checkpoint"]
   hours = (paper.seconds + paper.load_compile_seconds) / 3600

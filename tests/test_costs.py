@@ -11,7 +11,7 @@ import pytest
 from benchmarks import harness
 from configs import smoke
 from opd_jax import costs
-from opd_jax import study
+from opd_jax import preflight
 from opd_jax.models import decoder
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ def test_trip_counts_of_the_smoke_study_and_their_sum(monkeypatch):
   fake = lambda kind, cfg, rows, tokens, slots: float(cfg.n_layers * rows * tokens * (slots + 1) + len(kind))
   monkeypatch.setattr(costs, "_compiled_flops", fake)
   config = smoke.get_config()
-  plan = study.plan(config)
+  plan = preflight.plan(config)
   cs = costs.calls(config)
   count = lambda stage, kind: sum(c.count for c in cs if (c.stage, c.kind) == (stage, kind))
   n_tok, blocks = 12, 2                          # 3 questions in blocks of 2; token cap 12

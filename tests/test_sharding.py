@@ -318,6 +318,28 @@ def test_one_device_mesh_and_sharding_tree():
                                  "process_index": 0, "process_count": 1}
 
 
+@pytest.mark.parametrize("rules,needle", [
+    (("embed", "data"), "'embed' is not a"),            # one pair, not a table of pairs
+    ((("embed",),), r"\('embed',\) is not a \(logical axis, mesh axis\) pair"),
+    ((("mpl", "model"),), "unknown logical axis 'mpl'"),
+    ((("mlp", "model"), ("mlp", None)), "'mlp' is named twice"),
+    ((("mlp", "fsdp"),), "mesh axis 'fsdp'"),
+])
+def test_bad_mesh_rules_name_the_config_field(rules, needle):
+  from configs import smoke  # pylint: disable=g-import-not-at-top
+  from opd_jax import preflight  # pylint: disable=g-import-not-at-top
+  config = smoke.get_config()
+  config.mesh.rules = rules
+  with pytest.raises(ValueError, match="config.mesh.rules.*" + needle):
+    preflight.validate(config)
+
+
+def test_rules_mapping_two_dims_to_one_mesh_axis_keep_the_first():
+  mesh = AbstractMesh((4, 2), ("data", "model"))
+  rules = (("embed", "data"), ("mlp", "data"))      # w_up [L, D, F]: D takes "data", F falls back to replication
+  assert tuple(sharding.param_spec(_AXES["layers/w_up"], (2, 32, 8), mesh, rules=rules)) == (None, "data", None)
+
+
 @pytest.mark.parametrize("data,model,n,needle", [
     (3, 1, 8, "data=3 does not divide the 8"),
     (-1, 3, 8, "model=3 does not divide the 8"),
@@ -467,21 +489,33 @@ def test_two_process_smoke_study_splits_questions_and_process_0_summarises(tmp_p
 
 
 MESH_STUDY = """
-import json, sys
+import ast, json, sys
 import jax
 devices, data, model, workdir = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 jax.config.update("jax_num_cpu_devices", devices)
 from configs import smoke
-from opd_jax import study
+from opd_jax import sharding, study
 config = smoke.get_config()
 config.logging.progress = False
 config.mesh.data, config.mesh.model = data, model
+config.mesh.rules = ast.literal_eval(sys.argv[6])
+specs, shard_model = {}, sharding.shard_model
+
+def spy(m, mesh, rules=None):    # the placement study.setup asks for, recorded for the parent
+  out = shard_model(m, mesh, rules)
+  layers = out.params["layers"]
+  layer = layers[0] if 0 in layers else layers                # either layout: the last two dims [D, *]
+  specs.update({k: tuple(layer[k][...].sharding.spec)[-2:] for k in ("wq", "w_up")})
+  return out
+
+sharding.shard_model = spy
 config.budget.questions = 2
 config.random_model.init_scale = float(sys.argv[5])
 config.configurations = {"solution": "self:solution:reverse_kl", "plain_fkl": "self:plain:forward_kl"}
 config.budget.rollouts_per_question = 4
 config.budget.continuations_per_candidate = 2
 study.run(config, workdir)
+json.dump(specs, open(workdir + ".specs.json", "w"))
 """
 
 
@@ -503,12 +537,19 @@ def test_smoke_study_on_8_devices_equals_one_device(tmp_path):
   The random model's init_scale is 0.3 (the scale of the other tests here) rather than the smoke config's 0.5:
   at 0.5 its logits are larger and per-token values of the two runs differ by up to 2.9e-5 (on the (8, 1) mesh
   too: fp32 round-off of matmuls split over devices, not a sharding error).
+
+  The 8-device run places params by `config.mesh.rules`: the default table without "mlp" (so the MLP's F dim
+  is replicated, where sharding.RULES would put it over "model").
   """
   from opd_jax import records  # pylint: disable=g-import-not-at-top
   runs = {"eight": (8, 4, 2), "one": (1, 1, 1)}
-  procs = [_run(MESH_STUDY, *runs[name], tmp_path / name, 0.3) for name in runs]
+  rules = {"eight": repr(tuple(r for r in sharding.RULES if r[0] != "mlp")), "one": "()"}
+  procs = [_run(MESH_STUDY, *runs[name], tmp_path / name, 0.3, rules[name]) for name in runs]
   for p in procs:
     _wait(p, timeout=600)
+  # study.setup placed the params by config.mesh.rules: wq [D, H*Dh] as by RULES, w_up [D, F] not over "model".
+  specs = json.loads((tmp_path / "eight.specs.json").read_text())
+  assert specs == {"wq": ["data", "model"], "w_up": ["data", None]}
   manifests = {n: json.loads((tmp_path / n / "manifest.json").read_text()) for n in runs}
   assert manifests["eight"]["device_count"] == 8
   assert {k: manifests["eight"]["mesh_shape"][k] for k in ("data", "model")} == {"data": 4, "model": 2}
