@@ -65,7 +65,8 @@ def probe(args, task, name, student, load_s):
       "informative_questions": round(float(((per_q.max(1) == 1) & (per_q.min(1) == 0)).mean()), 3),
       "mean_tokens": round(float(out.lengths.mean()), 1),
       "mean_tokens_finished": round(float(out.lengths[out.finished].mean()), 1) if out.finished.any() else None,
-      "truncated": round(float(1 - out.finished.mean()), 3), "prompt_tokens_mean": round(float(np.mean([len(p) for p in prompts])), 1),
+      "truncated": round(float(1 - out.finished.mean()), 3),
+      "prompt_tokens_mean": round(float(np.mean([len(p) for p in prompts])), 1),
       "sample_s": round(sample_s, 1), "tokens_generated": gen, "tokens_per_s_incl_compile": round(gen / sample_s, 1),
       "load_s": round(load_s, 1), "has_solutions": task.has_solutions}))
 

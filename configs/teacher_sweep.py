@@ -1,15 +1,21 @@
 """Teacher sweep: which teacher and which self-distillation context align with success, per token.
 
-  python -m opd_jax.main --config=configs/teacher_sweep.py               # ~9 min on a 2-core CPU, cold cache
-                                                                          # (README: measured stage times)
+  python -m opd_jax.main --config=configs/teacher_sweep.py               # ~ESTIMATE on a quiet 2-core CPU, cold
+                                                                          # cache (README: how it was measured)
+  python -m opd_jax.main --config=configs/teacher_sweep.py:gsm           # the previous default, ~9 min cold
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper \
       --config.student.name=/data/Qwen3-1.7B \
       --config.configurations.external=/data/Qwen3-8B:plain:reverse_kl   # GPU/TPU, hours
 
 Default: the offline Qwen2.5-Coder-0.5B-Instruct student, Qwen2.5-Coder-1.5B-Instruct as external teacher and
-the student itself with the solution, summary and contrastive contexts, on reasoning-gym's gsm_symbolic
-(GSM8K templates with worked solutions). The CPU budget is a small sample: read its intervals, not its point
-estimates. `:paper` is the paper-scale budget for Qwen3 HF folders on accelerators.
+the student itself with the solution, summary and contrastive contexts, on reasoning-gym's basic_arithmetic
+restricted to sums of 2-3 numbers below 101, answered directly (responses of ~10 tokens, `<answer>47</answer>`;
+the 0.5B is right about 40% of the time). The reference solution is the sum worked step by step, built from the
+generated expression (opd_jax/tasks/generators.py, `expression_solution`); the summary context shows its
+equations. The nodes are mostly the answer's digits. The CPU budget is a small sample: read its intervals, not
+its point estimates. `:gsm` is the previous default (gsm_symbolic, GSM8K templates with worked solutions,
+256-token responses: one informative question, 4 defined nodes per configuration, every group UNDERPOWERED).
+`:paper` is the paper-scale budget for Qwen3 HF folders on accelerators.
 """
 from configs import base
 
@@ -28,18 +34,19 @@ def get_config(arg: str | None = None):
   }
   # The 2-core CPU default: sums of 2-3 numbers below 101, answer only (~10-token responses, the 0.5B right
   # about 40% of the time: benchmarks/task_probe.py, README). Reference solutions are the sums step by step
-  # (opd_jax/tasks/generators.py, expression_solution). 12 informative questions (a correct and an incorrect
-  # rollout among 8), 2 correct + 2 incorrect node rollouts each, the 3 most uncertain tokens of each (the
+  # (opd_jax/tasks/generators.py, expression_solution). 10 informative questions (a correct and an incorrect
+  # rollout among 8), 4 node rollouts each (2 correct + 2 incorrect where there are), the 3 most uncertain tokens
+  # of each (mostly the
   # answer's digits), the sampled token + the student's top 2 + each teacher's top 1 as candidates, R = 4.
   config.task.name = ('reasoning_gym:basic_arithmetic:min_terms=2,max_terms=3,min_digits=2,max_digits=2,'
                       'operators=("+",),allow_parentheses=False,allow_negation=False')
   config.task.num_problems = 40
   config.task.template = "{question}\nPut only the final answer inside <answer></answer> tags."
-  config.sampling.max_new_tokens = 32
-  config.budget.questions = 16
+  config.sampling.max_new_tokens = 16            # responses are 4-13 tokens; continuations stop by 15
+  config.budget.questions = 10
   config.budget.rollouts_per_question = 8
-  config.budget.node_rollouts_per_question = 2
-  config.budget.nodes_per_rollout = 4
+  config.budget.node_rollouts_per_question = 4
+  config.budget.nodes_per_rollout = 3
   config.budget.prefer_finished = True           # an answered-wrong rollout, not a truncated one, when there is one
   config.budget.node_strategy = "entropy"        # the student's most uncertain tokens: where candidates differ
   config.budget.continuations_per_candidate = 4

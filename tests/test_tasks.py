@@ -440,3 +440,9 @@ def test_reasoning_gym_config_in_the_name_and_built_solutions():
   # basic_arithmetic (parentheses, negation, floor division): every built solution reaches the gold answer.
   arithmetic = tasks.load_task("reasoning_gym:basic_arithmetic", num_problems=40, seed=0)
   assert all(p.solution.endswith(f"The answer is {p.answer}.") for p in arithmetic.problems)
+  # Without parentheses reasoning-gym's gold is left to right (entry 5: "5 + 10 + 8 + 0 * 7 * 3" -> 483, not 23):
+  # that problem gets no solution, the others keep theirs.
+  left_to_right = tasks.load_task("reasoning_gym:basic_arithmetic:allow_parentheses=False,operators=('+','*'),"
+                                  "max_digits=1", num_problems=6, seed=0)
+  assert [p.solution is None for p in left_to_right.problems] == [False] * 5 + [True]
+  assert left_to_right.problems[5].answer == "483" and not left_to_right.has_solutions

@@ -21,7 +21,8 @@ accept answers within a tolerance (decimal_arithmetic: one unit in the last deci
 within 0.01; power_function: the same 3 significant figures).
 Reference solutions: gsm_symbolic's own `answer_cot`; for chain_sum and basic_arithmetic, built from the
 generated expression (`expression_solution`: one line `a op b = c` per operation in evaluation order, then "The
-answer is c."), checked against the gold answer. Other datasets have none (the solution, summary and
+answer is c."), kept only where it reaches the gold answer (basic_arithmetic without parentheses but with * or
+/ has gold answers evaluated left to right, `2 + 3 * 4` -> 20: none, with a warning). Other datasets have none (the solution, summary and
 contrastive contexts refuse them).
 Dataset config: `load(..., config={...})`, or in the task name `reasoning_gym:chain_sum:min_terms=3,max_digits=2`
 (`parse_name`), so that `config.task.name` alone selects a slice.
@@ -34,6 +35,8 @@ import hashlib
 import json
 import operator
 import re
+
+from absl import logging
 
 from opd_jax.tasks import answers
 from opd_jax.tasks import base
@@ -128,9 +131,9 @@ def expression_solution(expression: str, *, floordiv: bool = False) -> tuple[str
   return "\n".join(lines), value
 
 
-def _solution(name: str, entry: dict, index: int) -> str | None:
-  """The reference solution of a generated entry (module docstring), or None; ValueError when a built one
-  disagrees with the gold answer."""
+def _solution(name: str, entry: dict) -> str | None:
+  """The reference solution of a generated entry (module docstring), or None (also when a built one disagrees
+  with the gold answer)."""
   metadata = entry["metadata"]
   if metadata.get("answer_cot") is not None:
     return str(metadata["answer_cot"])
@@ -138,9 +141,7 @@ def _solution(name: str, entry: dict, index: int) -> str | None:
     return None
   text, value = expression_solution(str(metadata["expression"]), floordiv=EXPRESSION_DATASETS[name])
   if answers.canonical_number(str(entry["answer"])) != answers.canonical_number(str(value)):
-    raise ValueError(f"reasoning_gym:{name}: entry {index}: the solution built from {metadata['expression']!r} "
-                     f"gives {value}, the gold answer is {entry['answer']!r}; report it (the dataset's answer is not "
-                     "its expression's value)")
+    return None
   return text
 
 
@@ -171,7 +172,8 @@ def load(name: str, *, num_problems: int | None = None, seed: int = 0, config: d
     template: the user message, with `{question}`.
   Returns:
     A Task; ids "<name>-seed<seed>[-cfg<hash>]-<index:05d>"; solution = metadata["answer_cot"] where the
-    generator provides one (gsm_symbolic), the built step-by-step evaluation for EXPRESSION_DATASETS, else None; fields = the metadata without "_rgid" and answer_cot.
+    generator provides one (gsm_symbolic), the step-by-step evaluation for EXPRESSION_DATASETS
+    (`expression_solution`), else None; fields = the metadata without "_rgid" and answer_cot.
   Raises:
     ValueError: an unknown name, a bad num_problems, a config the dataset rejects (composite needs one: its
       `datasets`), a dataset whose entries have no gold answer (boxnet, graph_color, ...) or one in
@@ -198,7 +200,7 @@ def load(name: str, *, num_problems: int | None = None, seed: int = 0, config: d
   if config:
     digest = hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:8]
     prefix.append(f"cfg{digest}")
-  entries, problems = {}, []
+  entries, problems, unsolved = {}, [], []
   for index in range(size):
     entry = _strip_random_id(dataset[index])  # generated once: countdown takes ~40 ms per entry
     if entry["answer"] is None:
@@ -209,10 +211,18 @@ def load(name: str, *, num_problems: int | None = None, seed: int = 0, config: d
     problem_id = base.safe_id(*prefix, f"{index:05d}")
     fields = {k: v for k, v in metadata.items() if k != "answer_cot"}
     fields = json.loads(json.dumps(fields, default=str))  # JSON-safe for records (tuples -> lists)
+    solution = _solution(name, entry)
+    if solution is None and name in EXPRESSION_DATASETS:
+      unsolved.append(f"{metadata.get('expression')!r} -> gold {entry['answer']!r}")
     problems.append(base.Problem(id=problem_id, question=entry["question"], answer=str(entry["answer"]),
-                                 solution=_solution(name, entry, index), fields=fields))
+                                 solution=solution, fields=fields))
     entries[problem_id] = entry
 
+  if unsolved:
+    logging.warning("reasoning_gym:%s: %d of %d gold answers are not their expression's value (without parentheses "
+                    "reasoning-gym evaluates left to right: %s); those problems have no reference solution, so the "
+                    "solution, summary and contrastive contexts refuse the task", name, len(unsolved), size,
+                    ", ".join(unsolved[:3]))
   numeric = all(answers.canonical_number(p.answer) is not None for p in problems)
 
   def grade(problem: base.Problem, answer: str) -> bool:
