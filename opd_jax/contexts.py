@@ -98,7 +98,7 @@ def parse_all(configurations: Mapping[str, str], *, has_solutions: bool, task_na
     if c.context in NEEDS_SOLUTION and not has_solutions:
       raise ValueError(f"config.configurations[{c.config_id!r}]: context {c.context!r} needs a reference "
                        f"solution, but task {task_name!r} has none; use 'plain' or 'answer', or a task with "
-                       "solutions (gsm8k, math500, reasoning_gym:gsm_symbolic)")
+                       "solutions (gsm8k, math500, reasoning_gym:gsm_symbolic, chain_sum or basic_arithmetic)")
   return out
 
 

@@ -232,7 +232,7 @@ def _bad_inputs(tmp_path, smoke_workdir):
       ("jsd beta 1", [cfg, "--config.configurations.solution_jsd=self:solution:jsd@1.0"], fresh("n"), "beta", 2),
       ("R = 0", [cfg, "--config.budget.continuations_per_candidate=0"], fresh("o"), "continuations_per_candidate", 2),
       ("negative nodes", [cfg, "--config.budget.nodes_per_rollout=-2"], fresh("p"), "nodes_per_rollout", 2),
-      ("task without solutions", [cfg, "--config.task.name=reasoning_gym:chain_sum"], fresh("q"), "solution", 2),
+      ("task without solutions", [cfg, "--config.task.name=reasoning_gym:products"], fresh("q"), "solution", 2),
       ("student context", [cfg, "--config.random_model.max_seq_len=16"], fresh("r"), "max_new_tokens", 2),
       ("teacher context", [cfg, "--config.random_model.max_seq_len=120"], fresh("s"),
        "context of teacher 'self' needs up to", 2),

@@ -395,3 +395,54 @@ def test_jsonl_rows_that_are_not_objects_name_the_file_and_line(tmp_path):
   path.write_text('{"question": "q", "answer": "#### 1"}\n{"question": \n')
   with pytest.raises(ValueError, match=r"g.jsonl: line 2 is not valid JSON"):
     tasks.load_task("gsm8k", path=str(path))
+
+
+def test_expression_solution_hand_computed():
+  from opd_jax.tasks import generators  # pylint: disable=g-import-not-at-top
+  assert generators.expression_solution("12 + 34 - 5") == ("12 + 34 = 46\n46 - 5 = 41\nThe answer is 41.", 41)
+  assert generators.expression_solution("7 - -3") == ("7 - (-3) = 10\nThe answer is 10.", 10)
+  # Precedence and parentheses; "/" floors (basic_arithmetic's eval_floordiv): -12 // 5 = -3.
+  text, value = generators.expression_solution("-( 3 * 4 ) / 5 + 2 * 3", floordiv=True)
+  assert text == "3 * 4 = 12\n-(12) = -12\n-12 / 5 = -3\n2 * 3 = 6\n-3 + 6 = 3\nThe answer is 3." and value == 3
+  for bad, floordiv in (("2 ** 3", True), ("4 / 2", False), ("1.5 + 1", True), ("x + 1", True), ("1 +", True)):
+    with pytest.raises(ValueError, match="expression"):
+      generators.expression_solution(bad, floordiv=floordiv)
+
+
+def test_reasoning_gym_config_in_the_name_and_built_solutions():
+  from opd_jax import contexts  # pylint: disable=g-import-not-at-top
+  from opd_jax.tasks import generators  # pylint: disable=g-import-not-at-top
+  assert generators.parse_name("chain_sum:min_terms=3, max_digits=2") == ("chain_sum", {"min_terms": 3,
+                                                                                          "max_digits": 2})
+  assert generators.parse_name("basic_arithmetic:operators=('+', '-'),format_style=natural") == (
+      "basic_arithmetic", {"operators": ("+", "-"), "format_style": "natural"})
+  assert generators.parse_name("gsm_symbolic") == ("gsm_symbolic", {})
+  with pytest.raises(ValueError, match="is not field=value"):
+    generators.parse_name("chain_sum:min_terms")
+  config = {"min_terms": 2, "max_terms": 3, "min_digits": 2, "max_digits": 2}
+  named = tasks.load_task("reasoning_gym:chain_sum:min_terms=2,max_terms=3,min_digits=2,max_digits=2",
+                          num_problems=4, seed=1)
+  given = tasks.load_task("reasoning_gym:chain_sum", num_problems=4, seed=1, config=config)
+  assert [(p.id, p.question, p.solution) for p in named.problems] == [(p.id, p.question, p.solution)
+                                                                      for p in given.problems]
+  assert named.has_solutions
+  for p in named.problems:   # every line "a op b = c" holds, and the last value is the gold answer
+    *steps, last = p.solution.split("\n")
+    for step in steps:
+      lhs, rhs = step.split(" = ")
+      assert eval(lhs) == int(rhs), step  # pylint: disable=eval-used
+    assert last == f"The answer is {p.answer}." and len(steps) == len(p.fields["expression"].split()) // 2
+    assert tasks.summarize_solution(named.name, p.solution) == "\n".join(steps)
+    message = contexts.context_message("summary", named, p)
+    assert message.endswith("\n".join(steps) + "\n\nUsing them as a guide, solve the problem yourself.")
+  with pytest.raises(ValueError, match="either in the name or as config="):
+    tasks.load_task("reasoning_gym:chain_sum:min_terms=2", num_problems=1, config=config)
+  # basic_arithmetic (parentheses, negation, floor division): every built solution reaches the gold answer.
+  arithmetic = tasks.load_task("reasoning_gym:basic_arithmetic", num_problems=40, seed=0)
+  assert all(p.solution.endswith(f"The answer is {p.answer}.") for p in arithmetic.problems)
+  # Without parentheses reasoning-gym's gold is left to right (entry 5: "5 + 10 + 8 + 0 * 7 * 3" -> 483, not 23):
+  # that problem gets no solution, the others keep theirs.
+  left_to_right = tasks.load_task("reasoning_gym:basic_arithmetic:allow_parentheses=False,operators=('+','*'),"
+                                  "max_digits=1", num_problems=6, seed=0)
+  assert [p.solution is None for p in left_to_right.problems] == [False] * 5 + [True]
+  assert left_to_right.problems[5].answer == "483" and not left_to_right.has_solutions

@@ -22,8 +22,10 @@ def load_task(name: str, *, path=None, split: str = "test", num_problems: int | 
   """Loads a task by name.
 
   Args:
-    name: "gsm8k", "math500", "reasoning_gym:<dataset>" (e.g. "reasoning_gym:gsm_symbolic") or "tfds:<name>"
-      (e.g. "tfds:math_dataset/algebra__linear_1d").
+    name: "gsm8k", "math500", "reasoning_gym:<dataset>[:<field>=<value>,...]" (e.g.
+      "reasoning_gym:gsm_symbolic", "reasoning_gym:chain_sum:min_terms=3,max_terms=3": the dataset config in
+      the name, so `config.task.name` alone names it) or "tfds:<name>" (e.g.
+      "tfds:math_dataset/algebra__linear_1d").
     path: the data file for gsm8k (JSONL) and math500 (JSON).
     split: the split; for file tasks it only names the ids and the default file under data_dir.
     num_problems: how many problems: the first n rows for file and tfds tasks (None: all), the number
@@ -56,7 +58,11 @@ def load_task(name: str, *, path=None, split: str = "test", num_problems: int | 
     return load(path=path, data_dir=data_dir, split=split, num_problems=num_problems, **extra)
   if family == "reasoning_gym" and rest:
     _no_kw(name, {k: v for k, v in kw.items() if k != "config"})
-    return generators.load(rest, num_problems=num_problems, seed=seed, config=kw.get("config"), **extra)
+    dataset, spec_config = generators.parse_name(rest)
+    if spec_config and kw.get("config"):
+      raise ValueError(f"task {name!r}: pass the dataset config either in the name or as config=, not both")
+    return generators.load(dataset, num_problems=num_problems, seed=seed, config=spec_config or kw.get("config"),
+                           **extra)
   if family == "tfds" and rest:
     allowed = {"question_field", "answer_field", "solution_field", "answer_marker", "grader"}
     _no_kw(name, {k: v for k, v in kw.items() if k not in allowed})
