@@ -367,3 +367,18 @@ def test_rollout_html_colours_nodes_and_predictors():
     report.rollout_html(nodes, tokens, question_id="q1", rollout_id=0, config_id="jsd", colour_by="nope")
   with pytest.raises(ValueError, match="no tokens"):
     report.rollout_html(nodes, tokens, question_id="q9", rollout_id=0, config_id="jsd")
+
+
+def test_where_table_skips_nodes_without_a_bin():
+  """An argmax feature that is neither 0 nor 1 (NaN: the node's argmax is undefined) gets no bin instead of
+  crashing the report (a real default-study run crashed here)."""
+  from opd_jax import stats  # pylint: disable=g-import-not-at-top
+  from opd_jax.report import where  # pylint: disable=g-import-not-at-top
+  nodes = pd.DataFrame({"question_id": ["a", "a", "b", "b"], "alignment": [0.5, -0.2, 0.1, np.nan],
+                        "teacher_advantage": [0.1, 0.0, -0.1, 0.2], "config_id": ["c"] * 4,
+                        "correct": [True, False, True, False]})
+  features = pd.DataFrame({"argmax": [1.0, 0.0, np.nan, 1.0]})
+  table = where.where_table(nodes, features, stats.ClusterBootstrap(nodes["question_id"], n_boot=20, seed=0))
+  assert set(table["bin"]) == {"argmax", "not argmax"}
+  got = table.query("group == 'correct' and bin == 'argmax'")
+  assert got["n_defined"].tolist() == [1] and got["mean_alignment"].tolist() == [0.5]

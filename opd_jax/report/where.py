@@ -85,7 +85,7 @@ def where_table(nodes: pd.DataFrame, features: pd.DataFrame, boot: stats.Cluster
   configs = nodes["config_id"].to_numpy()
   for split in [c for c in ("rel_position", "entropy_p", "argmax", "kind") if c in features.columns]:
     labels = bins(features, split).to_numpy(object)
-    names = sorted({l for l in labels if l is not None}, key=_bin_order)
+    names = sorted({l for l in labels if isinstance(l, str)}, key=_bin_order)   # NaN / None: no bin
     for group in ("incorrect", "correct"):
       in_group = common.group_mask(nodes, group)
       for config_id in pd.unique(configs):
