@@ -373,7 +373,11 @@ def run(config, workdir: str) -> str:
           rec["rerun_seconds"] = time.time() - t1
         rows.append(rec)
         bar.update(1)
-  frame = pd.DataFrame(rows)
+    text = _write(config, out_dir, pd.DataFrame(rows))        # after each configuration: partial runs keep results
+  return text
+
+
+def _write(config, out_dir: pathlib.Path, frame: pd.DataFrame) -> str:
   summary = summarise(frame)
   records.atomic_write_bytes(out_dir / "nodes.csv", frame.to_csv(index=False))
   records.atomic_write_bytes(out_dir / "summary.csv", summary.to_csv(index=False))
