@@ -144,6 +144,12 @@ def main(argv):
         return
       print(loop.run(config, workdir))
       return
+    if config.get("job", "study") == "lookahead":         # configs/lookahead.py: one-step lookahead on a study
+      if _DRY_RUN.value or _COST_MODEL.value:
+        raise ValueError("--dry_run and --cost_model plan studies; a lookahead config (job 'lookahead') has no dry run")
+      from opd_jax.training import lookahead  # pylint: disable=g-import-not-at-top
+      print(lookahead.run(config, workdir))
+      return
     # --- Plan, then run ----------------------------------------------------------------------------------
     if _COST_MODEL.value:
       if not _DRY_RUN.value:
