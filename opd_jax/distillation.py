@@ -110,9 +110,8 @@ def forward_kl(p: jax.Array, q: jax.Array) -> jax.Array:
   Returns:
     [...] float; >= 0 up to rounding, exactly 0 where q == p.
   """
-  p, q = as_float(p), as_float(q)
-  check_same("p", p, "q", q)
-  return jnp.sum(q * (safe_log(q) - safe_log(p)), axis=-1)
+  check_same("p", as_float(p), "q", as_float(q))
+  return reverse_kl(q, p)                 # the same sum with the roles swapped
 
 
 def jsd(p: jax.Array, q: jax.Array, beta: float = 0.5) -> jax.Array:
