@@ -55,6 +55,12 @@ def test_loss_is_the_reverse_kl_of_independent_forwards_and_self_plain_is_exactl
                           t_graph=teacher.graphdef, lora_scale=2.0, divergence="reverse_kl", chunk=3, vocab_size=None)
   want = _reverse_kl_reference(merged, teacher, S_PROMPTS, T_PROMPTS, RESPONSES)
   np.testing.assert_allclose(float(loss), want, rtol=2e-5)
+  # Per-layer remat (the default) changes memory, not the gradients.
+  kw = dict(s_graph=student.graphdef, t_graph=teacher.graphdef, lora_scale=2.0, divergence="reverse_kl", chunk=3,
+            vocab_size=None)
+  g = [jax.grad(lambda a, r=r: step_lib.loss_fn(a, student.params, teacher.params, batch, remat=r, **kw))(ad)
+       for r in (True, False)]
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7), *g)
   # self:plain (the student reading its own prompt): zero loss, zero gradients, and with weight decay 0 no update.
   tx = state_lib.optimizer(state_lib.OptimConfig(learning_rate=0.1, weight_decay=0.0))
   plain = step_lib.make_batch(S_PROMPTS, S_PROMPTS, RESPONSES)

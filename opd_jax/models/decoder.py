@@ -292,9 +292,15 @@ class Decoder(nnx.Module):
     """An empty KV cache of `size` slots per row in this model's layout and params' dtype (`init_cache`)."""
     return init_cache(self.config, batch, size, self.embed.dtype, layered=self.layered)
 
-  def hidden_states(self, tokens: jax.Array, positions: jax.Array,
-                    cache: Cache | None = None) -> tuple[jax.Array, Cache | None]:
-    """Final-normed hidden states [B, T, D] (params' dtype) and the updated cache; see `__call__`."""
+  def hidden_states(self, tokens: jax.Array, positions: jax.Array, cache: Cache | None = None, *,
+                    remat: bool = False) -> tuple[jax.Array, Cache | None]:
+    """Final-normed hidden states [B, T, D] (params' dtype) and the updated cache; see `__call__`.
+
+    remat: recompute each layer's activations in the backward pass (`jax.checkpoint` per layer) instead of
+    storing them: training memory O(one layer) instead of O(L layers), for one more forward. Without a cache only.
+    """
+    if remat and cache is not None:
+      raise ValueError("remat is for training forwards without a KV cache")
     x = self.embed[...][tokens]
     if cache is None:
       k_pos, end = positions, None
@@ -305,7 +311,11 @@ class Decoder(nnx.Module):
     if self.layered:
       outs = []
       for i, block in enumerate(self.layers):
-        x, new_kv = block(x, positions, None if kv_in is None else (kv_in[0][i], kv_in[1][i]), k_pos, end)
+        if remat:
+          gd, st = nnx.split(block)
+          x, new_kv = jax.checkpoint(lambda st, x, gd=gd: nnx.merge(gd, st)(x, positions, None, k_pos, end))(st, x)
+        else:
+          x, new_kv = block(x, positions, None if kv_in is None else (kv_in[0][i], kv_in[1][i]), k_pos, end)
         outs.append(new_kv)
       kv_out = None if cache is None else (tuple(o[0] for o in outs), tuple(o[1] for o in outs))
     else:
@@ -315,7 +325,7 @@ class Decoder(nnx.Module):
         st, kv = layer_in
         return nnx.merge(graphdef, st)(x, positions, kv, k_pos, end)
 
-      x, kv_out = jax.lax.scan(body, x, (state, kv_in))
+      x, kv_out = jax.lax.scan(jax.checkpoint(body) if remat else body, x, (state, kv_in))
     x = _rms_norm(x, self.final_norm[...], self.config.norm_eps)
     if cache is None:
       return x, None

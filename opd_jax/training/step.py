@@ -93,14 +93,14 @@ def make_batch(student_prompts: Sequence[Sequence[int]], teacher_prompts: Sequen
   return Batch(tokens_s, pos_s, tokens_t, pos_t, response, mask)
 
 
-def _response_hidden(model: decoder.Decoder, tokens, pos, T: int) -> jax.Array:
-  h, _ = model.hidden_states(tokens, pos)
+def _response_hidden(model: decoder.Decoder, tokens, pos, T: int, remat: bool = False) -> jax.Array:
+  h, _ = model.hidden_states(tokens, pos, remat=remat)
   P = tokens.shape[1] - T
   return h[:, P - 1:P - 1 + T]
 
 
 def loss_fn(trainable, base, teacher_state, batch: Batch, *, s_graph, t_graph, lora_scale: float | None,
-            divergence: str, chunk: int, vocab_size: int | None) -> jax.Array:
+            divergence: str, chunk: int, vocab_size: int | None, remat: bool = True) -> jax.Array:
   """The OPD loss of one batch (`losses.opd_loss`: mean over response tokens, then over rollouts).
 
   Args:
@@ -109,11 +109,13 @@ def loss_fn(trainable, base, teacher_state, batch: Batch, *, s_graph, t_graph, l
     teacher_state: an external teacher's state, or None for the self-teacher (the current student, merged).
     batch: `Batch` arrays (jax or numpy).
     s_graph, t_graph: the student's and the external teacher's graphdefs (static).
+    remat: recompute the student's layer activations in the backward pass (`Decoder.hidden_states`): memory of
+      one layer's activations instead of all L, for one more forward.
   """
   params = lora.merge(base, trainable, scale=lora_scale) if lora_scale is not None else trainable
   student = decoder.merge(s_graph, params)
   T = batch.response.shape[1]
-  h_s = _response_hidden(student, batch.tokens_s, batch.pos_s, T)
+  h_s = _response_hidden(student, batch.tokens_s, batch.pos_s, T, remat)
   teacher = student if teacher_state is None else decoder.merge(t_graph, teacher_state)
   h_t = jax.lax.stop_gradient(_response_hidden(teacher, batch.tokens_t, batch.pos_t, T))
   return losses.opd_loss(h_s, student.head, h_t, teacher.head, batch.response, batch.mask, divergence=divergence,
@@ -121,7 +123,8 @@ def loss_fn(trainable, base, teacher_state, batch: Batch, *, s_graph, t_graph, l
 
 
 def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, lora_scale: float | None,
-                    divergence: str, chunk: int, vocab_size: int | None, in_shardings: tuple | None = None):
+                    divergence: str, chunk: int, vocab_size: int | None, in_shardings: tuple | None = None,
+                    remat: bool = True):
   """A jitted `step(state, base, teacher_state, batch) -> (state, metrics)`; `state` (`state.init_state`) is
   donated. metrics: {"loss", "grad_norm", "update_norm"} fp32 scalars (the loss before the update).
 
@@ -130,7 +133,8 @@ def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, 
   state's as out-shardings (pjit), so the updated state stays where it was.
   """
   grad = jax.value_and_grad(functools.partial(loss_fn, s_graph=s_graph, t_graph=t_graph, lora_scale=lora_scale,
-                                              divergence=divergence, chunk=chunk, vocab_size=vocab_size))
+                                              divergence=divergence, chunk=chunk, vocab_size=vocab_size,
+                                              remat=remat))
 
   def step(state, base, teacher_state, batch):
     loss, grads = grad(state["params"], base, teacher_state, batch)
