@@ -64,8 +64,8 @@ def ours(args):
     # pylint: disable-next=protected-access
     arrays = scoring._pad_rows(prompts, prompts, responses, list(range(len(rows))), len(rows), args.chunk)
     shared = teacher is student
-    t_params, t_config = scoring._teacher_args(student, teacher, shared, arrays)  # pylint: disable=protected-access
-    static = dict(s_config=student.config, t_config=t_config, return_hidden=False, **kw)
+    t_params, t_graphdef = scoring._teacher_args(student, teacher, shared, arrays)  # pylint: disable=protected-access
+    static = dict(s_graphdef=student.graphdef, t_graphdef=t_graphdef, return_hidden=False, **kw)
     n = counter.count
     try:
       xla = harness.xla_cost(scoring.score_arrays.lower(student.params, t_params, *arrays, **static).compile())
