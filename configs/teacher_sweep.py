@@ -1,7 +1,7 @@
 """Teacher sweep: which teacher and which self-distillation context align with success, per token.
 
-  python -m opd_jax.main --config=configs/teacher_sweep.py               # ~13 min (estimate) on a quiet 2-core
-                                                                          # CPU, cold cache (README: the basis)
+  python -m opd_jax.main --config=configs/teacher_sweep.py               # 8 min 12 s on a quiet 2-core CPU,
+                                                                          # cold cache (measured; README)
   python -m opd_jax.main --config=configs/teacher_sweep.py:gsm           # the previous default, ~9 min cold
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper \
       --config.student.name=/data/Qwen3-1.7B \
