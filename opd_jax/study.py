@@ -183,8 +183,8 @@ def verify(env: Env, index: int, problem, prompt: list[int], out: sampling.Sampl
   c, n = env.config, env.config.budget.rollouts_per_question
   responses = [out.tokens[r, :out.lengths[r]].tolist() for r in range(n)]
   texts = [env.student.tokenizer.decode(resp, skip_special_tokens=True) for resp in responses]
-  rewards = [env.task.reward(problem, t) if out.finished[r] or c.task.grade_truncated else 0.0
-             for r, t in enumerate(texts)]
+  rewards = [env.task.rollout_reward(problem, t, finished=bool(out.finished[r]),
+                                     grade_truncated=c.task.grade_truncated) for r, t in enumerate(texts)]
   frame = pd.DataFrame({
       "question_id": problem.id, "question_index": index, "rollout_id": np.arange(n),
       "prompt_ids": [prompt] * n, "response_ids": responses, "text": texts,
@@ -274,9 +274,8 @@ def continuations(env: Env, index: int, problem, prompt: list[int], responses,
                                    top_p=sp.top_p, top_k=sp.top_k)
 
   def reward(resp, finished):
-    if not (finished or c.task.grade_truncated):
-      return 0.0
-    return env.task.reward(problem, env.student.tokenizer.decode(resp, skip_special_tokens=True))
+    return env.task.rollout_reward(problem, env.student.tokenizer.decode(resp, skip_special_tokens=True),
+                                   finished=finished, grade_truncated=c.task.grade_truncated)
 
   adaptive = (targeted.Adaptive(r_max=b.continuations_max, mean=b.continuations_mean, tolerance=b.adaptive_tolerance)
               if b.get("adaptive", False) else None)

@@ -78,6 +78,11 @@ class Task:
       return 0.0
     return 1.0 if self.grader(problem, answer) else 0.0
 
+  def rollout_reward(self, problem: Problem, response_text: str, *, finished: bool, grade_truncated: bool) -> float:
+    """The reward of a sampled response (rollout or continuation): `reward`, but 0.0 for a response cut at the
+    token cap (not `finished`) unless `grade_truncated` (config.task.grade_truncated; paper.md)."""
+    return self.reward(problem, response_text) if finished or grade_truncated else 0.0
+
 
 def check_answers(task: Task, *, skip: bool = False) -> Task:
   """`task` if every gold answer grades as correct against itself (`task.grader(p, p.answer)`), else refused.

@@ -24,6 +24,16 @@ def eval_keys(seed: int, n_questions: int, samples: int) -> jax.Array:
   return sampling.row_keys(base, jnp.arange(n_questions * samples, dtype=jnp.uint32))
 
 
+def grade(tokenizer, task, problems, out: sampling.Samples, *, grade_truncated: bool):
+  """Per row of `out` (row r answers problems[r]): the response ids, their text and the reward
+  (`Task.rollout_reward`). Returns (responses: list of int lists, texts: list of str, rewards: float32 [B])."""
+  responses = [out.tokens[r, :out.lengths[r]].tolist() for r in range(len(problems))]
+  texts = [tokenizer.decode(y, skip_special_tokens=True) for y in responses]
+  rewards = np.array([task.rollout_reward(p, x, finished=bool(out.finished[r]), grade_truncated=grade_truncated)
+                      for r, (p, x) in enumerate(zip(problems, texts))], np.float32)
+  return responses, texts, rewards
+
+
 def pass_at_1(model, task, problems, prompts, keys: jax.Array, *, samples: int, max_new_tokens: int,
               temperature: float, top_p: float = 1.0, top_k: int = 0, grade_truncated: bool = False) -> np.ndarray:
   """Rewards [Q, S] (float32 in {0, 1}) of S samples per held-out question under `model`.
@@ -37,14 +47,9 @@ def pass_at_1(model, task, problems, prompts, keys: jax.Array, *, samples: int, 
   rows = [p for p in prompts for _ in range(samples)]
   out = sampling.sample(model, rows, keys=keys, max_new_tokens=max_new_tokens, temperature=temperature,
                         top_p=top_p, top_k=top_k)
-  rewards = np.zeros((len(problems), samples), np.float32)
-  for i, problem in enumerate(problems):
-    for s in range(samples):
-      r = i * samples + s
-      if out.finished[r] or grade_truncated:
-        text = model.tokenizer.decode(out.tokens[r, :out.lengths[r]].tolist(), skip_special_tokens=True)
-        rewards[i, s] = task.reward(problem, text)
-  return rewards
+  _, _, rewards = grade(model.tokenizer, task, [p for p in problems for _ in range(samples)], out,
+                       grade_truncated=grade_truncated)
+  return rewards.reshape(len(problems), samples)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -222,9 +222,8 @@ def rerun(student, config, task, ref: NodeRef, K: int) -> list[list[int]]:
   cands[ref.m, :len(ref.candidates)] = ref.candidates
 
   def reward(resp, finished):
-    if not (finished or config.task.grade_truncated):
-      return 0.0
-    return task.reward(problem, student.tokenizer.decode(resp, skip_special_tokens=True))
+    return task.rollout_reward(problem, student.tokenizer.decode(resp, skip_special_tokens=True),
+                               finished=finished, grade_truncated=config.task.grade_truncated)
 
   policy = targeted.ModelPolicy(student, batch_size=b.branch_batch, temperature=sp.temperature, top_p=sp.top_p,
                                 top_k=sp.top_k)

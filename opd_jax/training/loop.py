@@ -36,9 +36,6 @@ from opd_jax.training import lora
 from opd_jax.training import state as state_lib
 from opd_jax.training import step as step_lib
 
-_EVAL_STREAM = 2**31 - 1
-
-
 def validate(config) -> None:
   """config.train errors that need no model (each names the field and the fix)."""
   t = config.train
@@ -87,7 +84,7 @@ class _Data:
   held_out: list[int]     # pool indices of held-out questions
 
 
-def split_questions(n_pool: int, eval_questions: int, seed: int) -> _Data:
+def train_and_held_out(n_pool: int, eval_questions: int, seed: int) -> _Data:
   """Held-out questions: the pool's first `eval_questions`; training: the rest, in a seeded order."""
   if n_pool <= eval_questions:
     raise ValueError(f"config.train.eval_questions={eval_questions} leaves no training questions in a pool of "
@@ -106,12 +103,15 @@ def _teacher_prompts(env, conf, problem, prompt: list[int], texts: list[str], re
   """Per rollout the ids the teacher reads before the response, or None when its context is unavailable."""
   if conf.context == "plain":
     return [prompt] * len(texts)
+  rendered = {}                         # message -> ids: one chat rendering per distinct context message
   out = []
   for r in range(len(texts)):
     src = contexts.contrastive_source(rewards, r) if conf.context == "contrastive" else None
     msg = contexts.context_message(conf.context, env.task, problem, templates=env.config.contexts.templates,
                                    incorrect=None if src is None else texts[src])
-    out.append(None if msg is None else env.chat(msg))
+    if msg is not None and msg not in rendered:
+      rendered[msg] = env.chat(msg)
+    out.append(None if msg is None else rendered[msg])
   return out
 
 
@@ -168,7 +168,7 @@ def run(config, workdir: str) -> str:
   env = study.setup(config)
   conf = env.confs[0]
   task, pool = env.task, env.task.problems
-  data = split_questions(len(pool), t.eval_questions, config.seed)
+  data = train_and_held_out(len(pool), t.eval_questions, config.seed)
   c = config.sampling
   policy = dict(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k)
 
@@ -191,11 +191,11 @@ def run(config, workdir: str) -> str:
     st = state_lib.init_state(init_trainable(), tx, jax.random.fold_in(key, 2))
   teacher = None if conf.teacher == contexts.SELF else env.teacher(conf.teacher)
   t_params = None if teacher is None else teacher.params
-  rows = t.batch_questions * t.rollouts_per_question
+  batch_rows = t.batch_questions * t.rollouts_per_question
   in_shardings = None
   if env.mesh is not None and env.mesh.size > 1:        # pjit: explicit shardings on the study's mesh
     st = place_state(st, env.mesh)
-    rows = sharding.pad_rows(rows, env.mesh)
+    batch_rows = sharding.pad_rows(batch_rows, env.mesh)
     in_shardings = (step_lib.shardings_of(st), step_lib.shardings_of(base), step_lib.shardings_of(t_params),
                     step_lib.batch_shardings(env.mesh))
   step_fn = step_lib.make_train_step(
@@ -233,19 +233,16 @@ def run(config, workdir: str) -> str:
       model = current()
       got = sampling.sample(model, [p for p in prompts for _ in range(n)], keys=row_keys,
                             max_new_tokens=c.max_new_tokens, **policy)
-      s_prompts, t_prompts, responses, rewards = [], [], [], []
+      ys, texts, rewards = evaluate.grade(model.tokenizer, task, [pool[i] for i in qs for _ in range(n)], got,
+                                          grade_truncated=config.task.grade_truncated)
+      s_prompts, t_prompts, responses = [], [], []
       for j, i in enumerate(qs):
-        idx = range(j * n, (j + 1) * n)
-        ys = [got.tokens[r, :got.lengths[r]].tolist() for r in idx]
-        texts = [model.tokenizer.decode(y, skip_special_tokens=True) for y in ys]
-        rw = [task.reward(pool[i], x) if got.finished[r] or config.task.grade_truncated else 0.0
-              for r, x in zip(idx, texts)]
-        for y, tp in zip(ys, _teacher_prompts(env, conf, pool[i], prompts[j], texts, rw)):
+        rows = slice(j * n, (j + 1) * n)
+        for y, tp in zip(ys[rows], _teacher_prompts(env, conf, pool[i], prompts[j], texts[rows], rewards[rows])):
           s_prompts.append(prompts[j])
           t_prompts.append(prompts[j] if tp is None else tp)
           responses.append([] if tp is None else y)       # no context: the rollout adds nothing to the loss
-        rewards += rw
-      batch = step_lib.make_batch(s_prompts, t_prompts, responses, rows=rows)
+      batch = step_lib.make_batch(s_prompts, t_prompts, responses, rows=batch_rows)
       st, m = step_fn(st, base, t_params, batch)
       m = {k: float(v) for k, v in m.items()}
       metrics.append({"step": s + 1, **m, "train_reward": float(np.mean(rewards)),

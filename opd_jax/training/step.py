@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from opd_jax import scoring
 from opd_jax.models import decoder
 from opd_jax.training import lora
 from opd_jax.training import losses
@@ -40,14 +41,6 @@ class Batch:
   pos_t: np.ndarray       # int32 [B, Pt + T]
   response: np.ndarray    # int32 [B, T] response ids (0 at pads)
   mask: np.ndarray        # bool [B, T] True on response tokens
-
-
-def _bucket(n: int, minimum: int = 16) -> int:
-  """The next power of two >= n (>= minimum), then multiples of 512: few shapes, few compiles."""
-  b = minimum
-  while b < n and b < 512:
-    b *= 2
-  return b if n <= b else -(-n // 512) * 512
 
 
 def _rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], P: int, T: int):
@@ -83,9 +76,10 @@ def make_batch(student_prompts: Sequence[Sequence[int]], teacher_prompts: Sequen
   pad = rows - B
   sp, tp = list(student_prompts) + [[0]] * pad, list(teacher_prompts) + [[0]] * pad
   ys = list(responses) + [[]] * pad
-  T = _bucket(max(1, max(len(y) for y in ys)), 16)
-  tokens_s, pos_s = _rows(sp, ys, _bucket(max(map(len, sp))), T)
-  tokens_t, pos_t = _rows(tp, ys, _bucket(max(map(len, tp))), T)
+  bucket = scoring._bucket  # pylint: disable=protected-access  (scoring's shape buckets: few compiles)
+  T = bucket(max(1, max(len(y) for y in ys)), 16)
+  tokens_s, pos_s = _rows(sp, ys, bucket(max(map(len, sp)), 16), T)
+  tokens_t, pos_t = _rows(tp, ys, bucket(max(map(len, tp)), 16), T)
   response = np.zeros((rows, T), np.int32)
   mask = np.zeros((rows, T), bool)
   for b, y in enumerate(ys):
