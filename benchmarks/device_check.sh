@@ -8,7 +8,8 @@
 # The host is expected to have jax (with its GPU plugin), flax, optax, orbax-checkpoint and transformers, and
 # for the HF side torch with CUDA; nothing else. What our benchmark path imports beyond those is installed from
 # the wheels beside this script (pip --no-index --no-deps, only the ones that do not import already):
-#   ml-collections (configs), gguf (GGUF checkpoints), jinja2 + MarkupSafe (chat templates, also torch deps).
+#   ml-collections (configs), gguf (GGUF checkpoints), jinja2 + MarkupSafe (chat templates, also torch deps),
+#   and flax 0.12.8 where the host's flax is not 0.12.x (the NNX API we build on).
 # (The full study, `python -m opd_jax.main`, also needs pandas, pyarrow, tqdm, math-verify, reasoning-gym and
 # matplotlib: not used here.) Without torch the HF side is skipped (--reference=none): MFU and HBM figures only.
 #
@@ -18,9 +19,12 @@
 #                model FLOPs = 2 x N x B x (P + T) per model, cross-checked against compiled.cost_analysis().
 #   2. decode    benchmarks/sampling.py: Qwen3-0.6B, batch 128, 64 new tokens vs HF generate; HBM fraction =
 #                (weights + whole KV cache bytes read per step) x steps/s / PEAK_BW.
-#   3. targeted  benchmarks/targeted.py (if time is left): 128 branches from one prefix of 512 vs re-prefill.
+#   3. train     benchmarks/train_step.py: one OPD train step (LoRA r16, self-teacher with a 128-token privileged
+#                context), random Qwen3-1.7B (teacher_sweep:paper's student), bf16, 16 rollouts x (160 + 2048)
+#                tokens; seconds per step, MFU and the trainer's cost model (configs/opd_train.py:gpu) for them.
+#   4. targeted  benchmarks/targeted.py (if time is left): 128 branches from one prefix of 512 vs re-prefill.
 # Outputs under $OUT if set (else runs/device_check): <step>.log, <step>.json, summary.json.
-# Environment: PYTHON (default python3), PEAK_FLOPS, PEAK_BW, DEADLINE_S (default 285), JAX_COMPILATION_CACHE_DIR
+# Environment: PYTHON (default python3), PEAK_FLOPS, PEAK_BW, DEADLINE_S (default 360), JAX_COMPILATION_CACHE_DIR
 # (GPU mode default runs/jax_cache: a rerun on the same machine skips compiles).
 set -euo pipefail
 
@@ -34,7 +38,7 @@ case "${1:-}" in
   --fetch-wheels)
     # Pure-python wheels, plus MarkupSafe for the host's Python versions (PY_VERSION="3.11 3.12"; default: ours).
     mkdir -p "$WHEELS"
-    "$PY" -m pip download --no-deps --only-binary=:all: -d "$WHEELS" ml-collections gguf jinja2
+    "$PY" -m pip download --no-deps --only-binary=:all: -d "$WHEELS" ml-collections gguf jinja2 flax==0.12.8
     for v in ${PY_VERSION:-current}; do
       target=()
       [[ "$v" != current ]] && target=(--platform manylinux2014_x86_64 --python-version "$v")
@@ -48,7 +52,7 @@ esac
 
 OUTDIR="${OUT:-$REPO/runs/device_check}"
 mkdir -p "$OUTDIR"
-DEADLINE_S="${DEADLINE_S:-285}"
+DEADLINE_S="${DEADLINE_S:-360}"
 PEAK_FLOPS="${PEAK_FLOPS:-989e12}"
 PEAK_BW="${PEAK_BW:-4.8e12}"
 cd "$REPO"
@@ -66,6 +70,7 @@ missing=()
 for pair in ml_collections:ml-collections gguf:gguf jinja2:jinja2 markupsafe:markupsafe; do
   "$PY" -c "import ${pair%%:*}" 2>/dev/null || missing+=("${pair#*:}")
 done
+"$PY" -c "import flax; assert flax.__version__.startswith('0.12.')" 2>/dev/null || missing+=("flax==0.12.8")
 if ((${#missing[@]})); then
   echo "installing from $WHEELS: ${missing[*]}"
   for pkg in "${missing[@]}"; do                   # one at a time: a missing wheel must not block the others
@@ -125,12 +130,15 @@ if [[ "$MODE" == gpu ]]; then
   SCORING=(--student=random:qwen3-0.6b --teacher=random:qwen3-1.7b@1 --batch=8 --seq_len=1024 --chunk=512)
   DECODE=(--model=random:qwen3-0.6b --batches=128 --new_tokens=64)
   TARGETED=(--model=random:qwen3-0.6b --branches=128 --prefix=512 --continuation=64)
-  BUDGETS=(150 100 80)
+  TRAIN=(--student=random:qwen3-1.7b --rows=16 --prompt_len=160 --ctx_len=128 --resp_len=2048 --chunk=512
+         --accelerator=h200)
+  BUDGETS=(110 80 110 60)
 else
   SCORING=(--student=random:qwen3-tiny --teacher=random:qwen3-tiny-teacher@1 --batch=2 --seq_len=64 --chunk=32)
   DECODE=(--model=random:qwen3-tiny --batches=4 --new_tokens=8)
   TARGETED=(--model=random:qwen3-tiny --branches=8 --prefix=64 --continuation=8)
-  BUDGETS=(150 120 120)
+  TRAIN=(--student=random:qwen3-tiny --rows=2 --prompt_len=16 --ctx_len=16 --resp_len=32 --chunk=16)
+  BUDGETS=(150 120 120 120)
 fi
 
 step scoring "${BUDGETS[0]}" 60 "$PY" benchmarks/scoring.py "${SCORING[@]}" --dtype=bfloat16 --prompt_len=16 \
@@ -142,7 +150,9 @@ else
   echo "== decode: SKIPPED: benchmarks/sampling.py has no --peak_bw/--dtype/random-model support yet"
   STATUS[decode]="skipped (sampling.py lacks --peak_bw)"
 fi
-step targeted "${BUDGETS[2]}" 45 "$PY" benchmarks/targeted.py "${TARGETED[@]}" --dtype=bfloat16 --reps=3
+step train "${BUDGETS[2]}" 45 "$PY" benchmarks/train_step.py "${TRAIN[@]}" --dtype=bfloat16 --reps=2 \
+  --peak_flops="$PEAK_FLOPS"
+step targeted "${BUDGETS[3]}" 45 "$PY" benchmarks/targeted.py "${TARGETED[@]}" --dtype=bfloat16 --reps=3
 
 # ---- 3. summary -----------------------------------------------------------------------------------------------
 STATUS_JSON="{"
@@ -155,7 +165,7 @@ status = json.loads(status)
 def load(name):
   path = os.path.join(outdir, f"{name}.json")
   return json.load(open(path)) if os.path.isfile(path) else None
-sc, de, ta = load("scoring"), load("decode"), load("targeted")
+sc, de, ta, tr = load("scoring"), load("decode"), load("targeted"), load("train")
 s = {"mode": mode, "seconds": int(seconds), "status": status, "peak_flops": float(peak_flops),
      "peak_bw": float(peak_bw)}
 print(f"== summary ({mode}, {seconds}s; peaks {float(peak_flops):.3g} FLOP/s, {float(peak_bw):.3g} B/s)")
@@ -179,6 +189,14 @@ if ta:
                                           "identical_fraction")}
   print(f"targeted {ta['branches']} branches, prefix {ta['prefix']}: reuse / re-prefill = {ta['speedup']}x, "
         f"identical continuations {ta['identical_fraction']}")
+if tr:
+  s["train"] = {k: tr.get(k) for k in ("student", "rows", "prompt_tokens", "response_tokens", "step_s", "mfu",
+                                       "cost_model_s", "measured_over_cost_model", "first_call_s", "device_peak_mb",
+                                       "rss_peak_mb")}
+  print(f"train    {tr['student']} LoRA r{tr['lora_rank']}, {tr['rows']} x ({tr['prompt_tokens']}+"
+        f"{tr['response_tokens']}): {tr['step_s']} s/step, MFU {tr['mfu']}, cost model {tr['cost_model_s']} s "
+        f"({tr['cost_model_basis']}; measured/model {tr['measured_over_cost_model']}), device peak "
+        f"{tr.get('device_peak_mb')} MiB")
 if mode == "gpu":
   targets = {"scoring_speedup>=1.5": (sc or {}).get("speedup"), "scoring_mfu>=0.40": (sc or {}).get("mfu"),
              "decode_speedup>=15": (s.get("decode") or {}).get("speedup")}

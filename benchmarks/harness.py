@@ -122,6 +122,8 @@ RANDOM = {
                        d_ff=3072, rope_theta=1e6, tie_embeddings=True, max_seq_len=40960),
     "qwen3-1.7b": dict(vocab_size=151936, d_model=2048, n_layers=28, n_heads=16, n_kv_heads=8, head_dim=128,
                        d_ff=6144, rope_theta=1e6, tie_embeddings=True, max_seq_len=40960),
+    "qwen3-8b": dict(vocab_size=151936, d_model=4096, n_layers=36, n_heads=32, n_kv_heads=8, head_dim=128,
+                     d_ff=12288, rope_theta=1e6, tie_embeddings=False, max_seq_len=40960),
     "qwen3-tiny": dict(vocab_size=512, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=128,
                        rope_theta=1e6, tie_embeddings=True, max_seq_len=4096),
     "qwen3-tiny-teacher": dict(vocab_size=512, d_model=96, n_layers=3, n_heads=6, n_kv_heads=2, head_dim=16,

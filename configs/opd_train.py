@@ -5,20 +5,27 @@
   python -m opd_jax.main --config=configs/opd_train.py --workdir=runs/opd_external \
       --config.train.configuration=qwen2.5-coder-1.5b-instruct:plain:reverse_kl
   python -m opd_jax.main --config=configs/opd_train.py:gpu --workdir=runs/opd_gpu \
-      --config.student.name=/data/Qwen3-1.7B                       # one H200: ~9.2 h (cost model, below)
+      --config.student.name=/data/Qwen3-1.7B                       # one H200: 12-84 h (below)
   python -m opd_jax.main --config=configs/opd_train.py:gpu --dry_run --cost_model=h200     # the estimate
 
-`:gpu` is teacher_sweep:paper's student, task and policy (Qwen3-1.7B HF folder, 2048-token responses), 500 steps
-of 32 questions x 8 rollouts, LoRA rank 16, 100 held-out questions x 4 samples every 100 steps. Its cost model
-(`--dry_run --cost_model=h200`, roofline at 50% of peak FLOP/s and 60% of HBM bandwidth, compile and load
-excluded) gives 9.15 h on one H200 with self:solution (rollouts 7.1 h memory-bound, train steps 2.0 h) and
-11.1 h with `--config.train.configuration=/data/Qwen3-8B:plain:reverse_kl`; not run (no accelerator was lent).
+`:gpu` is teacher_sweep:paper's student, task and policy (Qwen3-1.7B HF folder, 2048-token responses), 500
+updates of 32 questions x 8 rollouts (4000 steps of 4 questions x 8 rollouts, optim.accumulate=8), LoRA rank 16,
+100 held-out questions x 4 samples every 100 updates. Measured on one H200 (`benchmarks/train_step.py`, random
+Qwen3-1.7B, bf16): a train step of 32 rollouts x (256 + 2048) tokens takes 6.1 s and 43 GiB with self:solution,
+8.0 s and 59 GiB with a Qwen3-8B teacher; 64 rollouts in one step ran out of memory, also in two micro-batches
+of 32 (`micro_batch_rows`, which does bound memory on the CPU: open). The cost model (`--dry_run
+--cost_model=h200`, compile and load excluded) gives 12.1 h at its assumed 50% of peak FLOP/s and 60% of HBM
+bandwidth (rollouts 9.4 h, memory-bound; train steps 2.5 h), and 84 h at the efficiencies our code reached on
+that H200 (17% of peak FLOP/s, 7.5% of HBM bandwidth in decode: costs.MEASURED); the decode is what to speed up.
+Not run end to end (no Qwen3 weights or MATH data on the lent machine).
 
 The task, template and policy are teacher_sweep's, so a configuration diagnosed by the study can be trained on
 the same questions. Held-out questions are the pool's first `eval_questions`; the rest are trained on. Fields
 (config.train): configuration ("teacher:context:divergence[@x]" as in config.configurations), steps,
 batch_questions x rollouts_per_question rollouts per step, eval_questions x eval_samples held-out samples every
-eval_every steps (same keys each time), checkpoint_every, keep_checkpoints, chunk (loss positions per chunk),
+eval_every steps (same keys each time), micro_batch_rows (rollouts per micro-batch: the step's gradients are
+accumulated over micro-batches of this many rows before one update; 0: all at once), checkpoint_every,
+keep_checkpoints, chunk (loss positions per chunk),
 export (write the merged model as an HF folder at the end), lora.rank (0: full fine-tuning), lora.alpha,
 lora.targets (regex over param paths), optim.* (training/state.py OptimConfig: AdamW, clipping, warmup,
 schedule, accumulate). Defaults: LoRA rank 16, alpha 32 on q/k/v/o and the MLP, learning rate 1e-4
@@ -39,7 +46,7 @@ def get_config(arg: str | None = None):
       configuration="self:solution:reverse_kl",
       steps=12, batch_questions=4, rollouts_per_question=2,
       eval_questions=16, eval_samples=2, eval_every=6,
-      checkpoint_every=1, keep_checkpoints=2, chunk=128, export=False,
+      micro_batch_rows=0, checkpoint_every=1, keep_checkpoints=2, chunk=128, export=False,
       lora=dict(rank=16, alpha=32.0, targets=lora.DEFAULT_TARGETS),
       optim=dict(learning_rate=1e-4, warmup_steps=0, schedule="constant", weight_decay=0.0, clip_norm=1.0,
                  b1=0.9, b2=0.999, accumulate=1)))
@@ -61,8 +68,11 @@ def get_config(arg: str | None = None):
     for field in ("student", "task", "chat", "sampling"):
       config[field] = paper[field]
     config.name = "opd_train_gpu"
-    config.train.update(steps=500, batch_questions=32, rollouts_per_question=8, eval_questions=100,
-                        eval_samples=4, eval_every=100, checkpoint_every=25, chunk=512)
+    # 500 updates of 32 questions x 8 rollouts, as 8 accumulated steps of 4 questions x 8 rollouts: a step of
+    # 32 rollouts x (256 + 2048) tokens fits an H200 (43 GiB measured; 64 rows in one step did not).
+    config.train.update(steps=4000, batch_questions=4, rollouts_per_question=8, eval_questions=100,
+                        eval_samples=4, eval_every=800, checkpoint_every=200, chunk=512)
+    config.train.optim.accumulate = 8
   elif arg:
     raise ValueError(f"unknown variant {arg!r} of opd_train; use '', 'smoke' or 'gpu'")
   return config

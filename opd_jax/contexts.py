@@ -65,14 +65,15 @@ class TeacherConfig:
     return (self.teacher, self.context)
 
 
-def parse(config_id: str, spec: str) -> TeacherConfig:
-  """Parse `teacher:context:divergence[@param]` (the teacher may itself contain ':', e.g. a path).
+def parse(config_id: str, spec: str, *, field: str | None = None) -> TeacherConfig:
+  """Parse `teacher:context:divergence[@param]` (the teacher may itself contain ':', e.g. a path); `field` names
+  the config field in errors (default config.configurations[config_id]).
 
   Raises:
     ValueError: malformed spec, unknown context or divergence (listing the registered ones), a non-finite '@'
       parameter (nan, inf), jsd beta outside (0, 1), clip <= 0 or missing, or another bad parameter.
   """
-  where = f"config.configurations[{config_id!r}] = {spec!r}"
+  where = f"{field or f'config.configurations[{config_id!r}]'} = {spec!r}"
   parts = spec.rsplit(":", 2)
   if len(parts) != 3 or not all(parts):
     raise ValueError(f"{where}: expected 'teacher:context:divergence', e.g. 'self:solution:reverse_kl'")

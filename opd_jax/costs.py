@@ -63,6 +63,11 @@ ACCELERATORS = {
 }
 EFF_FLOPS = 0.5          # assumed fraction of peak FLOP/s reached (prefill, scoring chunks; decode when compute-bound)
 EFF_BW = 0.6             # assumed fraction of HBM bandwidth reached (decode steps; any memory-bound program)
+# What our programs reached on a real chip (benchmarks/device_check.sh + benchmarks/train_step.py, one H200,
+# 2026-11-30, bf16, random Qwen3 weights): scoring MFU 0.20 (0.6B + 1.7B, 8 x 1024 tokens), train step MFU 0.17
+# (1.7B LoRA self-teacher, 32 x 2304 tokens) and 0.24 (8B teacher), decode 0.075 of HBM bandwidth (0.6B, batch
+# 128). The dry run prints the estimate at these too: the assumed ones are targets, these are today's code.
+MEASURED = {"h200": (0.17, 0.075), "h100": (0.17, 0.075)}   # (fraction of peak FLOP/s, of HBM bandwidth)
 
 # XLA:CPU fp32 matmul rate (GFLOP/s) of x[M, 896] @ w[896, 4864] (the 0.5B student's MLP), jitted, median of 15,
 # and the memory bandwidth of x[1, 8192] @ w[8192, 8192] (bytes of w / time), on the 2-core CPU of the default
@@ -191,7 +196,14 @@ def _program(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int)
 
 @functools.lru_cache(maxsize=None)
 def _compiled_flops(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int) -> float:
+  """XLA:CPU's FLOPs of one call, compiled for the CPU whatever the default backend: XLA:GPU's cost analysis
+  leaves out the matmuls it hands to cuBLAS (a scoring program on an H200 reported 0.05x its matmul FLOPs)."""
   fn, args = _program(kind, cfg, rows, tokens, slots)
+  try:
+    cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+    args = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=cpu), args)
+  except RuntimeError:                                   # JAX_PLATFORMS without cpu: the default backend's count
+    pass
   return flops.xla_cost(jax.jit(fn).lower(*args).compile())["flops"]
 
 
@@ -333,9 +345,10 @@ class Cost:
     return "compute" if tc >= t / 2 else "memory"
 
 
-def cost(cs: list[Call], chip: Accelerator | None, chips: int = 1, cpu_bytes_per_el: int = 4) -> Cost:
+def cost(cs: list[Call], chip: Accelerator | None, chips: int = 1, cpu_bytes_per_el: int = 4, *,
+         eff: tuple[float, float] = (EFF_FLOPS, EFF_BW)) -> Cost:
   """Sum over calls of XLA FLOPs, analytic bytes (bf16 weights and KV on the accelerator; fp32 for the CPU
-  estimate) and roofline times (module docstring)."""
+  estimate) and roofline times (module docstring) at `eff` = (fraction of peak FLOP/s, of HBM bandwidth)."""
   compile_all(cs)
   f = by = cpu = cpu_c = acc = acc_c = 0.0
   for c in cs:
@@ -346,8 +359,8 @@ def cost(cs: list[Call], chip: Accelerator | None, chips: int = 1, cpu_bytes_per
     bts = program_bytes(c.kind, c.cfg, c.rows, c.tokens, c.slots, 2 if chip else cpu_bytes_per_el)
     f, by = f + c.count * fl, by + c.count * bts
     if chip:
-      t_c = fl / (chips * chip.peak_flops * EFF_FLOPS)
-      t = max(t_c, bts / (chips * chip.hbm_bw * EFF_BW))
+      t_c = fl / (chips * chip.peak_flops * eff[0])
+      t = max(t_c, bts / (chips * chip.hbm_bw * eff[1]))
       acc, acc_c = acc + c.count * t, acc_c + (c.count * t if t_c >= t else 0.0)
   return Cost(f, by, cpu, cpu_c, acc, acc_c)
 
@@ -385,6 +398,7 @@ def describe(config, name: str) -> str:
                  "ideal device (no communication)")
     lines.append(f"  hours per question: {total.acc_s / plan.questions / 3600:.3g} on {where} "
                  f"({total.acc_s / 3600:.3g} h for {plan.questions} questions)")
+    lines.append(measured_line(cs, name, chip, chips, per=plan.questions))
     need = _peak_bytes(cs, 2)
     if need > chips * chip.hbm_bytes:
       lines.append(f"  WARNING: weights + the largest KV cache need {need / 1e9:.0f} GB, more than {chips} x "
@@ -393,6 +407,19 @@ def describe(config, name: str) -> str:
   lines.append(f"  assumed prompts: {PROMPT_TOKENS} tokens; teacher contexts +{CONTEXT_DEFAULT} (contrastive "
                "also + the response cap); continuations average half the cap in full batches")
   return "\n".join(lines)
+
+
+def measured_line(cs: list[Call], name: str, chip: Accelerator, chips: int, per: int = 0) -> str:
+  """The total at the efficiencies MEASURED on that chip (or a note that none were)."""
+  kind = name.split("-")[0]
+  if kind not in MEASURED:
+    return f"  no measured efficiencies for {kind} (costs.MEASURED): the roofline above is the only estimate"
+  f_eff, b_eff = MEASURED[kind]
+  h = cost(cs, chip, chips, eff=MEASURED[kind]).acc_s / 3600
+  fmt = lambda x: f"{x:.3g}" if x < 1000 else f"{x:,.0f}"
+  each = f" ({fmt(h / per)} h per question)" if per else ""
+  return (f"  at today's measured efficiencies ({f_eff:.0%} of peak FLOP/s, {b_eff:.1%} of HBM bandwidth; "
+          f"costs.MEASURED): {fmt(h)} h{each}")
 
 
 def _peak_bytes(cs: list[Call], bytes_per_el: int) -> float:

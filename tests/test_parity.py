@@ -1,5 +1,6 @@
 """Parity with HF transformers (PyTorch, CPU, fp32) on tiny Llama / Qwen2 / Qwen3 checkpoints, and KV-cache
 consistency of the decoder (incremental decode and left padding against one full forward)."""
+import dataclasses
 import json
 
 import jax
@@ -179,3 +180,32 @@ def test_layered_layout_equals_stacked():
     np.testing.assert_allclose(step[:, 0], _full(params, tokens)[:, 6], atol=1e-5, rtol=0)
   back = decoder.stack_layers(layered)
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), back, params)
+
+
+def test_training_forward_with_remat_and_query_blocks_computes_the_same():
+  """hidden_states(remat=True, q_block=...) (the train step's forward) gives the plain forward's values and
+  gradients in both layouts, on a left-padded batch whose length is no multiple of the block; and remat does save
+  memory in the layered layout (an unrolled checkpoint per layer once saved nothing on XLA:CPU)."""
+  tokens = jax.random.randint(jax.random.key(7), (2, 10), 0, CONFIG.vocab_size)
+  positions = jnp.stack([jnp.arange(10), jnp.concatenate([jnp.full((3,), -1), jnp.arange(7)])])
+  w = jax.random.normal(jax.random.key(8), (2, 10, CONFIG.d_model))
+  for layout in ("stacked", "layered"):
+    model = models.random_model(CONFIG, seed=2, layout=layout)
+
+    def loss(params, remat, q_block):
+      h, _ = decoder.merge(model.graphdef, params).hidden_states(tokens, positions, remat=remat, q_block=q_block)
+      return jnp.sum(jnp.where(positions[..., None] >= 0, h * w, 0.0)), h
+
+    (l0, h0), g0 = jax.value_and_grad(loss, has_aux=True)(model.params, False, None)
+    (l1, h1), g1 = jax.value_and_grad(loss, has_aux=True)(model.params, True, 3)
+    np.testing.assert_allclose(np.where(positions[..., None] >= 0, h1, 0), np.where(positions[..., None] >= 0, h0, 0),
+                               atol=1e-5, rtol=0)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-4 * float(np.abs(b).max()), rtol=1e-4), g1, g0)
+  config = dataclasses.replace(CONFIG, n_layers=6)
+  model = models.random_model(config, seed=2, layout="layered")
+  long = jnp.zeros((2, 256), jnp.int32), jnp.broadcast_to(jnp.arange(256), (2, 256))
+  temp = {}
+  for remat in (False, True):
+    f = jax.grad(lambda p: jnp.sum(decoder.merge(model.graphdef, p).hidden_states(*long, remat=remat)[0] ** 2))
+    temp[remat] = jax.jit(f).lower(model.params).compile().memory_analysis().temp_size_in_bytes
+  assert temp[True] < 0.6 * temp[False], temp

@@ -1,5 +1,6 @@
 """The OPD train step and loop (opd_jax/training): the loss against an independent forward, self:plain gives
 exact zeros, and a run killed with SIGKILL resumes to the uninterrupted run's final params."""
+import json
 import os
 import pathlib
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pandas as pd
 import pytest
 
@@ -82,6 +84,30 @@ def test_loss_is_the_reverse_kl_of_independent_forwards_and_self_plain_is_exactl
   assert float(m["grad_norm"]) > 0 and float(m2["loss"]) < float(m["loss"])
 
 
+def test_micro_batches_give_the_one_batch_update():
+  """Gradient accumulation over micro-batches (rows i, i + k, ...) weights each by its rollouts with a response:
+  the same loss and update as the whole batch, also when the empty rows fall unevenly."""
+  student, teacher = _model(0), _model(1)
+  batch = step_lib.make_batch(S_PROMPTS, T_PROMPTS, RESPONSES, rows=4)   # k = 4: two empty micro-batches
+  ad = jax.tree.map(lambda x: x + 0.05, lora.init(student.params, jax.random.key(0), rank=2))
+  tx = optax.sgd(1.0)                                   # params after one step = params - gradients
+  out = []
+  for k in (1, 2, 4):
+    fn = step_lib.make_train_step(tx, s_graph=student.graphdef, t_graph=teacher.graphdef, lora_scale=2.0,
+                                  divergence="reverse_kl", chunk=3, vocab_size=None, micro_batches=k)
+    st0 = state_lib.init_state(jax.tree.map(jnp.copy, ad), tx, jax.random.key(1))   # the step donates it
+    out.append(fn(st0, student.params, teacher.params, batch))
+  for st, m in out[1:]:
+    np.testing.assert_allclose(float(m["loss"]), float(out[0][1]["loss"]), rtol=1e-5)
+    np.testing.assert_allclose(float(m["grad_norm"]), float(out[0][1]["grad_norm"]), rtol=1e-5)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7), st["params"],
+                 out[0][0]["params"])
+  with pytest.raises(ValueError, match="does not split into 3 micro-batches"):
+    step_lib.make_train_step(tx, s_graph=student.graphdef, t_graph=teacher.graphdef, lora_scale=2.0,
+                             divergence="reverse_kl", chunk=3, vocab_size=None, micro_batches=3)(
+        state_lib.init_state(ad, tx, jax.random.key(1)), student.params, teacher.params, batch)
+
+
 KILLED = """
 import os, signal, sys
 from opd_jax.training import state as state_lib
@@ -132,6 +158,25 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_params(tmp_path):
   assert "another" in other.stderr and (tmp_path / "cut" / "train" / "checkpoints" / "3").is_dir()
 
 
+def test_bad_training_inputs_fail_in_one_line_before_anything_is_written(tmp_path):
+  """Each bad config.train field: exit 2, one `error:` line naming the field, no workdir (one interpreter start
+  for all cases: tests/cli_batch.py)."""
+  cases = [("config.train.configuration=self:solution:no_such", "config.train.configuration"),
+           ("config.train.lora.rank=-1", "config.train.lora.rank"),
+           ("config.train.micro_batch_rows=-1", "config.train.micro_batch_rows"),
+           ("config.train.optim.accumulate=0", "config.train.optim.accumulate")]
+  spec = [{"argv": _cmd(tmp_path / f"w{i}")[3:] + [f"--{o}"]} for i, (o, _) in enumerate(cases)]
+  (tmp_path / "cases.json").write_text(json.dumps(spec))
+  proc = subprocess.run([sys.executable, str(REPO / "tests/cli_batch.py"), str(tmp_path / "cases.json"),
+                         str(tmp_path / "out.json")], env=dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu"),
+                        capture_output=True, text=True, timeout=300, cwd=REPO)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  for i, ((_, field), got) in enumerate(zip(cases, json.loads((tmp_path / "out.json").read_text()))):
+    errors = [l for l in got["stderr"].splitlines() if l.startswith("error:")]
+    assert got["code"] == 2 and len(errors) == 1 and field in errors[0], got
+    assert "Traceback" not in got["stderr"] and not (tmp_path / f"w{i}").exists(), got
+
+
 def test_training_cost_model_counts_the_loop():
   from configs import opd_train  # pylint: disable=g-import-not-at-top
   from opd_jax.training import costs as train_costs  # pylint: disable=g-import-not-at-top
@@ -140,9 +185,9 @@ def test_training_cost_model_counts_the_loop():
   cs = {(c.stage, c.kind, c.model): c for c in train_costs.calls(config)}
   assert cs["rollouts", "decode", "student"].count == t.steps * n_tok
   assert cs["rollouts", "decode", "student"].rows == t.batch_questions * t.rollouts_per_question
-  assert cs["train step", "prompt", "student"].count == 2 * t.steps          # LoRA: forward + input gradients
+  assert cs["train step", "prompt", "student"].count == 3 * t.steps          # LoRA: forward + input gradients + remat
   assert cs["evaluation", "decode", "student"].count == 2 * n_tok            # before + at the last step
   config.train.lora.rank = 0
   assert {(c.stage, c.kind, c.model): c for c in train_costs.calls(config)}[
-      "train step", "prompt", "student"].count == 3 * t.steps                # full fine-tuning: + weight gradients
+      "train step", "prompt", "student"].count == 4 * t.steps                # full fine-tuning: + weight gradients
   assert "train step" in train_costs.describe(config, "h200") and "expected:" in train_costs.describe(config, "h200")

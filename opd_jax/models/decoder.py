@@ -203,6 +203,22 @@ def _attention(q, k, v, q_pos, k_pos):
   return out.reshape(B, T, H, Dh).astype(q.dtype)
 
 
+def _attention_blocked(q, k, v, q_pos, k_pos, block: int):
+  """`_attention` over blocks of `block` queries (`lax.map`, each block `jax.checkpoint`ed): the same values per
+  query, with [B, K, G, block, S] scores alive at once in the forward and backward passes instead of
+  [B, K, G, T, S] (memory O(T) instead of O(T^2) per layer for long training sequences)."""
+  B, T, H, Dh = q.shape
+  if T <= block:
+    return _attention(q, k, v, q_pos, k_pos)
+  n = -(-T // block)
+  q = jnp.pad(q, ((0, 0), (0, n * block - T), (0, 0), (0, 0)))
+  q_pos = jnp.pad(q_pos, ((0, 0), (0, n * block - T)), constant_values=-1)   # padded queries see nothing
+  one = jax.checkpoint(lambda qi, pi: _attention(qi, k, v, pi, k_pos))
+  out = jax.lax.map(lambda a: one(*a), (jnp.moveaxis(q.reshape(B, n, block, H, Dh), 1, 0),
+                                        jnp.moveaxis(q_pos.reshape(B, n, block), 1, 0)))
+  return jnp.moveaxis(out, 0, 1).reshape(B, n * block, H, Dh)[:, :T]
+
+
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -235,9 +251,9 @@ class Block(nnx.Module):
     self.w_gate, self.w_up = p(("embed", "mlp"), c.d_model, c.d_ff), p(("embed", "mlp"), c.d_model, c.d_ff)
     self.w_down = p(("mlp", "embed"), c.d_ff, c.d_model)
 
-  def attention(self, x, positions, cache_kv, k_pos, end):
-    """Attention of x [B, T, D] (pre-norm, no residual); cache_kv None or (k, v) [B, S, K, Dh].
-    Returns (out [B, T, D], new (k, v) or None)."""
+  def attention(self, x, positions, cache_kv, k_pos, end, q_block: int | None = None):
+    """Attention of x [B, T, D] (pre-norm, no residual); cache_kv None or (k, v) [B, S, K, Dh]; q_block: attend
+    in blocks of this many queries (`_attention_blocked`). Returns (out [B, T, D], new (k, v) or None)."""
     c = self.config
     B, T, _ = x.shape
     h = _rms_norm(x, self.attn_norm[...], c.norm_eps)
@@ -257,7 +273,9 @@ class Block(nnx.Module):
       keys = jax.lax.dynamic_update_slice(cache_kv[0], k.astype(cache_kv[0].dtype), (0, end, 0, 0))
       values = jax.lax.dynamic_update_slice(cache_kv[1], v.astype(cache_kv[1].dtype), (0, end, 0, 0))
       new_kv = (keys, values)
-    attn = _attention(q, keys.astype(q.dtype), values.astype(q.dtype), positions, k_pos)
+    keys, values = keys.astype(q.dtype), values.astype(q.dtype)
+    attn = (_attention(q, keys, values, positions, k_pos) if q_block is None
+            else _attention_blocked(q, keys, values, positions, k_pos, q_block))
     return attn.reshape(B, T, -1) @ self.wo[...], new_kv
 
   def mlp(self, x):
@@ -265,9 +283,9 @@ class Block(nnx.Module):
     h = _rms_norm(x, self.mlp_norm[...], self.config.norm_eps)
     return (jax.nn.silu(h @ self.w_gate[...]) * (h @ self.w_up[...])) @ self.w_down[...]
 
-  def __call__(self, x, positions, cache_kv, k_pos, end):
+  def __call__(self, x, positions, cache_kv, k_pos, end, q_block: int | None = None):
     """One block: x [B, T, D] -> (x, new (k, v) or None); see `attention`."""
-    attn, new_kv = self.attention(x, positions, cache_kv, k_pos, end)
+    attn, new_kv = self.attention(x, positions, cache_kv, k_pos, end, q_block)
     x = x + attn
     return x + self.mlp(x), new_kv
 
@@ -293,11 +311,13 @@ class Decoder(nnx.Module):
     return init_cache(self.config, batch, size, self.embed.dtype, layered=self.layered)
 
   def hidden_states(self, tokens: jax.Array, positions: jax.Array, cache: Cache | None = None, *,
-                    remat: bool = False) -> tuple[jax.Array, Cache | None]:
+                    remat: bool = False, q_block: int | None = None) -> tuple[jax.Array, Cache | None]:
     """Final-normed hidden states [B, T, D] (params' dtype) and the updated cache; see `__call__`.
 
     remat: recompute each layer's activations in the backward pass (`jax.checkpoint` per layer) instead of
     storing them: training memory O(one layer) instead of O(L layers), for one more forward. Without a cache only.
+    q_block: attend over blocks of this many queries (`_attention_blocked`): scores of [B, H, q_block, S] at a
+    time instead of [B, H, T, S] (the same values per query; for long training forwards).
     """
     if remat and cache is not None:
       raise ValueError("remat is for training forwards without a KV cache")
@@ -308,22 +328,25 @@ class Decoder(nnx.Module):
       end = cache["end"]
       k_pos = jax.lax.dynamic_update_slice(cache["pos"], positions.astype(jnp.int32), (0, end))
     kv_in = None if cache is None else (cache["k"], cache["v"])
-    if self.layered:
+    if self.layered and not remat:
       outs = []
       for i, block in enumerate(self.layers):
-        if remat:
-          gd, st = nnx.split(block)
-          x, new_kv = jax.checkpoint(lambda st, x, gd=gd: nnx.merge(gd, st)(x, positions, None, k_pos, end))(st, x)
-        else:
-          x, new_kv = block(x, positions, None if kv_in is None else (kv_in[0][i], kv_in[1][i]), k_pos, end)
+        x, new_kv = block(x, positions, None if kv_in is None else (kv_in[0][i], kv_in[1][i]), k_pos, end,
+                          q_block)
         outs.append(new_kv)
       kv_out = None if cache is None else (tuple(o[0] for o in outs), tuple(o[1] for o in outs))
     else:
-      graphdef, state = nnx.split(self.layers)
+      if self.layered:   # remat: a scan over the layers stacked on the fly. A checkpointed call per unrolled
+        # layer saved nothing (XLA:CPU ran every recomputation before the backward pass: the same memory as no
+        # remat); a scan's loop keeps one layer's activations at a time.
+        splits = [nnx.split(block) for block in self.layers]
+        graphdef, state = splits[0][0], jax.tree.map(lambda *xs: jnp.stack(xs), *(st for _, st in splits))
+      else:
+        graphdef, state = nnx.split(self.layers)
 
       def body(x, layer_in):
         st, kv = layer_in
-        return nnx.merge(graphdef, st)(x, positions, kv, k_pos, end)
+        return nnx.merge(graphdef, st)(x, positions, kv, k_pos, end, q_block)
 
       x, kv_out = jax.lax.scan(jax.checkpoint(body) if remat else body, x, (state, kv_in))
     x = _rms_norm(x, self.final_norm[...], self.config.norm_eps)

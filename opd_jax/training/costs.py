@@ -4,7 +4,8 @@ compile-only FLOPs, analytic bytes and rooflines (opd_jax/costs.py) applied to t
 Per step: the student's rollouts (one prefill of the questions' prompts, `max_new_tokens` decode steps over
 batch_questions x rollouts_per_question rows); the student's forward over [prompt; response] of every rollout
 and the full-vocabulary head at the response positions, times 3 for forward + backward with full fine-tuning
-(weight and input gradients) or 2 with LoRA (input gradients only, the adapters' own FLOPs are negligible);
+(weight and input gradients) or 2 with LoRA (input gradients only, the adapters' own FLOPs are negligible),
+plus one forward of the layers that the trainer's per-layer remat recomputes in the backward pass;
 the teacher's forward and head (its context + response). Evaluations: before training and every eval_every
 steps, eval_questions x eval_samples rollouts. Upper bounds as in the study: every response at the token cap.
 """
@@ -20,7 +21,7 @@ STAGES = ("rollouts", "train step", "evaluation")
 def calls(config) -> list[costs.Call]:
   """The program calls of `config.train` (module docstring)."""
   t, n_tok = config.train, config.sampling.max_new_tokens
-  conf = contexts.parse("train", t.configuration)
+  conf = contexts.parse("train", t.configuration, field="config.train.configuration")
   s_cfg = costs.model_config(config.student.name, config)
   t_cfg = s_cfg if conf.teacher == contexts.SELF else costs.model_config(conf.teacher, config)
   bucket = sampling._bucket  # pylint: disable=protected-access
@@ -28,10 +29,11 @@ def calls(config) -> list[costs.Call]:
   ctx = 0 if conf.context == "plain" else costs.CONTEXT_TOKENS.get(conf.context, costs.CONTEXT_DEFAULT)
   rows = t.batch_questions * t.rollouts_per_question
   grad = 2 if t.lora.rank > 0 else 3
+  remat = 1                                     # step.make_train_step's default: layers recomputed (not the head)
   seq_s, seq_t = P + n_tok, bucket(costs.PROMPT_TOKENS + ctx, 16) + n_tok
   out = [costs.Call("rollouts", "prefill", "student", s_cfg, t.batch_questions, P, P + n_tok, t.steps),
          costs.Call("rollouts", "decode", "student", s_cfg, rows, 1, P + n_tok, t.steps * n_tok),
-         costs.Call("train step", "prompt", "student", s_cfg, rows, seq_s, seq_s, grad * t.steps),
+         costs.Call("train step", "prompt", "student", s_cfg, rows, seq_s, seq_s, (grad + remat) * t.steps),
          costs.Call("train step", "head", "student", s_cfg, rows, n_tok, 0, grad * t.steps),
          costs.Call("train step", "prompt", "teacher", t_cfg, rows, seq_t, seq_t, t.steps),
          costs.Call("train step", "head", "teacher", t_cfg, rows, n_tok, 0, t.steps)]
@@ -59,4 +61,5 @@ def describe(config, name: str) -> str:
     lines.append(f"  expected: {total.acc_s / 3600:.3g} h of roofline time on {chips} x {chip.name} (efficiencies "
                  f"{costs.EFF_FLOPS:.0%} of peak FLOP/s, {costs.EFF_BW:.0%} of HBM bandwidth; compile, load and "
                  "Python overheads excluded)")
+    lines.append(costs.measured_line(cs, name, chip, chips))
   return "\n".join(lines)

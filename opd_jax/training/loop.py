@@ -44,11 +44,15 @@ def validate(config) -> None:
     v = t[f]
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
       raise ValueError(f"config.train.{f} must be an integer > 0, got {v!r}")
+  micro = t.get("micro_batch_rows", 0)
+  if isinstance(micro, bool) or not isinstance(micro, int) or micro < 0:
+    raise ValueError(f"config.train.micro_batch_rows must be an integer >= 0 (0: the whole step's rollouts at "
+                     f"once), got {micro!r}")
   if t.lora.rank < 0 or isinstance(t.lora.rank, bool):
     raise ValueError(f"config.train.lora.rank must be >= 0 (0: full fine-tuning), got {t.lora.rank!r}")
   if t.lora.rank > 0 and not t.lora.alpha > 0:
     raise ValueError(f"config.train.lora.alpha must be > 0, got {t.lora.alpha!r}")
-  contexts.parse("train", t.configuration)
+  contexts.parse("train", t.configuration, field="config.train.configuration")
   state_lib.OptimConfig(**t.optim.to_dict(), total_steps=t.steps)
 
 
@@ -178,7 +182,8 @@ def run(config, workdir: str) -> str:
   scale = t.lora.alpha / t.lora.rank if t.lora.rank > 0 else None
   init_trainable = lambda: (lora.init(base, jax.random.fold_in(key, 1), rank=t.lora.rank, pattern=t.lora.targets)
                             if scale is not None else base)
-  tx = state_lib.optimizer(state_lib.OptimConfig(**t.optim.to_dict(), total_steps=t.steps))
+  updates = -(-t.steps // t.optim.accumulate)          # optax.MultiSteps: the schedule counts updates
+  tx = state_lib.optimizer(state_lib.OptimConfig(**t.optim.to_dict(), total_steps=updates))
   ckpts = state_lib.Checkpoints(out / "checkpoints", identity={"config_hash": _identity_hash(config),
                                                               "base_model": base_identity(student)},
                                 keep=t.keep_checkpoints)
@@ -192,16 +197,19 @@ def run(config, workdir: str) -> str:
   teacher = None if conf.teacher == contexts.SELF else env.teacher(conf.teacher)
   t_params = None if teacher is None else teacher.params
   batch_rows = t.batch_questions * t.rollouts_per_question
+  mesh = env.mesh if env.mesh is not None and env.mesh.size > 1 else None
+  micro_rows = sharding.pad_rows(min(t.get("micro_batch_rows", 0) or batch_rows, batch_rows), mesh)
+  micro_batches = -(-batch_rows // micro_rows)
+  batch_rows = micro_batches * micro_rows               # padded with empty rows: every step has one shape
   in_shardings = None
-  if env.mesh is not None and env.mesh.size > 1:        # pjit: explicit shardings on the study's mesh
+  if mesh is not None:                                   # pjit: explicit shardings on the study's mesh
     st = place_state(st, env.mesh)
-    batch_rows = sharding.pad_rows(batch_rows, env.mesh)
     in_shardings = (step_lib.shardings_of(st), step_lib.shardings_of(base), step_lib.shardings_of(t_params),
                     step_lib.batch_shardings(env.mesh))
   step_fn = step_lib.make_train_step(
       tx, s_graph=student.graphdef, t_graph=None if teacher is None else teacher.graphdef, lora_scale=scale,
       divergence=divergence_spec(conf), chunk=t.chunk, vocab_size=student.config.real_vocab_size,
-      in_shardings=in_shardings)
+      in_shardings=in_shardings, micro_batches=micro_batches)
   merge = jax.jit(lambda b, a: lora.merge(b, a, scale=scale)) if scale is not None else None
   current = lambda: dataclasses.replace(student, params=merge(base, st["params"]) if merge else st["params"])
 

@@ -87,8 +87,11 @@ def make_batch(student_prompts: Sequence[Sequence[int]], teacher_prompts: Sequen
   return Batch(tokens_s, pos_s, tokens_t, pos_t, response, mask)
 
 
+Q_BLOCK = 512   # queries per attention block in the train step's forwards (decoder._attention_blocked)
+
+
 def _response_hidden(model: decoder.Decoder, tokens, pos, T: int, remat: bool = False) -> jax.Array:
-  h, _ = model.hidden_states(tokens, pos, remat=remat)
+  h, _ = model.hidden_states(tokens, pos, remat=remat, q_block=Q_BLOCK)
   P = tokens.shape[1] - T
   return h[:, P - 1:P - 1 + T]
 
@@ -116,21 +119,60 @@ def loss_fn(trainable, base, teacher_state, batch: Batch, *, s_graph, t_graph, l
                          chunk=chunk, vocab_size=vocab_size, field="config.train.divergence")
 
 
+def _micro(batch: Batch, k: int) -> Batch:
+  """[B, ...] -> [k, B / k, ...]: micro-batch i holds rows i, i + k, i + 2k, ... (rows sharded in contiguous
+  blocks over "data" stay on their devices)."""
+  return jax.tree.map(lambda x: jnp.moveaxis(x.reshape((x.shape[0] // k, k) + x.shape[1:]), 1, 0), batch)
+
+
+def _accumulated(grad, micro_batches: int):
+  """value_and_grad of the whole batch's loss as a sum over micro-batches (`lax.scan`, one micro-batch's
+  activations at a time). The loss is a mean over the rollouts with a response (`losses.opd_loss`), so micro-batch
+  i is weighted n_i / n, n_i its rollouts with a response: equal to the one-batch loss and gradients up to
+  float round-off."""
+  if micro_batches == 1:
+    return grad
+
+  def fn(trainable, base, teacher_state, batch):
+    mb = _micro(batch, micro_batches)
+    n_i = jnp.sum(jnp.any(mb.mask, axis=-1), axis=-1).astype(jnp.float32)          # [k]
+    w = n_i / jnp.maximum(jnp.sum(n_i), 1.0)
+
+    def body(carry, xs):
+      b, w_i = xs
+      loss, g = grad(trainable, base, teacher_state, b)
+      total, acc = carry
+      return (total + w_i * loss.astype(jnp.float32),
+              jax.tree.map(lambda a, x: a + w_i * x.astype(jnp.float32), acc, g)), None
+
+    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), trainable)
+    (loss, grads), _ = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), (mb, w))
+    return loss, jax.tree.map(lambda g, x: g.astype(x.dtype), grads, trainable)
+
+  return fn
+
+
 def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, lora_scale: float | None,
                     divergence: str, chunk: int, vocab_size: int | None, in_shardings: tuple | None = None,
-                    remat: bool = True):
+                    remat: bool = True, micro_batches: int = 1):
   """A jitted `step(state, base, teacher_state, batch) -> (state, metrics)`; `state` (`state.init_state`) is
   donated. metrics: {"loss", "grad_norm", "update_norm"} fp32 scalars (the loss before the update).
 
   On a mesh, pass `in_shardings` = the NamedSharding pytrees of (state, base, teacher_state, batch) (`shardings_of`
   of placed arrays; rows of the batch over "data"): the step is jitted with those explicit in-shardings and the
   state's as out-shardings (pjit), so the updated state stays where it was.
+
+  micro_batches: split the batch's B rows into this many micro-batches (B must be a multiple; on a mesh, of
+  micro_batches x the "data" size) whose gradients are accumulated in fp32 before one optimizer update: the same
+  update as one batch (up to round-off), with one micro-batch's activations in memory.
   """
-  grad = jax.value_and_grad(functools.partial(loss_fn, s_graph=s_graph, t_graph=t_graph, lora_scale=lora_scale,
-                                              divergence=divergence, chunk=chunk, vocab_size=vocab_size,
-                                              remat=remat))
+  grad = _accumulated(jax.value_and_grad(functools.partial(
+      loss_fn, s_graph=s_graph, t_graph=t_graph, lora_scale=lora_scale, divergence=divergence, chunk=chunk,
+      vocab_size=vocab_size, remat=remat)), micro_batches)
 
   def step(state, base, teacher_state, batch):
+    if batch.response.shape[0] % micro_batches:
+      raise ValueError(f"a batch of {batch.response.shape[0]} rows does not split into {micro_batches} micro-batches")
     loss, grads = grad(state["params"], base, teacher_state, batch)
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
