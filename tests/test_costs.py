@@ -88,3 +88,16 @@ def test_cli_prints_the_table_for_smoke_and_one_line_errors(tmp_path):
   assert any(l.strip().startswith("hours per question:") for l in lines)
   assert bad["code"] == 2 and bad["stderr"].startswith("error: --cost_model='a100'") and not bad["stdout"]
   assert no_dry["code"] == 2 and "needs --dry_run" in no_dry["stderr"]
+
+
+def test_measured_efficiencies_scale_the_roofline(monkeypatch):
+  """The dry run's second estimate: the same calls at costs.MEASURED's fractions of peak instead of the assumed."""
+  monkeypatch.setattr(costs, "_compiled_flops", lambda *key: 1e15)             # compute-bound on any chip
+  cs = [costs.Call("scoring", "chunk", "student", TINY, 1, 16, 32, 10)]
+  chip, n = costs.accelerator("h200")
+  assumed, measured = (costs.cost(cs, chip, n, eff=e).acc_s for e in ((costs.EFF_FLOPS, costs.EFF_BW),
+                                                                      costs.MEASURED["h200"]))
+  assert measured / assumed == pytest.approx(costs.EFF_FLOPS / costs.MEASURED["h200"][0])
+  line = costs.measured_line(cs, "h200", chip, n, per=2)
+  assert f"{measured / 3600:.3g} h ({measured / 2 / 3600:.3g} h per question)" in line, line
+  assert "no measured efficiencies" in costs.measured_line(cs, "v5e-64", *costs.accelerator("v5e-64"))
