@@ -14,8 +14,8 @@ steps, median. Memory: on CPU the peak RSS during the steps minus the RSS after 
 
 Model FLOPs per step = grad x 2 N_s B (Ps + T) + 2 N_t B (Pt + T) with grad = 2 for LoRA (forward + input
 gradients) and 3 for full fine-tuning, plus one more student forward with --remat (recomputed activations);
-MFU = model FLOPs / s / --peak_flops. The cost model's time is `opd_jax.costs.cost` of the calls
-`opd_jax.training.costs` would make for these shapes: the roofline on --accelerator, or its CPU estimate.
+MFU = model FLOPs / s / --peak_flops. The cost model's time is `opd_jax.costs.cost` of
+`opd_jax.training.costs.step_calls` for these shapes: the roofline on --accelerator, or its CPU estimate.
 Ends with one JSON line.
 """
 from __future__ import annotations
@@ -52,6 +52,7 @@ def main(argv=None):
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from opd_jax import costs  # pylint: disable=g-import-not-at-top
+  from opd_jax.training import costs as train_costs  # pylint: disable=g-import-not-at-top
   from opd_jax.training import lora, state as state_lib, step as step_lib  # pylint: disable=g-import-not-at-top
 
   t_load = time.perf_counter()
@@ -101,10 +102,7 @@ def main(argv=None):
   flops = (grad + int(bool(args.remat))) * 2 * n_s * B * (Ps + Tb) + 2 * n_t * B * (Ptb + Tb)
   chip, chips = costs.accelerator(args.accelerator)
   t_cfg = student.config if teacher is None else teacher.config
-  calls = [costs.Call("train step", "prompt", "student", student.config, B, Ps + Tb, Ps + Tb, grad + args.remat),
-           costs.Call("train step", "head", "student", student.config, B, Tb, 0, grad),
-           costs.Call("train step", "prompt", "teacher", t_cfg, B, Ptb + Tb, Ptb + Tb, 1),
-           costs.Call("train step", "head", "teacher", t_cfg, B, Tb, 0, 1)]
+  calls = train_costs.step_calls(student.config, t_cfg, B, Ps, Ptb, Tb, lora=bool(scale), remat=bool(args.remat))
   predicted = costs.cost(calls, chip, chips, cpu_bytes_per_el=np.dtype(args.dtype).itemsize)
   pred_s = predicted.acc_s if chip else predicted.cpu_s
   peak_flops = args.peak_flops or (chip.peak_flops * chips if chip else None)

@@ -67,7 +67,7 @@ EFF_BW = 0.6             # assumed fraction of HBM bandwidth reached (decode ste
 # 2026-11-30, bf16, random Qwen3 weights): scoring MFU 0.20 (0.6B + 1.7B, 8 x 1024 tokens), train step MFU 0.17
 # (1.7B LoRA self-teacher, 32 x 2304 tokens) and 0.24 (8B teacher), decode 0.075 of HBM bandwidth (0.6B, batch
 # 128). The dry run prints the estimate at these too: the assumed ones are targets, these are today's code.
-MEASURED = {"h200": (0.17, 0.075), "h100": (0.17, 0.075)}   # (fraction of peak FLOP/s, of HBM bandwidth)
+MEASURED = {"h200": (0.17, 0.075)}   # (fraction of peak FLOP/s, of HBM bandwidth); other chips: not measured
 
 # XLA:CPU fp32 matmul rate (GFLOP/s) of x[M, 896] @ w[896, 4864] (the 0.5B student's MLP), jitted, median of 15,
 # and the memory bandwidth of x[1, 8192] @ w[8192, 8192] (bytes of w / time), on the 2-core CPU of the default

@@ -28,20 +28,29 @@ def calls(config) -> list[costs.Call]:
   P = bucket(costs.PROMPT_TOKENS, 16)
   ctx = 0 if conf.context == "plain" else costs.CONTEXT_TOKENS.get(conf.context, costs.CONTEXT_DEFAULT)
   rows = t.batch_questions * t.rollouts_per_question
-  grad = 2 if t.lora.rank > 0 else 3
-  remat = 1                                     # step.make_train_step's default: layers recomputed (not the head)
-  seq_s, seq_t = P + n_tok, bucket(costs.PROMPT_TOKENS + ctx, 16) + n_tok
   out = [costs.Call("rollouts", "prefill", "student", s_cfg, t.batch_questions, P, P + n_tok, t.steps),
-         costs.Call("rollouts", "decode", "student", s_cfg, rows, 1, P + n_tok, t.steps * n_tok),
-         costs.Call("train step", "prompt", "student", s_cfg, rows, seq_s, seq_s, (grad + remat) * t.steps),
-         costs.Call("train step", "head", "student", s_cfg, rows, n_tok, 0, grad * t.steps),
-         costs.Call("train step", "prompt", "teacher", t_cfg, rows, seq_t, seq_t, t.steps),
-         costs.Call("train step", "head", "teacher", t_cfg, rows, n_tok, 0, t.steps)]
+         costs.Call("rollouts", "decode", "student", s_cfg, rows, 1, P + n_tok, t.steps * n_tok)]
+  out += step_calls(s_cfg, t_cfg, rows, P, bucket(costs.PROMPT_TOKENS + ctx, 16), n_tok, lora=t.lora.rank > 0,
+                    steps=t.steps)
   evals = 1 + t.steps // t.eval_every + (t.steps % t.eval_every != 0)
   e_rows = t.eval_questions * t.eval_samples
   out += [costs.Call("evaluation", "prefill", "student", s_cfg, t.eval_questions, P, P + n_tok, evals),
           costs.Call("evaluation", "decode", "student", s_cfg, e_rows, 1, P + n_tok, evals * n_tok)]
   return out
+
+
+def step_calls(s_cfg, t_cfg, rows: int, prompt_s: int, prompt_t: int, response: int, *, lora: bool,
+               remat: bool = True, steps: int = 1) -> list[costs.Call]:
+  """The calls of `steps` train steps of `rows` rollouts: the student's forward over [prompt_s; response] and its
+  head at the response positions, x 2 with LoRA (forward + input gradients) or x 3 with full fine-tuning, plus one
+  forward of the layers with remat (`step.make_train_step`'s default; the head is not recomputed); the teacher's
+  forward over [prompt_t; response] and its head, once."""
+  grad = 2 if lora else 3
+  seq_s, seq_t = prompt_s + response, prompt_t + response
+  return [costs.Call("train step", "prompt", "student", s_cfg, rows, seq_s, seq_s, (grad + int(remat)) * steps),
+          costs.Call("train step", "head", "student", s_cfg, rows, response, 0, grad * steps),
+          costs.Call("train step", "prompt", "teacher", t_cfg, rows, seq_t, seq_t, steps),
+          costs.Call("train step", "head", "teacher", t_cfg, rows, response, 0, steps)]
 
 
 def describe(config, name: str) -> str:
