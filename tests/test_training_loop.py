@@ -108,6 +108,55 @@ def test_micro_batches_give_the_one_batch_update():
         state_lib.init_state(ad, tx, jax.random.key(1)), student.params, teacher.params, batch)
 
 
+EIGHT = """
+import json, sys
+import jax
+jax.config.update("jax_num_cpu_devices", 8)
+import numpy as np
+from opd_jax import sharding
+from opd_jax.training import lora, loop, state as state_lib, step as step_lib
+sys.path.insert(0, "tests")
+from test_training_loop import S_PROMPTS, T_PROMPTS, RESPONSES, _model
+student, teacher = _model(0), _model(1)
+batch = step_lib.make_batch(S_PROMPTS, T_PROMPTS, RESPONSES, rows=8)
+tx = state_lib.optimizer(state_lib.OptimConfig(learning_rate=1e-2))
+def run(mesh, k):
+  s, t = (student, teacher) if mesh is None else (sharding.shard_model(student, mesh), sharding.shard_model(teacher, mesh))
+  ad = jax.tree.map(lambda x: x + 0.05, lora.init(s.params, jax.random.key(0), rank=2))
+  st = state_lib.init_state(ad, tx, jax.random.key(1))
+  shard = None
+  if mesh is not None:
+    st = loop.place_state(st, mesh)
+    shard = (step_lib.shardings_of(st), step_lib.shardings_of(s.params), step_lib.shardings_of(t.params),
+             step_lib.batch_shardings(mesh))
+  fn = step_lib.make_train_step(tx, s_graph=s.graphdef, t_graph=t.graphdef, lora_scale=2.0, divergence="reverse_kl",
+                                chunk=3, vocab_size=None, in_shardings=shard, micro_batches=k)
+  st2, m = fn(st, s.params, t.params, batch)
+  specs = sorted({str(getattr(x.sharding, "spec", "")) for x in jax.tree.leaves(s.params)})
+  return ({k2: float(v) for k2, v in m.items()}, [np.asarray(x).tolist() for x in jax.tree.leaves(st2["params"])],
+          specs, all(x.sharding == y.sharding for x, y in zip(jax.tree.leaves(st2), jax.tree.leaves(st))))
+out = {"one": run(None, 1), "mesh": run(sharding.make_mesh(4, 2), 1), "mesh_micro": run(sharding.make_mesh(4, 2), 2)}
+print(json.dumps(out))
+"""
+
+
+def test_train_step_on_8_fake_devices_equals_one_device():
+  """The pjit train step (explicit in/out shardings on a (data 4, model 2) mesh, also with 2 micro-batches) gives
+  the one-device step's loss, norms and updated adapters, and leaves the state where it was placed."""
+  proc = subprocess.run([sys.executable, "-c", EIGHT], env=dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu"),
+                        capture_output=True, text=True, timeout=300, cwd=REPO)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out = json.loads(proc.stdout.strip().splitlines()[-1])
+  m1, p1, _, _ = out["one"]
+  for name in ("mesh", "mesh_micro"):
+    m, p, specs, stayed = out[name]
+    assert stayed and any("model" in sp for sp in specs), (name, specs)      # params really sharded
+    for key in ("loss", "grad_norm", "update_norm"):
+      np.testing.assert_allclose(m[key], m1[key], rtol=1e-5, err_msg=f"{name} {key}")
+    for a, b in zip(p, p1):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6, err_msg=name)
+
+
 KILLED = """
 import os, signal, sys
 from opd_jax.training import state as state_lib
