@@ -104,6 +104,8 @@ def table(rows: list[dict], columns: list[str]) -> str:
 
 
 def _fmt(v) -> str:
+  if v is None:
+    return ""
   if isinstance(v, float):
     return f"{v:,.2f}" if abs(v) < 1e5 else f"{v:,.0f}"
   return str(v)

@@ -44,9 +44,13 @@ def ours(args):
   itemsize = jax.numpy.dtype(args.dtype).itemsize
   seen = set()
 
+  ceiling = {}
+
   def handle(cmd):
     B, N = cmd["batch"], cmd["new_tokens"]
     compile_s = None
+    if B not in ceiling:
+      ceiling[B] = matmul_ceiling(model, B)
     if (B, N) not in seen:
       t0 = time.perf_counter()
       sampling.sample(model, [prompt] * B, key=jax.random.key(0), max_new_tokens=N, stop_ids=())
@@ -59,8 +63,38 @@ def ours(args):
     slots = sampling._bucket(len(prompt), 16) + N        # sampling.sample's cache size  pylint: disable=protected-access
     return {"seconds": dt, "tokens": B * N, "first_call_s": compile_s, "n_params": n_params,
             "dtype": args.dtype, "threads": os.cpu_count(), "prompt_len": len(prompt), "device": jax.default_backend(),
+            "matmul_gflops": ceiling[B],
             "bytes_per_step": harness.decode_bytes_per_step(model.config, B, slots, itemsize)}
   harness.serve(handle)
+
+
+def matmul_ceiling(model, B: int, reps: int = 5) -> float:
+  """GFLOP/s of XLA's matmuls at one decode step's shapes: [B, K] @ every 2-D weight of the model (the state's
+  own arrays, so they stream from memory as in decode; the embedding table is a gather, not a matmul) and the
+  head, in one jitted program with nothing else; median of `reps` after a warm-up. The decode's ceiling."""
+  import time  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  c = model.config
+  leaves = [(jax.tree_util.keystr(p), w) for p, w in jax.tree_util.tree_leaves_with_path(model.params)]
+  weights = [w for k, w in leaves if w.ndim >= 2 and "embed" not in k]
+  if c.tie_embeddings:
+    weights.append(next(w for k, w in leaves if "embed" in k).T)
+  mats = [m for w in weights for m in (w if w.ndim == 3 else [w])]      # stacked layout: [L, K, N]
+  flops = 2 * B * sum(m.shape[0] * m.shape[1] for m in mats)
+  assert flops == 2 * B * harness.matmul_params(c), (flops, 2 * B * harness.matmul_params(c))
+
+  @jax.jit
+  def step(ws, x):
+    return sum(jnp.sum(x[:, :w.shape[0]] @ w) for w in ws)
+  x = jnp.ones((B, max(m.shape[0] for m in mats)), mats[0].dtype)
+  jax.block_until_ready(step(weights, x))
+  times = []
+  for _ in range(reps):
+    t0 = time.perf_counter()
+    jax.block_until_ready(step(weights, x))
+    times.append(time.perf_counter() - t0)
+  return flops / harness.median(times) / 1e9
 
 
 def hf(args):
@@ -134,6 +168,11 @@ def main():
                "dtype": rs[0]["dtype"], "threads": rs[0]["threads"], "tokens/s": tps,
                "GFLOP/s": 2 * n_params * tps / 1e9, "first_call_s": rs[0].get("first_call_s") or 0.0,
                "mem_above_load_MB": harness.median([r["peak_above_load_mb"] for r in rs])}
+        if s == "ours":
+          row["matmul_GFLOP/s"] = rs[0]["matmul_gflops"]
+          row["of_matmul"] = row["GFLOP/s"] / rs[0]["matmul_gflops"]
+          figures[f"matmul_gflops_b{B}"], figures[f"of_matmul_b{B}"] = (harness.sig(rs[0]["matmul_gflops"]),
+                                                                      harness.sig(row["of_matmul"]))
         if s == "ours" and args.peak_bw:
           row["HBM_frac"] = rs[0]["bytes_per_step"] * (tps / B) / args.peak_bw
           figures[f"hbm_fraction_b{B}"] = harness.sig(row["HBM_frac"])
@@ -148,9 +187,11 @@ def main():
     if tmp:
       shutil.rmtree(tmp, ignore_errors=True)
   print(harness.table(rows, ["side", "device", "batch", "new_tokens", "dtype", "threads", "tokens/s", "GFLOP/s",
-                             "first_call_s", "mem_above_load_MB"] + (["HBM_frac"] if args.peak_bw else [])))
+                             "first_call_s", "mem_above_load_MB", "matmul_GFLOP/s", "of_matmul"]
+                      + (["HBM_frac"] if args.peak_bw else [])))
   print("GFLOP/s = 2 x N x tokens/s, N = matmul weights (harness.matmul_params). first_call_s (ours) includes "
-        "compilation." + (f" HBM_frac = bytes read per step (weights + whole KV cache) x steps/s / {args.peak_bw:.3g}"
+        "compilation. matmul_GFLOP/s: XLA's matmuls alone at a decode step's shapes over the same weights "
+        "(matmul_ceiling); of_matmul = GFLOP/s / matmul_GFLOP/s." + (f" HBM_frac = bytes read per step (weights + whole KV cache) x steps/s / {args.peak_bw:.3g}"
                           if args.peak_bw else ""))
   last = max(int(b) for b in args.batches.split(","))
   figures.update(benchmark="sampling", model=args.model, dtype=args.dtype, new_tokens=args.new_tokens,

@@ -3,6 +3,7 @@
   python -m opd_jax.main --config=configs/teacher_sweep.py               # 8 min 12 s on a quiet 2-core CPU,
                                                                           # cold cache (measured; README)
   python -m opd_jax.main --config=configs/teacher_sweep.py:gsm           # the previous default, ~9 min cold
+  python -m opd_jax.main --config=configs/teacher_sweep.py:hour          # the one-hour study (README): 40 min
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper \
       --config.student.name=/data/Qwen3-1.7B \
       --config.configurations.external=/data/Qwen3-8B:plain:reverse_kl   # GPU/TPU, hours
@@ -15,7 +16,8 @@ generated expression (opd_jax/tasks/generators.py, `expression_solution`); the s
 equations. The nodes are mostly the answer's digits. The CPU budget is a small sample: read its intervals, not
 its point estimates. `:gsm` is the previous default (gsm_symbolic, GSM8K templates with worked solutions,
 256-token responses: one informative question, 4 defined nodes per configuration, every group UNDERPOWERED).
-`:paper` is the paper-scale budget for Qwen3 HF folders on accelerators.
+`:hour` is the default at 4x the questions and 2x R (README: its verdict and table). `:paper` is the
+paper-scale budget for Qwen3 HF folders on accelerators.
 """
 from configs import base
 
@@ -70,6 +72,15 @@ def get_config(arg: str | None = None):
     config.budget.node_rollouts_per_question = 2
     config.budget.student_top_k = 1
     config.budget.question_batch = 8             # 8 questions x 4 rollouts per decode batch (32 rows)
+  elif arg == "hour":
+    # The default's task and views at about an hour of the 2-core CPU (39.6 min measured, README): 4x the
+    # informative questions (40, from a pool of 140; 60 were sampled) and R = 8 continuations per candidate
+    # (2x), so P_succ is less noisy and every group reaches the decision threshold (10 defined nodes over 10
+    # questions).
+    config.name = "teacher_sweep_hour"
+    config.task.num_problems = 140
+    config.budget.questions = 40
+    config.budget.continuations_per_candidate = 8
   elif arg == "paper":
     config.name = "teacher_sweep_paper"
     config.student.name = "/data/Qwen3-1.7B"                      # an HF folder (config.json, safetensors)
@@ -93,5 +104,5 @@ def get_config(arg: str | None = None):
     config.scoring.chunk = 512
     config.scoring.all_rollouts = True
   elif arg:
-    raise ValueError(f"unknown variant {arg!r} of teacher_sweep; use '', 'gsm' or 'paper'")
+    raise ValueError(f"unknown variant {arg!r} of teacher_sweep; use '', 'gsm', 'hour' or 'paper'")
   return config

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
+import threading
 
 from absl import app
 from absl import flags
@@ -181,9 +183,32 @@ def main(argv):
 _AS_COMMAND = False     # set by `run` (python -m opd_jax.main), not when main() is called in-process
 
 
+def exit_on_second_interrupt() -> None:
+  """A second Ctrl-C exits at once (code 130, the one `interrupted:` line), whatever the main thread is doing.
+
+  The first SIGINT raises KeyboardInterrupt in the main thread, handled in `main`, but only once the thread is
+  back in Python bytecode: a long XLA call or compile holds it, and a library may catch it. The C-level handler
+  also writes the signal number to `signal.set_wakeup_fd`'s pipe at once, even while the main thread runs C++;
+  a daemon thread reading that pipe counts the presses. Call from the main thread.
+  """
+  r, w = os.pipe()
+  os.set_blocking(w, False)
+  signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+
+  def watch():
+    presses = 0
+    while data := os.read(r, 64):
+      presses += data.count(bytes([signal.SIGINT]))
+      if presses >= 2:
+        print(INTERRUPTED, file=sys.stderr, flush=True)
+        os._exit(130)
+  threading.Thread(target=watch, daemon=True, name="second-interrupt").start()
+
+
 def run():
   global _AS_COMMAND
   _AS_COMMAND = True
+  exit_on_second_interrupt()
   app.run(main, flags_parser=parse_flags)
 
 

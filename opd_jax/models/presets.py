@@ -2,11 +2,14 @@
 the cache (cache.py) and sha256-verified against `PRESETS`."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
 import os
 import pathlib
+import shutil
+import tempfile
 
 from opd_jax import stages
 from opd_jax.models import cache
@@ -89,3 +92,21 @@ def preset_file(name: str) -> tuple[pathlib.Path, str]:
     raise ValueError(f"model preset {name!r}: checksum mismatch of {path}: sha256 {sha}, expected "
                      f"{preset.sha256}; delete {path} if it is in the cache, and {fix}")
   return path, sha
+
+
+@contextlib.contextmanager
+def header_file(name: str):
+  """Yields (path, n) where path is a sparse stand-in for the preset's GGUF file, as large as the whole file: the
+  first part's n bytes, then a hole (zeros on read, no disk). Its metadata and tensor table parse as the real
+  file's when they end within the first part (the header of every preset: ~6 MB of 50-90 MB parts), with
+  neither the assembly nor the hashing of the whole file; tensor data past n reads as zeros. The file is removed
+  on exit. Raises what `_preset_parts` raises (a package is missing)."""
+  preset, parts = PRESETS[name], _preset_parts(name)
+  cache.cache_root().mkdir(parents=True, exist_ok=True)
+  with tempfile.TemporaryDirectory(prefix=".header-", dir=cache.cache_root()) as tmp:
+    path = pathlib.Path(tmp) / f"{name}.gguf"
+    with open(parts[0], "rb") as src, open(path, "wb") as out:
+      shutil.copyfileobj(src, out, 1 << 24)
+      n = out.tell()
+      out.truncate(max(preset.size, n))
+    yield path, n
