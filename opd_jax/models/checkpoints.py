@@ -89,9 +89,10 @@ def peek(spec: str | os.PathLike) -> tuple[decoder.Config, Any] | None:
 
   Cheap: an HF folder (config.json and tokenizer files), a preset or GGUF file already converted in the cache
   (meta.json and tokenizer.json; a GGUF file's hash must be known: `file_sha256`'s marker), a preset never
-  converted (its header, read from the first part package: `presets.header_file`, ~1-3 s). A GGUF file seen for
-  the first time gives None: its context is checked after the load (`study.setup`). Raises what `load` raises
-  for a malformed folder or cache entry, or a preset whose packages are missing.
+  converted (its header, read from the first part package: `presets.header_file`; ~10 s for a 151k-token
+  vocabulary, the time gguf's reader takes to parse it). A GGUF file seen for the first time gives None: its
+  context is checked after the load (`study.setup`). Raises what `load` raises for a malformed folder or cache
+  entry, or a preset whose packages are missing.
   """
   spec = str(spec)
   if spec in PRESETS:
