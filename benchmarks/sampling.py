@@ -68,6 +68,9 @@ def ours(args):
   harness.serve(handle)
 
 
+MATMULS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "lm_head")   # decoder.py's matmul weights
+
+
 def matmul_ceiling(model, B: int, reps: int = 5) -> float:
   """GFLOP/s of XLA's matmuls at one decode step's shapes: [B, K] @ every 2-D weight of the model (the state's
   own arrays, so they stream from memory as in decode; the embedding table is a gather, not a matmul) and the
@@ -76,10 +79,13 @@ def matmul_ceiling(model, B: int, reps: int = 5) -> float:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   c = model.config
-  leaves = [(jax.tree_util.keystr(p), w) for p, w in jax.tree_util.tree_leaves_with_path(model.params)]
-  weights = [w for k, w in leaves if w.ndim >= 2 and "embed" not in k]
+  leaves = {}                                           # param name (last dict key) -> its arrays
+  for path, w in jax.tree_util.tree_leaves_with_path(model.params):
+    name = [k.key for k in path if isinstance(getattr(k, "key", None), str)][-1]   # an nnx.State leaf ends in .value
+    leaves.setdefault(name, []).append(w)
+  weights = [w for name in MATMULS for w in leaves.get(name, [])]
   if c.tie_embeddings:
-    weights.append(next(w for k, w in leaves if "embed" in k).T)
+    weights += [w.T for w in leaves["embed"]]
   mats = [m for w in weights for m in (w if w.ndim == 3 else [w])]      # stacked layout: [L, K, N]
   flops = 2 * B * sum(m.shape[0] * m.shape[1] for m in mats)
   assert flops == 2 * B * harness.matmul_params(c), (flops, 2 * B * harness.matmul_params(c))
@@ -88,11 +94,11 @@ def matmul_ceiling(model, B: int, reps: int = 5) -> float:
   def step(ws, x):
     return sum(jnp.sum(x[:, :w.shape[0]] @ w) for w in ws)
   x = jnp.ones((B, max(m.shape[0] for m in mats)), mats[0].dtype)
-  jax.block_until_ready(step(weights, x))
+  jax.block_until_ready(step(mats, x))
   times = []
   for _ in range(reps):
     t0 = time.perf_counter()
-    jax.block_until_ready(step(weights, x))
+    jax.block_until_ready(step(mats, x))
     times.append(time.perf_counter() - t0)
   return flops / harness.median(times) / 1e9
 

@@ -97,8 +97,6 @@ def peek(spec: str | os.PathLike) -> tuple[decoder.Config, Any] | None:
   spec = str(spec)
   if spec in PRESETS:
     cdir = converted_dir(PRESETS[spec].sha256)
-    if not ((cdir / "meta.json").is_file() and (cdir / "tokenizer.json").is_file()):
-      return _peek_preset_header(spec)
   else:
     path = pathlib.Path(spec).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
@@ -115,7 +113,7 @@ def peek(spec: str | os.PathLike) -> tuple[decoder.Config, Any] | None:
       return None
     cdir = converted_dir(m["sha256"])
   if not ((cdir / "meta.json").is_file() and (cdir / "tokenizer.json").is_file()):
-    return None
+    return _peek_preset_header(spec) if spec in PRESETS else None
   info = read_json(cdir / "meta.json")
   config = decoder.Config(**info["config"])
   tok, _ = gguf_file.cached_tokenizer(cdir, info, config)
