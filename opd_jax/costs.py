@@ -293,11 +293,12 @@ def calls(config, *, student_passes: str = "once") -> list[Call]:
   T_pad = -(-T // C) * C
   chunks = T_pad // C
 
-  def side(stage, name, cfg, prompt_tokens):
-    width = scoring._bucket(prompt_tokens, 16) - 1  # pylint: disable=protected-access
-    c = max(1, min(C, width))
-    width = -(-width // c) * c
-    return [Call(stage, "prompt", name, cfg, sb, c, width + T_pad, batches * width // c),
+  def side(stage, name, cfg, prompt_tokens, distinct=1):
+    # Each distinct prompt of a batch is prefilled once (scoring.score): the question's rollouts share the
+    # student's prompt and a context, except "contrastive" (2: the first incorrect rollout's text, or for that
+    # rollout itself the next one's).
+    c, width = scoring.prompt_chunks(scoring.prompt_width(prompt_tokens) - 1, config.scoring.chunk)
+    return [Call(stage, "prompt", name, cfg, min(distinct, sb), c, width + T_pad, batches * width // c),
             Call(stage, "chunk", name, cfg, sb, C, width + T_pad, batches * chunks)]
 
   for i, (teacher, ctx) in enumerate(keys):
@@ -310,7 +311,7 @@ def calls(config, *, student_passes: str = "once") -> list[Call]:
       extra = 0 if ctx == "plain" else CONTEXT_TOKENS.get(ctx, CONTEXT_DEFAULT) + (n_tok if ctx == "contrastive"
                                                                                    else 0)
       out += side("scoring", f"{'student' if teacher == contexts.SELF else teacher} ({ctx})", cfgs[teacher],
-                  PROMPT_TOKENS + extra)
+                  PROMPT_TOKENS + extra, 2 if ctx == "contrastive" else 1)
     out.append(Call("scoring", "predictors", "-", s_cfg, sb, C, 0, batches * chunks))
   # Continuations: one prefill of the node rollouts per question, then full branch batches (one start step each).
   seq = bucket(PROMPT_TOKENS + n_tok, 16)

@@ -34,53 +34,77 @@ class RolloutNodes:
   q_at: dict[View, np.ndarray | None]      # per view, fp32 [M, K] of its scaled teacher; None: no context
 
 
-def at_nodes(student: Any, h_p: np.ndarray, teachers: dict[View, tuple[Any, np.ndarray]], views: Sequence[View],
-             response: Sequence[int], positions: Sequence[int], *, student_top_k: int, teacher_top_k: int,
-             policy: sampling.SamplingParams, teacher_policy: sampling.SamplingParams) -> RolloutNodes:
-  """C(u), p and every q_v at the nodes of one rollout, from the hidden states of its scoring pass.
+@dataclasses.dataclass(frozen=True)
+class NodeInputs:
+  """What `at_nodes` needs of one rollout: h_p [L, D] the student's final-normed hidden states along the
+  response (`scoring.score`, return_hidden); teachers[view] = (teacher model, h_q [L, D]) of each view that scored
+  it (a view missing has no context for it: q_at None); the response ids [L]; the M node positions."""
+  h_p: np.ndarray
+  teachers: dict[View, tuple[Any, np.ndarray]]
+  response: Sequence[int]
+  positions: Sequence[int]
+
+
+def at_nodes(student: Any, rollouts: Sequence[NodeInputs], views: Sequence[View], *, student_top_k: int,
+             teacher_top_k: int, policy: sampling.SamplingParams,
+             teacher_policy: sampling.SamplingParams) -> list[RolloutNodes]:
+  """C(u), p and every q_v at the nodes of some rollouts, from the hidden states of their scoring pass.
+
+  C(u) (`targeted.candidate_set`): the sampled token first, the student's top-k_s, then each view's top-k_t in
+  view order, padded to K = 1 + k_s + k_t x len(views) (so every rollout of a study has one K). The heads run
+  in two phases (top-k ids, then log-probs at C(u)), each with one `scoring.head_logprobs` call per model and
+  distribution for the nodes of every rollout and view together (the student and its self-teacher views share
+  one). A row's result does not depend on the other rows (beyond float round-off from the batch shape).
 
   Args:
-    h_p: [L, D] the student's hidden states along the response; teachers[view]: (teacher model, h_q [L, D]) of
-      each view that scored this rollout (a view missing here has no context for it: q_at None).
-    views: every view of the study, sorted (C(u) has room for each one's top-k_t).
+    student: the student model; rollouts: one `NodeInputs` per rollout.
+    views: every view of the study, sorted.
     policy: the student's sampled policy (p); teacher_policy: the scaled teacher (q) (`preflight.policy`,
       `preflight.teacher_policy`).
+  Returns:
+    One `RolloutNodes` per rollout, in order.
   """
   size = 1 + student_top_k + teacher_top_k * len(views)
-  cands = candidate_sets(student, h_p, [teachers[v] for v in views if v in teachers], response, positions,
-                         student_top_k=student_top_k, teacher_top_k=teacher_top_k, size=size)
-  q_at = {v: logprobs_at(*teachers[v], positions, cands, teacher_policy) if v in teachers else None for v in views}
-  return RolloutNodes(list(positions), cands, logprobs_at(student, h_p, positions, cands, policy), q_at)
-
-
-def candidate_sets(student: Any, h_p: np.ndarray, teachers: Sequence[tuple[Any, np.ndarray]],
-                   response: Sequence[int], positions: Sequence[int], *, student_top_k: int, teacher_top_k: int,
-                   size: int) -> np.ndarray:
-  """C(u) at each node of one rollout (`targeted.candidate_set`): the sampled token first, the student's
-  top-k_s, then each view's top-k_t in view order.
-
-  Args:
-    student: the student model (its head reads `h_p`).
-    h_p: [L, D] the student's final-normed hidden states along the response (`scoring.score`, return_hidden).
-    teachers: (model, h_q [L, D]) of every view that scored this rollout, in view order.
-    response: the response token ids [L]; positions: the M node positions.
-    size: K, the padded size of C(u) (1 + k_s + k_t x the number of views of the study).
-  Returns:
-    int64 [M, K], -1 padded.
-  """
   k_top = max(1, student_top_k, teacher_top_k)
-  s_top = scoring.head_logprobs(student, h_p[positions], top_k=k_top)["topk_ids"]
-  t_tops = [scoring.head_logprobs(model, h_q[positions], top_k=k_top)["topk_ids"] for model, h_q in teachers]
-  return np.stack([targeted.candidate_set(response[t], s_top[m][:student_top_k],
-                                          [top[m][:teacher_top_k] for top in t_tops], size)
-                   for m, t in enumerate(positions)])
+  sides = [[(None, student, x.h_p)] + [(v, *x.teachers[v]) for v in views if v in x.teachers] for x in rollouts]
+  tops = _heads([[(model, h[x.positions], None) for _, model, h in side] for side, x in zip(sides, rollouts)],
+                top_k=k_top, policies={})
+  cands = [np.array([targeted.candidate_set(x.response[t], top[0][m][:student_top_k],
+                                            [tt[m][:teacher_top_k] for tt in top[1:]], size)
+                     for m, t in enumerate(x.positions)], np.int64).reshape(len(x.positions), size)
+           for x, top in zip(rollouts, tops)]
+  policies = {id(student): policy}
+  logp = _heads([[(model, h[x.positions], c) for _, model, h in side] for side, x, c in zip(sides, rollouts, cands)],
+                top_k=1, policies=policies, teacher_policy=teacher_policy)
+  out = []
+  for side, x, c, lp in zip(sides, rollouts, cands, logp):
+    q_at = {v: None for v in views}
+    q_at.update({view: a for (view, _, _), a in zip(side[1:], lp[1:])})
+    out.append(RolloutNodes(list(x.positions), c, lp[0], q_at))
+  return out
 
 
-def logprobs_at(model: Any, h: np.ndarray, positions: Sequence[int], cands: np.ndarray,
-                policy: sampling.SamplingParams) -> np.ndarray:
-  """fp32 [M, K]: full-vocabulary log-probs of `model`'s processed distribution (`policy`: the student's sampled
-  policy, or the scaled teacher) at the candidates, from its hidden states h [L, D]; -inf at padding."""
-  return scoring.head_logprobs(model, h[positions], cands, top_k=1, policy=policy)["logp"]
+def _heads(requests, *, top_k: int, policies: dict, teacher_policy=None):
+  """`scoring.head_logprobs` of every (model, h [M, D], candidates [M, K] or None) of every rollout, one call
+  per (model, distribution): the rows that share a model go through its head together. The student's rows
+  (policies[id(model)]) take its sampled policy and every other row `teacher_policy`, even the student's own
+  self-teacher rows. Returns, per rollout and request, the "topk_ids" (candidates None) or the "logp" array."""
+  groups: dict = {}
+  for i, reqs in enumerate(requests):
+    for j, (model, h, cands) in enumerate(reqs):
+      pol = policies.get(id(model)) if j == 0 else teacher_policy
+      groups.setdefault((id(model), pol), (model, pol, []))[2].append((i, j, h, cands))
+  out = [[None] * len(reqs) for reqs in requests]
+  for model, pol, items in groups.values():
+    h = np.concatenate([np.asarray(hh) for _, _, hh, _ in items])
+    cands = None if items[0][3] is None else np.concatenate([c for _, _, _, c in items])
+    got = scoring.head_logprobs(model, h, cands, top_k=top_k, policy=pol)
+    a = got["topk_ids"] if cands is None else got["logp"]
+    start = 0
+    for i, j, hh, _ in items:
+      out[i][j] = a[start:start + len(hh)]
+      start += len(hh)
+  return out
 
 
 def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response: Sequence[int], at: RolloutNodes,

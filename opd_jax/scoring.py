@@ -81,22 +81,22 @@ def _feed(prompt, prompt_len, response, lengths, T_pad):
   return jnp.where(positions >= 0, tokens, 0), positions
 
 
-def _prefill(model, prompt, prompt_len, *, chunk, extra):
+def _prefill(model, prompt, prompt_len, rows=None, *, chunk, extra):
   """A KV cache holding all but the last prompt column, with `extra` free slots after them.
 
-  The P - 1 prompt columns are left-padded to a multiple of c = min(chunk, P - 1) and run c at a time, so the
-  attention scores are at most [B, H, c, S].
+  The P - 1 prompt columns are left-padded to a multiple of c (`prompt_chunks`: the fewest chunks of at most
+  `chunk` columns, equal sizes) and run c at a time, so the attention scores are at most [B, H, c, S]. rows: int32 [B] or None; the prompts are then U distinct ones
+  [U, P], prefilled once each, and row b of the cache copies prompt rows[b].
   """
   B, P = prompt.shape
   n = P - 1
-  c = max(1, min(chunk, n))
-  width = -(-n // c) * c
+  c, width = prompt_chunks(n, chunk)
   positions = jnp.pad(_left_positions(prompt_len, P)[:, :n], ((0, 0), (width - n, 0)), constant_values=-1)
   tokens = jnp.pad(prompt[:, :n], ((0, 0), (width - n, 0)))
   tokens = jnp.where(positions >= 0, tokens, 0)
   cache = model.init_cache(B, width + extra)
   if not n:
-    return (cache,)
+    return (cache if rows is None else decoder.map_cache_rows(lambda a: a[rows], cache),)
 
   def body(cache, j):
     sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * c, c, axis=1)
@@ -104,7 +104,15 @@ def _prefill(model, prompt, prompt_len, *, chunk, extra):
     return cache, None
 
   cache, _ = jax.lax.scan(body, cache, jnp.arange(width // c))
-  return (cache,)
+  return (cache if rows is None else decoder.map_cache_rows(lambda a: a[rows], cache),)
+
+
+def prompt_chunks(n: int, chunk: int) -> tuple[int, int]:
+  """(c, width) of a prompt prefill of n columns: the fewest chunks k = ceil(n / chunk), each c = ceil(n / k)
+  columns, so the padding is under k columns (not up to a whole chunk); width = k c. n = 0 gives (1, 0)."""
+  k = max(1, -(-n // max(chunk, 1)))
+  c = max(1, -(-n // k))
+  return c, (k * c if n else 0)
 
 
 def _real_logits(model, h):
@@ -160,10 +168,11 @@ def _sides(mode, fn, s, t, *xs):
   return tuple(zip(fn(s, *(x[0] for x in xs)), fn(t, *(x[1] for x in xs))))
 
 
-def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, *, s_graphdef,
-           t_graphdef, chunk, identical=False, reuse=False):
+def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_rows=None,
+           t_rows=None, *, s_graphdef, t_graphdef, chunk, identical=False, reuse=False):
   """Checks and inputs of `score_arrays`: (mode, pack, caches, s feed, t feed, C, T_pad, s, t, t_hidden), mode as
   in `_sides`, s and t the merged student and teacher (`decoder.merge`; t is s when t_params is None).
+  s_rows, t_rows: the prompts are distinct ones and row b reads prompt s_rows[b] (t_rows[b]); None: one per row.
   reuse: the student's hidden states are given, so the student side gets no KV cache (its
   entry of `caches` is None; the teacher's too when identical). An external teacher (`flax_adapter.Adapter`)
   gets no KV cache either: t_hidden [B, T_pad, Dt] are its hidden states from one full forward (else None)."""
@@ -189,31 +198,40 @@ def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, r
                        f"s_prompt {s_prompt.shape} and t_prompt {t_prompt.shape}")
   check_vocab(s_config, t_config)
   B, T = response.shape
-  for name, a in (("s_prompt", s_prompt), ("t_prompt", t_prompt)):
-    if a.ndim != 2 or a.shape[0] != B or a.shape[1] < 1:
-      raise ValueError(f"{name} must be [B={B}, P >= 1] token ids, got shape {a.shape}")
+  if (s_rows is None) != (t_rows is None):
+    raise ValueError("pass both s_rows and t_rows (distinct prompts on both sides) or neither")
+  for name, a, rows in (("s_prompt", s_prompt, s_rows), ("t_prompt", t_prompt, t_rows)):
+    if rows is not None and rows.shape != (B,):
+      raise ValueError(f"{name[0]}_rows must be int32 [B={B}] indices of distinct prompts, got shape {rows.shape}")
+    if a.ndim != 2 or a.shape[1] < 1 or (rows is None and a.shape[0] != B):
+      raise ValueError(f"{name} must be [B={B}, P >= 1] token ids (or [U, P] distinct prompts with {name[0]}_rows), "
+                       f"got shape {a.shape}")
+  per_row = lambda a, rows: a if rows is None else a[rows]
   C = max(1, min(chunk, T))
   T_pad = -(-T // C) * C
   pack = (lambda a, b: jnp.stack([a, b])) if mode == "stacked" else (lambda a, b: (a, b))
-  prefill = functools.partial(_prefill, chunk=C, extra=T_pad)
+  prefill = functools.partial(_prefill, chunk=chunk, extra=T_pad)     # prompts in chunks of `chunk`, not of C <= T
   t_hidden = None
   if isinstance(t, flax_adapter.Adapter):                  # one full forward of its own, no KV cache
-    t_hidden = t.feed_hidden(t_prompt, t_prompt_len, response, lengths, T_pad)
-    caches = (None if reuse else prefill(s, s_prompt, s_prompt_len)[0], None)
+    t_hidden = t.feed_hidden(per_row(t_prompt, t_rows), per_row(t_prompt_len, t_rows), response, lengths, T_pad)
+    caches = (None if reuse else prefill(s, s_prompt, s_prompt_len, s_rows)[0], None)
   elif reuse:
-    caches = (None, None if identical else prefill(t, t_prompt, t_prompt_len)[0])
-  else:
+    caches = (None, None if identical else prefill(t, t_prompt, t_prompt_len, t_rows)[0])
+  elif s_rows is None:
     (caches,) = _sides(mode, prefill, s, t, pack(s_prompt, t_prompt), pack(s_prompt_len, t_prompt_len))
-  s_feed = _feed(s_prompt, s_prompt_len, response, lengths, T_pad)
-  t_feed = _feed(t_prompt, t_prompt_len, response, lengths, T_pad)
+  else:
+    (caches,) = _sides(mode, prefill, s, t, pack(s_prompt, t_prompt), pack(s_prompt_len, t_prompt_len),
+                       pack(s_rows, t_rows))
+  s_feed = _feed(per_row(s_prompt, s_rows), per_row(s_prompt_len, s_rows), response, lengths, T_pad)
+  t_feed = _feed(per_row(t_prompt, t_rows), per_row(t_prompt_len, t_rows), response, lengths, T_pad)
   return mode, pack, caches, s_feed, t_feed, C, T_pad, s, t, t_hidden
 
 
-@sharding.sharded_jit(in_specs=(PARAMS, PARAMS) + (ROWS,) * 7, out_specs=ROWS,
+@sharding.sharded_jit(in_specs=(PARAMS, PARAMS) + (ROWS,) * 9, out_specs=ROWS,
                       static_argnames=("s_graphdef", "t_graphdef", "chunk", "top_k", "beta", "return_hidden",
                                        "identical"))
 def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths,
-                 s_hidden=None, *, s_graphdef, t_graphdef=None, chunk: int = 128,
+                 s_hidden=None, s_rows=None, t_rows=None, *, s_graphdef, t_graphdef=None, chunk: int = 128,
                  top_k: int = 8, beta: float = 0.5, return_hidden: bool = False,
                  identical: bool = False) -> dict[str, jax.Array]:
   """Log-probs of the response tokens and every predictor at every response position, streamed in chunks.
@@ -242,6 +260,11 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
     s_hidden: optional [B, T, Ds] final-normed student hidden states of these rows (the "h_p" of an earlier
       call on the same student prompts and responses): the student side then runs only its output head, no
       prefill and no layers (one student pass serves every view). With identical=True no model body runs.
+    s_rows, t_rows: optional int32 [B] each (both or neither): the prompts are then Us (Ut) distinct ones,
+      s_prompt [Us, Ps] and s_prompt_len [Us], and row b reads prompt s_rows[b] (t_prompt t_rows[b]): each
+      distinct prompt is prefilled once and its KV cache copied to its rows (the rollouts of one question share
+      the student's prompt and most teacher contexts). Equal to the per-row prompts up to float round-off of
+      the smaller prefill batch.
   Returns:
     {name: fp32 [B, T]} for name in DENSE_KEYS, exactly 0 at masked positions, and "mask": bool [B, T],
     t < lengths (plus "h_p", "h_q" with return_hidden).
@@ -250,7 +273,8 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
       t_params=None, or arrays of inconsistent shapes.
   """
   mode, pack, caches, s_feed, t_feed, C, T_pad, s, t, t_hidden = _setup(
-      s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_graphdef=s_graphdef,
+      s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_rows, t_rows,
+      s_graphdef=s_graphdef,
       t_graphdef=t_graphdef, chunk=chunk, identical=identical, reuse=s_hidden is not None)
   s_config = s.config
   B, T = response.shape
@@ -316,6 +340,16 @@ def _bucket(n: int, minimum: int) -> int:
   return 1 << (n - 1).bit_length() if n <= 512 else -(-n // 512) * 512
 
 
+def prompt_width(n: int) -> int:
+  """Padded prompt width: powers of two up to 64, then multiples of 32 up to 512, then of 128. Every padded
+  column runs through the model in the prefill, so prompt widths are bucketed finer than T (a 131-token context
+  pads to 160, not 256), at the price of a few more compiled shapes."""
+  if n <= 64:
+    return _bucket(n, 16)
+  step = 32 if n <= 512 else 128
+  return -(-n // step) * step
+
+
 def _check_ids(name: str, seqs: Sequence[Sequence[int]], vocab: int) -> None:
   for r, s in enumerate(seqs):
     a = np.asarray(s, np.int64)
@@ -362,15 +396,26 @@ def _batches(n: int, batch_size: int, mesh=None):
     yield rows, sharding.pad_rows(min(_bucket(len(rows), 1), batch_size), mesh)
 
 
-def _pad_rows(prompts_s, prompts_t, responses, rows, Bp, chunk):
-  """numpy arrays for `score_arrays` at bucketed shapes; dummy rows are scored as empty."""
-  ps = [list(prompts_s[r]) for r in rows] + [[0]] * (Bp - len(rows))
-  pt = [list(prompts_t[r]) for r in rows] + [[0]] * (Bp - len(rows))
+def _pad_rows(prompts_s, prompts_t, responses, rows, Bp, chunk, mesh=None, shared=False):
+  """numpy arrays for `score_arrays` at bucketed shapes, each side's distinct prompts once: (s_prompt [Us, Ps],
+  s_prompt_len, t_prompt [Ut, Pt], t_prompt_len, response [Bp, T], lengths, s_rows [Bp], t_rows [Bp]). Dummy rows
+  are scored as empty (length 0, reading prompt 0); shared (one model for both sides) pads Us and Ut alike."""
   rs = [list(responses[r]) for r in rows] + [[]] * (Bp - len(rows))
-  Ps, Pt = _bucket(max(map(len, ps)), 16), _bucket(max(map(len, pt)), 16)
   T = _bucket(max(1, max(map(len, rs))), 16)
   if T > chunk:
     T = -(-T // chunk) * chunk
+
+  def distinct(prompts):
+    index: dict[tuple[int, ...], int] = {}
+    at = [index.setdefault(tuple(prompts[r]), len(index)) for r in rows]
+    return [list(p) for p in index], np.array(at + [0] * (Bp - len(rows)), np.int32)
+
+  (ps, s_rows), (pt, t_rows) = distinct(prompts_s), distinct(prompts_t)
+  Us, Ut = (sharding.pad_rows(_bucket(len(p), 1), mesh) for p in (ps, pt))
+  if shared:
+    Us = Ut = max(Us, Ut)
+  ps, pt = ps + [[0]] * (Us - len(ps)), pt + [[0]] * (Ut - len(pt))
+  Ps, Pt = prompt_width(max(map(len, ps))), prompt_width(max(map(len, pt)))
 
   def left(seqs, width):
     out = np.zeros((len(seqs), width), np.int32)
@@ -381,7 +426,7 @@ def _pad_rows(prompts_s, prompts_t, responses, rows, Bp, chunk):
   response = np.zeros((Bp, T), np.int32)
   for i, s in enumerate(rs):
     response[i, :len(s)] = s
-  return (*left(ps, Ps), *left(pt, Pt), response, np.array([len(s) for s in rs], np.int32))
+  return (*left(ps, Ps), *left(pt, Pt), response, np.array([len(s) for s in rs], np.int32), s_rows, t_rows)
 
 
 def _teacher_args(student, teacher, shared, arrays):
@@ -401,9 +446,11 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
   predictors"); see `score_arrays` for the quantities and the module docstring for memory.
 
   Rows are scored `batch_size` at a time, padded to bucketed shapes (batch: powers of two up to batch_size;
-  prompt widths and T: powers of two up to 512, then multiples of 512; T also a multiple of chunk) so that
-  repeated calls reuse a few compiled programs. A row's result does not depend on the other rows (beyond
-  float round-off from the batch shape).
+  prompt widths: `prompt_width`; T: powers of two up to 512, then multiples of 512, and a multiple of chunk) so that
+  repeated calls reuse a few compiled programs. Within a batch each distinct prompt of each side is prefilled
+  once (`score_arrays`' s_rows, t_rows): the rollouts of one question share the student's prompt and most
+  teacher contexts, and with short responses the prompts are most of the FLOPs. A row's result does not depend
+  on the other rows (beyond float round-off from the batch shape).
 
   Args:
     student, teacher: `opd_jax.models.Model`-like objects with `.config` (decoder.Config) and `.params`; the
@@ -436,20 +483,21 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
                      "score(..., return_hidden=True)['h_p'] returns")
   keys = DENSE_KEYS + (("h_p", "h_q") if return_hidden else ())
   out = {k: [None] * len(responses) for k in keys}
-  for rows, Bp in _batches(len(responses), batch_size, sharding.mesh_of(student.params)):
-    arrays = _pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk)
+  mesh = sharding.mesh_of(student.params)
+  for rows, Bp in _batches(len(responses), batch_size, mesh):
+    *arrays, s_rows, t_rows = _pad_rows(student_prompts, teacher_prompts, responses, rows, Bp, chunk, mesh, shared)
     t_params, t_graphdef = _teacher_args(student, teacher, shared, arrays)
     identical = t_params is None and all(list(student_prompts[r]) == list(teacher_prompts[r]) for r in rows)
-    extra = ()
+    h = None
     if student_hidden is not None:                    # the student's head only: no student prefill or layers
       h = np.zeros(arrays[4].shape + (student.config.d_model,), np.asarray(student_hidden[rows[0]]).dtype)
       for i, r in enumerate(rows):
         h[i, :len(responses[r])] = student_hidden[r]
-      extra = (h,)
       if t_params is None and not identical:          # a self-teacher context: the student's body, teacher side
         t_params, t_graphdef = teacher.params, teacher.graphdef
-    got = score_arrays(student.params, t_params, *arrays, *extra, s_graphdef=student.graphdef, t_graphdef=t_graphdef,
-                       chunk=chunk, top_k=top_k, beta=beta, return_hidden=return_hidden, identical=identical)
+    got = score_arrays(student.params, t_params, *arrays, h, s_rows, t_rows, s_graphdef=student.graphdef,
+                       t_graphdef=t_graphdef, chunk=chunk, top_k=top_k, beta=beta, return_hidden=return_hidden,
+                       identical=identical)
     got = {k: np.asarray(got[k]) for k in keys}
     for i, r in enumerate(rows):
       for k in keys:

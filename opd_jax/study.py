@@ -249,19 +249,20 @@ def tokens_table(question_id: str, views: list[nodes.View], dense: dict, respons
 def nodes_of(env: Env, views: list[nodes.View], node_rollouts: list[int], responses, dense: dict,
              h_p: dict) -> dict[int, nodes.RolloutNodes]:
   """The nodes of each node rollout (`targeted.select_nodes`, on the student entropy of the first view that
-  scored it), their C(u), p and q_v (`nodes.at_nodes`, from the scoring pass's hidden states)."""
+  scored it), their C(u), p and q_v (`nodes.at_nodes`, from the scoring pass's hidden states; one head call per
+  model and phase for all of the question's node rollouts)."""
   c, b = env.config, env.config.budget
-  out = {}
   with _timed(env, "scoring_s"):
+    inputs = []
     for r in node_rollouts:
       first = next(view for view in views if r in dense[view])
       positions = targeted.select_nodes(len(responses[r]), b.nodes_per_rollout, b.node_strategy,
                                         entropy=dense[first][r]["entropy_p"]).tolist()
       teachers = {view: (env.teacher(view[0]), dense[view][r]["h_q"]) for view in views if r in dense[view]}
-      out[r] = nodes.at_nodes(env.student, h_p[r], teachers, views, responses[r], positions,
-                              student_top_k=b.student_top_k, teacher_top_k=b.teacher_top_k,
-                              policy=preflight.policy(c), teacher_policy=preflight.teacher_policy(c))
-  return out
+      inputs.append(nodes.NodeInputs(h_p[r], teachers, responses[r], positions))
+    at = nodes.at_nodes(env.student, inputs, views, student_top_k=b.student_top_k, teacher_top_k=b.teacher_top_k,
+                        policy=preflight.policy(c), teacher_policy=preflight.teacher_policy(c))
+  return dict(zip(node_rollouts, at))
 
 
 def continuations(env: Env, index: int, problem, prompt: list[int], responses,

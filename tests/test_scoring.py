@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from opd_jax import divergences, gradients, scoring
+from opd_jax import divergences, gradients, nodes, sampling, scoring, targeted
 from opd_jax import models
 from opd_jax.models import decoder
 
@@ -179,6 +179,28 @@ def test_one_student_pass_serves_every_view(student, teacher, monkeypatch):
     scoring.score(student, teacher, S_PROMPTS, T_PROMPTS, RESPONSES, student_hidden=first["h_p"][:2])
 
 
+def test_a_prompt_shared_by_rows_is_prefilled_once(student, teacher, monkeypatch):
+  """The rollouts of a question share the student's prompt and most teacher contexts: `score` prefills each
+  distinct prompt of a batch once (U = 2 per side for 4 rows here) and copies its KV cache to its rows, and every
+  row still equals its own reference (full forward of that row alone)."""
+  s_prompts = [S_PROMPTS[0], S_PROMPTS[2], S_PROMPTS[0], S_PROMPTS[0]]
+  t_prompts = [T_PROMPTS[3], T_PROMPTS[3], T_PROMPTS[0], T_PROMPTS[3]]
+  responses = [RESPONSES[1], RESPONSES[3], RESPONSES[0], RESPONSES[1][:5]]
+  seen, original = [], scoring._prefill
+  monkeypatch.setattr(scoring, "_prefill", lambda model, prompt, *a, **k: (
+      seen.append((model.config.d_model, prompt.shape[0])), original(model, prompt, *a, **k))[1])
+  got = scoring.score(student, teacher, s_prompts, t_prompts, responses, chunk=7, top_k=TOP_K, beta=BETA)  # new trace
+  assert sorted(seen) == [(STUDENT.d_model, 2), (TEACHER.d_model, 2)]
+  for r, y in enumerate(responses):
+    logp, logq = row_logprobs(student, s_prompts[r], y), row_logprobs(teacher, t_prompts[r], y)
+    ids = np.asarray(y)[:, None]
+    np.testing.assert_allclose(got["logp"][r], np.take_along_axis(logp, ids, 1)[:, 0], atol=1e-5)
+    np.testing.assert_allclose(got["logq"][r], np.take_along_axis(logq, ids, 1)[:, 0], atol=1e-5)
+    want = ref_predictors(logp, logq, y)
+    for k in divergences.PREDICTORS:
+      np.testing.assert_allclose(got[k][r], want[k], atol=1e-5, err_msg=k)
+
+
 def test_head_logprobs_at_nodes_gather_full_log_softmax_and_top_k(student, teacher):
   """The study's node path: `head_logprobs` on the hidden states of `score(..., return_hidden=True)` gives p and
   q_c at candidates and their top-k, equal to a per-row full forward (and renormalised on C(u) like
@@ -209,6 +231,45 @@ def test_head_logprobs_at_nodes_gather_full_log_softmax_and_top_k(student, teach
       p_ref, mass_ref = gradients.restrict(jnp.asarray(ref[nodes[r]]), jnp.asarray(cand))
       np.testing.assert_allclose(np.asarray(p_c), np.asarray(p_ref), atol=1e-6)
       np.testing.assert_allclose(np.asarray(mass), np.asarray(mass_ref), atol=1e-6)
+
+
+def test_nodes_of_several_rollouts_share_one_head_call_per_model_and_distribution(student, teacher, monkeypatch):
+  """nodes.at_nodes over 3 rollouts: C(u) and p, q_v at C(u) equal head_logprobs of each rollout alone, with the
+  student's sampled policy on p, the scaled teacher on every q_v (the student's self-teacher view too), and one
+  head call per (model, distribution) and phase for all rollouts: 2 + 3 calls, not 3 x (3 + 3)."""
+  gen = np.random.default_rng(5)
+  h = lambda L, D: gen.normal(size=(L, D)).astype(np.float32)
+  ext, own = ("ext", "plain"), ("self", "solution")
+  views = [ext, own]
+  rollouts = []
+  for i, L in enumerate((6, 9, 4)):
+    teachers = {ext: (teacher, h(L, TEACHER.d_model))}
+    if i != 1:                                                # rollout 1 has no context for the self view
+      teachers[own] = (student, h(L, STUDENT.d_model))
+    rollouts.append(nodes.NodeInputs(h(L, STUDENT.d_model), teachers, list(gen.integers(1, V, L)),
+                                     sorted(gen.choice(L, 3, replace=False).tolist())))
+  pol, t_pol = sampling.SamplingParams(temperature=0.7), sampling.SamplingParams(temperature=1.3)
+  calls, original = [], scoring.head_logprobs
+  monkeypatch.setattr(scoring, "head_logprobs", lambda *a, **k: (calls.append(1), original(*a, **k))[1])
+  got = nodes.at_nodes(student, rollouts, views, student_top_k=2, teacher_top_k=1, policy=pol, teacher_policy=t_pol)
+  assert len(calls) == 5
+  for x, at in zip(rollouts, got):
+    pos = x.positions
+    top = lambda model, hh: original(model, hh[pos], top_k=2)["topk_ids"]
+    s_top = top(student, x.h_p)
+    t_tops = [top(*x.teachers[v])[:, :1] for v in views if v in x.teachers]
+    want = np.stack([targeted.candidate_set(x.response[t], s_top[m], [tt[m] for tt in t_tops], 1 + 2 + len(views))
+                     for m, t in enumerate(pos)])
+    np.testing.assert_array_equal(at.candidates, want)
+    np.testing.assert_allclose(at.p_at, original(student, x.h_p[pos], want, policy=pol)["logp"], atol=1e-5)
+    for v in views:
+      if v not in x.teachers:
+        assert at.q_at[v] is None
+        continue
+      model, hq = x.teachers[v]
+      np.testing.assert_allclose(at.q_at[v], original(model, hq[pos], want, policy=t_pol)["logp"], atol=1e-5)
+  assert not np.allclose(got[0].q_at[own], original(student, rollouts[0].teachers[own][1][rollouts[0].positions],
+                                                     got[0].candidates, policy=pol)["logp"])   # t_pol, not pol
 
 
 def test_bad_inputs_raise_clear_errors(student, teacher):

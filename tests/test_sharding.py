@@ -112,7 +112,8 @@ def placed_sample(m):
 
 def placed_score(s, t):
   # scoring.score_arrays on the padded numpy batch: rows over "data" in and out (explicit shardings)
-  arrays = scoring._pad_rows(sp, tp, rs, list(range(len(sp))), 8, 8)
+  *arrays, s_rows, t_rows = scoring._pad_rows(sp, tp, rs, list(range(len(sp))), 8, 8, sharding.mesh_of(s.params))
+  arrays = (*arrays, None, s_rows, t_rows)
   got = scoring.score_arrays(s.params, t.params, *arrays, s_graphdef=s.graphdef, t_graphdef=t.graphdef, chunk=8)
   compiled = scoring.score_arrays.lower(s.params, t.params, *arrays, s_graphdef=s.graphdef, t_graphdef=t.graphdef,
                                         chunk=8).compile()
