@@ -111,6 +111,9 @@ class ModelPolicy:
     cache = sampling.prefill_sequences(self.model, [list(prompt) + list(r) for r in responses])
     caps = [max_response_len - int(t) - 1 for t in positions]
     n_new = max(max_response_len - 1, 1)           # one decode shape for every node; rows stop at their caps
+    # Continuations stop at very different lengths: look for stopped rows about 4 times per cap (every 4-64
+    # steps), so finished rows leave the batch (`sampling.branch`'s compaction; 1.12x on the default's stage).
+    segment = max(4, min(sampling.SEGMENT, n_new // 4))
     stops = set(self.model.stop_ids)
     out = []
     for s in range(0, len(positions), self.batch_size):
@@ -119,7 +122,7 @@ class ModelPolicy:
           self.model, cache, base_rows=bases[sl], prefix_lens=[len(prompt) + int(t) for t in positions[sl]],
           forced_tokens=forced[sl], key=key, max_new_tokens=n_new, row_ids=row_ids[sl], caps=caps[sl],
           temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, pad_to=self.batch_size,
-          progress=self.progress)
+          segment=segment, progress=self.progress)
       for j, (b, t, f) in enumerate(zip(bases[sl], positions[sl], forced[sl])):
         cont = res.tokens[j, :res.lengths[j]].tolist()
         out.append((list(responses[b][:int(t)]) + [int(f)] + cont, bool(res.finished[j]) or int(f) in stops))
