@@ -45,8 +45,8 @@ def main():
     if all(v.correct) or not any(v.correct):
       continue
     order = sorted(range(len(v.responses)), key=lambda r: (bool(c.budget.prefer_finished and not v.finished[r]), r))
-    rollouts = [r for r in study._balanced(v.correct, c.budget.node_rollouts_per_question, order)  # pylint: disable=protected-access
-                if v.responses[r]]
+    balanced = study._balanced(v.correct, c.budget.node_rollouts_per_question, order)  # pylint: disable=protected-access
+    rollouts = [r for r in balanced if v.responses[r]]
     dense, h_p = study.score_views(env, problem, prompt, views, v, rollouts)
     ready.append((i, problem, prompt, v.responses, study.nodes_of(env, views, rollouts, v.responses, dense, h_p)))
 

@@ -85,8 +85,9 @@ def _prefill(model, prompt, prompt_len, rows=None, *, chunk, extra):
   """A KV cache holding all but the last prompt column, with `extra` free slots after them.
 
   The P - 1 prompt columns are left-padded to a multiple of c (`prompt_chunks`: the fewest chunks of at most
-  `chunk` columns, equal sizes) and run c at a time, so the attention scores are at most [B, H, c, S]. rows: int32 [B] or None; the prompts are then U distinct ones
-  [U, P], prefilled once each, and row b of the cache copies prompt rows[b].
+  `chunk` columns, equal sizes) and run c at a time, so the attention scores are at most [B, H, c, S].
+  rows: None, or int32 [B] when the prompts are U distinct ones [U, P]: each is prefilled once and row b of the
+  cache copies prompt rows[b].
   """
   B, P = prompt.shape
   n = P - 1
@@ -274,8 +275,7 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
   """
   mode, pack, caches, s_feed, t_feed, C, T_pad, s, t, t_hidden = _setup(
       s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, response, lengths, s_rows, t_rows,
-      s_graphdef=s_graphdef,
-      t_graphdef=t_graphdef, chunk=chunk, identical=identical, reuse=s_hidden is not None)
+      s_graphdef=s_graphdef, t_graphdef=t_graphdef, chunk=chunk, identical=identical, reuse=s_hidden is not None)
   s_config = s.config
   B, T = response.shape
   t_idx = jnp.arange(T_pad, dtype=jnp.int32)[None, :]
@@ -446,8 +446,8 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
   predictors"); see `score_arrays` for the quantities and the module docstring for memory.
 
   Rows are scored `batch_size` at a time, padded to bucketed shapes (batch: powers of two up to batch_size;
-  prompt widths: `prompt_width`; T: powers of two up to 512, then multiples of 512, and a multiple of chunk) so that
-  repeated calls reuse a few compiled programs. Within a batch each distinct prompt of each side is prefilled
+  prompt widths: `prompt_width`; T: powers of two up to 512, then multiples of 512, and a multiple of chunk) so
+  that repeated calls reuse a few compiled programs. Within a batch each distinct prompt of each side is prefilled
   once (`score_arrays`' s_rows, t_rows): the rollouts of one question share the student's prompt and most
   teacher contexts, and with short responses the prompts are most of the FLOPs. A row's result does not depend
   on the other rows (beyond float round-off from the batch shape).
