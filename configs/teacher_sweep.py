@@ -1,9 +1,9 @@
 """Teacher sweep: which teacher and which self-distillation context align with success, per token.
 
-  python -m opd_jax.main --config=configs/teacher_sweep.py               # 8 min 12 s on a quiet 2-core CPU,
-                                                                          # cold cache (measured; README)
+  python -m opd_jax.main --config=configs/teacher_sweep.py               # 4 min 15 s on a quiet 2-core CPU,
+                                                                          # warm cache (measured; README)
   python -m opd_jax.main --config=configs/teacher_sweep.py:gsm           # the previous default, ~9 min cold
-  python -m opd_jax.main --config=configs/teacher_sweep.py:hour          # the one-hour study (README): 40 min
+  python -m opd_jax.main --config=configs/teacher_sweep.py:hour          # the one-hour study (README): 19 min
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper \
       --config.student.name=/data/Qwen3-1.7B \
       --config.configurations.external=/data/Qwen3-8B:plain:reverse_kl   # GPU/TPU, hours
@@ -73,10 +73,10 @@ def get_config(arg: str | None = None):
     config.budget.student_top_k = 1
     config.budget.question_batch = 8             # 8 questions x 4 rollouts per decode batch (32 rows)
   elif arg == "hour":
-    # The default's task and views at about an hour of the 2-core CPU (39.6 min measured, README): 4x the
-    # informative questions (40, from a pool of 140; 60 were sampled) and R = 8 continuations per candidate
-    # (2x), so P_succ is less noisy and every group reaches the decision threshold (10 defined nodes over 10
-    # questions).
+    # The default's task and views at about an hour of the 2-core CPU (39.6 min measured; 19.3 min since the
+    # 2026-12-01 scoring changes, README): 4x the informative questions (40, from a pool of 140; 60 were
+    # sampled) and R = 8 continuations per candidate (2x), so P_succ is less noisy and every group reaches the
+    # decision threshold (10 defined nodes over 10 questions).
     config.name = "teacher_sweep_hour"
     config.task.num_problems = 140
     config.budget.questions = 40
