@@ -36,7 +36,7 @@ def main():
   config.logging.progress = False
   env = study.setup(config)
   block = list(range(args.questions))
-  c, views = env.config, sorted({conf.scoring_key for conf in env.confs})
+  views = sorted({conf.scoring_key for conf in env.confs})
   ready = []
   for i, out in zip(block, study.base_rollouts(env, block)):
     problem = env.task.problems[i]
@@ -44,9 +44,7 @@ def main():
     v = study.verify(env, i, problem, prompt, out)
     if all(v.correct) or not any(v.correct):
       continue
-    order = sorted(range(len(v.responses)), key=lambda r: (bool(c.budget.prefer_finished and not v.finished[r]), r))
-    balanced = study._balanced(v.correct, c.budget.node_rollouts_per_question, order)  # pylint: disable=protected-access
-    rollouts = [r for r in balanced if v.responses[r]]
+    rollouts = study.choose_node_rollouts(env, v)
     dense, h_p = study.score_views(env, problem, prompt, views, v, rollouts)
     ready.append((i, problem, prompt, v.responses, study.nodes_of(env, views, rollouts, v.responses, dense, h_p)))
 

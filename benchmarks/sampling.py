@@ -72,9 +72,10 @@ MATMULS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "lm_head")   # de
 
 
 def matmul_ceiling(model, B: int, reps: int = 5) -> float:
-  """GFLOP/s of XLA's matmuls at one decode step's shapes: [B, K] @ every 2-D weight of the model (the state's
-  own arrays, so they stream from memory as in decode; the embedding table is a gather, not a matmul) and the
-  head, in one jitted program with nothing else; median of `reps` after a warm-up. The decode's ceiling."""
+  """GFLOP/s of XLA's matmuls at one decode step's shapes: [B, K] @ every matmul weight of the model (`MATMULS`,
+  per layer; the state's own arrays, so they stream from memory as in decode; the embedding table is a gather,
+  not a matmul) and the head, in one jitted program with nothing else; median of `reps` after a warm-up. The
+  decode's ceiling."""
   import time  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top

@@ -68,14 +68,13 @@ def at_nodes(student: Any, rollouts: Sequence[NodeInputs], views: Sequence[View]
   k_top = max(1, student_top_k, teacher_top_k)
   sides = [[(None, student, x.h_p)] + [(v, *x.teachers[v]) for v in views if v in x.teachers] for x in rollouts]
   tops = _heads([[(model, h[x.positions], None) for _, model, h in side] for side, x in zip(sides, rollouts)],
-                top_k=k_top, policies={})
+                top_k=k_top)
   cands = [np.array([targeted.candidate_set(x.response[t], top[0][m][:student_top_k],
                                             [tt[m][:teacher_top_k] for tt in top[1:]], size)
                      for m, t in enumerate(x.positions)], np.int64).reshape(len(x.positions), size)
            for x, top in zip(rollouts, tops)]
-  policies = {id(student): policy}
   logp = _heads([[(model, h[x.positions], c) for _, model, h in side] for side, x, c in zip(sides, rollouts, cands)],
-                top_k=1, policies=policies, teacher_policy=teacher_policy)
+                top_k=1, policy=policy, teacher_policy=teacher_policy)
   out = []
   for side, x, c, lp in zip(sides, rollouts, cands, logp):
     q_at = {v: None for v in views}
@@ -84,15 +83,15 @@ def at_nodes(student: Any, rollouts: Sequence[NodeInputs], views: Sequence[View]
   return out
 
 
-def _heads(requests, *, top_k: int, policies: dict, teacher_policy=None):
+def _heads(requests, *, top_k: int, policy=None, teacher_policy=None):
   """`scoring.head_logprobs` of every (model, h [M, D], candidates [M, K] or None) of every rollout, one call
-  per (model, distribution): the rows that share a model go through its head together. The student's rows
-  (policies[id(model)]) take its sampled policy and every other row `teacher_policy`, even the student's own
+  per (model, distribution): the rows that share a model go through its head together. Each rollout's first
+  request (the student's rows) takes `policy`, every other one `teacher_policy`, even the student's own
   self-teacher rows. Returns, per rollout and request, the "topk_ids" (candidates None) or the "logp" array."""
   groups: dict = {}
   for i, reqs in enumerate(requests):
     for j, (model, h, cands) in enumerate(reqs):
-      pol = policies.get(id(model)) if j == 0 else teacher_policy
+      pol = policy if j == 0 else teacher_policy
       groups.setdefault((id(model), pol), (model, pol, []))[2].append((i, j, h, cands))
   out = [[None] * len(reqs) for reqs in requests]
   for model, pol, items in groups.values():

@@ -96,15 +96,14 @@ def _prefill(model, prompt, prompt_len, rows=None, *, chunk, extra):
   tokens = jnp.pad(prompt[:, :n], ((0, 0), (width - n, 0)))
   tokens = jnp.where(positions >= 0, tokens, 0)
   cache = model.init_cache(B, width + extra)
-  if not n:
-    return (cache if rows is None else decoder.map_cache_rows(lambda a: a[rows], cache),)
 
   def body(cache, j):
     sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * c, c, axis=1)
     _, cache = model.hidden_states(sl(tokens), sl(positions), cache)
     return cache, None
 
-  cache, _ = jax.lax.scan(body, cache, jnp.arange(width // c))
+  if n:
+    cache, _ = jax.lax.scan(body, cache, jnp.arange(width // c))
   return (cache if rows is None else decoder.map_cache_rows(lambda a: a[rows], cache),)
 
 

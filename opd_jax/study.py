@@ -291,6 +291,14 @@ def continuations(env: Env, index: int, problem, prompt: list[int], responses,
         max_response_len=n_tok, adaptive=adaptive, probs=[np.exp(a.p_at) for a in at.values()])
 
 
+def choose_node_rollouts(env: Env, v: Verified) -> list[int]:
+  """The question's node rollouts: balanced correct / incorrect (`budget.node_rollouts_per_question`; finished
+  ones first when budget.prefer_finished), non-empty responses only."""
+  b = env.config.budget
+  order = sorted(range(len(v.responses)), key=lambda r: (bool(b.prefer_finished and not v.finished[r]), r))
+  return [r for r in _balanced(v.correct, b.node_rollouts_per_question, order) if v.responses[r]]
+
+
 def process_question(env: Env, index: int, problem, out: sampling.Samples) -> dict[str, pd.DataFrame] | None:
   """All records of one question from its base rollouts `out` (`base_rollouts`), or None when selection skips
   it (not informative: every rollout correct, or none)."""
@@ -299,9 +307,7 @@ def process_question(env: Env, index: int, problem, out: sampling.Samples) -> di
   v = verify(env, index, problem, prompt, out)
   if c.selection == "informative" and (all(v.correct) or not any(v.correct)):
     return None
-  # Node rollouts: balanced correct / incorrect (finished first when budget.prefer_finished), non-empty.
-  order = sorted(range(len(v.responses)), key=lambda r: (bool(c.budget.prefer_finished and not v.finished[r]), r))
-  node_rollouts = [r for r in _balanced(v.correct, c.budget.node_rollouts_per_question, order) if v.responses[r]]
+  node_rollouts = choose_node_rollouts(env, v)
   scored = [r for r, resp in enumerate(v.responses) if resp] if c.scoring.all_rollouts else node_rollouts
   views = sorted({conf.scoring_key for conf in env.confs})
   dense, h_p = score_views(env, problem, prompt, views, v, scored)

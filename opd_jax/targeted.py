@@ -112,7 +112,8 @@ class ModelPolicy:
     caps = [max_response_len - int(t) - 1 for t in positions]
     n_new = max(max_response_len - 1, 1)           # one decode shape for every node; rows stop at their caps
     # Continuations stop at very different lengths: look for stopped rows about 4 times per cap (every 4-64
-    # steps), so finished rows leave the batch (`sampling.branch`'s compaction; 1.12x on the default's stage).
+    # steps), so finished rows leave the batch (`sampling.branch`'s compaction; 1.16x on the default's stage,
+    # benchmarks/continuations.py).
     segment = max(4, min(sampling.SEGMENT, n_new // 4))
     stops = set(self.model.stop_ids)
     out = []
