@@ -3,7 +3,7 @@
   python -m opd_jax.main --config=configs/teacher_sweep.py               # 4 min 15 s on a quiet 2-core CPU,
                                                                           # warm cache (measured; README)
   python -m opd_jax.main --config=configs/teacher_sweep.py:gsm           # the previous default, ~9 min cold
-  python -m opd_jax.main --config=configs/teacher_sweep.py:hour          # the one-hour study (README): 19 min
+  python -m opd_jax.main --config=configs/teacher_sweep.py:hour          # the one-hour study (README): 63 min
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper \
       --config.student.name=/data/Qwen3-1.7B \
       --config.configurations.external=/data/Qwen3-8B:plain:reverse_kl   # GPU/TPU, hours
@@ -16,7 +16,7 @@ generated expression (opd_jax/tasks/generators.py, `expression_solution`); the s
 equations. The nodes are mostly the answer's digits. The CPU budget is a small sample: read its intervals, not
 its point estimates. `:gsm` is the previous default (gsm_symbolic, GSM8K templates with worked solutions,
 256-token responses: one informative question, 4 defined nodes per configuration, every group UNDERPOWERED).
-`:hour` is the default at 4x the questions and 2x R (README: its verdict and table). `:paper` is the
+`:hour` is the default at 8x the questions and 3x R (README: its verdict and table). `:paper` is the
 paper-scale budget for Qwen3 HF folders on accelerators.
 """
 from configs import base
@@ -73,14 +73,14 @@ def get_config(arg: str | None = None):
     config.budget.student_top_k = 1
     config.budget.question_batch = 8             # 8 questions x 4 rollouts per decode batch (32 rows)
   elif arg == "hour":
-    # The default's task and views at about an hour of the 2-core CPU (39.6 min measured; 19.3 min since the
-    # 2026-12-01 scoring changes, README): 4x the informative questions (40, from a pool of 140; 60 were
-    # sampled) and R = 8 continuations per candidate (2x), so P_succ is less noisy and every group reaches the
-    # decision threshold (10 defined nodes over 10 questions).
+    # The default's task and views in about an hour of the 2-core CPU (63 min measured, README, "The one-hour
+    # study"): 8x the informative questions (80, from a pool of 280; 127 were sampled) and R = 12 continuations
+    # per candidate (3x), so P_succ is less noisy (noise ceiling 0.87-0.91) and every group is far above the
+    # decision threshold (257-465 defined nodes per group over 60-80 questions).
     config.name = "teacher_sweep_hour"
-    config.task.num_problems = 140
-    config.budget.questions = 40
-    config.budget.continuations_per_candidate = 8
+    config.task.num_problems = 280
+    config.budget.questions = 80
+    config.budget.continuations_per_candidate = 12
   elif arg == "paper":
     config.name = "teacher_sweep_paper"
     config.student.name = "/data/Qwen3-1.7B"                      # an HF folder (config.json, safetensors)

@@ -13,11 +13,13 @@ for a stack of identical layers. CPU "bytes accessed" reflect CPU fusion, so the
 once per program call, the KV cache it reads (`flops.decode_bytes_per_step`) and its
 [rows, V] fp32 logits.
 
-Work counted (upper bounds, as `preflight.plan`): every question selected, every base rollout at the token cap;
-continuations of n_tok / 2 tokens on average in full `branch_batch` batches (rows that stop leave the batch:
-work ~ tokens); prompts of `PROMPT_TOKENS`, teacher contexts `CONTEXT_TOKENS` longer; one student pass per
-scored rollout serves every (teacher, context) view (`study.score_views`); the node heads
-(`scoring.head_logprobs`, a few rows) are left out.
+Work counted (`Work`; upper bounds, as `preflight.plan`): every question selected, every base rollout at the
+token cap; continuations of n_tok / 2 tokens on average in full `branch_batch` batches (rows that stop leave the
+batch: work ~ tokens); prompts and teacher contexts of the lengths measured on the task with the student's
+tokenizer (`planned_work`; `PROMPT_TOKENS` and `CONTEXT_TOKENS` where the tokenizer is not cheap to read); one
+student pass per scored rollout serves every (teacher, context) view (`study.score_views`); the node heads
+(`scoring.head_logprobs`, a few rows) are left out. `benchmarks/cost_check.py` fills `Work` from a finished
+run's records instead and compares the estimate with the run's stage times.
 
 Times: roofline max(FLOPs / (peak x EFF_FLOPS), bytes / (bandwidth x EFF_BW)) per program call, summed, on the
 accelerator's bf16 peak and HBM bandwidth, several chips taken as one ideal device (work and bytes split
@@ -27,6 +29,7 @@ study) and the measured `CPU_BW`.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 import dataclasses
 import functools
 import math
@@ -76,8 +79,9 @@ MEASURED = {"h200": (0.17, 0.075)}   # (fraction of peak FLOP/s, of HBM bandwidt
 CPU_MATMUL_GFLOPS = {1: 9.9, 8: 49.0, 32: 82.0, 64: 94.0, 256: 117.0, 1024: 122.0}
 CPU_BW = 12.3e9
 
-# Assumed prompt lengths (tokens; the default gsm_symbolic prompts measure 145 on average, max 181, with the
-# Qwen2.5 chat template; the solution / summary contexts add ~130).
+# Prompt lengths (tokens) assumed where the student's tokenizer is not cheap to read (`planned_work`): the
+# gsm_symbolic prompts measure 145 on average, max 181, with the Qwen2.5 chat template; the solution / summary
+# contexts add ~130.
 PROMPT_TOKENS = 160
 CONTEXT_TOKENS = {"plain": 0, "answer": 16}      # other contexts: +CONTEXT_DEFAULT; contrastive also + n_tok
 CONTEXT_DEFAULT = 128
@@ -250,6 +254,79 @@ def program_bytes(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots:
 # ----------------------------------------------------------------------------------------------------------
 # The study's calls.
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Work:
+  """What sets a study's shapes and trip counts besides its config: token lengths and counts.
+
+  A None field takes the plan's upper bound (`preflight.plan`). `planned_work` measures the prompt lengths on the
+  task; `benchmarks/cost_check.py` reads every field from a finished run's records.
+
+  Attributes:
+    prompt_tokens: student prompt, chat-rendered (tokens, mean over questions).
+    context_tokens: a teacher context's prompt tokens beyond the student's prompt, per context (mean); contexts
+      not named take `CONTEXT_TOKENS` / `CONTEXT_DEFAULT`. Contrastive's excludes the incorrect rollout.
+    incorrect_tokens: contrastive's incorrect rollout (tokens; None: the response cap).
+    sampled_questions: questions whose base rollouts were sampled (None: the questions selected, plan.questions).
+    continuations: targeted continuations run (None: the plan's bound, every candidate distinct).
+    continuation_tokens: mean tokens sampled per continuation (None: half the response cap).
+    source: where the lengths come from, for the report.
+  """
+  prompt_tokens: float = PROMPT_TOKENS
+  context_tokens: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  incorrect_tokens: float | None = None
+  sampled_questions: int | None = None
+  continuations: float | None = None
+  continuation_tokens: float | None = None
+  source: str = f"assumed ({PROMPT_TOKENS}-token prompts, teacher contexts +{CONTEXT_DEFAULT})"
+
+  def extra(self, context: str, n_tok: int) -> float:
+    """Tokens a teacher's prompt adds to the student's in `context` (contrastive: + the incorrect rollout)."""
+    out = self.context_tokens.get(context, CONTEXT_TOKENS.get(context, CONTEXT_DEFAULT))
+    return out + ((n_tok if self.incorrect_tokens is None else self.incorrect_tokens) if context == "contrastive"
+                  else 0)
+
+
+def context_lengths(config, task, problems, tokenizer, names) -> tuple[float, dict[str, float]]:
+  """(mean student prompt tokens, {context: mean tokens its teacher prompt adds} for the context `names`) over
+  `problems` of `task`, chat-rendered as the study renders them (`contexts.render_chat`; contrastive without its
+  incorrect rollout)."""
+  chat = lambda m: len(contexts.render_chat(tokenizer, m, system_prompt=config.chat.system_prompt,
+                                            chat_kwargs=config.chat.kwargs))
+  prompts = [chat(task.prompt(p)) for p in problems]
+  extra = {c: float(np.mean([chat(contexts.context_message(c, task, p, incorrect="",
+                                                           templates=config.contexts.templates)) - n
+                             for p, n in zip(problems, prompts)])) for c in sorted(set(names) - {"plain"})}
+  return float(np.mean(prompts)), extra
+
+
+def context_names(config) -> set[str]:
+  """The teacher contexts of a study's configurations."""
+  return {contexts.parse(k, v).context for k, v in config.configurations.items()}
+
+
+def planned_work(config, names=None) -> Work:
+  """`Work` at the plan's bounds with the prompt and context lengths measured on the task's first 64 questions
+  (`context_lengths`; contexts `names`, default the study's `context_names`), or at the assumed lengths (`Work()`)
+  where the student's tokenizer is not cheap to read (`checkpoints.peek`). Loads the task (seconds; raises what
+  `preflight.load_task` raises)."""
+  from opd_jax import models  # pylint: disable=g-import-not-at-top
+  spec = config.student.name
+  if preflight.random_seed(spec, "model spec") is not None:
+    tokenizer = models.byte_tokenizer()
+  else:
+    peeked = models.checkpoints.peek(spec)
+    if peeked is None:
+      return Work()
+    tokenizer = peeked[1]
+  task = preflight.load_task(config)
+  problems = task.problems[:64]
+  prompt, extra = context_lengths(config, task, problems, tokenizer,
+                                  context_names(config) if names is None else names)
+  return Work(prompt_tokens=prompt, context_tokens=extra,
+              source=f"measured on the task: {prompt:.0f}-token prompts (mean of its first {len(problems)} "
+                     "questions), teacher contexts " + ", ".join(f"{c} +{v:.0f}" for c, v in extra.items()))
+
+
 @dataclasses.dataclass(frozen=True)
 class Call:
   """`count` calls of one program in one stage (shapes as `_program`)."""
@@ -263,25 +340,29 @@ class Call:
   count: float
 
 
-def calls(config, *, student_passes: str = "once") -> list[Call]:
+def calls(config, *, student_passes: str = "once", work: Work | None = None) -> list[Call]:
   """The program calls of a study (see the module docstring for what is counted).
 
   Args:
     config: a study config (validated by `preflight.plan`).
     student_passes: "once" (today: one student pass per scored rollout serves every view) or "per_view" (a
       student pass per (teacher, context) view: the code before the reuse, for comparing older measurements).
+    work: token lengths and counts (default `Work()`: assumed prompt lengths, the plan's bounds).
   """
+  w = work or Work()
   plan = preflight.plan(config)
   b, n_tok, q = config.budget, config.sampling.max_new_tokens, plan.questions
   confs = [contexts.parse(k, v) for k, v in config.configurations.items()]
   keys = sorted({c.scoring_key for c in confs})
   s_cfg = model_config(config.student.name, config)
   cfgs = {contexts.SELF: s_cfg, **{t: model_config(t, config) for t, _ in keys if t != contexts.SELF}}
+  prompt = math.ceil(w.prompt_tokens)
   out = []
   # Base rollouts: per block of question_batch questions, one prefill of the distinct prompts, n_tok steps.
-  blocks = plan.rollouts // (b.question_batch * b.rollouts_per_question)
+  sampled = plan.questions if w.sampled_questions is None else w.sampled_questions
+  blocks = -(-sampled // b.question_batch)
   bucket = sampling._bucket  # pylint: disable=protected-access
-  P, rows = bucket(PROMPT_TOKENS, 16), bucket(b.question_batch * b.rollouts_per_question, 1)
+  P, rows = bucket(prompt, 16), bucket(b.question_batch * b.rollouts_per_question, 1)
   out.append(Call("rollouts", "prefill", "student", s_cfg, bucket(b.question_batch, 1), P, P + n_tok, blocks))
   out.append(Call("rollouts", "decode", "student", s_cfg, rows, 1, P + n_tok, blocks * n_tok))
   # Scoring: per question, batches of <= 8 scored rollouts; per view the teacher's prompt prefill and chunks.
@@ -297,29 +378,29 @@ def calls(config, *, student_passes: str = "once") -> list[Call]:
     # Each distinct prompt of a batch is prefilled once (scoring.score): the question's rollouts share the
     # student's prompt and a context, except "contrastive" (2: the first incorrect rollout's text, or for that
     # rollout itself the next one's).
-    c, width = scoring.prompt_chunks(scoring.prompt_width(prompt_tokens) - 1, config.scoring.chunk)
+    c, width = scoring.prompt_chunks(scoring.prompt_width(math.ceil(prompt_tokens)) - 1, config.scoring.chunk)
     return [Call(stage, "prompt", name, cfg, min(distinct, sb), c, width + T_pad, batches * width // c),
             Call(stage, "chunk", name, cfg, sb, C, width + T_pad, batches * chunks)]
 
   for i, (teacher, ctx) in enumerate(keys):
     identical = teacher == contexts.SELF and ctx == "plain"
     if i == 0 or student_passes == "per_view":
-      out += side("scoring", "student", s_cfg, PROMPT_TOKENS)
+      out += side("scoring", "student", s_cfg, prompt)
     else:
       out.append(Call("scoring", "head", "student", s_cfg, sb, C, 0, batches * chunks))
     if not identical:
-      extra = 0 if ctx == "plain" else CONTEXT_TOKENS.get(ctx, CONTEXT_DEFAULT) + (n_tok if ctx == "contrastive"
-                                                                                   else 0)
+      extra = 0 if ctx == "plain" else w.extra(ctx, n_tok)
       out += side("scoring", f"{'student' if teacher == contexts.SELF else teacher} ({ctx})", cfgs[teacher],
-                  PROMPT_TOKENS + extra, 2 if ctx == "contrastive" else 1)
+                  prompt + extra, 2 if ctx == "contrastive" else 1)
     out.append(Call("scoring", "predictors", "-", s_cfg, sb, C, 0, batches * chunks))
   # Continuations: one prefill of the node rollouts per question, then full branch batches (one start step each).
-  seq = bucket(PROMPT_TOKENS + n_tok, 16)
+  seq = bucket(prompt + n_tok, 16)
   nb = b.branch_batch
-  n_calls = q * -(-(plan.continuations // q) // nb)
+  conts = plan.continuations if w.continuations is None else w.continuations
+  tokens = n_tok / 2 if w.continuation_tokens is None else w.continuation_tokens
+  n_calls = q * -(-(conts // q) // nb)
   out.append(Call("continuations", "prefill", "student", s_cfg, b.node_rollouts_per_question, seq, seq, q))
-  out.append(Call("continuations", "decode", "student", s_cfg, nb, 1, seq + n_tok,
-                  n_calls + plan.continuations * (n_tok // 2) / nb))
+  out.append(Call("continuations", "decode", "student", s_cfg, nb, 1, seq + n_tok, n_calls + conts * tokens / nb))
   return out
 
 
@@ -374,7 +455,8 @@ def describe(config, name: str) -> str:
   accelerator) the roofline time and its bound, then totals and hours per question. Raises ValueError on an
   unknown accelerator or a model without an architecture."""
   chip, chips = accelerator(name)
-  cs = calls(config)
+  work = planned_work(config)
+  cs = calls(config, work=work)
   plan = preflight.plan(config)
   where = "cpu" if chip is None else f"{chips} x {chip.name}"
   head = ["stage", "FLOPs", "bytes", "CPU est", "bound"] if chip is None else [
@@ -405,8 +487,8 @@ def describe(config, name: str) -> str:
       lines.append(f"  WARNING: weights + the largest KV cache need {need / 1e9:.0f} GB, more than {chips} x "
                    f"{chip.hbm_bytes / 1e9:.0f} GB of HBM: lower config.budget.branch_batch / question_batch or "
                    "add chips")
-  lines.append(f"  assumed prompts: {PROMPT_TOKENS} tokens; teacher contexts +{CONTEXT_DEFAULT} (contrastive "
-               "also + the response cap); continuations average half the cap in full batches")
+  lines.append(f"  lengths {work.source}; contrastive also + the response cap; continuations average half the "
+               "cap in full batches")
   return "\n".join(lines)
 
 

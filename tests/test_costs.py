@@ -61,6 +61,29 @@ def test_trip_counts_of_the_smoke_study_and_their_sum(monkeypatch):
   assert sum(s.flops for s in stages) == pytest.approx(total.flops, rel=1e-9)
 
 
+def test_realized_work_sets_the_prompt_widths_and_counts(monkeypatch):
+  """`Work` replaces the plan's bounds: sampled questions -> rollout blocks, prompt tokens -> prefill widths,
+  a context's extra tokens (+ the incorrect rollout for contrastive) -> its scoring prompt, continuations and
+  their length -> decode steps."""
+  monkeypatch.setattr(costs, "_compiled_flops", lambda *key: 1.0)
+  config = smoke.get_config()
+  n_tok, q = 12, 3
+  work = costs.Work(prompt_tokens=40.5, context_tokens={"solution": 30.0, "contrastive": 50.0}, incorrect_tokens=6,
+                    sampled_questions=5, continuations=90, continuation_tokens=3)
+  cs = costs.calls(config, work=work)
+  one = lambda stage, kind, model="student": [c for c in cs if (c.stage, c.kind, c.model) == (stage, kind, model)]
+  prefill, = one("rollouts", "prefill")
+  assert (prefill.tokens, prefill.count) == (64, 3)            # ceil(40.5) = 41 -> 64 columns; ceil(5 / 2) blocks
+  assert one("rollouts", "decode")[0].count == 3 * n_tok
+  width = lambda p: sum(c.tokens * c.count for c in one("scoring", "prompt", p)) / q   # prompt columns per question
+  assert width("student") == 64                                # 41 -> 64
+  assert width("student (solution)") == 96                     # 41 + 30 = 71 -> 96
+  assert width("student (contrastive)") == 128                 # 41 + 50 + 6 = 97 -> 128
+  decode, = one("continuations", "decode")
+  assert decode.count == pytest.approx(q * 1 + 90 * 3 / 32)    # 30 per question: one batch of 32 rows each
+  assert work.extra("summary", n_tok) == costs.CONTEXT_DEFAULT and work.extra("contrastive", n_tok) == 56
+
+
 def test_architecture_table_without_weights_and_bad_names():
   config = smoke.get_config()
   assert costs.model_config("/data/Qwen3-8B", config) == costs.ARCHITECTURES["qwen3-8b"]

@@ -138,6 +138,22 @@ def test_self_plain_context_gives_exact_zero_predictors(smoke):
   assert (plain.entropy_p == plain.entropy_q).all()
 
 
+def test_cost_models_prompt_lengths_are_the_studys(smoke):
+  """The dry run's measured prompt lengths (`costs.planned_work`) render the questions as the study did."""
+  from configs import smoke as smoke_config  # pylint: disable=g-import-not-at-top
+  from opd_jax import costs, models, preflight  # pylint: disable=g-import-not-at-top
+  config = smoke_config.get_config()
+  rollouts = _tables(smoke[0])["rollouts"]
+  task = preflight.load_task(config)
+  chosen = [p for p in task.problems if p.id in set(rollouts.question_id)]
+  prompt, extra = costs.context_lengths(config, task, chosen, models.byte_tokenizer(), costs.context_names(config))
+  assert prompt == pytest.approx(rollouts.drop_duplicates("question_id").prompt_ids.map(len).mean())
+  assert set(extra) == costs.context_names(config) - {"plain"} and min(extra.values()) > 0
+  work = costs.planned_work(config)
+  assert work.prompt_tokens == pytest.approx(costs.context_lengths(config, task, task.problems[:64],
+                                                                   models.byte_tokenizer(), {"plain"})[0])
+
+
 def test_sigkill_then_resume_equals_uninterrupted(smoke, tmp_path):
   full, cache = smoke
   workdir = tmp_path / "killed"

@@ -7,9 +7,12 @@ and the full-vocabulary head at the response positions, times 3 for forward + ba
 (weight and input gradients) or 2 with LoRA (input gradients only, the adapters' own FLOPs are negligible),
 plus one forward of the layers that the trainer's per-layer remat recomputes in the backward pass;
 the teacher's forward and head (its context + response). Evaluations: before training and every eval_every
-steps, eval_questions x eval_samples rollouts. Upper bounds as in the study: every response at the token cap.
+steps, eval_questions x eval_samples rollouts. Upper bounds as in the study: every response at the token cap;
+prompt and context lengths measured on the task (`costs.planned_work`).
 """
 from __future__ import annotations
+
+import math
 
 from opd_jax import contexts
 from opd_jax import costs
@@ -25,12 +28,14 @@ def calls(config) -> list[costs.Call]:
   s_cfg = costs.model_config(config.student.name, config)
   t_cfg = s_cfg if conf.teacher == contexts.SELF else costs.model_config(conf.teacher, config)
   bucket = sampling._bucket  # pylint: disable=protected-access
-  P = bucket(costs.PROMPT_TOKENS, 16)
-  ctx = 0 if conf.context == "plain" else costs.CONTEXT_TOKENS.get(conf.context, costs.CONTEXT_DEFAULT)
+  work = costs.planned_work(config, {conf.context})
+  prompt = math.ceil(work.prompt_tokens)
+  P = bucket(prompt, 16)
+  ctx = 0 if conf.context == "plain" else math.ceil(work.extra(conf.context, n_tok))
   rows = t.batch_questions * t.rollouts_per_question
   out = [costs.Call("rollouts", "prefill", "student", s_cfg, t.batch_questions, P, P + n_tok, t.steps),
          costs.Call("rollouts", "decode", "student", s_cfg, rows, 1, P + n_tok, t.steps * n_tok)]
-  out += step_calls(s_cfg, t_cfg, rows, P, bucket(costs.PROMPT_TOKENS + ctx, 16), n_tok, lora=t.lora.rank > 0,
+  out += step_calls(s_cfg, t_cfg, rows, P, bucket(prompt + ctx, 16), n_tok, lora=t.lora.rank > 0,
                     steps=t.steps)
   evals = 1 + t.steps // t.eval_every + (t.steps % t.eval_every != 0)
   e_rows = t.eval_questions * t.eval_samples
