@@ -31,7 +31,7 @@ def realized_work(workdir: pathlib.Path, config):
   continuation may differ)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import pandas as pd  # pylint: disable=g-import-not-at-top
-  from opd_jax import costs, models, preflight  # pylint: disable=g-import-not-at-top
+  from opd_jax import costs, preflight  # pylint: disable=g-import-not-at-top
 
   rollouts = pd.read_parquet(workdir / "records" / "rollouts")
   nodes = pd.read_parquet(workdir / "records" / "nodes").drop_duplicates(["question_id", "rollout_id", "position"])
@@ -39,8 +39,8 @@ def realized_work(workdir: pathlib.Path, config):
   task = preflight.load_task(config)
   chosen = set(rollouts.question_id)
   problems = [p for p in task.problems if p.id in chosen]
-  tokenizer = models.checkpoints.peek(config.student.name)[1]
-  _, extra = costs.context_lengths(config, task, problems, tokenizer, costs.context_names(config))
+  _, extra = costs.context_lengths(config, task, problems, costs.student_tokenizer(config),
+                                   costs.context_names(config))
   n = nodes.n.map(sum)
   rest = nodes.merge(rollouts[["question_id", "rollout_id", "length"]], on=["question_id", "rollout_id"])
   remaining = (rest.length - rest.position - 1).clip(lower=0)
