@@ -39,7 +39,7 @@ def realized_work(workdir: pathlib.Path, config):
   task = preflight.load_task(config)
   chosen = set(rollouts.question_id)
   problems = [p for p in task.problems if p.id in chosen]
-  _, extra = costs.context_lengths(config, task, problems, costs.student_tokenizer(config),
+  _, extra = costs.context_lengths(config, task, problems, preflight.header(config.student.name, config)[1],
                                    costs.context_names(config))
   n = nodes.n.map(sum)
   rest = nodes.merge(rollouts[["question_id", "rollout_id", "length"]], on=["question_id", "rollout_id"])

@@ -304,24 +304,15 @@ def context_names(config) -> set[str]:
   return {contexts.parse(k, v).context for k, v in config.configurations.items()}
 
 
-def student_tokenizer(config):
-  """The student's tokenizer without its weights (a random model's byte tokenizer, else `checkpoints.peek`), or
-  None where that is not cheap."""
-  from opd_jax import models  # pylint: disable=g-import-not-at-top
-  if preflight.random_seed(config.student.name, "model spec") is not None:
-    return models.byte_tokenizer()
-  peeked = models.checkpoints.peek(config.student.name)
-  return None if peeked is None else peeked[1]
-
-
 def planned_work(config, names=None) -> Work:
   """`Work` at the plan's bounds with the prompt and context lengths measured on the task's first 64 questions
   (`context_lengths`; contexts `names`, default the study's `context_names`), or at the assumed lengths (`Work()`)
-  where the student's tokenizer is not cheap to read (`checkpoints.peek`). Loads the task (seconds; raises what
+  where the student's tokenizer is not cheap to read (`preflight.header`). Loads the task (seconds; raises what
   `preflight.load_task` raises)."""
-  tokenizer = student_tokenizer(config)
-  if tokenizer is None:
+  head = preflight.header(config.student.name, config)
+  if head is None:
     return Work()
+  tokenizer = head[1]
   task = preflight.load_task(config)
   problems = task.problems[:64]
   prompt, extra = context_lengths(config, task, problems, tokenizer,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 from opd_jax import contexts
 from opd_jax import models
@@ -227,6 +228,16 @@ def check_context(config, task, confs, tokenizer, limits: dict[str, int]) -> Non
                          f"more than its context ({limits[teacher]} tokens); {fix}, or drop that configuration")
 
 
+def header(spec: str, config) -> tuple[int, Any] | None:
+  """(context length, tokenizer) of a model spec without its weights: a random:<seed> model's
+  (config.random_model.max_seq_len, the byte tokenizer), else the checkpoint's header where it is cheap to read
+  (`models.checkpoints.peek`); None otherwise."""
+  if spec.startswith("random:"):
+    return config.random_model.max_seq_len, models.byte_tokenizer()
+  peeked = models.checkpoints.peek(spec)
+  return None if peeked is None else (peeked[0].max_seq_len, peeked[1])
+
+
 def check(config):
   """Everything checkable before any model loads (seconds): config, task and gold answers, configurations
   against the task, and the context lengths from the checkpoints' headers where they are cheap to read
@@ -238,12 +249,8 @@ def check(config):
   specs.update({conf.teacher: conf.teacher for conf in confs if conf.teacher != contexts.SELF})
   headers = {}
   for name, spec in specs.items():
-    if spec.startswith("random:"):
-      headers[name] = (config.random_model.max_seq_len, models.byte_tokenizer())
-    else:
-      peeked = models.checkpoints.peek(spec)
-      if peeked is None:
-        return task, confs
-      headers[name] = (peeked[0].max_seq_len, peeked[1])
+    headers[name] = header(spec, config)
+    if headers[name] is None:
+      return task, confs
   check_context(config, task, confs, headers[contexts.SELF][1], {k: v[0] for k, v in headers.items()})
   return task, confs

@@ -340,15 +340,6 @@ def _token_text(tokenizer):
   return None if tokenizer is None else (lambda t: tokenizer.decode([int(t)]))
 
 
-def _cheap_tokenizer(config):
-  """The student's tokenizer without loading weights where that is cheap (`checkpoints.peek`), else None."""
-  spec = config.student.name
-  if spec.startswith("random:"):
-    return models.byte_tokenizer()
-  found = models.checkpoints.peek(spec)
-  return None if found is None else found[1]
-
-
 def finish(workdir, *, rebuild: bool = True, tokenizer=None, options=None) -> str:
   """Check the parts, rebuild the summary (`report.write_summary`, with the student's `tokenizer` for the split
   by token kind; unless rebuild is False: a read-only finished workdir keeps its summary) and warn on stderr and
@@ -391,7 +382,7 @@ def run(config, workdir: str) -> str:
   if runs.is_complete(workdir, pc):
     logging.info("%s holds a complete run of this config: nothing to run, no model loaded", workdir)
     print(f"complete: {workdir} holds a finished run of this config (nothing to run)", file=sys.stderr)
-    return (finish(workdir, rebuild=writable, tokenizer=_cheap_tokenizer(config), options=config.report)
+    return (finish(workdir, rebuild=writable, tokenizer=(preflight.header(config.student.name, config) or (0, None))[1], options=config.report)
             if pi == 0 else "")
   if not writable:
     raise ValueError(f"--workdir={workdir} is not writable; pass a writable directory")
