@@ -9,9 +9,12 @@ Exact g* = p (P_succ - V) from `ToyPolicy.exact_p_succ` (enumeration); nodes wit
 left out of the mean. Both sides run `targeted.estimate_successes` (uniform: R = --uniform at every candidate;
 adaptive: R = --r0 in round 0, then `allocation.allocate` up to --means x candidates in total, r_max = --r_max)
 and `targeted.node_estimates`; cos(ĝ, g*) = 0 where ĝ = 0. Per side and budget: mean cos over nodes and seeds,
-continuations spent, mean split-half noise ceiling (NaN nodes left out). The matched budget interpolates the
-adaptive curve (linear in log continuations) at the uniform side's mean cos; "ratio" = its continuations /
-uniform's (target <= 0.25). Ends with one JSON line.
+continuations run, mean split-half noise ceiling (NaN nodes left out), and mean cos split into last-position
+nodes (t = H - 1: every branch there has reached the token cap, so its outcome is fixed and run once,
+`targeted.fixed_branches`) and earlier ones. The matched budget interpolates the adaptive curve (linear in log
+continuations) at the uniform side's mean cos; "ratio" = its continuations / uniform's R x candidates (the
+issue's comparator, target <= 0.25); "ratio_run" = / the continuations uniform runs (fixed branches once).
+Ends with one JSON line.
 """
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def toy_nodes(n_rollouts: int = 0, *, seed: int = 0):
-  """(student, rollouts for estimate_successes, per-rollout p [M, V], exact g* per rollout [M, V]).
+  """(student, rollouts for estimate_successes, per-rollout p [M, V], exact g* per rollout [M, V], exact P_succ
+  per rollout [M, V]).
 
   n_rollouts = 0: every node of the toy's tree (all (V^H - 1) / (V - 1) prefixes of length 0..H-1, one base
   rollout per node); else the de-duplicated prefixes of n_rollouts student rollouts (the study's "all" nodes).
@@ -46,14 +50,15 @@ def toy_nodes(n_rollouts: int = 0, *, seed: int = 0):
       groups.append((seq, pos))
   else:
     groups = [(list(pre) + [0] * (H - t), [t]) for t in range(H) for pre in itertools.product(range(V), repeat=t)]
-  rollouts, probs, exact = [], [], []
+  rollouts, probs, exact, succ = [], [], [], []
   for i, (seq, pos) in enumerate(g for g in groups if g[1]):
     p = np.stack([student.probs(seq[:t]) for t in pos])
     ps = np.stack([student.exact_p_succ(seq[:t], verify) for t in pos])
     rollouts.append((i, seq, pos, np.tile(np.arange(V), (len(pos), 1))))
     probs.append(p)
     exact.append(p * (ps - np.sum(p * ps, -1, keepdims=True)))
-  return student, rollouts, probs, exact
+    succ.append(ps)
+  return student, rollouts, probs, exact, succ
 
 
 def cosines(g_hat: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -66,18 +71,61 @@ def cosines(g_hat: np.ndarray, g: np.ndarray) -> np.ndarray:
 def run_side(setup, *, key, R: int, adaptive=None) -> dict:
   """One estimate over every node: mean cos(ĝ, g*), continuations spent, mean noise ceiling, per-node cos."""
   from opd_jax import targeted, toy  # pylint: disable=g-import-not-at-top
-  student, rollouts, probs, exact = setup
+  student, rollouts, probs, exact, _ = setup
   outs = targeted.estimate_successes(student, toy.task_verifier(toy.sum_mod_verifier(3)), [], rollouts, R=R,
                                      key=key, max_response_len=student.horizon, adaptive=adaptive, probs=probs)
-  cos, ceil, spent = [], [], 0
-  for out, p, g in zip(outs, probs, exact):
+  cos, ceil, last, spent, nominal = [], [], [], 0, 0
+  for out, p, g, (_, _, pos, _) in zip(outs, probs, exact, rollouts):
     ne = targeted.node_estimates(p, p, out.successes, out.n, divergence="reverse_kl")
     keep = np.linalg.norm(g, axis=-1) >= 1e-9
     cos.append(cosines(ne.g_ideal, g)[keep])
     ceil.append(targeted.split_half_noise_ceiling(p, out)[keep])
-    spent += int(out.n.sum())
-  cos, ceil = np.concatenate(cos), np.concatenate(ceil)
-  return {"cos": float(cos.mean()), "spent": spent, "ceiling": float(np.nanmean(ceil)), "per_node": cos}
+    spent += out.continuations
+    nominal += int(out.n.sum())
+    last.append(np.asarray(pos)[keep] == student.horizon - 1)
+  cos, ceil, last = np.concatenate(cos), np.concatenate(ceil), np.concatenate(last)
+  return {"cos": float(cos.mean()), "spent": spent, "nominal": nominal, "ceiling": float(np.nanmean(ceil)),
+          "cos_last": float(cos[last].mean()), "cos_inner": float(cos[~last].mean()), "per_node": cos}
+
+
+def oracle_bound(setup, *, uniform: int, reps: int = 400, seed: int = 0) -> dict:
+  """Continuations that an allocation knowing the exact P_succ needs on the nodes before the last position (the
+  rest are fixed: one continuation per candidate) to match uniform R's mean cos there, by Monte Carlo.
+
+  Within a node, replicates follow Neyman's rule R_k ∝ sqrt(c_k v_k) (`allocation`'s loss model at the exact
+  P_succ); across nodes, the Lagrangian optimum of the simulated mean-cos curves over 40 node totals (4 to 8192,
+  log-spaced; `reps` binomial draws each, the curve's running max). Optimistic: it reads the truth and the
+  selection over a noisy curve favours it slightly.
+  """
+  from opd_jax import allocation  # pylint: disable=g-import-not-at-top
+  student, rollouts, probs, exact, succ = setup
+  last = np.concatenate([np.asarray(pos) == student.horizon - 1 for _, _, pos, _ in rollouts])
+  p, g, ps = (np.concatenate(x) for x in (probs, exact, succ))
+  keep = (np.linalg.norm(g, axis=-1) >= 1e-9) & ~last
+  p, g, ps = p[keep], g[keep], ps[keep]
+  M, K = p.shape
+  rng = np.random.default_rng(seed)
+
+  def mean_cos(R):                            # [reps, M] cos of ĝ from R [M, K] replicates
+    ph = rng.binomial(R[None], ps[None], size=(reps, M, K)) / R
+    return cosines(p * (ph - np.sum(p * ph, -1, keepdims=True)), g).mean(0)
+
+  _, c, _, _ = allocation._terms(p, ps, np.ones_like(ps), np.ones(ps.shape, bool), 0.0)  # pylint: disable=protected-access
+  share = np.sqrt(c * ps * (1 - ps))
+  share = share / np.maximum(share.sum(-1, keepdims=True), 1e-300)
+  grid = np.unique(np.round(np.geomspace(4, 8192, 40)).astype(int))
+  Rs = [np.maximum(np.round(share * T), 1).astype(int) for T in grid]
+  curve = np.maximum.accumulate(np.stack([mean_cos(R) for R in Rs], 1), axis=1)      # [M, grid]
+  cost = np.stack([R.sum(-1) for R in Rs], 1)
+  target = float(mean_cos(np.full((M, K), uniform)).mean())
+  best = np.inf
+  for lam in np.geomspace(1e-7, 1e-1, 200):
+    j = np.argmax(curve - lam * cost, axis=1)
+    if curve[np.arange(M), j].mean() >= target:
+      best = min(best, float(cost[np.arange(M), j].sum()))
+  fixed = int(K * (~keep).sum())               # last-position and degenerate nodes: one run per candidate
+  return {"nodes": M, "uniform_cos": target, "spent": best, "ratio_inner": best / (uniform * M * K),
+          "fixed_continuations": fixed}
 
 
 def compare(setup, *, seeds: int, uniform: int, r0: int, means, r_max: int, tolerance: float = 0.0,
@@ -87,7 +135,8 @@ def compare(setup, *, seeds: int, uniform: int, r0: int, means, r_max: int, tole
   import jax  # pylint: disable=g-import-not-at-top
   from opd_jax import targeted  # pylint: disable=g-import-not-at-top
   keys = [jax.random.key(1000 + s) for s in range(seeds)]
-  side = lambda runs: {k: float(np.mean([r[k] for r in runs])) for k in ("cos", "spent", "ceiling")}
+  side = lambda runs: {k: float(np.mean([r[k] for r in runs]))
+                       for k in ("cos", "spent", "nominal", "ceiling", "cos_last", "cos_inner")}
   uni = side([run_side(setup, key=k, R=uniform) for k in keys])
   ada = {}
   for mean in means:
@@ -104,7 +153,8 @@ def compare(setup, *, seeds: int, uniform: int, r0: int, means, r_max: int, tole
     j = int(np.argmax(cos >= uni["cos"]))
     f = (uni["cos"] - cos[j - 1]) / max(cos[j] - cos[j - 1], 1e-12)
     matched = float(np.exp(np.log(spent[j - 1]) + f * (np.log(spent[j]) - np.log(spent[j - 1]))))
-  return {"uniform": uni, "adaptive": ada, "matched_spent": matched, "ratio": matched / uni["spent"]}
+  return {"uniform": uni, "adaptive": ada, "matched_spent": matched, "ratio": matched / uni["nominal"],
+          "ratio_run": matched / uni["spent"]}
 
 
 def main(argv=None):
@@ -120,6 +170,8 @@ def main(argv=None):
   ap.add_argument("--prior", type=float, default=0.5)
   ap.add_argument("--spread", type=float, default=1.0)
   ap.add_argument("--growth", type=float, default=0.5)
+  ap.add_argument("--bound", action="store_true", help="also the allocation that knows the exact P_succ "
+                  "(oracle_bound)")
   args = ap.parse_args(argv)
   t0 = time.time()
   setup = toy_nodes(args.rollouts)
@@ -130,15 +182,24 @@ def main(argv=None):
                 growth=args.growth)
   u = res["uniform"]
   print(f"{n_nodes} nodes x 4 candidates, {args.seeds} seeds")
-  print(f"uniform R={args.uniform}: mean cos {u['cos']:.4f}, {u['spent']:.0f} continuations, "
-        f"noise ceiling {u['ceiling']:.4f}")
+  print(f"uniform R={args.uniform}: mean cos {u['cos']:.4f} (last position {u['cos_last']:.4f}, earlier "
+        f"{u['cos_inner']:.4f}), {u['nominal']:.0f} replicates, {u['spent']:.0f} continuations run (fixed "
+        f"branches once), noise ceiling {u['ceiling']:.4f}")
   for m, a in res["adaptive"].items():
-    print(f"adaptive mean={m:g} (R0={args.r0}): mean cos {a['cos']:.4f}, {a['spent']:.0f} continuations "
-          f"({a['spent'] / u['spent']:.3f}x), noise ceiling {a['ceiling']:.4f}")
-  print(f"matched: {res['matched_spent']:.0f} continuations = {res['ratio']:.3f}x uniform (target <= 0.25); "
+    print(f"adaptive mean={m:g} (R0={args.r0}): mean cos {a['cos']:.4f} (last {a['cos_last']:.4f}, earlier "
+          f"{a['cos_inner']:.4f}), {a['spent']:.0f} continuations run ({a['spent'] / u['nominal']:.3f}x uniform's "
+          f"replicates, {a['spent'] / u['spent']:.3f}x its runs), noise ceiling {a['ceiling']:.4f}")
+  print(f"matched: {res['matched_spent']:.0f} continuations = {res['ratio']:.3f}x uniform R={args.uniform} at "
+        f"every candidate (target <= 0.25), {res['ratio_run']:.3f}x uniform with fixed branches run once; "
         f"{time.time() - t0:.0f} s")
+  if args.bound:
+    b = oracle_bound(setup, uniform=args.uniform)
+    print(f"bound (knows P_succ) on the {b['nodes']} nodes before the last position: {b['spent']:.0f} "
+          f"continuations for uniform R={args.uniform}'s mean cos there ({b['uniform_cos']:.4f}) = "
+          f"{b['ratio_inner']:.3f}x uniform's there; with the fixed branches once: "
+          f"{(b['spent'] + b['fixed_continuations']) / u['spent']:.3f}x uniform's runs")
   print(json.dumps({"nodes": n_nodes, "uniform": u, "adaptive": {str(k): v for k, v in res["adaptive"].items()},
-                    "matched_spent": res["matched_spent"], "ratio": res["ratio"]}))
+                    "matched_spent": res["matched_spent"], "ratio": res["ratio"], "ratio_run": res["ratio_run"]}))
 
 
 if __name__ == "__main__":

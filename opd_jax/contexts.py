@@ -112,6 +112,13 @@ def render_chat(tokenizer, user_message: str, *, system_prompt: str = "",
   return models.chat_ids(tokenizer, messages, **dict(chat_kwargs or {}))
 
 
+def study_chat(tokenizer, user_message: str, config) -> list[int]:
+  """`render_chat` with a study config's `chat` settings (system_prompt, kwargs): the prompt ids every stage of
+  a study (and its preflight and cost model) gives the student or a teacher."""
+  return render_chat(tokenizer, user_message, system_prompt=config.chat.system_prompt,
+                     chat_kwargs=config.chat.kwargs)
+
+
 def context_message(context: str, task, problem: task_base.Problem, *, incorrect: str | None = None,
                     templates: Mapping[str, str] | None = None) -> str | None:
   """The teacher's user message for `context`, or None when it is unavailable (contrastive, no incorrect

@@ -288,10 +288,9 @@ class Work:
 
 def context_lengths(config, task, problems, tokenizer, names) -> tuple[float, dict[str, float]]:
   """(mean student prompt tokens, {context: mean tokens its teacher prompt adds} for the context `names`) over
-  `problems` of `task`, chat-rendered as the study renders them (`contexts.render_chat`; contrastive without its
+  `problems` of `task`, chat-rendered as the study renders them (`contexts.study_chat`; contrastive without its
   incorrect rollout)."""
-  chat = lambda m: len(contexts.render_chat(tokenizer, m, system_prompt=config.chat.system_prompt,
-                                            chat_kwargs=config.chat.kwargs))
+  chat = lambda m: len(contexts.study_chat(tokenizer, m, config))
   prompts = [chat(task.prompt(p)) for p in problems]
   extra = {c: float(np.mean([chat(contexts.context_message(c, task, p, incorrect="",
                                                            templates=config.contexts.templates)) - n

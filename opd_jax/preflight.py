@@ -209,7 +209,7 @@ def check_context(config, task, confs, tokenizer, limits: dict[str, int]) -> Non
     ValueError: naming the question, the lengths and the fields to change.
   """
   c, n_tok = config, config.sampling.max_new_tokens
-  chat = lambda m: contexts.render_chat(tokenizer, m, system_prompt=c.chat.system_prompt, chat_kwargs=c.chat.kwargs)
+  chat = lambda m: contexts.study_chat(tokenizer, m, c)
   fix = "lower config.sampling.max_new_tokens or config.task.num_problems to skip long questions"
   views = sorted({conf.scoring_key for conf in confs})
   for problem in task.problems:

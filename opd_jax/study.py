@@ -88,8 +88,7 @@ class Env:
     return self.student if name == contexts.SELF else self.teachers[name]
 
   def chat(self, message: str) -> list[int]:
-    return contexts.render_chat(self.student.tokenizer, message, system_prompt=self.config.chat.system_prompt,
-                                chat_kwargs=self.config.chat.kwargs)
+    return contexts.study_chat(self.student.tokenizer, message, self.config)
 
 
 def setup(config, task=None, confs=None) -> Env:

@@ -84,6 +84,10 @@ class Policy(Protocol):
   for branch j, the new response `responses[bases[j]][:positions[j]] + [forced[j]] + continuation` (at most
   `max_response_len` tokens) and whether it finished (ended with a stop token), as a list of (list, bool).
   Branch j's randomness comes from (key, row_ids[j]) alone.
+
+  Optional attribute `stop_ids` (ids that end a response; default none): a branch whose forced token is one,
+  like one forced at the token cap's last position, samples nothing, so its outcome is fixed
+  (`fixed_branches`) and `estimate_successes` runs it once.
   """
 
   def continue_branches(self, prompt: Sequence[int], responses: Sequence[Sequence[int]], bases: Sequence[int],
@@ -107,6 +111,10 @@ class ModelPolicy:
   batch_size: int = 64
   progress: Any = None
 
+  @property
+  def stop_ids(self) -> tuple[int, ...]:
+    return tuple(self.model.stop_ids)
+
   def continue_branches(self, prompt, responses, bases, positions, forced, *, key, row_ids, max_response_len):
     cache = sampling.prefill_sequences(self.model, [list(prompt) + list(r) for r in responses])
     caps = [max_response_len - int(t) - 1 for t in positions]
@@ -115,7 +123,7 @@ class ModelPolicy:
     # steps), so finished rows leave the batch (`sampling.branch`'s compaction; 1.16x on the default's stage,
     # benchmarks/continuations.py).
     segment = max(4, min(sampling.SEGMENT, n_new // 4))
-    stops = set(self.model.stop_ids)
+    stops = set(self.stop_ids)
     out = []
     for s in range(0, len(positions), self.batch_size):
       sl = slice(s, s + self.batch_size)
@@ -140,12 +148,21 @@ class Outcomes:
   rewards: int8 [M, K, R_max] (0/1) for M nodes, K candidate slots; replicate r of slot (m, k) was run when
     r < counts[m, k] (the rest, and padded slots, are 0).
   valid: bool [M, K] candidate slot is a real candidate (id >= 0).
-  counts: int64 [M, K] replicates run per candidate (None: R_max on every valid slot). Candidates may have
+  counts: int64 [M, K] replicates per candidate (None: R_max on every valid slot). Candidates may have
     different counts (adaptive allocation); a valid slot has >= 1.
+  fixed: bool [M, K] or None: slots whose outcome is decided without sampling (`fixed_branches`). One
+    continuation was run and its reward copied to every replicate, so estimates and split halves are exact.
   """
   rewards: np.ndarray
   valid: np.ndarray
   counts: np.ndarray | None = None
+  fixed: np.ndarray | None = None
+
+  @property
+  def continuations(self) -> int:
+    """Continuations actually run: n per slot, 1 on a fixed slot."""
+    n = self.n
+    return int(n.sum() if self.fixed is None else np.where(self.fixed, np.minimum(n, 1), n).sum())
 
   @property
   def n(self) -> np.ndarray:           # int64 [M, K]
@@ -172,6 +189,24 @@ class Outcomes:
     h = self.n // 2
     lo = np.zeros_like(h) if which == 0 else h
     return self._sum(lo, lo + h), h
+
+
+def fixed_branches(positions: np.ndarray, candidates: np.ndarray, *, stop_ids: Sequence[int],
+                   max_response_len: int) -> np.ndarray:
+  """Which (node, candidate) branches sample nothing, so that their outcome is fixed: bool [M, K].
+
+  A branch forcing a stop token ends the response there; one forced at position t = max_response_len - 1 has
+  reached the token cap. Either way every replicate is the same response with the same reward [ours].
+
+  Args:
+    positions: int [M] node positions (0-based response indices).
+    candidates: int [M, K] candidate ids, padded with -1 (padded slots are False).
+    stop_ids: ids that end a response (the policy's `stop_ids`).
+    max_response_len: the token cap of responses.
+  """
+  c = np.asarray(candidates)
+  at_cap = np.asarray(positions).reshape(-1, 1) + 1 >= max_response_len
+  return (c >= 0) & (at_cap | np.isin(c, np.asarray(list(stop_ids), c.dtype)))
 
 
 ROLLOUT_STRIDE = 1 << 20   # row ids: rollout_id * ROLLOUT_STRIDE + (m * K + k) * stride + r
@@ -214,7 +249,9 @@ def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float
   1 - cos(ĝ, g*) of their node, until round(adaptive.mean x valid candidates) continuations are spent, every
   node meets adaptive.tolerance or every candidate has r_max. Each round's branches (every rollout, node,
   candidate, replicate) go to the policy in one `continue_branches` call, so the student batches them across
-  rollouts and reuses each rollout's prefix cache.
+  rollouts and reuses each rollout's prefix cache. A fixed branch (`fixed_branches`: a forced stop token or
+  the token cap) is run once and its reward copied to its R replicates (uniform records are unchanged); the
+  allocator never adds to it.
 
   What stays unbiased under adaptive allocation: the allocator reads the outcomes, so n_k depends on the
   candidate's own earlier replicates and the pooled P^ = successes / n is not exactly unbiased (a sequential
@@ -239,7 +276,7 @@ def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float
       valid slots): the allocator's p. Required when adaptive.
   Returns:
     One `Outcomes` per rollout: uniform: rewards [M, K, R], counts None; adaptive: rewards [M, K, r_max] and
-    the counts actually run.
+    the counts per candidate (R on a fixed slot); `fixed` set in both.
   Raises:
     ValueError: R <= 0, bad adaptive settings, missing probs, or too many branches for the row-id stride.
   """
@@ -260,15 +297,20 @@ def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float
                        f"{ROLLOUT_STRIDE} branches per rollout")
   outs = [np.zeros(c.shape + (stride,), np.int8) for c in cands]
   counts = [np.where(c >= 0, R, 0).astype(np.int64) for c in cands]
+  stops = tuple(getattr(policy, "stop_ids", ()))
+  fixed = [fixed_branches(pos, c, stop_ids=stops, max_response_len=max_response_len)
+           for (_, _, pos, _), c in zip(rollouts, cands)]
   todo = [(i, m, k, r) for i, c in enumerate(cands) for m in range(c.shape[0]) for k in range(c.shape[1])
-          if c[m, k] >= 0 for r in range(R)]
+          if c[m, k] >= 0 for r in range(1 if fixed[i][m, k] else R)]
   _continue(policy, verify, prompt, rollouts, todo, outs, key=key, stride=stride,
             max_response_len=max_response_len)
+  for o, f in zip(outs, fixed):
+    o[f, :R] = o[f, :1]
   if adaptive is not None and cands:
-    _adaptive_rounds(policy, verify, prompt, rollouts, outs, counts, probs, adaptive, key=key,
+    _adaptive_rounds(policy, verify, prompt, rollouts, outs, counts, probs, fixed, adaptive, key=key,
                      max_response_len=max_response_len)
-  return [Outcomes(rewards=o, valid=c >= 0, counts=None if adaptive is None else n)
-          for o, c, n in zip(outs, cands, counts)]
+  return [Outcomes(rewards=o, valid=c >= 0, counts=None if adaptive is None else n, fixed=f)
+          for o, c, n, f in zip(outs, cands, counts, fixed)]
 
 
 def _continue(policy, verify, prompt, rollouts, todo, outs, *, key, stride, max_response_len):
@@ -287,23 +329,25 @@ def _continue(policy, verify, prompt, rollouts, todo, outs, *, key, stride, max_
     outs[i][m, k, r] = int(verify(new_response, finished) == 1.0)
 
 
-def _adaptive_rounds(policy, verify, prompt, rollouts, outs, counts, probs, adaptive, *, key, max_response_len):
+def _adaptive_rounds(policy, verify, prompt, rollouts, outs, counts, probs, fixed, adaptive, *, key,
+                     max_response_len):
   """Rounds after the first (`estimate_successes`): allocate over every node of every rollout together."""
   K = max(c.shape[1] for c in counts)
   pad = lambda a, fill: np.concatenate([np.pad(x, [(0, 0), (0, K - x.shape[1])] + [(0, 0)] * (x.ndim - 2),
                                                constant_values=fill) for x in a])
   valid = pad([np.asarray(c) >= 0 for _, _, _, c in rollouts], False)
+  exact = pad(fixed, False)
   p = pad([np.asarray(x, np.float64) for x in probs], 0.0)
   where = [(i, m) for i, c in enumerate(counts) for m in range(c.shape[0])]
   total = int(round(adaptive.mean * valid.sum()))
-  spent = int(sum(c.sum() for c in counts))
+  spent = int(sum(np.where(f, np.minimum(c, 1), c).sum() for c, f in zip(counts, fixed)))
   while spent < total:
     n = pad(counts, 0)
     s = pad([o.sum(-1) for o in outs], 0)
     extra = allocation.allocate(p, s, n, valid, budget=min(total - spent, max(int(adaptive.growth * spent), 1)),
                                 unit=adaptive.unit,
                                 r_max=adaptive.r_max, tolerance=adaptive.tolerance, prior=adaptive.prior,
-                                spread=adaptive.spread)
+                                spread=adaptive.spread, fixed=exact)
     if not extra.any():
       break
     todo = [(i, m, k, r) for j, (i, m) in enumerate(where) for k in np.flatnonzero(extra[j])
