@@ -202,11 +202,16 @@ def fixed_branches(positions: np.ndarray, candidates: np.ndarray, *, stop_ids: S
     positions: int [M] node positions (0-based response indices).
     candidates: int [M, K] candidate ids, padded with -1 (padded slots are False).
     stop_ids: ids that end a response (the policy's `stop_ids`).
-    max_response_len: the token cap of responses.
+    max_response_len: the token cap of responses (a position at or past cap - 1 counts as at the cap).
+  Raises:
+    ValueError: positions and candidates disagree on M.
   """
-  c = np.asarray(candidates)
-  at_cap = np.asarray(positions).reshape(-1, 1) + 1 >= max_response_len
-  return (c >= 0) & (at_cap | np.isin(c, np.asarray(list(stop_ids), c.dtype)))
+  c, pos = np.asarray(candidates, np.int64), np.asarray(positions, np.int64).reshape(-1)
+  if c.ndim != 2 or pos.shape[0] != c.shape[0]:
+    raise ValueError(f"fixed_branches needs positions [M] and candidates [M, K], got {pos.shape} and "
+                     f"{c.shape}")
+  at_cap = pos[:, None] + 1 >= max_response_len
+  return (c >= 0) & (at_cap | np.isin(c, np.asarray(list(stop_ids), np.int64)))
 
 
 ROLLOUT_STRIDE = 1 << 20   # row ids: rollout_id * ROLLOUT_STRIDE + (m * K + k) * stride + r

@@ -128,6 +128,8 @@ def test_fixed_branches_run_once_and_their_reward_fills_every_replicate(student)
   mask = targeted.fixed_branches(np.array([0, 4, 5]), np.array([[0, 3, -1], [1, 2, 3], [0, 1, -1]]),
                                  stop_ids=[stop], max_response_len=6)
   np.testing.assert_array_equal(mask, [[False, True, False], [False, False, True], [True, True, False]])
+  with pytest.raises(ValueError, match="positions"):
+    targeted.fixed_branches(np.array([0, 1]), np.array([[0, 3]]), stop_ids=[stop], max_response_len=6)
 
   class Counting:                                           # the toy with a stop id, counting branches
     stop_ids = (stop,)
