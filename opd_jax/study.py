@@ -381,8 +381,10 @@ def run(config, workdir: str) -> str:
   if runs.is_complete(workdir, pc):
     logging.info("%s holds a complete run of this config: nothing to run, no model loaded", workdir)
     print(f"complete: {workdir} holds a finished run of this config (nothing to run)", file=sys.stderr)
-    return (finish(workdir, rebuild=writable, tokenizer=(preflight.header(config.student.name, config) or (0, None))[1], options=config.report)
-            if pi == 0 else "")
+    if pi != 0:
+      return ""
+    found = preflight.header(config.student.name, config)     # the tokenizer without weights, where cheap
+    return finish(workdir, rebuild=writable, tokenizer=found and found[1], options=config.report)
   if not writable:
     raise ValueError(f"--workdir={workdir} is not writable; pass a writable directory")
   with runs.workdir_lock(workdir, pi):

@@ -161,8 +161,7 @@ class Outcomes:
   @property
   def continuations(self) -> int:
     """Continuations actually run: n per slot, 1 on a fixed slot."""
-    n = self.n
-    return int(n.sum() if self.fixed is None else np.where(self.fixed, np.minimum(n, 1), n).sum())
+    return _runs(self.n, self.fixed)
 
   @property
   def n(self) -> np.ndarray:           # int64 [M, K]
@@ -189,6 +188,11 @@ class Outcomes:
     h = self.n // 2
     lo = np.zeros_like(h) if which == 0 else h
     return self._sum(lo, lo + h), h
+
+
+def _runs(n: np.ndarray, fixed: np.ndarray | None) -> int:
+  """Continuations run for replicate counts n [M, K]: n per slot, at most 1 on a fixed slot."""
+  return int(n.sum() if fixed is None else np.where(fixed, np.minimum(n, 1), n).sum())
 
 
 def fixed_branches(positions: np.ndarray, candidates: np.ndarray, *, stop_ids: Sequence[int],
@@ -345,7 +349,7 @@ def _adaptive_rounds(policy, verify, prompt, rollouts, outs, counts, probs, fixe
   p = pad([np.asarray(x, np.float64) for x in probs], 0.0)
   where = [(i, m) for i, c in enumerate(counts) for m in range(c.shape[0])]
   total = int(round(adaptive.mean * valid.sum()))
-  spent = int(sum(np.where(f, np.minimum(c, 1), c).sum() for c, f in zip(counts, fixed)))
+  spent = sum(_runs(c, f) for c, f in zip(counts, fixed))
   while spent < total:
     n = pad(counts, 0)
     s = pad([o.sum(-1) for o in outs], 0)
