@@ -43,6 +43,7 @@ import numpy as np
 from opd_jax import contexts
 from opd_jax import divergences
 from opd_jax import flops
+from opd_jax import hlo_bytes
 from opd_jax import preflight
 from opd_jax import sampling
 from opd_jax import scoring
@@ -154,7 +155,7 @@ def _params(cfg: decoder.Config):
 
 
 def _cache(cfg: decoder.Config, rows: int, slots: int):
-  return _abstract(lambda: decoder.init_cache(cfg, rows, slots, jnp.float32, layered=True))
+  return _abstract(lambda: decoder.init_cache(cfg, rows, slots, jnp.float32))
 
 
 def _i32(*shape):
@@ -165,7 +166,7 @@ def _f32(*shape):
   return jax.ShapeDtypeStruct(shape, jnp.float32)
 
 
-def _program(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int):
+def _program(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int, groups: int = 0, prefix: int = 0):
   """(function, abstract args) of one program call; kinds: "prefill" (sampling.prefill of [rows, tokens] into a
   cache of `slots`), "decode" (one step of sampling.decode: draw + forward of [rows, 1]), "chunk" (one scoring
   chunk of one side: scoring._logprob_step on [rows, tokens]), "prompt" (one prompt-prefill chunk of scoring:
@@ -179,9 +180,14 @@ def _program(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int)
   if kind == "decode":
     keys = _abstract(lambda: jax.random.split(jax.random.key(0), rows))
     fn = lambda p, c, lg, pos, k, d, caps: sampling.decode.fun(
-        p, c, lg, pos, k, d, caps, 0, graphdef=g, sp=sampling.SamplingParams(), max_new_tokens=1, stop_ids=(0,))
-    return fn, (p, _cache(cfg, rows, slots), _f32(rows, cfg.vocab_size), _i32(rows), keys,
-                jax.ShapeDtypeStruct((rows,), jnp.bool_), _i32(rows))
+        p, c, lg, pos, k, d, caps, 0, graphdef=g, sp=sampling.SamplingParams(), max_new_tokens=1, stop_ids=(0,),
+        early_exit=False)
+    cache = _cache(cfg, rows, slots)
+    if groups:                                     # a branch batch: node prefixes held once (sampling.branch)
+      cache = _abstract(lambda c, q: decoder.with_prefix(c, q, jnp.zeros((rows,), jnp.int32)), cache,
+                        _cache(cfg, groups, prefix))
+    return fn, (p, cache, _f32(rows, cfg.vocab_size), _i32(rows), keys, jax.ShapeDtypeStruct((rows,), jnp.bool_),
+                _i32(rows))
   if kind == "chunk":
     fn = lambda p, c, t, q: scoring._logprob_step(decoder.merge(g, p), c, t, q)  # pylint: disable=protected-access
     return fn, (p, _cache(cfg, rows, slots), _i32(rows, tokens), _i32(rows, tokens))
@@ -199,48 +205,81 @@ def _program(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int)
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled_flops(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int) -> float:
-  """XLA:CPU's FLOPs of one call, compiled for the CPU whatever the default backend: XLA:GPU's cost analysis
-  leaves out the matmuls it hands to cuBLAS (a scoring program on an H200 reported 0.05x its matmul FLOPs)."""
-  fn, args = _program(kind, cfg, rows, tokens, slots)
+def _compiled(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int, groups: int = 0,
+              prefix: int = 0) -> tuple[float, float]:
+  """(XLA:CPU's FLOPs, metered bytes) of one call, compiled for the CPU whatever the default backend: XLA:GPU's
+  cost analysis leaves out the matmuls it hands to cuBLAS (a scoring program on an H200 reported 0.05x its
+  matmul FLOPs). Bytes: `hlo_bytes.analyze` of the compiled HLO, the cache and logits donated as in
+  `sampling.decode` (operand + output bytes of every op, fp32)."""
+  fn, args = _program(kind, cfg, rows, tokens, slots, groups, prefix)
   try:
     cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
     args = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=cpu), args)
   except RuntimeError:                                   # JAX_PLATFORMS without cpu: the default backend's count
     pass
-  return flops.xla_cost(jax.jit(fn).lower(*args).compile())["flops"]
+  compiled = jax.jit(fn, donate_argnums=(1, 2) if kind == "decode" else ()).lower(*args).compile()
+  return flops.xla_cost(compiled)["flops"], hlo_bytes.analyze(compiled).bytes
 
 
-def _flops_keys(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int) -> list[tuple]:
-  """The `_compiled_flops` arguments that `program_flops` needs."""
+def _compiled_flops(*key) -> float:
+  return _compiled(*key)[0]
+
+
+def _flops_keys(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int, groups: int = 0,
+                prefix: int = 0) -> list[tuple]:
+  """The `_compiled` arguments that `program_flops` and `decode_bytes` need."""
   if kind in ("head", "predictors") or cfg.n_layers <= 2:
-    return [(kind, cfg, rows, tokens, slots)]
-  return [(kind, dataclasses.replace(cfg, n_layers=n), rows, tokens, slots) for n in (1, 2)]
+    return [(kind, cfg, rows, tokens, slots, groups, prefix)]
+  return [(kind, dataclasses.replace(cfg, n_layers=n), rows, tokens, slots, groups, prefix) for n in (1, 2)]
 
 
 def compile_all(cs: list["Call"]) -> None:
   """Compiles every distinct program of `cs` once, in threads (XLA compiles release the GIL)."""
   import concurrent.futures  # pylint: disable=g-import-not-at-top
-  todo = list(dict.fromkeys(k for c in cs for k in _flops_keys(c.kind, c.cfg, c.rows, c.tokens, c.slots)))
+  todo = list(dict.fromkeys(k for c in cs for k in _flops_keys(c.kind, c.cfg, c.rows, c.tokens, c.slots, c.groups,
+                                                                c.prefix)))
   with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
-    list(pool.map(lambda k: _compiled_flops(*k), todo))
+    list(pool.map(lambda k: _compiled(*k), todo))
 
 
-def program_flops(kind: str, cfg: decoder.Config, rows: int, tokens: int = 1, slots: int = 0) -> float:
-  """XLA FLOPs of one call of `_program(kind, ...)` for the full depth L: compiled with 1 and 2 layers,
-  f1 + (L - 1) (f2 - f1) (layered layout: no loop that XLA would count once; exact when the layers are
-  identical, also where XLA drops the last layer's unused outputs); L <= 2 is compiled as is."""
-  keys = _flops_keys(kind, cfg, rows, tokens, slots)
+def _compiled_bytes(*key) -> float:
+  return _compiled(*key)[1]
+
+
+def _by_depth(of, kind, cfg, rows, tokens, slots, groups, prefix) -> float:
+  """`of(key)` (FLOPs or bytes of one compile) at the full depth L, from 1 and 2 layers (`program_flops`)."""
+  keys = _flops_keys(kind, cfg, rows, tokens, slots, groups, prefix)
   if len(keys) == 1:                                              # no extrapolation needed: one compile
-    return _compiled_flops(*keys[0])
-  f1, f2 = (_compiled_flops(*k) for k in keys)
+    return of(*keys[0])
+  f1, f2 = (of(*k) for k in keys)
   return f1 + (cfg.n_layers - 1) * (f2 - f1)
 
 
-def program_bytes(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int, bytes_per_el: int) -> float:
-  """Analytic HBM bytes of one call: the matmul weights once and the KV cache over all slots
-  (`flops.decode_bytes_per_step`; the head's weights only for "head", none for "predictors") plus the fp32
-  [rows, tokens, V] log-prob arrays written and read (the last position only for "prefill" and "decode")."""
+def program_flops(kind: str, cfg: decoder.Config, rows: int, tokens: int = 1, slots: int = 0, groups: int = 0,
+                  prefix: int = 0) -> float:
+  """XLA FLOPs of one call of `_program(kind, ...)` for the full depth L: compiled with 1 and 2 layers,
+  f1 + (L - 1) (f2 - f1) (layered layout: no loop that XLA would count once; exact when the layers are
+  identical, also where XLA drops the last layer's unused outputs); L <= 2 is compiled as is."""
+  return _by_depth(_compiled_flops, kind, cfg, rows, tokens, slots, groups, prefix)
+
+
+def decode_bytes(cfg: decoder.Config, rows: int, slots: int, bytes_per_el: int, groups: int = 0,
+                 prefix: int = 0) -> float:
+  """Bytes of one decode step of the compiled program (`sampling.decode`; with `groups` node prefixes of `prefix`
+  slots held once, a branch batch): metered on its HLO (`hlo_bytes`) at 1 and 2 layers and extrapolated to L
+  as `program_flops`. Compiled in fp32 on the CPU; bytes_per_el 2 (bf16 weights and KV cache on an accelerator)
+  halves it, so the fp32 logits and softmax statistics are under-counted 2x there (a few % of a step)."""
+  return _by_depth(_compiled_bytes, "decode", cfg, rows, 1, slots, groups, prefix) * bytes_per_el / 4
+
+
+def program_bytes(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int, bytes_per_el: int,
+                  groups: int = 0, prefix: int = 0) -> float:
+  """HBM bytes of one call. "decode": the compiled program's (`decode_bytes`). Else analytic: the matmul weights
+  once and the KV cache over all slots (`flops.decode_bytes_per_step`; the head's weights only for "head", none
+  for "predictors") plus the fp32 [rows, tokens, V] log-prob arrays written and read (the last position only for
+  "prefill")."""
+  if kind == "decode":
+    return decode_bytes(cfg, rows, slots, bytes_per_el, groups, prefix)
   V = cfg.real_vocab_size
   logits = 2 * rows * (1 if kind in ("prefill", "decode") else tokens) * V * 4
   if kind == "head":
@@ -332,6 +371,8 @@ class Call:
   tokens: int
   slots: int
   count: float
+  groups: int = 0      # "decode" of a branch batch: node prefixes of `prefix` slots held once (sampling.branch)
+  prefix: int = 0
 
 
 def calls(config, *, student_passes: str = "once", work: Work | None = None) -> list[Call]:
@@ -393,8 +434,12 @@ def calls(config, *, student_passes: str = "once", work: Work | None = None) -> 
   conts = plan.continuations if w.continuations is None else w.continuations
   tokens = n_tok / 2 if w.continuation_tokens is None else w.continuation_tokens
   n_calls = q * -(-(conts // q) // nb)
+  # A batch of nb branches holds each of its nodes' prefixes once: the nodes' branches are consecutive, so a
+  # batch spans about nb / (branches per node) + 1 nodes (sampling.branch rounds it up to a power of two).
+  groups = bucket(min(nb, -(-nb * plan.nodes // max(conts, 1)) + 1), 1)
   out.append(Call("continuations", "prefill", "student", s_cfg, b.node_rollouts_per_question, seq, seq, q))
-  out.append(Call("continuations", "decode", "student", s_cfg, nb, 1, seq + n_tok, n_calls + conts * tokens / nb))
+  out.append(Call("continuations", "decode", "student", s_cfg, nb, 1, n_tok + 1, n_calls + conts * tokens / nb,
+                  groups=groups, prefix=seq))
   return out
 
 
@@ -428,11 +473,13 @@ def cost(cs: list[Call], chip: Accelerator | None, chips: int = 1, cpu_bytes_per
   compile_all(cs)
   f = by = cpu = cpu_c = acc = acc_c = 0.0
   for c in cs:
-    fl = program_flops(c.kind, c.cfg, c.rows, c.tokens, c.slots)
+    fl = program_flops(c.kind, c.cfg, c.rows, c.tokens, c.slots, c.groups, c.prefix)
     t_c = fl / cpu_rate(c.rows * c.tokens)
-    t = max(t_c, program_bytes(c.kind, c.cfg, c.rows, c.tokens, c.slots, cpu_bytes_per_el) / CPU_BW)
+    t = max(t_c, program_bytes(c.kind, c.cfg, c.rows, c.tokens, c.slots, cpu_bytes_per_el, c.groups, c.prefix)
+            / CPU_BW)
     cpu, cpu_c = cpu + c.count * t, cpu_c + (c.count * t if t_c >= t else 0.0)
-    bts = program_bytes(c.kind, c.cfg, c.rows, c.tokens, c.slots, 2 if chip else cpu_bytes_per_el)
+    bts = program_bytes(c.kind, c.cfg, c.rows, c.tokens, c.slots, 2 if chip else cpu_bytes_per_el, c.groups,
+                        c.prefix)
     f, by = f + c.count * fl, by + c.count * bts
     if chip:
       t_c = fl / (chips * chip.peak_flops * eff[0])
@@ -501,7 +548,8 @@ def measured_line(cs: list[Call], name: str, chip: Accelerator, chips: int, per:
 
 def _peak_bytes(cs: list[Call], bytes_per_el: int) -> float:
   weights = sum(flops.matmul_params(c) * bytes_per_el for c in {c.cfg for c in cs})
-  kv = max(2 * c.cfg.n_layers * c.rows * c.slots * c.cfg.n_kv_heads * c.cfg.head_dim * bytes_per_el for c in cs)
+  kv = max(2 * c.cfg.n_layers * (c.rows * c.slots + c.groups * c.prefix) * c.cfg.n_kv_heads * c.cfg.head_dim
+           * bytes_per_el for c in cs)
   return weights + kv
 
 

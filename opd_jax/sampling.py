@@ -89,23 +89,31 @@ def categorical(logits: jax.Array, keys: jax.Array, block: int = 512) -> jax.Arr
   """One exact draw per row from softmax(logits): logits fp32 [B, N] (-inf = excluded), keys [B] -> int32 [B].
 
   Inverse CDF with one uniform u in (0, 1] per row, in two levels (blocks of `block` ids, then ids inside the
-  chosen block) with the prefix sums as small triangular matmuls: a few passes over [B, N] instead of the
-  per-element random numbers of the Gumbel-max trick (4x faster per decode step on CPU at N = 152k).
-  Tokens of zero probability are never drawn.
+  chosen block) with the prefix sums as small triangular matmuls: two passes over [B, N] (the max; the block
+  sums of exp) instead of the per-element random numbers of the Gumbel-max trick (4x faster per decode step on
+  CPU at N = 152k). Tokens of zero probability are never drawn.
   """
+  return _categorical(logits, keys, block)[0]
+
+
+def _categorical(logits, keys, block: int = 512):
+  """`categorical` and the log-normaliser log sum exp(logits) fp32 [B] (from the same block sums: no pass more)."""
   B, N = logits.shape
   W = min(block, N)
   nb = -(-N // W)
-  p = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
-  p = jnp.pad(p, ((0, 0), (0, nb * W - N))).reshape(B, nb, W)
-  cum_blocks = p.sum(-1) @ jnp.triu(jnp.ones((nb, nb), p.dtype))                # [B, nb] inclusive sums
+  m = jnp.max(logits, axis=-1, keepdims=True)
+  sums = jax.lax.reduce_window(jnp.exp(logits - m), 0.0, jax.lax.add, (1, W), (1, W),   # block sums, the exps
+                               ((0, 0), (0, nb * W - N)))                     # never stored (one pass)
+  cum_blocks = sums @ jnp.triu(jnp.ones((nb, nb), logits.dtype))               # [B, nb] inclusive sums
   u = (1.0 - jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(keys)) * cum_blocks[:, -1]
   blk = jnp.minimum(jnp.sum(cum_blocks < u[:, None], axis=-1), nb - 1)
   before = jnp.take_along_axis(cum_blocks, jnp.maximum(blk - 1, 0)[:, None], axis=-1)[:, 0]
   before = jnp.where(blk > 0, before, 0.0)
-  inner = jnp.take_along_axis(p, blk[:, None, None], axis=1)[:, 0] @ jnp.triu(jnp.ones((W, W), p.dtype))
+  ids = blk[:, None] * W + jnp.arange(W)                                        # the chosen block's exps again
+  p_blk = jnp.where(ids < N, jnp.exp(jnp.take_along_axis(logits, jnp.minimum(ids, N - 1), axis=-1) - m), 0.0)
+  inner = p_blk @ jnp.triu(jnp.ones((W, W), logits.dtype))
   idx = jnp.minimum(jnp.sum(inner + before[:, None] < u[:, None], axis=-1), W - 1)
-  return (blk * W + idx).astype(jnp.int32)
+  return (blk * W + idx).astype(jnp.int32), m[:, 0] + jnp.log(cum_blocks[:, -1])
 
 
 def _truncate(scaled: jax.Array, sp: SamplingParams, k: int) -> tuple[jax.Array, jax.Array]:
@@ -169,8 +177,8 @@ def _draw(logits: jax.Array, keys: jax.Array, sp: SamplingParams) -> tuple[jax.A
   scaled = logits / sp.temperature
   V = scaled.shape[-1]
   if sp.top_k == 0 and sp.top_p >= 1.0:
-    tok = categorical(scaled, keys)
-    return tok, jnp.take_along_axis(jax.nn.log_softmax(scaled, axis=-1), tok[:, None], axis=-1)[:, 0]
+    tok, log_z = _categorical(scaled, keys)
+    return tok, jnp.take_along_axis(scaled, tok[:, None], axis=-1)[:, 0] - log_z
 
   def restricted(k: int):
     vals, idx = _truncate(scaled, sp, k)
@@ -206,21 +214,36 @@ def prefill(params, tokens, positions, *, graphdef, cache_size: int):
   return model.head(h[:, -1]), cache
 
 
+def early_exit_default() -> bool:
+  """Whether decode loops exit once every row has stopped (a data-dependent condition): on CPU, where the loop's
+  condition costs nothing. On GPU / TPU a segment runs its known number of steps instead: a data-dependent exit
+  makes XLA copy the flag to the host and wait every step."""
+  return jax.default_backend() == "cpu"
+
+
 @sharding.sharded_jit(in_specs=(PARAMS, CACHE, ROWS, ROWS, ROWS, ROWS, ROWS, REPLICATED),
                       out_specs=(ROWS, ROWS, ROWS, ROWS, CACHE, ROWS, ROWS),
-                      static_argnames=("graphdef", "sp", "max_new_tokens", "stop_ids", "pad_id"))
+                      static_argnames=("graphdef", "sp", "max_new_tokens", "stop_ids", "pad_id", "early_exit"),
+                      donate_argnums=(1, 2))
 def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, graphdef,
-           sp: SamplingParams, max_new_tokens: int, stop_ids: tuple[int, ...], pad_id: int = 0):
+           sp: SamplingParams, max_new_tokens: int, stop_ids: tuple[int, ...], pad_id: int = 0,
+           early_exit: bool = True):
   """Sample up to N = max_new_tokens tokens per row on device.
 
+  The cache and the logits are donated: the loop updates the cache in place (no copy of it per call or per
+  step), and the caller must not use them after the call.
+
   Args:
-    cache: KV cache with at least N free slots after `end`.
-    logits: fp32 [B, V] next-token logits of every row.
+    cache: KV cache with at least N free slots after `end` (donated).
+    logits: fp32 [B, V] next-token logits of every row (donated).
     next_pos: int32 [B] position of the next token of each row.
     keys: [B] per-row keys (`row_keys`); step i uses fold_in(keys[b], start + i).
     done: bool [B] rows that must not generate (e.g. a forced stop token); they return length 0.
     caps: int32 [B] per-row token caps <= N (default N): a row stops, unfinished, after caps[b] tokens.
     start: int32 [] index of the first step in the rows' random streams (a later segment of the same rows).
+    early_exit: static. True: stop the loop once every row has stopped or reached its cap (a data-dependent
+      condition, `early_exit_default` on CPU); False: run exactly N steps (a known trip count: no host sync per
+      step on accelerators; rows that stopped write masked slots).
   Returns:
     tokens int32 [B, N], logprobs fp32 [B, N], lengths int32 [B], finished bool [B], and the state to
     continue from: final cache, next-token logits fp32 [B, V], next positions int32 [B].
@@ -243,8 +266,8 @@ def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, g
     step_keys = jax.vmap(lambda k: jax.random.fold_in(k, start + i))(keys)
     tok, lp = _draw(logits, step_keys, sp)
     tok = jnp.where(active, tok, pad_id)
-    toks = toks.at[:, i].set(tok)
-    lps = lps.at[:, i].set(jnp.where(active, lp, 0.0))
+    toks = jax.lax.dynamic_update_slice(toks, tok[:, None], (0, i))
+    lps = jax.lax.dynamic_update_slice(lps, jnp.where(active, lp, 0.0)[:, None], (0, i))
     lengths = lengths + active.astype(jnp.int32)
     stopped = stopped | (active & jnp.any(tok[:, None] == stops[None, :], axis=-1))
     feed_pos = jnp.where(active, pos, -1)                              # inactive rows write masked slots
@@ -253,7 +276,11 @@ def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, g
 
   state = (jnp.zeros((), jnp.int32), cache, logits, next_pos.astype(jnp.int32), jnp.zeros((B,), jnp.int32),
            done, out_tok, out_lp)
-  _, cache, logits, pos, lengths, finished, toks, lps = jax.lax.while_loop(cond, body, state)
+  if early_exit:
+    state = jax.lax.while_loop(cond, body, state)
+  else:                                                                # a known trip count
+    state = jax.lax.fori_loop(0, max_new_tokens, lambda _, st: body(st), state)
+  _, cache, logits, pos, lengths, finished, toks, lps = state
   # `finished` is set only by a stop token (sampled, or forced before the call): rows that hit a cap are not.
   return toks, lps, lengths, finished, cache, logits, pos
 
@@ -265,7 +292,7 @@ def _take_rows(rows, cache, logits, next_pos, keys):
 
 
 def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, graphdef, sp, max_new_tokens,
-                       stop_ids, pad_id, segment, min_rows, progress=None):
+                       stop_ids, pad_id, segment, min_rows, progress=None, early_exit=None):
   """`decode` in segments of `segment` steps; once at most half of a batch's rows are still generating, the
   live rows move to a batch half as large (down to `min_rows`), so rows that stopped early cost nothing.
 
@@ -281,12 +308,16 @@ def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, gra
   slots = np.arange(B)                                   # original row of each slot of the current batch
   live = np.ones(B, bool)                                # slot holds a real row (not a filler)
   mesh = sharding.mesh_of(params)
+  early_exit = early_exit_default() if early_exit is None else early_exit
   for start in range(0, N, segment):
     steps = min(segment, N - start)
     rem = np.where(live, caps[slots] - lengths[slots], 0).astype(np.int32)
     stopped = ~live | finished[slots]
+    # Early exit: every segment has one shape (rows stop at their caps); else exactly the steps left (the last
+    # segment never runs past the cap, so the cache needs no room beyond it).
     seg = decode(params, cache, logits, next_pos, keys, stopped, rem, np.int32(start), graphdef=graphdef, sp=sp,
-                 max_new_tokens=segment, stop_ids=stop_ids, pad_id=pad_id)
+                 max_new_tokens=segment if early_exit else steps, stop_ids=stop_ids, pad_id=pad_id,
+                 early_exit=early_exit)
     t, lp, n, f = (np.asarray(a) for a in seg[:4])
     cache, logits, next_pos = seg[4:]
     real = slots[live]
@@ -346,7 +377,7 @@ def _prefill_rows(params, tokens, positions, rows, *, graphdef, cache_size: int)
 def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array | None = None, max_new_tokens: int,
            temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, stop_ids=None,
            row_ids: Sequence[int] | None = None, keys: jax.Array | None = None, pad_id: int = 0,
-           segment: int = SEGMENT, min_rows: int = MIN_ROWS, progress=None) -> Samples:
+           segment: int = SEGMENT, min_rows: int = MIN_ROWS, progress=None, early_exit: bool | None = None) -> Samples:
   """Sample continuations of `prompts` (lists of token ids) with `model` (`opd_jax.models.Model`).
 
   Each distinct prompt is prefilled once (n rollouts of one question cost one prefill); rows then decode
@@ -363,6 +394,7 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array | None = N
     segment, min_rows: decode in segments of `segment` steps, moving the rows still generating to a smaller
       batch (>= min_rows) once at most half are (`_decode_compacting`).
     progress: optional callable(n tokens decoded), called after each segment (stages.bar's update).
+    early_exit: `decode`'s (None: `early_exit_default()`); the samples are the same either way.
   Returns:
     `Samples` (numpy): tokens [B, N], logprobs [B, N] (sampled policy, see module docstring), lengths [B],
     finished [B].
@@ -396,28 +428,30 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array | None = N
                                 cache_size=P + max_new_tokens)
   out = _decode_compacting(params, cache, logits, next_pos, keys, np.arange(Bp) >= B, None,
                            graphdef=model.graphdef, sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop,
-                           pad_id=pad_id, segment=segment,
-                           min_rows=min_rows, progress=progress)
+                           pad_id=pad_id, segment=segment, min_rows=min_rows, progress=progress,
+                           early_exit=early_exit)
   return Samples(*(a[:B] for a in out))
 
 
-@sharding.sharded_jit(in_specs=(PARAMS, CACHE, REPLICATED, ROWS, ROWS), out_specs=(CACHE, ROWS, ROWS, ROWS),
-                      static_argnames=("graphdef", "max_new_tokens", "stop_ids"))
-def _branch_start(params, base_cache, base_row, cut_pos, forced, *, graphdef, max_new_tokens, stop_ids):
-  """Jitted start of `branch`: gather base rows, mask positions >= cut, feed the forced token.
+@sharding.sharded_jit(in_specs=(PARAMS, CACHE, REPLICATED, REPLICATED, ROWS, ROWS, ROWS),
+                      out_specs=(CACHE, ROWS, ROWS, ROWS), static_argnames=("graphdef", "max_new_tokens", "stop_ids"))
+def _branch_start(params, base_cache, node_row, node_cut, group, cut_pos, forced, *, graphdef, max_new_tokens,
+                  stop_ids):
+  """Jitted start of `branch`: each node's prefix once, then the forced tokens.
 
-  Returns the decode state: cache (N + 1 free slots), logits fp32 [NB, V], next positions [NB], and done [NB]
-  (a forced stop ends the rollout at once).
+  The G nodes' prefixes (base row node_row[g] [G] with its slots at positions >= node_cut[g] masked) are gathered
+  once into a shared prefix (`decoder.with_prefix`); branch b (group[b] its node, cut_pos[b] = node_cut[group[b]])
+  gets its own cache of N + 1 slots for its suffix and reads the prefix through shared-prefix attention.
+
+  Returns the decode state: cache, logits fp32 [NB, V], next positions [NB], and done [NB] (a forced stop ends
+  the rollout at once).
   """
-  extra = max_new_tokens + 1
-
-  def rows(a):                                   # [B_base, S, ...] -> [NB, S + extra, ...]
-    a = a[base_row]
-    return jnp.pad(a, ((0, 0), (0, extra)) + ((0, 0),) * (a.ndim - 2), constant_values=-1 if a.ndim == 2 else 0)
-
-  cache = decoder.map_cache_rows(rows, base_cache)
-  cache["pos"] = jnp.where(cache["pos"] >= cut_pos[:, None], -1, cache["pos"])
-  logits, cache = decoder.merge(graphdef, params)(forced[:, None], cut_pos[:, None], cache)
+  model = decoder.merge(graphdef, params)
+  prefix = {"k": tuple(a[node_row] for a in base_cache["k"]), "v": tuple(a[node_row] for a in base_cache["v"])}
+  pos = base_cache["pos"][node_row]
+  prefix["pos"] = jnp.where(pos >= node_cut[:, None], -1, pos)
+  cache = decoder.with_prefix(model.init_cache(forced.shape[0], max_new_tokens + 1), prefix, group)
+  logits, cache = model(forced[:, None], cut_pos[:, None], cache)
   stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
   return cache, logits[:, 0], cut_pos + 1, jnp.any(forced[:, None] == stops[None, :], axis=-1)
 
@@ -440,7 +474,7 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
            forced_tokens: Sequence[int], key: jax.Array, max_new_tokens: int, row_ids: Sequence[int],
            caps: Sequence[int] | None = None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
            stop_ids=None, pad_id: int = 0, pad_to: int = 1, segment: int = SEGMENT,
-           min_rows: int = MIN_ROWS, progress=None) -> Samples:
+           min_rows: int = MIN_ROWS, progress=None, early_exit: bool | None = None) -> Samples:
   """Continue base rollouts from prefix positions with forced first tokens (targeted rollouts).
 
   Branch j reads base row `base_rows[j]` of `base_cache` (from `prefill_sequences`) truncated to its first
@@ -450,7 +484,13 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
   max_new_tokens) caps branch j's own length; a row's tokens never depend on the others'. Equal to sampling
   from scratch with the prompt `sequence[:prefix_len] + [forced]` and the same key and row id (up to float
   round-off in the logits). Rows are padded to at least `pad_to` (fixed-size callers compile once); rows that
-  stopped leave the batch every `segment` steps, as in `sample` (`progress` as there).
+  stopped leave the batch every `segment` steps, as in `sample` (`progress` and `early_exit` as there).
+
+  One copy of each node's prefix serves all its branches: the G distinct (base row, prefix length) pairs of the
+  call are gathered once into a shared prefix [G, K, S_base, Dh] per layer (G rounded up to a power of two),
+  and each branch holds only its own suffix, N + 1 slots (shared-prefix attention, `decoder.with_prefix`). So
+  a call's KV memory is G x S_base + NB x (N + 1) slots instead of NB x (S_base + N + 1), and each decode step
+  reads each prefix once; the prefix attention costs G x its FLOPs (every query against every prefix, masked).
 
   Returns:
     `Samples` of the continuations after the forced token: tokens [NB, N], logprobs, lengths, finished.
@@ -466,18 +506,25 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
                      f"({config.max_seq_len})")
   NB = sharding.pad_rows(max(_bucket(nb, 1), pad_to), sharding.mesh_of(model.params))  # pad_to: one shape
   fill = lambda xs, v: np.concatenate([np.asarray(xs), np.full(NB - nb, v)]).astype(np.int32)
-  rows = fill(base_rows, 0)
   cut = fill(prefix_lens, 0)
   forced = fill(forced_tokens, stop[0] if stop else 0)                 # dummy rows: forced stop, no work
   ids = np.concatenate([np.asarray(row_ids), np.arange(NB - nb) + 2**30]).astype(np.uint32)
   row_caps = fill([max_new_tokens] * nb if caps is None else caps, 0)
+  nodes: dict[tuple[int, int], int] = {}                               # (base row, prefix length) -> group
+  group = fill([nodes.setdefault((int(b), int(c)), len(nodes)) for b, c in zip(base_rows, prefix_lens)], 0)
+  G = _bucket(len(nodes), 1)                                           # few shapes; extra groups see nothing
+  node_row = np.array([b for b, _ in nodes] + [0] * (G - len(nodes)), np.int32)
+  node_cut = np.array([c for _, c in nodes] + [0] * (G - len(nodes)), np.int32)
+  cut[nb:] = node_cut[0]
   COUNTERS["branch_calls"] += 1
   COUNTERS["branch_rows"] += nb
+  COUNTERS["branch_prefixes"] += len(nodes)
   keys = row_keys(key, jnp.asarray(ids))
-  cache, logits, next_pos, done = _branch_start(model.params, base_cache, rows, cut, forced, graphdef=model.graphdef,
-                                                max_new_tokens=max_new_tokens, stop_ids=stop)
+  cache, logits, next_pos, done = _branch_start(model.params, base_cache, node_row, node_cut, group, cut, forced,
+                                                graphdef=model.graphdef, max_new_tokens=max_new_tokens,
+                                                stop_ids=stop)
   out = _decode_compacting(model.params, cache, logits, next_pos, keys, np.asarray(done), row_caps,
                            graphdef=model.graphdef, sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop,
-                           pad_id=pad_id, segment=segment,
-                           min_rows=min_rows, progress=progress)
+                           pad_id=pad_id, segment=segment, min_rows=min_rows, progress=progress,
+                           early_exit=early_exit)
   return Samples(*(a[:nb] for a in out))

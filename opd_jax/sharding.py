@@ -276,18 +276,24 @@ def rows_spec(shape: Sequence[int], mesh: Mesh) -> P:
 
 
 def cache_spec(path: str, shape: Sequence[int], mesh: Mesh) -> P:
-  """`CACHE`: spec of one leaf of a KV cache at `path` ("k", "v", "k/3" (layered), "pos" or "end").
+  """`CACHE`: spec of one leaf of a KV cache at `path` ("k/3", "v/3", "pos", "end", "group", "prefix/k/3", ...).
 
-  k, v: [L, B, S, K, Dh] (stacked) or [B, S, K, Dh] (one layer): B over "data", K over "model" (each when the
-  axis divides it; K over "model" matches the wk / wv rule, so tensor-parallel attention needs no gather).
-  pos: [B, S] rows over "data"; end: [] replicated.
+  k, v: one layer [B, K, S, Dh]: B over "data", K over "model" (each when the axis divides it; K over "model"
+  matches the wk / wv rule, so tensor-parallel attention needs no gather). pos, group: rows over "data"; end:
+  replicated. A shared prefix ("prefix/..."; `decoder.with_prefix`) is read by every row: its G prefixes are
+  replicated over "data", its kv heads over "model".
   """
-  if path.split("/")[0] in ("k", "v") and len(shape) in (4, 5):
-    b, k = (1, 3) if len(shape) == 5 else (0, 2)
-    spec = [None] * len(shape)
-    spec[b] = "data" if shape[b] % mesh.shape["data"] == 0 and mesh.shape["data"] > 1 else None
-    spec[k] = "model" if shape[k] % mesh.shape["model"] == 0 and mesh.shape["model"] > 1 else None
+  parts = path.split("/")
+  shared = parts[0] == "prefix"
+  if shared:
+    parts = parts[1:]
+  if parts[0] in ("k", "v") and len(shape) == 4:
+    spec = [None] * 4
+    spec[0] = "data" if not shared and shape[0] % mesh.shape["data"] == 0 and mesh.shape["data"] > 1 else None
+    spec[1] = "model" if shape[1] % mesh.shape["model"] == 0 and mesh.shape["model"] > 1 else None
     return P(*spec)
+  if shared:
+    return P()
   return rows_spec(shape, mesh) if len(shape) else P()
 
 
@@ -315,7 +321,8 @@ def _signature(x) -> tuple:
   return (np.shape(x), str(getattr(x, "dtype", type(x).__name__)))
 
 
-def sharded_jit(*, in_specs: Sequence[str], out_specs, static_argnames: Sequence[str] = ()) -> Callable:
+def sharded_jit(*, in_specs: Sequence[str], out_specs, static_argnames: Sequence[str] = (),
+                donate_argnums: Sequence[int] = ()) -> Callable:
   """Decorator: `jax.jit` with explicit in_shardings / out_shardings on the mesh of the params ("pjit").
 
   Example (sampling.py):
@@ -334,6 +341,8 @@ def sharded_jit(*, in_specs: Sequence[str], out_specs, static_argnames: Sequence
     in_specs: one spec per positional argument (calls may pass fewer: trailing defaults).
     out_specs: spec pytree prefix of the outputs.
     static_argnames: keyword arguments that are static (hashable); every keyword argument must be one.
+    donate_argnums: positional arguments whose buffers the call may reuse for its outputs (`jax.jit`'s): a
+      donated cache is updated in place, and the caller must not use it after the call.
   Raises (at a call):
     TypeError: a keyword argument that is not static, or more positional arguments than in_specs.
     ValueError: params not all on one mesh.
@@ -344,7 +353,8 @@ def sharded_jit(*, in_specs: Sequence[str], out_specs, static_argnames: Sequence
   static_argnames = tuple(static_argnames)
 
   def decorate(fun):
-    plain = jax.jit(fun, static_argnames=static_argnames)
+    donate = tuple(donate_argnums)
+    plain = jax.jit(fun, static_argnames=static_argnames, donate_argnums=donate)
     compiled: dict = {}
 
     def jitted(args, kwargs):
@@ -365,8 +375,8 @@ def sharded_jit(*, in_specs: Sequence[str], out_specs, static_argnames: Sequence
         shapes = jax.eval_shape(functools.partial(fun, **kwargs), *args)
         out_sh = jax.tree.map(lambda kind, sub: _resolve(kind, sub, mesh), out_specs, shapes)
         # Static arguments are bound (jit with in_shardings takes positional arguments only): one jit per key.
-        compiled[key] = (jax.jit(functools.partial(fun, **kwargs), in_shardings=in_sh, out_shardings=out_sh),
-                         in_sh)
+        compiled[key] = (jax.jit(functools.partial(fun, **kwargs), in_shardings=in_sh, out_shardings=out_sh,
+                                 donate_argnums=tuple(i for i in donate if i < len(args))), in_sh)
       fn, in_sh = compiled[key]
       args = tuple(a if kind == PARAMS else jax.device_put(a, sh) for a, kind, sh in zip(args, in_specs, in_sh))
       return fn, args, {}

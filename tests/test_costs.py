@@ -36,7 +36,7 @@ def test_layer_extrapolation_equals_the_full_depth_compile():
 
 def test_trip_counts_of_the_smoke_study_and_their_sum(monkeypatch):
   # Per-call FLOPs stubbed by a known function of the shapes (no compile): the test is about the counts.
-  fake = lambda kind, cfg, rows, tokens, slots: float(cfg.n_layers * rows * tokens * (slots + 1) + len(kind))
+  fake = lambda kind, cfg, rows, tokens, slots, *_: float(cfg.n_layers * rows * tokens * (slots + 1) + len(kind))
   monkeypatch.setattr(costs, "_compiled_flops", fake)
   config = smoke.get_config()
   plan = preflight.plan(config)

@@ -174,7 +174,7 @@ def test_layered_layout_equals_stacked():
   tokens = jax.random.randint(jax.random.key(5), (2, 9), 0, CONFIG.vocab_size)
   np.testing.assert_allclose(_full(layered, tokens), _full(params, tokens), atol=1e-6, rtol=0)
   for p in (params, layered):                        # incremental decode with each layout's cache
-    cache = decoder.init_cache(CONFIG, batch=2, size=12, layered=decoder.is_layered(p))
+    cache = decoder.init_cache(CONFIG, batch=2, size=12)
     got, cache = _step(p, tokens[:, :6], jnp.broadcast_to(jnp.arange(6), (2, 6)), cache)
     step, _ = _step(p, tokens[:, 6:7], jnp.full((2, 1), 6), cache)
     np.testing.assert_allclose(step[:, 0], _full(params, tokens)[:, 6], atol=1e-5, rtol=0)

@@ -191,6 +191,41 @@ def test_compacting_segments_equal_one_decode(model):
   assert (a.lengths <= np.array(bkw["caps"])).all()
 
 
+@pytest.mark.parametrize("early_exit", [True, False])
+def test_shared_prefix_branches_of_several_rollouts_equal_decoding_from_scratch(model, early_exit):
+  """Branches of several nodes of two left-padded rollouts share one copy of each node's prefix, with stops,
+  caps and compaction (segments of 3 steps), with and without the loop's early exit (a known trip count)."""
+  prompts = [[1, 2, 3, 4], [9, 8]]
+  base = sampling.sample(model, prompts, key=jax.random.key(21), max_new_tokens=10, stop_ids=())
+  seqs = [p + base.tokens[i].tolist() for i, p in enumerate(prompts)]
+  cache = sampling.prefill_sequences(model, seqs)
+  nodes = [(0, 5), (0, 9), (1, 3), (1, 11)]                          # (base row, prefix length)
+  rows = [(b, c, f, r) for b, c in nodes for f in (6, 5, 7) for r in range(2)]   # 5 is the stop id
+  caps = [16 if j % 5 else 2 for j in range(len(rows))]
+  sampling.COUNTERS.clear()
+  key = jax.random.key(22)
+  out = sampling.branch(model, cache, base_rows=[b for b, *_ in rows], prefix_lens=[c for _, c, *_ in rows],
+                        forced_tokens=[f for _, _, f, _ in rows], key=key, max_new_tokens=16,
+                        row_ids=list(range(len(rows))), caps=caps, segment=3, min_rows=1, early_exit=early_exit)
+  assert sampling.COUNTERS["branch_prefixes"] == len(nodes) and sampling.COUNTERS["compactions"] >= 1
+  assert len(set(out.lengths.tolist())) > 2                          # stops, caps and full lengths
+  for j, (b, c, f, _) in enumerate(rows):
+    scratch = sampling.sample(model, [seqs[b][:c] + [f]], key=key, max_new_tokens=16, row_ids=[j])
+    n = min(caps[j], int(scratch.lengths[0])) if f != 5 else 0
+    assert out.lengths[j] == n, (j, out.lengths[j], n)
+    np.testing.assert_array_equal(out.tokens[j, :n], scratch.tokens[0, :n])
+    np.testing.assert_allclose(out.logprobs[j, :n], scratch.logprobs[0, :n], atol=1e-5)
+    assert out.finished[j] == (f == 5 or (scratch.finished[0] and scratch.lengths[0] <= caps[j]))
+  # The jitted start holds each prefix once ([G, K, S_base, Dh]) and per branch only its suffix (N + 1 slots).
+  start, *_ = sampling._branch_start(model.params, cache, np.array([0, 1], np.int32), np.array([5, 3], np.int32),
+                                     np.array([0, 1, 1, 0], np.int32), np.array([5, 3, 3, 5], np.int32),
+                                     np.array([6, 6, 7, 7], np.int32), graphdef=model.graphdef, max_new_tokens=16,
+                                     stop_ids=(5,))
+  K, Dh = CONFIG.n_kv_heads, CONFIG.head_dim
+  assert start["prefix"]["k"][0].shape == (2, K, cache["pos"].shape[1], Dh)
+  assert start["k"][0].shape == (4, K, 17, Dh) and start["prefix"]["pos"].max() < 5
+
+
 def test_forced_stop_ends_branch_at_once(model):
   cache = sampling.prefill_sequences(model, [[1, 2, 3, 4, 6, 7]])
   out = sampling.branch(model, cache, base_rows=[0, 0], prefix_lens=[5, 5], forced_tokens=[5, 6],
@@ -275,3 +310,31 @@ def test_returned_logprobs_are_the_sampled_policy_of_a_full_forward(model, tempe
     probs = _policy_probs(np.asarray(logits)[steps], temperature, 0, top_p)
     assert np.all(probs[np.arange(L), gen] > 0)                     # never a token outside the nucleus
     np.testing.assert_allclose(out.logprobs[r, :L], np.log(probs[np.arange(L), gen]), atol=2e-5)
+
+
+@pytest.mark.parametrize("layered", [True, False])
+def test_decode_step_moves_about_the_ideal_bytes_and_copies_no_cache_in_its_loop(layered):
+  """Guard (compiled HLO, `hlo_bytes`): a decode step reads the weights and the KV cache about once (<= 1.35x the
+  ideal), and no op inside the loop copies a cache-sized buffer, in both layouts."""
+  from opd_jax import flops, hlo_bytes   # pylint: disable=g-import-not-at-top
+  # head_dim 64 as real models (128): the [B, H, S] scores are small beside the [B, K, S, Dh] cache.
+  cfg = decoder.Config(arch="qwen3", vocab_size=512, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
+                       head_dim=64, d_ff=128, qk_norm=True, tie_embeddings=True, max_seq_len=4096)
+  B, S, steps = 8, 4096, 4
+  g, p = decoder.abstract(cfg, layered)
+  cache = jax.eval_shape(lambda: decoder.init_cache(cfg, B, S))
+  fn = lambda p, c, lg, pos, k, d: sampling.decode.fun(p, c, lg, pos, k, d, None, 0, graphdef=g,
+                                                       sp=sampling.SamplingParams(), max_new_tokens=steps,
+                                                       stop_ids=(0,), early_exit=False)
+  sds = jax.ShapeDtypeStruct
+  keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), B))
+  compiled = jax.jit(fn).lower(p, cache, sds((B, 512), jnp.float32), sds((B,), jnp.int32), keys,
+                               sds((B,), jnp.bool_)).compile()
+  report = hlo_bytes.analyze(compiled)
+  loop = max(report.loops, key=lambda l: l.bytes_per_iter)  # the decode loop (the others: the PRNG's)
+  assert loop.trips == steps
+  layer_cache = B * cfg.n_kv_heads * S * cfg.head_dim * 4
+  ideal = flops.decode_bytes_per_step(cfg, B, S, 4)
+  assert ideal <= loop.bytes_per_iter <= 1.35 * ideal, (loop.bytes_per_iter, ideal)
+  assert report.largest_copy_in_loop < layer_cache / 8, report.copies[:3]
+  assert compiled.memory_analysis().temp_size_in_bytes < 0.05 * 2 * cfg.n_layers * layer_cache

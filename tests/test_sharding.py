@@ -106,8 +106,8 @@ def placed_sample(m):
   toks, lps, lengths, finished, cache2 = sampling.decode(*args, **static)[:5]
   compiled = sampling.decode.lower(*args, **static).compile()
   return {"tokens": np.asarray(toks)[:len(sp)], "logprobs": np.asarray(lps)[:len(sp)], "B": B,
-          "cache_spec": tuple(cache["k"].sharding.spec), "logits_spec": tuple(logits.sharding.spec),
-          "decode_cache_spec": tuple(cache2["k"].sharding.spec), "tokens_spec": tuple(toks.sharding.spec),
+          "cache_spec": tuple(cache["k"][0].sharding.spec), "logits_spec": tuple(logits.sharding.spec),
+          "decode_cache_spec": tuple(cache2["k"][0].sharding.spec), "tokens_spec": tuple(toks.sharding.spec),
           "decode_in_specs": [tuple(x.spec) for x in compiled.input_shardings[0][2:6]]}
 
 def placed_score(s, t):
@@ -203,8 +203,8 @@ def test_sampling_entry_points_have_explicit_shardings_and_equal_one_device(eigh
   ref, got = eight["ref"]["sample"], eight[shape]["placed_sample"]
   data, model = shape
   assert got["B"] == 8                                      # 6 rows padded to a multiple of the data axis
-  # The KV cache [L, B, S, K=2, Dh]: rows over "data", kv heads over "model" (when the mesh has one).
-  cache = (None, "data", None, "model" if model > 1 else None, None)
+  # Each layer's KV cache [B, K=2, S, Dh]: rows over "data", kv heads over "model" (when the mesh has one).
+  cache = ("data", "model" if model > 1 else None, None, None)
   assert got["cache_spec"] == got["decode_cache_spec"] == cache
   assert got["logits_spec"] == got["tokens_spec"] == ("data", None)
   # decode was compiled with the declared input shardings: logits, next_pos, keys, done rows over "data".
@@ -273,9 +273,12 @@ def test_param_spec_pins(path, shape, head_dim, expected):
 
 
 @pytest.mark.parametrize("path,shape,expected", [
-    ("k", (2, 8, 16, 2, 8), (None, "data", None, "model", None)),   # stacked [L, B, S, K, Dh]
-    ("v/1", (8, 16, 2, 8), ("data", None, "model", None)),          # one layer of the layered layout
-    ("k", (2, 6, 16, 1, 8), (None, None, None, None, None)),         # 6 rows on 4, one kv head: replicated
+    ("k/0", (8, 2, 16, 8), ("data", "model", None, None)),          # one layer [B, K, S, Dh]
+    ("v/1", (8, 2, 16, 8), ("data", "model", None, None)),
+    ("k/0", (6, 1, 16, 8), (None, None, None, None)),               # 6 rows on 4, one kv head: replicated
+    ("prefix/k/0", (8, 2, 16, 8), (None, "model", None, None)),     # a shared prefix: every row reads it
+    ("prefix/pos", (8, 16), ()),
+    ("group", (8,), ("data",)),
     ("pos", (8, 16), ("data", None)),
     ("end", (), ()),
 ])

@@ -69,7 +69,7 @@ def random_model(config: Config, *, seed: int, tokenizer=None, dtype=jnp.float32
     seed: PRNG seed of the params.
     tokenizer: None, or a tokenizer (e.g. `byte_tokenizer()`); its eos id becomes the stop id.
     dtype: params dtype.
-    layout: "stacked" | "layered" (decoder.py); None = `default_layout()` of the platform.
+    layout: "stacked" | "layered" (decoder.py); None = `default_layout()`.
   """
   if tokenizer is not None and len(tokenizer) > config.vocab_size:
     raise ValueError(f"config.vocab_size={config.vocab_size} is smaller than the tokenizer's {len(tokenizer)} "

@@ -52,8 +52,8 @@ def load(spec: str | os.PathLike, *, dtype=None, shardings=None, layout: str | N
     shardings: None (default device); a `jax.sharding.Mesh`: each leaf is placed on the NamedSharding of its
       logical axes (`sharding.RULES`) as it is read (no whole-model copy on one device; from a cached GGUF
       conversion each device reads only its slice); or a function ("/"-joined state path, shape) -> Sharding.
-    layout: "stacked" or "layered" params (decoder.py docstring); None = "layered" on CPU (faster decode),
-      "stacked" on GPU/TPU (faster compiles).
+    layout: "stacked" or "layered" params (decoder.py docstring); None = `default_layout()` ("layered": a
+      decode step without per-layer copies, on every platform).
     tokenizer: GGUF files and presets only: the model's original tokenizer folder, used instead of the one
       rebuilt from the metadata (needed where the metadata cannot rebuild it exactly: no tokenizer.ggml.pre).
   Raises:

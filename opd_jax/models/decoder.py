@@ -20,15 +20,12 @@ keys, = the converted cache's leaf files `layers.wq.npy`, ...; `names.TABLE` map
   layers/mlp_norm [L, D]
   layers/w_gate [L, D, F]     layers/w_up [L, D, F]   layers/w_down [L, F, D]   (SwiGLU MLP)
 
-Two layouts of the same weights: "stacked" (above: `layers` is one `Block` whose params carry a leading L axis,
-run with `jax.lax.scan` over its state: a 24-layer model compiles in seconds; the accelerator default) and
-"layered" (`layers` an `nnx.List` of L `Block`s without the L axis, paths layers/<i>/wq, run with a Python
-loop: slower to compile, but no per-layer slice copies; on CPU a decode step is faster: `models.load` picks it
-on CPU). The KV cache follows the layout (`Decoder.init_cache`). Both stay: decode tokens/s at batch 32 on the
-2-core CPU, stacked / layered, interleaved in one run: 0.42x (random qwen3-tiny-teacher, 256 new tokens) and
-0.72x (Qwen2.5-0.5B, 16 new tokens); `lax.scan(unroll=k)` does not close the gap (tiny: 0.49x at k=2, 0.41x
-fully unrolled; 0.5B fully unrolled: 0.65x, 2.4x the compile time of layered): the scan's stacked cache
-in / out is copied every step whatever the unroll (benchmarks/sampling.py --layout).
+Two layouts of the same weights: "stacked" (above: `layers` is one `Block` whose params carry a leading L axis;
+without a cache (training forwards) it runs as a `jax.lax.scan` over its state) and "layered" (`layers` an
+`nnx.List` of L `Block`s without the L axis, paths layers/<i>/wq, run with a Python loop): the default on every
+platform (`models.default_layout`). With a KV cache both layouts loop over the layers in Python: a scan would take
+the cache as xs and return it as ys, copying every layer's cache (and each weight out of its stack) per step;
+the loop reads each layer's buffers in place (benchmarks/hlo_bytes.py measures the bytes of both).
 
 Modules are never built with random initialisers: `abstract` gives the shapes (`nnx.eval_shape`) and the
 loaders fill the leaves (models/checkpoints.py; random models from `init_params`, a plain nested dict in the
@@ -36,12 +33,15 @@ stacked layout above, so their values do not depend on flax). The hot path is pu
 state (`nnx.State`) as a pytree and the graphdef as a static argument, and call `merge(graphdef, state)`'s
 methods (`hidden_states`, `head`, `__call__`).
 
-The KV cache is a dict {"k": [L, B, S, K, Dh], "v": [L, B, S, K, Dh], "pos": [B, S] int32, "end": [] int32}
-(layered: "k" and "v" are tuples of L arrays [B, S, K, Dh]):
-slot s of row b holds the keys/values of the token at position `pos[b, s]` (-1: empty or masked out); new
-tokens are written at slots [end, end + T). Attention is decided by positions alone: a query at position p
-sees the slots with 0 <= pos <= p. So left padding (pad tokens get position -1), ragged batches and
-prefix branching (mask the slots at positions >= t) need no other bookkeeping.
+The KV cache is a dict {"k": (L arrays [B, K, S, Dh]), "v": (the same), "pos": [B, S] int32, "end": [] int32},
+the same for both layouts: per layer a k and a v buffer of their own (so the cache can be donated and updated in
+place), head-major so that attention reads it without a transpose. Slot s of row b holds the keys/values of
+the token at position `pos[b, s]` (-1: empty or masked out); new tokens are written at slots [end, end + T).
+Attention is decided by positions alone: a query at position p sees the slots with 0 <= pos <= p. So left
+padding (pad tokens get position -1), ragged batches and prefix branching (mask the slots at positions >= t)
+need no other bookkeeping. A shared-prefix cache (`with_prefix`) adds "prefix" (G prefixes held once, each
+layer [G, K, Sp, Dh], pos [G, Sp]) and "group" [B]: row b also sees prefix group[b] (targeted continuations:
+every branch of a node reads the node's prefix from one copy).
 
 Numerics: activations in the params' dtype (fp32 on CPU, bf16 on GPU/TPU), RMSNorm statistics, attention
 logits and softmax in fp32, logits returned in fp32.
@@ -149,23 +149,35 @@ def stack_layers(params: Params) -> Params:
   return {**params, "layers": {k: jnp.stack([lp[k] for lp in layers]) for k in layers[0]}}
 
 
-def init_cache(config: Config, batch: int, size: int, dtype=jnp.float32, *, layered: bool = False) -> Cache:
-  """An empty KV cache of `size` slots per row (see the module docstring for the layout)."""
-  one = (batch, size, config.n_kv_heads, config.head_dim)
-  if layered:
-    k = tuple(jnp.zeros(one, dtype) for _ in range(config.n_layers))
-    v = tuple(jnp.zeros(one, dtype) for _ in range(config.n_layers))
-  else:
-    k = v = jnp.zeros((config.n_layers, *one), dtype)
+def init_cache(config: Config, batch: int, size: int, dtype=jnp.float32) -> Cache:
+  """An empty KV cache of `size` slots per row, the same for both layouts (see the module docstring): per layer
+  a k and a v buffer [B, K, S, Dh] of their own (never one array twice, so the cache can be donated)."""
+  one = (batch, config.n_kv_heads, size, config.head_dim)
+  k = tuple(jnp.zeros(one, dtype) for _ in range(config.n_layers))
+  v = tuple(jnp.zeros(one, dtype) for _ in range(config.n_layers))
   return {"k": k, "v": v, "pos": jnp.full((batch, size), -1, jnp.int32), "end": jnp.zeros((), jnp.int32)}
 
 
+def with_prefix(cache: Cache, prefix: Cache, group: jax.Array) -> Cache:
+  """A cache whose rows also attend to a shared prefix (shared-prefix attention; `sampling.branch`).
+
+  Args:
+    cache: the rows' own cache (`init_cache`, B rows): their suffixes.
+    prefix: {"k", "v": tuples of L [G, K, Sp, Dh], "pos": int32 [G, Sp]}: G prefixes held once (-1 = masked).
+    group: int32 [B]: row b attends to prefix group[b] (and to its own slots), never to another group's.
+  """
+  return {**cache, "prefix": {"k": tuple(prefix["k"]), "v": tuple(prefix["v"]), "pos": prefix["pos"]},
+          "group": group.astype(jnp.int32)}
+
+
 def map_cache_rows(fn, cache: Cache) -> Cache:
-  """Apply fn to every per-row array of a cache (batch axis first: each layer's k and v, and pos), e.g. to
-  gather rows or pad slots; either layout."""
-  def kv(a):
-    return tuple(fn(x) for x in a) if isinstance(a, (list, tuple)) else jax.vmap(fn)(a)
-  return {"k": kv(cache["k"]), "v": kv(cache["v"]), "pos": fn(cache["pos"]), "end": cache["end"]}
+  """Apply fn to every per-row array of a cache (batch axis first: each layer's k and v, pos, and the group of a
+  shared-prefix cache), e.g. to gather rows or pad slots; a shared prefix is left as it is."""
+  out = {"k": tuple(fn(x) for x in cache["k"]), "v": tuple(fn(x) for x in cache["v"]), "pos": fn(cache["pos"]),
+         "end": cache["end"]}
+  if "prefix" in cache:
+    out["prefix"], out["group"] = cache["prefix"], fn(cache["group"])
+  return out
 
 
 def _rms_norm(x, w, eps):
@@ -190,16 +202,35 @@ def _rope(x, positions, theta, factors=None):
   return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def _attention(q, k, v, q_pos, k_pos):
-  """q [B, T, H, Dh]; k, v [B, S, K, Dh]; q_pos [B, T]; k_pos [B, S] -> [B, T, H, Dh]."""
+def _attention(q, k, v, q_pos, k_pos, prefix=None):
+  """q [B, T, H, Dh]; k, v [B, K, S, Dh] (the cache's head-major layout: read without a transpose); q_pos [B, T];
+  k_pos [B, S] -> [B, T, H, Dh].
+
+  prefix: None, or (kp, vp [G, K, Sp, Dh], p_pos [G, Sp], group int32 [B]): shared-prefix attention. Row b's
+  queries also attend to prefix group[b], held once for all its rows: one matmul of every query against the G
+  prefixes (FLOPs x G on the prefix, bytes once), the other groups' slots masked, one softmax over the prefix's
+  and the row's own visible slots together (the same weights as attending to one concatenated cache).
+  """
   B, T, H, Dh = q.shape
-  K = k.shape[2]
+  K = k.shape[1]
   q = q.reshape(B, T, K, H // K, Dh)
-  scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32) / jnp.sqrt(Dh)
+  scores = jnp.einsum("btkgd,bksd->bkgts", q, k, preferred_element_type=jnp.float32) / jnp.sqrt(Dh)
   visible = (k_pos[:, None, :] >= 0) & (k_pos[:, None, :] <= q_pos[:, :, None])   # [B, T, S]
   scores = jnp.where(visible[:, None, None], scores, _NEG)
-  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-  out = jnp.einsum("bkgts,bskd->btkgd", probs, v, preferred_element_type=jnp.float32)
+  if prefix is None:
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bksd->btkgd", probs, v, preferred_element_type=jnp.float32)
+    return out.reshape(B, T, H, Dh).astype(q.dtype)
+  kp, vp, p_pos, group = prefix
+  G, Sp = p_pos.shape
+  ps = jnp.einsum("btkgd,Gksd->bkgtGs", q, kp, preferred_element_type=jnp.float32) / jnp.sqrt(Dh)
+  seen = ((group[:, None, None, None] == jnp.arange(G)[None, None, :, None]) & (p_pos[None, None] >= 0)
+          & (p_pos[None, None] <= q_pos[:, :, None, None]))                          # [B, T, G, Sp]
+  ps = jnp.where(seen[:, None, None], ps, _NEG).reshape(B, K, H // K, T, G * Sp)
+  probs = jax.nn.softmax(jnp.concatenate([ps, scores], axis=-1), axis=-1).astype(v.dtype)
+  out = (jnp.einsum("bkgtGs,Gksd->btkgd", probs[..., :G * Sp].reshape(B, K, H // K, T, G, Sp), vp,
+                    preferred_element_type=jnp.float32)
+         + jnp.einsum("bkgts,bksd->btkgd", probs[..., G * Sp:], v, preferred_element_type=jnp.float32))
   return out.reshape(B, T, H, Dh).astype(q.dtype)
 
 
@@ -251,9 +282,10 @@ class Block(nnx.Module):
     self.w_gate, self.w_up = p(("embed", "mlp"), c.d_model, c.d_ff), p(("embed", "mlp"), c.d_model, c.d_ff)
     self.w_down = p(("mlp", "embed"), c.d_ff, c.d_model)
 
-  def attention(self, x, positions, cache_kv, k_pos, end, q_block: int | None = None):
-    """Attention of x [B, T, D] (pre-norm, no residual); cache_kv None or (k, v) [B, S, K, Dh]; q_block: attend
-    in blocks of this many queries (`_attention_blocked`). Returns (out [B, T, D], new (k, v) or None)."""
+  def attention(self, x, positions, cache_kv, k_pos, end, q_block: int | None = None, prefix=None):
+    """Attention of x [B, T, D] (pre-norm, no residual); cache_kv None or (k, v) [B, K, S, Dh] (the new keys and
+    values are written in place at slots [end, end + T)); q_block: attend in blocks of this many queries
+    (`_attention_blocked`); prefix: a shared prefix (`_attention`). Returns (out [B, T, D], new (k, v) or None)."""
     c = self.config
     B, T, _ = x.shape
     h = _rms_norm(x, self.attn_norm[...], c.norm_eps)
@@ -267,14 +299,17 @@ class Block(nnx.Module):
       q, k = _rms_norm(q, self.q_norm[...], c.norm_eps), _rms_norm(k, self.k_norm[...], c.norm_eps)
     q = _rope(q, positions, c.rope_theta, c.rope_freq_factors)
     k = _rope(k, positions, c.rope_theta, c.rope_freq_factors)
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)               # [B, K, T, Dh]: T rows, not the cache
     if cache_kv is None:
       keys, values, new_kv = k, v, None
     else:
-      keys = jax.lax.dynamic_update_slice(cache_kv[0], k.astype(cache_kv[0].dtype), (0, end, 0, 0))
-      values = jax.lax.dynamic_update_slice(cache_kv[1], v.astype(cache_kv[1].dtype), (0, end, 0, 0))
+      keys = jax.lax.dynamic_update_slice(cache_kv[0], k.astype(cache_kv[0].dtype), (0, 0, end, 0))
+      values = jax.lax.dynamic_update_slice(cache_kv[1], v.astype(cache_kv[1].dtype), (0, 0, end, 0))
       new_kv = (keys, values)
     keys, values = keys.astype(q.dtype), values.astype(q.dtype)
-    attn = (_attention(q, keys, values, positions, k_pos) if q_block is None
+    if prefix is not None:
+      prefix = (prefix[0].astype(q.dtype), prefix[1].astype(q.dtype)) + tuple(prefix[2:])
+    attn = (_attention(q, keys, values, positions, k_pos, prefix) if q_block is None
             else _attention_blocked(q, keys, values, positions, k_pos, q_block))
     return attn.reshape(B, T, -1) @ self.wo[...], new_kv
 
@@ -283,9 +318,9 @@ class Block(nnx.Module):
     h = _rms_norm(x, self.mlp_norm[...], self.config.norm_eps)
     return (jax.nn.silu(h @ self.w_gate[...]) * (h @ self.w_up[...])) @ self.w_down[...]
 
-  def __call__(self, x, positions, cache_kv, k_pos, end, q_block: int | None = None):
+  def __call__(self, x, positions, cache_kv, k_pos, end, q_block: int | None = None, prefix=None):
     """One block: x [B, T, D] -> (x, new (k, v) or None); see `attention`."""
-    attn, new_kv = self.attention(x, positions, cache_kv, k_pos, end, q_block)
+    attn, new_kv = self.attention(x, positions, cache_kv, k_pos, end, q_block, prefix)
     x = x + attn
     return x + self.mlp(x), new_kv
 
@@ -308,7 +343,7 @@ class Decoder(nnx.Module):
 
   def init_cache(self, batch: int, size: int) -> Cache:
     """An empty KV cache of `size` slots per row in this model's layout and params' dtype (`init_cache`)."""
-    return init_cache(self.config, batch, size, self.embed.dtype, layered=self.layered)
+    return init_cache(self.config, batch, size, self.embed.dtype)
 
   def hidden_states(self, tokens: jax.Array, positions: jax.Array, cache: Cache | None = None, *,
                     remat: bool = False, q_block: int | None = None) -> tuple[jax.Array, Cache | None]:
@@ -327,14 +362,26 @@ class Decoder(nnx.Module):
     else:
       end = cache["end"]
       k_pos = jax.lax.dynamic_update_slice(cache["pos"], positions.astype(jnp.int32), (0, end))
-    kv_in = None if cache is None else (cache["k"], cache["v"])
+    if cache is not None:   # a Python loop over the layers, each with its own k / v buffers: written in place,
+      # read without a copy (a scan would take the cache as xs and copy it into ys: benchmarks/hlo_bytes.py)
+      if self.layered:
+        blocks = list(self.layers)
+      else:                 # stacked params: each layer's slice (the accelerator default is layered)
+        graphdef, state = nnx.split(self.layers)
+        blocks = [nnx.merge(graphdef, jax.tree.map(lambda a, i=i: a[i], state)) for i in range(self.config.n_layers)]
+      pre = cache.get("prefix")
+      ks, vs = [], []
+      for i, block in enumerate(blocks):
+        layer_prefix = None if pre is None else (pre["k"][i], pre["v"][i], pre["pos"], cache["group"])
+        x, (k, v) = block(x, positions, (cache["k"][i], cache["v"][i]), k_pos, end, q_block, layer_prefix)
+        ks.append(k)
+        vs.append(v)
+      x = _rms_norm(x, self.final_norm[...], self.config.norm_eps)
+      out = {**cache, "k": tuple(ks), "v": tuple(vs), "pos": k_pos, "end": end + tokens.shape[1]}
+      return x, out
     if self.layered and not remat:
-      outs = []
-      for i, block in enumerate(self.layers):
-        x, new_kv = block(x, positions, None if kv_in is None else (kv_in[0][i], kv_in[1][i]), k_pos, end,
-                          q_block)
-        outs.append(new_kv)
-      kv_out = None if cache is None else (tuple(o[0] for o in outs), tuple(o[1] for o in outs))
+      for block in self.layers:
+        x, _ = block(x, positions, None, k_pos, end, q_block)
     else:
       if self.layered:   # remat: a scan over the layers stacked on the fly. A checkpointed call per unrolled
         # layer saved nothing (XLA:CPU ran every recomputation before the backward pass: the same memory as no
@@ -344,15 +391,11 @@ class Decoder(nnx.Module):
       else:
         graphdef, state = nnx.split(self.layers)
 
-      def body(x, layer_in):
-        st, kv = layer_in
-        return nnx.merge(graphdef, st)(x, positions, kv, k_pos, end, q_block)
+      def body(x, st):
+        return nnx.merge(graphdef, st)(x, positions, None, k_pos, end, q_block)[0], None
 
-      x, kv_out = jax.lax.scan(jax.checkpoint(body) if remat else body, x, (state, kv_in))
-    x = _rms_norm(x, self.final_norm[...], self.config.norm_eps)
-    if cache is None:
-      return x, None
-    return x, {"k": kv_out[0], "v": kv_out[1], "pos": k_pos, "end": end + tokens.shape[1]}
+      x, _ = jax.lax.scan(jax.checkpoint(body) if remat else body, x, state)
+    return _rms_norm(x, self.final_norm[...], self.config.norm_eps), None
 
   def head(self, h: jax.Array) -> jax.Array:
     """Output head: h [..., D] -> fp32 logits [..., V] (the embedding when tied).

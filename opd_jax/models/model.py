@@ -91,8 +91,10 @@ def resolve_dtype(dtype) -> str:
 
 
 def default_layout() -> str:
-  """"layered" on CPU (a faster decode step: no per-layer slice copies), else "stacked" (lax.scan)."""
-  return "layered" if jax.default_backend() == "cpu" else "stacked"
+  """"layered" on every platform: each layer's params and KV cache are arrays of their own, so a decode step
+  reads them in place (the stacked layout's `lax.scan` copied every layer's weights and cache slices per step:
+  benchmarks/hlo_bytes.py). The stacked layout stays for storage (the converted cache, export)."""
+  return "layered"
 
 
 def check_layout(layout: str | None) -> str:
