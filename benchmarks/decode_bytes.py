@@ -2,7 +2,9 @@
 
   python benchmarks/decode_bytes.py                                   # Qwen3-0.6B, batch 128, 320 and 2048 slots
   python benchmarks/decode_bytes.py --tree=/tmp/opd_old --layouts=stacked,layered     # another commit's tree
-  python benchmarks/decode_bytes.py --branch --model=qwen3-1.7b --rows=512 --slots=6144 --prefix=4096 --groups=2
+  python benchmarks/decode_bytes.py --sampler                         # passes over the logits, each policy
+  python benchmarks/decode_bytes.py --branch --model=qwen3-1.7b --rows=512 --slots=6144 --suffix=2048,811 \
+      --prefix=1024 --groups=2                                         # :paper's branch batch
 
 `sampling.decode` is lowered for abstract weights and cache (`jax.ShapeDtypeStruct`: nothing is allocated) and
 compiled for the CPU; `opd_jax.hlo_bytes` meters its HLO: operand + output bytes of every op, loop bodies x their
@@ -10,10 +12,13 @@ trip counts (XLA's `cost_analysis()` counts a loop body once). A decode step is 
 loop (draw + forward of [rows, 1]). The ideal step reads the weights once and the whole KV cache once
 (`flops.decode_bytes_per_step`). Also printed: the largest copy-like op inside the loop (a cache-sized copy
 means the cache is copied every step) and XLA's temporary memory against the cache.
---branch: a targeted-continuation batch (`sampling.branch`): each row holds only its suffix (--slots is then
-today's per-branch width S_base + N + 1 for the comparison; the suffix is S - prefix) and the G = --groups node
-prefixes of --prefix slots are held once (shared-prefix attention). Prints the KV bytes held and read per step
-by both. With --tree, the other tree's decode is metered (it must have `sampling.decode`; branching is ours).
+--branch: a targeted-continuation batch (`sampling.branch`): each row holds only its suffix, --suffix slots (the
+cache grows with the continuation: 2048 at :paper's cap, 811 its mean per step in the cost model), and the
+G = --groups node prefixes of --prefix slots (the window of the batch's longest node prefix) are held once
+(shared-prefix attention); --slots is the per-branch width S_base + N + 1 of a branch that copies its base row,
+for the comparison. Prints the KV bytes held and read per step by both. With --tree, the other tree's decode is metered (it must have `sampling.decode`; branching is ours).
+--sampler: the draw alone (`sampling._draw` on fp32 logits [--rows, V]) for each sampling policy: its metered
+bytes over B x V x 4 = passes over the logits, and whether the program holds a sort.
 fp32 throughout (the CPU compiles); bf16 halves every figure. Ends with one JSON line.
 """
 from __future__ import annotations
@@ -52,8 +57,10 @@ def main():
   ap.add_argument("--layouts", default="layered", help="stacked and / or layered")
   ap.add_argument("--steps", type=int, default=4, help="decode steps the compiled loop runs")
   ap.add_argument("--branch", action="store_true", help="a branch batch with shared node prefixes")
-  ap.add_argument("--prefix", type=int, default=4096, help="--branch: slots of each node's prefix")
+  ap.add_argument("--prefix", type=int, default=1024, help="--branch: slots of each node's prefix window")
+  ap.add_argument("--suffix", default="2048", help="--branch: suffix slots per branch (comma-separated)")
   ap.add_argument("--groups", type=int, default=2, help="--branch: node prefixes in the batch")
+  ap.add_argument("--sampler", action="store_true", help="passes over the logits of each sampling policy")
   ap.add_argument("--tree", default=HERE, help="the opd_jax tree to meter (default: this one)")
   ap.add_argument("--json_out", default=None)
   args = ap.parse_args()
@@ -71,12 +78,29 @@ def main():
   out = {"benchmark": "decode_bytes", "model": args.model, "rows": B, "tree": args.tree}
   rows = []
   new_loop = "early_exit" in inspect.signature(sampling.decode.fun).parameters
+  if args.sampler:
+    from opd_jax import hlo_bytes  # pylint: disable=g-import-not-at-top
+    V = cfg.vocab_size
+    out["sampler"] = []
+    for t, k, p in ((1.0, 0, 1.0), (0.7, 0, 1.0), (1.0, 20, 1.0), (1.0, 0, 0.9), (0.7, 50, 0.9)):
+      spar = sampling.SamplingParams(temperature=t, top_k=k, top_p=p)
+      keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), B))
+      compiled = jax.jit(lambda l, ks, spar=spar: sampling._draw(l, ks, spar)).lower(
+          sds((B, V), jnp.float32), jax.tree.map(lambda x: sds(x.shape, x.dtype), keys)).compile()
+      row = {"temperature": t, "top_k": k, "top_p": p,
+             "passes": round(hlo_bytes.analyze(compiled).bytes / (B * V * 4), 2),
+             "sort": bool(re.search(r"\b(sort|topk)\(", compiled.as_text()))}
+      out["sampler"].append(row)
+      print(json.dumps(row), flush=True)
+    print(json.dumps(out))
+    return
+  shapes = [(S, int(x)) for S in map(int, args.slots.split(",")) for x in args.suffix.split(",")] if args.branch \
+      else [(S, S) for S in map(int, args.slots.split(","))]
   for layout in args.layouts.split(","):
-    for S in (int(s) for s in args.slots.split(",")):
+    for S, suffix in shapes:
       g, p = decoder.abstract(cfg, layout == "layered")
       p = jax.tree.map(lambda x: sds(x.shape, x.dtype), p)
       kw = dict(layered=layout == "layered") if "layered" in inspect.signature(decoder.init_cache).parameters else {}
-      suffix = S - args.prefix if args.branch else S
       cache = jax.eval_shape(lambda: decoder.init_cache(cfg, B, suffix, jnp.float32, **kw))
       if args.branch:
         pre = jax.eval_shape(lambda: decoder.init_cache(cfg, args.groups, args.prefix, jnp.float32))
@@ -96,7 +120,7 @@ def main():
       ideal = weights + kv
       today_kv = 2 * cfg.n_layers * B * S * cfg.n_kv_heads * cfg.head_dim * 4
       temp = compiled.memory_analysis().temp_size_in_bytes
-      row = {"layout": layout, "slots": S, "bytes_per_step": step, "ideal": ideal, "over_ideal": step / ideal,
+      row = {"layout": layout, "slots": suffix, "bytes_per_step": step, "ideal": ideal, "over_ideal": step / ideal,
              "largest_copy_in_loop": report.largest_copy_in_loop, "kv_cache": kv, "temp_bytes": temp,
              "temp_over_cache": temp / kv}
       if args.branch:

@@ -56,9 +56,15 @@ def ours(args):
       sampling.sample(model, [prompt] * B, key=jax.random.key(0), max_new_tokens=N, stop_ids=())
       compile_s = time.perf_counter() - t0
       seen.add((B, N))
+    trace = args.profile_dir if cmd["rep"] == 0 and args.profile_dir else None
+    if trace:                                            # a jax.profiler trace of the first timed repetition
+      jax.profiler.start_trace(os.path.join(trace, f"b{B}"))
     t0 = time.perf_counter()
     out = sampling.sample(model, [prompt] * B, key=jax.random.key(cmd["rep"] + 1), max_new_tokens=N, stop_ids=())
+    jax.block_until_ready(out.tokens)
     dt = time.perf_counter() - t0
+    if trace:
+      jax.profiler.stop_trace()
     assert int(out.lengths.sum()) == B * N
     slots = sampling._bucket(len(prompt), 16) + N        # sampling.sample's cache size  pylint: disable=protected-access
     return {"seconds": dt, "tokens": B * N, "first_call_s": compile_s, "n_params": n_params,
@@ -145,6 +151,7 @@ def main():
   ap.add_argument("--peak_bw", type=float, default=0.0, help="device HBM bytes/s for the bandwidth fraction")
   ap.add_argument("--export_dir", default=None, help="where random models are written for the HF side")
   ap.add_argument("--json_out", default=None, help="also write the final JSON line to this file")
+  ap.add_argument("--profile_dir", default=None, help="write a jax.profiler trace of our first timed repetition")
   ap.add_argument("--side", choices=["ours", "hf"], help=argparse.SUPPRESS)
   args = ap.parse_args()
   if args.side:

@@ -62,7 +62,9 @@ def ours(args):
   def analyze():
     """FLOPs of the compiled program three ways (see harness.jaxpr_flops); the arrays `score` builds."""
     # pylint: disable-next=protected-access
-    arrays = scoring._pad_rows(prompts, prompts, responses, list(range(len(rows))), len(rows), args.chunk)
+    *arrays, s_rows, t_rows = scoring._pad_rows(prompts, prompts, responses, list(range(len(rows))), len(rows),
+                                                args.chunk)
+    arrays = (*arrays, None, s_rows, t_rows)      # score_arrays(..., s_hidden, s_rows, t_rows), as scoring.score
     shared = teacher is student
     t_params, t_graphdef = scoring._teacher_args(student, teacher, shared, arrays)  # pylint: disable=protected-access
     static = dict(s_graphdef=student.graphdef, t_graphdef=t_graphdef, return_hidden=False, **kw)
@@ -75,7 +77,7 @@ def ours(args):
     all_loops, _ = harness.jaxpr_flops(scoring.score_arrays, student.params, t_params, *arrays, **static)
     once, _ = harness.jaxpr_flops(scoring.score_arrays, student.params, t_params, *arrays, loops=False, **static)
     return {"xla_flops": xla["flops"], "xla_bytes": xla["bytes accessed"], "jaxpr_flops": all_loops,
-            "jaxpr_flops_loop_bodies_once": once, "padded_shapes": [list(a.shape) for a in arrays],
+            "jaxpr_flops_loop_bodies_once": once, "padded_shapes": [list(a.shape) for a in arrays if a is not None],
             "analysis_compiles": counter.count - n}
 
   def handle(cmd):

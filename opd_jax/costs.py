@@ -9,8 +9,10 @@ shapes from the abstract model (`decoder.abstract`: `nnx.eval_shape`) and XLA's 
 FLOPs. XLA counts a while / scan body once, so the programs are single steps (one decode step, one scoring
 chunk, one prompt-prefill chunk) multiplied by their trip counts here, and every model program is compiled with
 1 and with 2 layers in the "layered" layout (a Python loop, no scan): flops(L) = f1 + (L - 1) (f2 - f1), exact
-for a stack of identical layers. CPU "bytes accessed" reflect CPU fusion, so the HBM side is analytic: weights
-once per program call, the KV cache it reads (`flops.decode_bytes_per_step`) and its
+for a stack of identical layers. Bytes: a decode step's (the memory-bound program that dominates) are metered
+on its compiled HLO (`hlo_bytes`: every op's operands and outputs, extrapolated over layers the same way; a
+branch batch reads its node prefixes once and the suffix slots written so far, `calls`); the other programs'
+are analytic: weights once per program call, the KV cache it reads (`flops.decode_bytes_per_step`) and its
 [rows, V] fp32 logits.
 
 Work counted (`Work`; upper bounds, as `preflight.plan`): every question selected, every base rollout at the
@@ -373,6 +375,7 @@ class Call:
   count: float
   groups: int = 0      # "decode" of a branch batch: node prefixes of `prefix` slots held once (sampling.branch)
   prefix: int = 0
+  max_slots: int = 0   # a growing cache's largest size (slots is its mean per step); 0: slots
 
 
 def calls(config, *, student_passes: str = "once", work: Work | None = None) -> list[Call]:
@@ -399,7 +402,9 @@ def calls(config, *, student_passes: str = "once", work: Work | None = None) -> 
   bucket = sampling._bucket  # pylint: disable=protected-access
   P, rows = bucket(prompt, 16), bucket(b.question_batch * b.rollouts_per_question, 1)
   out.append(Call("rollouts", "prefill", "student", s_cfg, bucket(b.question_batch, 1), P, P + n_tok, blocks))
-  out.append(Call("rollouts", "decode", "student", s_cfg, rows, 1, P + n_tok, blocks * n_tok))
+  # Rows at the cap: a step reads the prompt and the slots written so far (the cache grows, sampling.GROW).
+  out.append(Call("rollouts", "decode", "student", s_cfg, rows, 1,
+                  min(P + n_tok, P + math.ceil(n_tok / 2 + sampling.GROW / 2)), blocks * n_tok, max_slots=P + n_tok))
   # Scoring: per question, batches of <= 8 scored rollouts; per view the teacher's prompt prefill and chunks.
   per_q = plan.scored_rollouts // q
   sb = min(scoring._bucket(per_q, 1), 8)  # pylint: disable=protected-access
@@ -437,9 +442,16 @@ def calls(config, *, student_passes: str = "once", work: Work | None = None) -> 
   # A batch of nb branches holds each of its nodes' prefixes once: the nodes' branches are consecutive, so a
   # batch spans about nb / (branches per node) + 1 nodes (sampling.branch rounds it up to a power of two).
   groups = bucket(min(nb, -(-nb * plan.nodes // max(conts, 1)) + 1), 1)
+  # A step reads the suffix slots written so far (sampling._decode_compacting grows the cache by GROW slots):
+  # with lengths uniform up to the cap (mean `tokens`), a generated token's step reads 2/3 x tokens slots on
+  # average (sum of L^2 / 2 over sum of L), + GROW / 2 of rounding. The prefix window is the longest node
+  # prefix of the batch rounded up to a power of two (sampling.branch); nodes sit early in their rollouts
+  # (exponential positions): a quarter of the cap is taken as the typical node position.
+  suffix = min(n_tok + 1, math.ceil(2 * tokens / 3 + sampling.GROW / 2))
+  window = min(seq, max(sampling.GROW, bucket(math.ceil(prompt + n_tok / 4), 1)))
   out.append(Call("continuations", "prefill", "student", s_cfg, b.node_rollouts_per_question, seq, seq, q))
-  out.append(Call("continuations", "decode", "student", s_cfg, nb, 1, n_tok + 1, n_calls + conts * tokens / nb,
-                  groups=groups, prefix=seq))
+  out.append(Call("continuations", "decode", "student", s_cfg, nb, 1, suffix, n_calls + conts * tokens / nb,
+                  groups=groups, prefix=window, max_slots=n_tok + 1))
   return out
 
 
@@ -511,7 +523,8 @@ def describe(config, name: str) -> str:
     total = c
   widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
   fmt = lambda r: "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip()
-  lines = [f"cost model ({where}; compile-only XLA FLOPs, analytic bytes; upper bounds of preflight.plan):"]
+  lines = [f"cost model ({where}; compile-only XLA FLOPs, decode bytes metered on the compiled HLO, other bytes "
+           "analytic; upper bounds of preflight.plan):"]
   lines += [fmt(head)] + [fmt(r) for r in rows]
   lines.append(f"  CPU estimate: fp32 matmul rate at each program's M from CPU_MATMUL_GFLOPS "
                f"({min(CPU_MATMUL_GFLOPS.values()):.0f}-{max(CPU_MATMUL_GFLOPS.values()):.0f} GFLOP/s), "
@@ -529,7 +542,7 @@ def describe(config, name: str) -> str:
                    f"{chip.hbm_bytes / 1e9:.0f} GB of HBM: lower config.budget.branch_batch / question_batch or "
                    "add chips")
   lines.append(f"  lengths {work.source}; contrastive also + the response cap; continuations average half the "
-               "cap in full batches")
+               "cap in full batches, each step reading the suffix written so far (2/3 of the mean length)")
   return "\n".join(lines)
 
 
@@ -548,8 +561,8 @@ def measured_line(cs: list[Call], name: str, chip: Accelerator, chips: int, per:
 
 def _peak_bytes(cs: list[Call], bytes_per_el: int) -> float:
   weights = sum(flops.matmul_params(c) * bytes_per_el for c in {c.cfg for c in cs})
-  kv = max(2 * c.cfg.n_layers * (c.rows * c.slots + c.groups * c.prefix) * c.cfg.n_kv_heads * c.cfg.head_dim
-           * bytes_per_el for c in cs)
+  kv = max(2 * c.cfg.n_layers * (c.rows * (c.max_slots or c.slots) + c.groups * c.prefix) * c.cfg.n_kv_heads
+           * c.cfg.head_dim * bytes_per_el for c in cs)
   return weights + kv
 
 

@@ -1,17 +1,19 @@
-"""Batched sampling on device: prefill, a `lax.while_loop` decode loop, and prefix branching.
+"""Batched sampling on device: prefill, a decode loop over a donated KV cache, and prefix branching.
 
 Three jit-compiled pure functions over plain pytrees do the work (`sharding.sharded_jit`: jax.jit with
 explicit in / out shardings on the params' mesh); each takes the model's state (`Model.params`) and its static
 graphdef and merges them inside (`decoder.merge`), never a Module; `sample` and `branch` are thin Python
 wrappers that pad to bucket shapes (so repeated calls do not recompile), prefill each distinct prompt once,
-decode in segments of `SEGMENT` steps that move the rows still generating into smaller batches (rows that stopped early cost
-nothing), and unpad the results.
+decode in segments of `SEGMENT` steps that move the rows still generating into smaller batches (rows that
+stopped early cost nothing) and grow the cache by GROW slots as it fills, and unpad the results.
 
 - `prefill`: run prompts (left-padded, pad positions -1) through the model into a fresh KV cache.
-- `decode`: from a cache and the next-token logits, sample up to N tokens per row, stopping at stop ids.
+- `decode`: from a cache and the next-token logits, sample up to N tokens per row, stopping at stop ids; the
+  cache is donated and updated in place; on accelerators a known number of steps (no host sync per step).
 - `branch`: from the KV cache of whole base rollouts, start many continuations at any position t, each with a
-  forced first token: the branch sees the base cache with the slots at positions >= t masked out (no
-  re-prefill of the shared prefix: one prefill per base rollout, whatever the number of branches).
+  forced first token: one copy of each node's prefix (its base row's slots at positions < t) serves all the
+  node's branches (shared-prefix attention, `decoder.with_prefix`), and each branch holds only its own suffix
+  (no re-prefill and no copy of the shared prefix per branch).
 
 Randomness: row r of a call draws step i's noise from `fold_in(fold_in(key, row_id[r]), i)`, so a row's
 samples depend on the caller's key and its row id only, never on the batch it sits in or its padding.
@@ -35,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from opd_jax import sharding
+from opd_jax import truncation
 from opd_jax.models import decoder
 from opd_jax.sharding import CACHE, PARAMS, REPLICATED, ROWS
 
@@ -45,7 +48,7 @@ COUNTERS: collections.Counter = collections.Counter()
 
 SEGMENT = 64   # decode steps between checks for rows that stopped (`_decode_compacting`)
 MIN_ROWS = 8   # batches shrink no further than this
-NUCLEUS_PREFILTER = 256  # top-p first looks at the 256 most likely tokens; full sort only if they miss p
+GROW = 256     # a decode cache grows by multiples of this many slots as its rows generate (`_decode_compacting`)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -96,24 +99,26 @@ def categorical(logits: jax.Array, keys: jax.Array, block: int = 512) -> jax.Arr
   return _categorical(logits, keys, block)[0]
 
 
-def _categorical(logits, keys, block: int = 512):
-  """`categorical` and the log-normaliser log sum exp(logits) fp32 [B] (from the same block sums: no pass more)."""
+def _categorical(logits, keys, block: int = 512, temperature: float = 1.0):
+  """`categorical` of logits / temperature and its log-normaliser log sum exp(logits / temperature) fp32 [B] (from
+  the same block sums: no pass more). The scaling is applied inside each pass (never a scaled copy)."""
   B, N = logits.shape
   W = min(block, N)
   nb = -(-N // W)
-  m = jnp.max(logits, axis=-1, keepdims=True)
-  sums = jax.lax.reduce_window(jnp.exp(logits - m), 0.0, jax.lax.add, (1, W), (1, W),   # block sums, the exps
-                               ((0, 0), (0, nb * W - N)))                     # never stored (one pass)
+  scale = (lambda x: x) if temperature == 1.0 else (lambda x: x / temperature)
+  m = jnp.max(logits, axis=-1, keepdims=True)                                   # max(l / T) = max(l) / T
+  sums = jax.lax.reduce_window(jnp.exp(scale(logits - m)), 0.0, jax.lax.add, (1, W), (1, W),   # block sums: the
+                               ((0, 0), (0, nb * W - N)))                     # exps never stored (one pass)
   cum_blocks = sums @ jnp.triu(jnp.ones((nb, nb), logits.dtype))               # [B, nb] inclusive sums
   u = (1.0 - jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(keys)) * cum_blocks[:, -1]
   blk = jnp.minimum(jnp.sum(cum_blocks < u[:, None], axis=-1), nb - 1)
   before = jnp.take_along_axis(cum_blocks, jnp.maximum(blk - 1, 0)[:, None], axis=-1)[:, 0]
   before = jnp.where(blk > 0, before, 0.0)
   ids = blk[:, None] * W + jnp.arange(W)                                        # the chosen block's exps again
-  p_blk = jnp.where(ids < N, jnp.exp(jnp.take_along_axis(logits, jnp.minimum(ids, N - 1), axis=-1) - m), 0.0)
-  inner = p_blk @ jnp.triu(jnp.ones((W, W), logits.dtype))
+  p_blk = jnp.exp(scale(jnp.take_along_axis(logits, jnp.minimum(ids, N - 1), axis=-1) - m))
+  inner = jnp.where(ids < N, p_blk, 0.0) @ jnp.triu(jnp.ones((W, W), logits.dtype))
   idx = jnp.minimum(jnp.sum(inner + before[:, None] < u[:, None], axis=-1), W - 1)
-  return (blk * W + idx).astype(jnp.int32), m[:, 0] + jnp.log(cum_blocks[:, -1])
+  return (blk * W + idx).astype(jnp.int32), scale(m[:, 0]) + jnp.log(cum_blocks[:, -1])
 
 
 def _truncate(scaled: jax.Array, sp: SamplingParams, k: int) -> tuple[jax.Array, jax.Array]:
@@ -153,7 +158,9 @@ def policy_logprobs(logits: jax.Array, sp: SamplingParams) -> jax.Array:
   if sp.top_k == 0 and sp.top_p >= 1.0:
     return jax.nn.log_softmax(scaled, axis=-1)
   flat = scaled.reshape(-1, V)
-  vals, idx = _truncate(flat, sp, min(sp.top_k or V, V))
+  if sp.top_k == 0:                  # top-p alone: the nucleus by a threshold search, no sort of the vocabulary
+    return jax.nn.log_softmax(truncation.kept_logits(flat, top_k=0, top_p=sp.top_p), axis=-1).reshape(shape)
+  vals, idx = _truncate(flat, sp, min(sp.top_k, V))
   kept = jnp.full_like(flat, -jnp.inf).at[jnp.arange(flat.shape[0])[:, None], idx].set(vals)
   return jax.nn.log_softmax(kept, axis=-1).reshape(shape)
 
@@ -171,14 +178,16 @@ def sample_logits(logits: jax.Array, keys: jax.Array, sp: SamplingParams) -> jax
 
 def _draw(logits: jax.Array, keys: jax.Array, sp: SamplingParams) -> tuple[jax.Array, jax.Array]:
   """`sample_logits` and the drawn tokens' log-probs under the sampled policy (`policy_logprobs`):
-  (int32 [B], fp32 [B]), without forming the full truncated distribution (top-p sorts at most once)."""
+  (int32 [B], fp32 [B]). Passes over the logits [B, V] (compiled, `benchmarks/decode_bytes.py --sampler`): 2 with
+  no truncation; with top-k a `lax.top_k` of k, then the nucleus within those k; with top-p alone the nucleus
+  by `truncation.kept`'s threshold search (no sort of the vocabulary), then the same draw over the vocabulary."""
   if sp.temperature == 0.0:
     return jnp.argmax(logits, axis=-1).astype(jnp.int32), jnp.zeros(logits.shape[:1], jnp.float32)
+  if sp.top_k == 0 and sp.top_p >= 1.0:
+    tok, log_z = _categorical(logits, keys, temperature=sp.temperature)
+    return tok, jnp.take_along_axis(logits, tok[:, None], axis=-1)[:, 0] / sp.temperature - log_z
   scaled = logits / sp.temperature
   V = scaled.shape[-1]
-  if sp.top_k == 0 and sp.top_p >= 1.0:
-    tok, log_z = _categorical(scaled, keys)
-    return tok, jnp.take_along_axis(scaled, tok[:, None], axis=-1)[:, 0] - log_z
 
   def restricted(k: int):
     vals, idx = _truncate(scaled, sp, k)
@@ -188,13 +197,9 @@ def _draw(logits: jax.Array, keys: jax.Array, sp: SamplingParams) -> tuple[jax.A
 
   if sp.top_k:
     return restricted(min(sp.top_k, V))
-  k = min(NUCLEUS_PREFILTER, V)
-  if k == V:
-    return restricted(V)
-  # Exact nucleus without a full sort per step: the prefilter suffices unless it misses top_p mass.
-  top = jax.lax.top_k(scaled, k)[0]
-  covered = jnp.sum(jnp.exp(top - jax.nn.logsumexp(scaled, axis=-1, keepdims=True)), axis=-1)
-  return jax.lax.cond(jnp.all(covered >= sp.top_p), lambda: restricted(k), lambda: restricted(V))
+  nucleus = truncation.kept_logits(scaled, top_k=0, top_p=sp.top_p)
+  tok, log_z = _categorical(nucleus, keys)
+  return tok, jnp.take_along_axis(nucleus, tok[:, None], axis=-1)[:, 0] - log_z
 
 
 @sharding.sharded_jit(in_specs=(PARAMS, ROWS, ROWS), out_specs=(ROWS, CACHE),
@@ -285,6 +290,21 @@ def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, g
   return toks, lps, lengths, finished, cache, logits, pos
 
 
+@sharding.sharded_jit(in_specs=(CACHE,), out_specs=CACHE, static_argnames=("slots",))
+def _grow(cache, *, slots: int):
+  """The cache with `slots` slots per row: the new ones empty (k, v 0; pos -1); a shared prefix unchanged."""
+  extra = slots - cache["pos"].shape[1]
+  kv = lambda a: jnp.pad(a, ((0, 0), (0, 0), (0, extra), (0, 0)))
+  return {**cache, "k": tuple(map(kv, cache["k"])), "v": tuple(map(kv, cache["v"])),
+          "pos": jnp.pad(cache["pos"], ((0, 0), (0, extra)), constant_values=-1)}
+
+
+def _cache_slots(need: int, full: int) -> int:
+  """Slots of a decode cache that must hold `need` slots and never more than `full`: `need` rounded up to a
+  multiple of GROW (few shapes), at most `full`."""
+  return min(full, -(-need // GROW) * GROW)
+
+
 @sharding.sharded_jit(in_specs=(REPLICATED, CACHE, ROWS, ROWS, ROWS), out_specs=(CACHE, ROWS, ROWS, ROWS))
 def _take_rows(rows, cache, logits, next_pos, keys):
   """Rows `rows` (int32 [B']) of a decode state: the live rows of a batch, compacted."""
@@ -295,6 +315,9 @@ def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, gra
                        stop_ids, pad_id, segment, min_rows, progress=None, early_exit=None):
   """`decode` in segments of `segment` steps; once at most half of a batch's rows are still generating, the
   live rows move to a batch half as large (down to `min_rows`), so rows that stopped early cost nothing.
+  The cache grows as the rows generate (`_cache_slots`: a multiple of GROW slots, up to its `end` + N): a
+  step's attention reads the slots written so far, not the whole cap's (the caller allocates the first
+  segment's).
 
   A row's tokens depend only on its own key (step i of its stream is step i whatever the segment), so the
   output equals one `decode` call up to float round-off of the smaller batches. Returns numpy tokens [B, N],
@@ -309,8 +332,13 @@ def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, gra
   live = np.ones(B, bool)                                # slot holds a real row (not a filler)
   mesh = sharding.mesh_of(params)
   early_exit = early_exit_default() if early_exit is None else early_exit
+  end = int(cache["end"])
+  full = end + N
   for start in range(0, N, segment):
     steps = min(segment, N - start)
+    if cache["pos"].shape[1] < end + steps:              # this segment writes slots [end, end + steps) at most
+      cache = _grow(cache, slots=_cache_slots(end + steps, full))
+      COUNTERS["cache_growths"] += 1
     rem = np.where(live, caps[slots] - lengths[slots], 0).astype(np.int32)
     stopped = ~live | finished[slots]
     # Early exit: every segment has one shape (rows stop at their caps); else exactly the steps left (the last
@@ -320,6 +348,7 @@ def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, gra
                  early_exit=early_exit)
     t, lp, n, f = (np.asarray(a) for a in seg[:4])
     cache, logits, next_pos = seg[4:]
+    end = int(cache["end"])
     real = slots[live]
     toks[real, start:start + steps], lps[real, start:start + steps] = t[live, :steps], lp[live, :steps]
     lengths[real] += n[live]
@@ -425,7 +454,7 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array | None = N
   COUNTERS["prefill_calls"] += 1
   COUNTERS["prefill_rows"] += U
   logits, cache = _prefill_rows(params, tokens, positions, rows, graphdef=model.graphdef,
-                                cache_size=P + max_new_tokens)
+                                cache_size=_cache_slots(P + min(segment, max_new_tokens), P + max_new_tokens))
   out = _decode_compacting(params, cache, logits, next_pos, keys, np.arange(Bp) >= B, None,
                            graphdef=model.graphdef, sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop,
                            pad_id=pad_id, segment=segment, min_rows=min_rows, progress=progress,
@@ -434,23 +463,30 @@ def sample(model, prompts: Sequence[Sequence[int]], *, key: jax.Array | None = N
 
 
 @sharding.sharded_jit(in_specs=(PARAMS, CACHE, REPLICATED, REPLICATED, ROWS, ROWS, ROWS),
-                      out_specs=(CACHE, ROWS, ROWS, ROWS), static_argnames=("graphdef", "max_new_tokens", "stop_ids"))
-def _branch_start(params, base_cache, node_row, node_cut, group, cut_pos, forced, *, graphdef, max_new_tokens,
-                  stop_ids):
+                      out_specs=(CACHE, ROWS, ROWS, ROWS),
+                      static_argnames=("graphdef", "slots", "prefix_slots", "stop_ids"))
+def _branch_start(params, base_cache, node_row, node_cut, group, cut_pos, forced, *, graphdef, slots: int,
+                  prefix_slots: int, stop_ids):
   """Jitted start of `branch`: each node's prefix once, then the forced tokens.
 
-  The G nodes' prefixes (base row node_row[g] [G] with its slots at positions >= node_cut[g] masked) are gathered
-  once into a shared prefix (`decoder.with_prefix`); branch b (group[b] its node, cut_pos[b] = node_cut[group[b]])
-  gets its own cache of N + 1 slots for its suffix and reads the prefix through shared-prefix attention.
+  The G nodes' prefixes are gathered once into a shared prefix (`decoder.with_prefix`): node g's is the first
+  `prefix_slots` >= node_cut[g] slots of base row node_row[g]'s tokens (rows are left-padded: its real slots
+  are the last ones; a window that would run past the row ends at it), with the slots at positions
+  >= node_cut[g] masked. Branch b (group[b] its node, cut_pos[b] = node_cut[group[b]]) gets its own cache of
+  `slots` slots for its suffix and reads the prefix through shared-prefix attention.
 
   Returns the decode state: cache, logits fp32 [NB, V], next positions [NB], and done [NB] (a forced stop ends
   the rollout at once).
   """
   model = decoder.merge(graphdef, params)
-  prefix = {"k": tuple(a[node_row] for a in base_cache["k"]), "v": tuple(a[node_row] for a in base_cache["v"])}
-  pos = base_cache["pos"][node_row]
+  pos = base_cache["pos"][node_row]                                            # [G, S_base]
+  first = pos.shape[1] - jnp.sum(pos >= 0, axis=-1)                            # the first real slot of each row
+  window = jax.vmap(lambda a, i: jax.lax.dynamic_slice_in_dim(a, i, prefix_slots, axis=-2))   # clamped at the end
+  prefix = {"k": tuple(window(a[node_row], first) for a in base_cache["k"]),
+            "v": tuple(window(a[node_row], first) for a in base_cache["v"])}
+  pos = jax.vmap(lambda a, i: jax.lax.dynamic_slice_in_dim(a, i, prefix_slots))(pos, first)
   prefix["pos"] = jnp.where(pos >= node_cut[:, None], -1, pos)
-  cache = decoder.with_prefix(model.init_cache(forced.shape[0], max_new_tokens + 1), prefix, group)
+  cache = decoder.with_prefix(model.init_cache(forced.shape[0], slots), prefix, group)
   logits, cache = model(forced[:, None], cut_pos[:, None], cache)
   stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
   return cache, logits[:, 0], cut_pos + 1, jnp.any(forced[:, None] == stops[None, :], axis=-1)
@@ -487,10 +523,12 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
   stopped leave the batch every `segment` steps, as in `sample` (`progress` and `early_exit` as there).
 
   One copy of each node's prefix serves all its branches: the G distinct (base row, prefix length) pairs of the
-  call are gathered once into a shared prefix [G, K, S_base, Dh] per layer (G rounded up to a power of two),
-  and each branch holds only its own suffix, N + 1 slots (shared-prefix attention, `decoder.with_prefix`). So
-  a call's KV memory is G x S_base + NB x (N + 1) slots instead of NB x (S_base + N + 1), and each decode step
-  reads each prefix once; the prefix attention costs G x its FLOPs (every query against every prefix, masked).
+  call are gathered once into a shared prefix [G, K, Sp, Dh] per layer (G rounded up to a power of two; Sp the
+  longest prefix rounded up to a power of two >= GROW, at most the base width S_base), and each branch holds
+  only its own suffix, at most N + 1 slots, grown as it generates (shared-prefix attention,
+  `decoder.with_prefix`; `_decode_compacting`). So a call's KV memory is at most G x Sp + NB x (N + 1) slots
+  instead of NB x (S_base + N + 1), and each decode step reads each prefix once and the suffix slots written so
+  far; the prefix attention costs G x its FLOPs (every query against every prefix, masked).
 
   Returns:
     `Samples` of the continuations after the forced token: tokens [NB, N], logprobs, lengths, finished.
@@ -520,9 +558,12 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
   COUNTERS["branch_rows"] += nb
   COUNTERS["branch_prefixes"] += len(nodes)
   keys = row_keys(key, jnp.asarray(ids))
-  cache, logits, next_pos, done = _branch_start(model.params, base_cache, node_row, node_cut, group, cut, forced,
-                                                graphdef=model.graphdef, max_new_tokens=max_new_tokens,
-                                                stop_ids=stop)
+  width = base_cache["pos"].shape[1]                                   # prefix window: few shapes, >= every cut
+  prefix_slots = min(width, max(GROW, 1 << (int(node_cut.max()) - 1).bit_length()))
+  cache, logits, next_pos, done = _branch_start(
+      model.params, base_cache, node_row, node_cut, group, cut, forced, graphdef=model.graphdef,
+      slots=_cache_slots(1 + min(segment, max_new_tokens), max_new_tokens + 1), prefix_slots=prefix_slots,
+      stop_ids=stop)
   out = _decode_compacting(model.params, cache, logits, next_pos, keys, np.asarray(done), row_caps,
                            graphdef=model.graphdef, sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop,
                            pad_id=pad_id, segment=segment, min_rows=min_rows, progress=progress,

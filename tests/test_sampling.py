@@ -1,4 +1,5 @@
 """Sampler: exact distributions, stop handling, padding independence, prefix branching."""
+import re
 import types
 
 import jax
@@ -48,9 +49,10 @@ def exact_probs(logits, temperature, top_k, top_p):
 
 
 @pytest.mark.parametrize("temperature,top_k,top_p", [
-    (1.0, 0, 1.0), (0.7, 0, 1.0), (1.0, 3, 1.0), (1.3, 0, 0.7), (1.0, 4, 0.8), (1.0, 0, 0.55)])
+    (1.0, 0, 1.0), (0.7, 0, 1.0), (1.0, 3, 1.0), (1.3, 0, 0.7), (1.0, 4, 0.8), (1.0, 0, 0.56)])
 def test_first_token_distribution_chi_square(temperature, top_k, top_p):
-  # Probabilities chosen so that p = 0.55 and 0.7 fall strictly inside a token's mass (boundary token kept).
+  # top_p = 0.56 falls strictly inside the third token's mass (0.55 before it: the crossing token is kept); at an
+  # exact boundary (0.55) fp32 round-off decides. 0.7 at temperature 1.3 is inside a token's mass too.
   logits = jnp.log(jnp.array([0.30, 0.25, 0.15, 0.10, 0.08, 0.06, 0.04, 0.02]))
   n = 20000
   keys = sampling.row_keys(jax.random.key(1), jnp.arange(n))
@@ -64,9 +66,9 @@ def test_first_token_distribution_chi_square(temperature, top_k, top_p):
   assert chi2.pvalue > 1e-3, (counts, n * expected)
 
 
-def test_nucleus_prefilter_fallback_is_exact(monkeypatch):
-  # A flat distribution over 40 tokens: a prefilter of 8 misses top_p = 0.9, so the full sort must run.
-  monkeypatch.setattr(sampling, "NUCLEUS_PREFILTER", 8)
+def test_flat_nucleus_over_many_tokens_is_exact_and_unsorted():
+  # A flat distribution over 40 tokens: top_p = 0.9 keeps most of them (the old 256-token prefilter's fallback
+  # case); the threshold search finds the nucleus with no sort in the compiled draw.
   logits = jnp.zeros(40).at[:3].set(0.5)
   n = 20000
   keys = sampling.row_keys(jax.random.key(2), jnp.arange(n))
@@ -76,6 +78,9 @@ def test_nucleus_prefilter_fallback_is_exact(monkeypatch):
   counts = np.bincount(draws, minlength=40)
   assert np.all(counts[expected == 0] == 0)
   assert stats.chisquare(counts[expected > 0], n * expected[expected > 0]).pvalue > 1e-3
+  np.testing.assert_allclose(np.exp(np.asarray(sampling.policy_logprobs(logits, sp))), expected, atol=1e-6)
+  hlo = jax.jit(lambda l, k: sampling._draw(l, k, sp)).lower(jnp.tile(logits, (4, 1)), keys[:4]).compile()
+  assert not re.search(r"\b(sort|topk)\(", hlo.as_text())              # no sort op (names in metadata aside)
 
 
 def test_tied_maxima_top_k1_and_temperature0_are_greedy():
@@ -191,15 +196,18 @@ def test_compacting_segments_equal_one_decode(model):
   assert (a.lengths <= np.array(bkw["caps"])).all()
 
 
-@pytest.mark.parametrize("early_exit", [True, False])
-def test_shared_prefix_branches_of_several_rollouts_equal_decoding_from_scratch(model, early_exit):
+@pytest.mark.parametrize("early_exit,grow", [(True, 256), (False, 4)])
+def test_shared_prefix_branches_of_several_rollouts_equal_decoding_from_scratch(model, early_exit, grow,
+                                                                               monkeypatch):
   """Branches of several nodes of two left-padded rollouts share one copy of each node's prefix, with stops,
-  caps and compaction (segments of 3 steps), with and without the loop's early exit (a known trip count)."""
+  caps and compaction (segments of 3 steps), with and without the loop's early exit (a known trip count);
+  with GROW = 4 the suffix caches grow as they fill and the prefix window is trimmed to the longest node's."""
+  monkeypatch.setattr(sampling, "GROW", grow)
   prompts = [[1, 2, 3, 4], [9, 8]]
   base = sampling.sample(model, prompts, key=jax.random.key(21), max_new_tokens=10, stop_ids=())
   seqs = [p + base.tokens[i].tolist() for i, p in enumerate(prompts)]
-  cache = sampling.prefill_sequences(model, seqs)
-  nodes = [(0, 5), (0, 9), (1, 3), (1, 11)]                          # (base row, prefix length)
+  cache = sampling.prefill_sequences(model, seqs)                    # 16 slots per row, left-padded
+  nodes = [(0, 5), (0, 7), (1, 3), (1, 8)]                           # (base row, prefix length): window 8 of 16
   rows = [(b, c, f, r) for b, c in nodes for f in (6, 5, 7) for r in range(2)]   # 5 is the stop id
   caps = [16 if j % 5 else 2 for j in range(len(rows))]
   sampling.COUNTERS.clear()
@@ -208,6 +216,7 @@ def test_shared_prefix_branches_of_several_rollouts_equal_decoding_from_scratch(
                         forced_tokens=[f for _, _, f, _ in rows], key=key, max_new_tokens=16,
                         row_ids=list(range(len(rows))), caps=caps, segment=3, min_rows=1, early_exit=early_exit)
   assert sampling.COUNTERS["branch_prefixes"] == len(nodes) and sampling.COUNTERS["compactions"] >= 1
+  assert (sampling.COUNTERS["cache_growths"] >= 1) == (grow == 4)
   assert len(set(out.lengths.tolist())) > 2                          # stops, caps and full lengths
   for j, (b, c, f, _) in enumerate(rows):
     scratch = sampling.sample(model, [seqs[b][:c] + [f]], key=key, max_new_tokens=16, row_ids=[j])
@@ -219,11 +228,13 @@ def test_shared_prefix_branches_of_several_rollouts_equal_decoding_from_scratch(
   # The jitted start holds each prefix once ([G, K, S_base, Dh]) and per branch only its suffix (N + 1 slots).
   start, *_ = sampling._branch_start(model.params, cache, np.array([0, 1], np.int32), np.array([5, 3], np.int32),
                                      np.array([0, 1, 1, 0], np.int32), np.array([5, 3, 3, 5], np.int32),
-                                     np.array([6, 6, 7, 7], np.int32), graphdef=model.graphdef, max_new_tokens=16,
-                                     stop_ids=(5,))
+                                     np.array([6, 6, 7, 7], np.int32), graphdef=model.graphdef, slots=17,
+                                     prefix_slots=8, stop_ids=(5,))
   K, Dh = CONFIG.n_kv_heads, CONFIG.head_dim
-  assert start["prefix"]["k"][0].shape == (2, K, cache["pos"].shape[1], Dh)
-  assert start["k"][0].shape == (4, K, 17, Dh) and start["prefix"]["pos"].max() < 5
+  assert start["prefix"]["k"][0].shape == (2, K, 8, Dh) and start["k"][0].shape == (4, K, 17, Dh)
+  # Each window holds its node's prefix positions 0 .. cut - 1 (row 1 is 12 tokens in 16 slots: 4 pad slots).
+  for g, cut in enumerate((5, 3)):
+    assert sorted(p for p in np.asarray(start["prefix"]["pos"][g]).tolist() if p >= 0) == list(range(cut))
 
 
 def test_forced_stop_ends_branch_at_once(model):

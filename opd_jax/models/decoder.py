@@ -208,8 +208,9 @@ def _attention(q, k, v, q_pos, k_pos, prefix=None):
 
   prefix: None, or (kp, vp [G, K, Sp, Dh], p_pos [G, Sp], group int32 [B]): shared-prefix attention. Row b's
   queries also attend to prefix group[b], held once for all its rows: one matmul of every query against the G
-  prefixes (FLOPs x G on the prefix, bytes once), the other groups' slots masked, one softmax over the prefix's
-  and the row's own visible slots together (the same weights as attending to one concatenated cache).
+  prefixes (FLOPs x G on the prefix, bytes once), the other groups' slots masked, and one softmax over the
+  prefix's and the row's own visible slots together, merged by their common max (cascade attention: the same
+  weights as attending to one concatenated cache, without concatenating).
   """
   B, T, H, Dh = q.shape
   K = k.shape[1]
@@ -219,19 +220,22 @@ def _attention(q, k, v, q_pos, k_pos, prefix=None):
   scores = jnp.where(visible[:, None, None], scores, _NEG)
   if prefix is None:
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bksd->btkgd", probs, v, preferred_element_type=jnp.float32)
-    return out.reshape(B, T, H, Dh).astype(q.dtype)
+    # -> [B, K, g, T, Dh], then the small transpose: XLA:CPU has no bf16 x bf16 -> f32 dot with "btkgd" out.
+    out = jnp.einsum("bkgts,bksd->bkgtd", probs, v, preferred_element_type=jnp.float32)
+    return out.transpose(0, 3, 1, 2, 4).reshape(B, T, H, Dh).astype(q.dtype)
   kp, vp, p_pos, group = prefix
-  G, Sp = p_pos.shape
+  G = p_pos.shape[0]
   ps = jnp.einsum("btkgd,Gksd->bkgtGs", q, kp, preferred_element_type=jnp.float32) / jnp.sqrt(Dh)
   seen = ((group[:, None, None, None] == jnp.arange(G)[None, None, :, None]) & (p_pos[None, None] >= 0)
           & (p_pos[None, None] <= q_pos[:, :, None, None]))                          # [B, T, G, Sp]
-  ps = jnp.where(seen[:, None, None], ps, _NEG).reshape(B, K, H // K, T, G * Sp)
-  probs = jax.nn.softmax(jnp.concatenate([ps, scores], axis=-1), axis=-1).astype(v.dtype)
-  out = (jnp.einsum("bkgtGs,Gksd->btkgd", probs[..., :G * Sp].reshape(B, K, H // K, T, G, Sp), vp,
-                    preferred_element_type=jnp.float32)
-         + jnp.einsum("bkgts,bksd->btkgd", probs[..., G * Sp:], v, preferred_element_type=jnp.float32))
-  return out.reshape(B, T, H, Dh).astype(q.dtype)
+  ps = jnp.where(seen[:, None, None], ps, _NEG)
+  # One softmax over both parts, merged by their common max (cascade attention): no concatenated scores.
+  m = jnp.maximum(jnp.max(ps, axis=(-2, -1)), jnp.max(scores, axis=-1))          # [B, K, g, T]
+  ep, es = jnp.exp(ps - m[..., None, None]), jnp.exp(scores - m[..., None])
+  total = jnp.sum(ep, axis=(-2, -1)) + jnp.sum(es, axis=-1)
+  out = (jnp.einsum("bkgtGs,Gksd->bkgtd", ep.astype(v.dtype), vp, preferred_element_type=jnp.float32)
+         + jnp.einsum("bkgts,bksd->bkgtd", es.astype(v.dtype), v, preferred_element_type=jnp.float32))
+  return (out / total[..., None]).transpose(0, 3, 1, 2, 4).reshape(B, T, H, Dh).astype(q.dtype)
 
 
 def _attention_blocked(q, k, v, q_pos, k_pos, block: int):
