@@ -16,7 +16,8 @@ means the cache is copied every step) and XLA's temporary memory against the cac
 cache grows with the continuation: 2048 at :paper's cap, 811 its mean per step in the cost model), and the
 G = --groups node prefixes of --prefix slots (the window of the batch's longest node prefix) are held once
 (shared-prefix attention); --slots is the per-branch width S_base + N + 1 of a branch that copies its base row,
-for the comparison. Prints the KV bytes held and read per step by both. With --tree, the other tree's decode is metered (it must have `sampling.decode`; branching is ours).
+for the comparison. Prints the KV bytes held and read per step by both. With --tree, the other tree's decode is
+metered (it must have `sampling.decode`; branching is ours).
 --sampler: the draw alone (`sampling._draw` on fp32 logits [--rows, V]) for each sampling policy: its metered
 bytes over B x V x 4 = passes over the logits, and whether the program holds a sort.
 fp32 throughout (the CPU compiles); bf16 halves every figure. Ends with one JSON line.

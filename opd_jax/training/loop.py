@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import pathlib
+import sys
 import time
 
 import jax
@@ -230,40 +231,49 @@ def run(config, workdir: str) -> str:
 
   # --- Steps ----------------------------------------------------------------------------------------------
   start = int(st["step"])
-  with stages.bar("training", total=t.steps - start, unit="step") as bar:
-    for s in range(start, t.steps):
-      t0 = time.time()
-      qs = step_questions(data, s, t.batch_questions)
-      prompts = [env.chat(task.prompt(pool[i])) for i in qs]
-      n = t.rollouts_per_question
-      row_keys = jnp.concatenate([sampling.row_keys(jax.random.fold_in(jax.random.fold_in(key, 3), s * 4096 + j),
-                                                    jnp.arange(n, dtype=jnp.uint32)) for j in range(len(qs))])
-      model = current()
-      got = sampling.sample(model, [p for p in prompts for _ in range(n)], keys=row_keys,
-                            max_new_tokens=c.max_new_tokens, **policy)
-      ys, texts, rewards = evaluate.grade(model.tokenizer, task, [pool[i] for i in qs for _ in range(n)], got,
-                                          grade_truncated=config.task.grade_truncated)
-      s_prompts, t_prompts, responses = [], [], []
-      for j, i in enumerate(qs):
-        rows = slice(j * n, (j + 1) * n)
-        for y, tp in zip(ys[rows], _teacher_prompts(env, conf, pool[i], prompts[j], texts[rows], rewards[rows])):
-          s_prompts.append(prompts[j])
-          t_prompts.append(prompts[j] if tp is None else tp)
-          responses.append([] if tp is None else y)       # no context: the rollout adds nothing to the loss
-      batch = step_lib.make_batch(s_prompts, t_prompts, responses, rows=batch_rows)
-      st, m = step_fn(st, base, t_params, batch)
-      m = {k: float(v) for k, v in m.items()}
-      metrics.append({"step": s + 1, **m, "train_reward": float(np.mean(rewards)),
-                      "response_tokens": float(np.mean(got.lengths)), "seconds": time.time() - t0})
-      if (s + 1) % t.eval_every == 0 or s + 1 == t.steps:
-        with stages.bar(f"evaluation at step {s + 1}"):
-          paired = evaluate.paired_difference(before, evaluate_now())
-        evals.append({"step": s + 1, **dataclasses.asdict(paired)})
-      if (s + 1) % t.checkpoint_every == 0 or s + 1 == t.steps:
-        ckpts.save(s + 1, st, {"cursor": s + 1, "metrics": metrics, "evals": evals})
-      _write_csv(out / "metrics.csv", metrics)
-      _write_csv(out / "eval.csv", evals)
-      bar.update(1)
+  try:
+    with stages.bar("training", total=t.steps - start, unit="step") as bar:
+      for s in range(start, t.steps):
+        t0 = time.time()
+        qs = step_questions(data, s, t.batch_questions)
+        prompts = [env.chat(task.prompt(pool[i])) for i in qs]
+        n = t.rollouts_per_question
+        step_key = jax.random.fold_in(key, 3)
+        row_keys = jnp.concatenate([sampling.row_keys(jax.random.fold_in(step_key, s * 4096 + j),
+                                                      jnp.arange(n, dtype=jnp.uint32)) for j in range(len(qs))])
+        model = current()
+        got = sampling.sample(model, [p for p in prompts for _ in range(n)], keys=row_keys,
+                              max_new_tokens=c.max_new_tokens, **policy)
+        ys, texts, rewards = evaluate.grade(model.tokenizer, task, [pool[i] for i in qs for _ in range(n)], got,
+                                            grade_truncated=config.task.grade_truncated)
+        s_prompts, t_prompts, responses = [], [], []
+        for j, i in enumerate(qs):
+          rows = slice(j * n, (j + 1) * n)
+          for y, tp in zip(ys[rows], _teacher_prompts(env, conf, pool[i], prompts[j], texts[rows], rewards[rows])):
+            s_prompts.append(prompts[j])
+            t_prompts.append(prompts[j] if tp is None else tp)
+            responses.append([] if tp is None else y)       # no context: the rollout adds nothing to the loss
+        batch = step_lib.make_batch(s_prompts, t_prompts, responses, rows=batch_rows)
+        st, m = step_fn(st, base, t_params, batch)
+        m = {k: float(v) for k, v in m.items()}
+        metrics.append({"step": s + 1, **m, "train_reward": float(np.mean(rewards)),
+                        "response_tokens": float(np.mean(got.lengths)), "seconds": time.time() - t0})
+        if (s + 1) % t.eval_every == 0 or s + 1 == t.steps:
+          with stages.bar(f"evaluation at step {s + 1}"):
+            paired = evaluate.paired_difference(before, evaluate_now())
+          evals.append({"step": s + 1, **dataclasses.asdict(paired)})
+        if (s + 1) % t.checkpoint_every == 0 or s + 1 == t.steps:
+          ckpts.save(s + 1, st, {"cursor": s + 1, "metrics": metrics, "evals": evals})
+        _write_csv(out / "metrics.csv", metrics)
+        _write_csv(out / "eval.csv", evals)
+        bar.update(1)
+  except BaseException:              # Ctrl-C, an error, sys.exit: finish the saves in flight and say where a rerun
+    done = ckpts.wait()              # resumes (a second Ctrl-C still exits at once: main's watcher thread)
+    ckpts.close()
+    print("training stopped: " + (f"step {done}'s checkpoint is complete; a rerun of the same command resumes from "
+                                  f"step {done}" if done is not None else "no checkpoint yet; a rerun of the same "
+                                  "command starts from step 0"), file=sys.stderr, flush=True)
+    raise
   ckpts.close()
   _plot(out, metrics, evals)
   summary = _summary(config, conf, metrics, evals, before)

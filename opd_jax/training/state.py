@@ -135,6 +135,11 @@ class Checkpoints:
     logging_lib.getLogger("absl").info("resumed from %s step %d", self.directory, step)
     return got.state, meta
 
+  def wait(self) -> int | None:
+    """Wait for the saves in flight (async) to be complete on disk; the newest complete step, or None."""
+    self._manager.wait_until_finished()
+    return self._manager.latest_step()
+
   def close(self) -> None:
     """Wait for pending async saves, then release the manager."""
     self._manager.wait_until_finished()
