@@ -60,3 +60,52 @@ def test_checkpoint_round_trip_types_and_identity_guard(tmp_path):
   with pytest.raises(ValueError, match="another base_model .*'sha1'.*'sha2'"):
     other.restore(abstract)
   other.close()
+
+
+DEVICE_COUNT = '''
+import sys, jax, jax.numpy as jnp, numpy as np, optax
+from jax.sharding import NamedSharding, PartitionSpec as P
+from opd_jax.training import state as state_lib
+what, directory = sys.argv[1], sys.argv[2]
+n = len(jax.devices())
+mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model")) if n == 8 else None
+w = np.arange(64, dtype=np.float32).reshape(8, 8) / 10
+params = {"w": w if mesh is None else jax.device_put(w, NamedSharding(mesh, P("data", "model")))}
+tx = state_lib.optimizer(state_lib.OptimConfig(learning_rate=0.1))
+fresh = lambda p: state_lib.init_state(p, tx, jax.random.key(0))
+ck = state_lib.Checkpoints(directory, identity={"config_hash": "h"})
+if what == "save":                     # one real update: nonzero moments, step 1
+  st = fresh(params)
+  upd, opt = tx.update(jax.tree.map(lambda x: 0.5 * x, st["params"]), st["opt_state"], st["params"])
+  st = {**st, "step": st["step"] + 1, "params": optax.apply_updates(st["params"], upd), "opt_state": opt}
+  ck.save(1, st, {"cursor": 1})
+else:
+  st, _ = ck.restore(state_lib.restore_target(fresh, params, mesh=mesh))
+  specs = {tuple(x.sharding.spec) if mesh is not None else "one" for x in jax.tree.leaves(st["params"])}
+  print(sorted(specs), flush=True)
+ck.close()
+np.savez(directory + f"-{what}-{n}.npz", *[np.asarray(x) for x in jax.tree.leaves(st)])
+'''
+
+
+@pytest.mark.parametrize("saved_on,restored_on", [(8, 1), (1, 8)])
+def test_a_checkpoint_restores_on_another_device_count(tmp_path, saved_on, restored_on):
+  """Issue 26, item 7: a train state saved on 8 (fake CPU) devices restores on 1, and one saved on 1 restores
+  on 8 sharded like a fresh one (`restore_target`); params, moments, step and key equal to the saved ones."""
+  import os, subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  repo = str(__import__("pathlib").Path(__file__).resolve().parents[1])
+  directory = str(tmp_path / "ckpt")
+  out = {}
+  for what, n in (("save", saved_on), ("restore", restored_on)):
+    env = dict(os.environ, PYTHONPATH=repo, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
+    got = subprocess.run([sys.executable, "-c", DEVICE_COUNT, what, directory], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    out[what] = (np.load(f"{directory}-{what}-{n}.npz"), got.stdout)
+  saved, restored = out["save"][0], out["restore"][0]
+  assert len(saved.files) == len(restored.files) >= 5
+  for k in saved.files:
+    np.testing.assert_array_equal(restored[k], saved[k])
+  assert np.any(saved[saved.files[1]] != 0)                              # a moment the update moved
+  assert out["restore"][1].strip() == ("['one']" if restored_on == 1 else "[('data', 'model')]")

@@ -181,24 +181,24 @@ def run(config, workdir: str) -> str:
   student, key = env.student, jax.random.key(config.seed)
   base = student.params
   scale = t.lora.alpha / t.lora.rank if t.lora.rank > 0 else None
-  init_trainable = lambda: (lora.init(base, jax.random.fold_in(key, 1), rank=t.lora.rank, pattern=t.lora.targets)
-                            if scale is not None else base)
+  init_trainable = lambda b=base: (lora.init(b, jax.random.fold_in(key, 1), rank=t.lora.rank, pattern=t.lora.targets)
+                                  if scale is not None else b)
   updates = -(-t.steps // t.optim.accumulate)          # optax.MultiSteps: the schedule counts updates
   tx = state_lib.optimizer(state_lib.OptimConfig(**t.optim.to_dict(), total_steps=updates))
   ckpts = state_lib.Checkpoints(out / "checkpoints", identity={"config_hash": _identity_hash(config),
                                                               "base_model": base_identity(student)},
                                 keep=t.keep_checkpoints)
   metrics, evals = [], []
-  if ckpts.latest_step() is not None:
-    abstract = jax.eval_shape(lambda: state_lib.init_state(init_trainable(), tx, jax.random.fold_in(key, 2)))
-    st, meta = ckpts.restore(abstract)
+  mesh = env.mesh if env.mesh is not None and env.mesh.size > 1 else None
+  if ckpts.latest_step() is not None:   # onto this run's devices, whatever count saved it (restore_target)
+    fresh = lambda b: state_lib.init_state(init_trainable(b), tx, jax.random.fold_in(key, 2))
+    st, meta = ckpts.restore(state_lib.restore_target(fresh, base, mesh=mesh))
     metrics, evals = meta["metrics"], meta["evals"]
   else:
     st = state_lib.init_state(init_trainable(), tx, jax.random.fold_in(key, 2))
   teacher = None if conf.teacher == contexts.SELF else env.teacher(conf.teacher)
   t_params = None if teacher is None else teacher.params
   batch_rows = t.batch_questions * t.rollouts_per_question
-  mesh = env.mesh if env.mesh is not None and env.mesh.size > 1 else None
   micro_rows = sharding.pad_rows(min(t.get("micro_batch_rows", 0) or batch_rows, batch_rows), mesh)
   micro_batches = -(-batch_rows // micro_rows)
   batch_rows = micro_batches * micro_rows               # padded with empty rows: every step has one shape

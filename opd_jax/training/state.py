@@ -88,6 +88,23 @@ def init_state(params, tx: optax.GradientTransformation, rng: jax.Array) -> Stat
           "rng": jnp.asarray(raw, jnp.uint32)}
 
 
+def restore_target(init, *args, mesh: jax.sharding.Mesh | None) -> State:
+  """Where a restored train state goes on this run's devices, whatever device count saved it: the outputs of
+  `init(*args)` (e.g. `init_state` over the placed params) as ShapeDtypeStructs placed as that fresh state would
+  be (compiled, not run: XLA's output shardings; moments follow their params) on `mesh`, or on one device
+  with mesh None. orbax restores onto these (a checkpoint saved on 8 devices restores on 1, and 1 on 8); without
+  them it keeps the saved topology and refuses another ("Topology mismatch").
+  """
+  shapes = jax.eval_shape(init, *args)
+  if mesh is None:
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=one), shapes)
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  on_mesh = lambda sh: sh if isinstance(sh, jax.sharding.NamedSharding) and sh.mesh == mesh else replicated
+  placed = jax.jit(init).lower(*args).compile().output_shardings
+  return jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=on_mesh(sh)), shapes, placed)
+
+
 class Checkpoints:
   """orbax `CheckpointManager` over `<workdir>/checkpoints`: async saves, the newest `keep` kept.
 
