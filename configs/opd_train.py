@@ -28,7 +28,8 @@ accumulated over micro-batches of this many rows before one update; 0: all at on
 keep_checkpoints, chunk (loss positions per chunk),
 export (write the merged model as an HF folder at the end), lora.rank (0: full fine-tuning), lora.alpha,
 lora.targets (regex over param paths), optim.* (training/state.py OptimConfig: AdamW, clipping, warmup,
-schedule, accumulate). Defaults: LoRA rank 16, alpha 32 on q/k/v/o and the MLP, learning rate 1e-4
+schedule, accumulate: one update every `accumulate` steps and at the last, steps weighted by their rollouts with
+a response). Defaults: LoRA rank 16, alpha 32 on q/k/v/o and the MLP, learning rate 1e-4
 (tinker-cookbook's LoRA recipe), loss = mean over response tokens per rollout, then over rollouts.
 """
 import ml_collections

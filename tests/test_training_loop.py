@@ -108,6 +108,44 @@ def test_micro_batches_give_the_one_batch_update():
         state_lib.init_state(ad, tx, jax.random.key(1)), student.params, teacher.params, batch)
 
 
+def test_steps_accumulated_into_one_update_equal_the_one_batch_update_of_their_rollouts():
+  """Issue 26, item 1: an update accumulated over steps with different numbers of rollouts with a response (3, 1,
+  0) equals one step on all their rollouts together (each step weighted by what it contributes, not an equal
+  share), and a last window shorter than `accumulate` is applied, not dropped."""
+  student, teacher = _model(0), _model(1)
+  rows = [(S_PROMPTS[i % 3], T_PROMPTS[i % 3], RESPONSES[i % 3] if i not in (2, 5) else []) for i in range(6)]
+  steps = [rows[:4], rows[4:6] + [rows[2], rows[2]], [rows[2]] * 4]        # 3, 1 and 0 rows with a response
+  batch = lambda rs, n: step_lib.make_batch(*map(list, zip(*rs)), rows=n)
+  ad = lora.init(student.params, jax.random.key(0), rank=2)
+  ad = jax.tree.map(lambda x: x + 0.05, ad)
+  tx = optax.sgd(1.0)                                    # params after an update = params - the gradient
+  kw = dict(s_graph=student.graphdef, t_graph=teacher.graphdef, lora_scale=2.0, divergence="reverse_kl", chunk=3,
+            vocab_size=None)
+  one = step_lib.make_train_step(tx, **kw)
+  want, m_one = one(state_lib.init_state(jax.tree.map(jnp.copy, ad), tx, jax.random.key(1)), student.params,
+                    teacher.params, batch(steps[0] + steps[1] + steps[2], 12))
+  acc = step_lib.make_train_step(tx, accumulate=4, **kw)
+  st = state_lib.init_state(jax.tree.map(jnp.copy, ad), tx, jax.random.key(1), accumulate=4)
+  for i, rs in enumerate(steps):                          # the run ends after 3 steps: the short window applies
+    before = jax.tree.map(np.asarray, st["params"])
+    st, m = acc(st, student.params, teacher.params, batch(rs, 4), apply=i == 2)
+    if i < 2:                                             # accumulating: no update yet
+      jax.tree.map(np.testing.assert_array_equal, st["params"], before)
+      assert float(m["update_norm"]) == 0.0
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-7), st["params"], want["params"])
+  np.testing.assert_allclose(float(m["update_norm"]), float(m_one["update_norm"]), rtol=2e-5)
+  assert float(st["acc"]["weight"]) == 0.0 and int(st["step"]) == 3
+  # An equal share per step (optax.MultiSteps' mean) is another update: the test tells them apart.
+  equal = state_lib.init_state(jax.tree.map(jnp.copy, ad), tx, jax.random.key(1))
+  grads = [jax.grad(lambda a, b=b: step_lib.loss_fn(a, student.params, teacher.params, b, s_graph=student.graphdef,
+                                                    t_graph=teacher.graphdef, lora_scale=2.0,
+                                                    divergence="reverse_kl", chunk=3, vocab_size=None))(equal["params"])
+           for b in (batch(steps[0], 4), batch(steps[1], 4))]
+  mean = jax.tree.map(lambda p, g0, g1: p - (g0 + g1) / 2, equal["params"], *grads)
+  assert max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+             for x, y in zip(jax.tree.leaves(mean), jax.tree.leaves(want["params"]))) > 1e-4
+
+
 EIGHT = """
 import json, sys
 import jax

@@ -50,7 +50,7 @@ def test_checkpoint_round_trip_types_and_identity_guard(tmp_path):
   assert again.latest_step() == 3
   got, meta = again.restore(abstract)
   assert meta["cursor"] == 7
-  assert type(got["opt_state"]) is type(st["opt_state"])        # optax.MultiStepsState, not a dict
+  assert type(got["opt_state"]) is type(st["opt_state"])        # an optax chain state, not a dict
   jax.tree.map(lambda x, y: np.testing.assert_array_equal(x, y), got, st)
   # The restored state continues exactly like the uninterrupted one.
   jax.tree.map(lambda x, y: np.testing.assert_array_equal(x, y), _steps(tx, got, 2)["params"],

@@ -183,7 +183,7 @@ def run(config, workdir: str) -> str:
   scale = t.lora.alpha / t.lora.rank if t.lora.rank > 0 else None
   init_trainable = lambda b=base: (lora.init(b, jax.random.fold_in(key, 1), rank=t.lora.rank, pattern=t.lora.targets)
                                   if scale is not None else b)
-  updates = -(-t.steps // t.optim.accumulate)          # optax.MultiSteps: the schedule counts updates
+  updates = -(-t.steps // t.optim.accumulate)          # the schedule counts updates (the last window may be short)
   tx = state_lib.optimizer(state_lib.OptimConfig(**t.optim.to_dict(), total_steps=updates))
   ckpts = state_lib.Checkpoints(out / "checkpoints", identity={"config_hash": _identity_hash(config),
                                                               "base_model": base_identity(student)},
@@ -191,11 +191,11 @@ def run(config, workdir: str) -> str:
   metrics, evals = [], []
   mesh = env.mesh if env.mesh is not None and env.mesh.size > 1 else None
   if ckpts.latest_step() is not None:   # onto this run's devices, whatever count saved it (restore_target)
-    fresh = lambda b: state_lib.init_state(init_trainable(b), tx, jax.random.fold_in(key, 2))
+    fresh = lambda b: state_lib.init_state(init_trainable(b), tx, jax.random.fold_in(key, 2), t.optim.accumulate)
     st, meta = ckpts.restore(state_lib.restore_target(fresh, base, mesh=mesh))
     metrics, evals = meta["metrics"], meta["evals"]
   else:
-    st = state_lib.init_state(init_trainable(), tx, jax.random.fold_in(key, 2))
+    st = state_lib.init_state(init_trainable(), tx, jax.random.fold_in(key, 2), t.optim.accumulate)
   teacher = None if conf.teacher == contexts.SELF else env.teacher(conf.teacher)
   t_params = None if teacher is None else teacher.params
   batch_rows = t.batch_questions * t.rollouts_per_question
@@ -210,7 +210,7 @@ def run(config, workdir: str) -> str:
   step_fn = step_lib.make_train_step(
       tx, s_graph=student.graphdef, t_graph=None if teacher is None else teacher.graphdef, lora_scale=scale,
       divergence=divergence_spec(conf), chunk=t.chunk, vocab_size=student.config.real_vocab_size,
-      in_shardings=in_shardings, micro_batches=micro_batches)
+      in_shardings=in_shardings, micro_batches=micro_batches, accumulate=t.optim.accumulate)
   merge = jax.jit(lambda b, a: lora.merge(b, a, scale=scale)) if scale is not None else None
   current = lambda: dataclasses.replace(student, params=merge(base, st["params"]) if merge else st["params"])
 
@@ -254,7 +254,8 @@ def run(config, workdir: str) -> str:
             t_prompts.append(prompts[j] if tp is None else tp)
             responses.append([] if tp is None else y)       # no context: the rollout adds nothing to the loss
         batch = step_lib.make_batch(s_prompts, t_prompts, responses, rows=batch_rows)
-        st, m = step_fn(st, base, t_params, batch)
+        apply = (s + 1) % t.optim.accumulate == 0 or s + 1 == t.steps    # a window's last step, or the run's
+        st, m = step_fn(st, base, t_params, batch, np.bool_(apply))
         m = {k: float(v) for k, v in m.items()}
         metrics.append({"step": s + 1, **m, "train_reward": float(np.mean(rewards)),
                         "response_tokens": float(np.mean(got.lengths)), "seconds": time.time() - t0})

@@ -3,7 +3,9 @@
 The train state is a plain pytree, so one jitted step can take it donated:
 
   {"step": int32 [], "params": the trainable params (LoRA factors or the full model state),
-   "opt_state": optax state of `optimizer(...)`, "rng": uint32 [2] raw PRNG key data (jax.random.key_data)}
+   "opt_state": optax state of `optimizer(...)`, "rng": uint32 [2] raw PRNG key data (jax.random.key_data),
+   "acc": only with accumulate > 1: {"grads": fp32 like params, "weight": fp32 []}, the update being accumulated
+          over steps (`training.step.make_train_step`)}
 
 A checkpoint is that pytree (orbax `StandardSave`) plus a JSON record (`meta`): the data cursor, the config
 hash and the base model's identity. `Checkpoints.restore` refuses a directory written by another config or
@@ -49,7 +51,8 @@ class OptimConfig:
   clip_norm: float = 1.0       # <= 0: no clipping
   b1: float = 0.9
   b2: float = 0.999
-  accumulate: int = 1          # optax.MultiSteps: one update every `accumulate` micro-steps
+  accumulate: int = 1          # one update every `accumulate` steps (and at the last), each step's gradient
+                               # weighted by its rollouts with a response (training.step.make_train_step)
 
   def __post_init__(self):
     checks = {"learning_rate": self.learning_rate > 0, "warmup_steps": self.warmup_steps >= 0,
@@ -74,18 +77,24 @@ def schedule(cfg: OptimConfig) -> optax.Schedule:
 
 
 def optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
-  """optax.chain(clip_by_global_norm, adamw(schedule)), wrapped in optax.MultiSteps when accumulate > 1."""
+  """optax.chain(clip_by_global_norm, adamw(schedule)): one call per update. Accumulation over steps
+  (cfg.accumulate) is the train step's (`training.step.make_train_step`), not optax.MultiSteps: MultiSteps gives
+  every step an equal share and never applies a last partial window."""
   parts = [optax.clip_by_global_norm(cfg.clip_norm)] if cfg.clip_norm > 0 else []
   parts.append(optax.adamw(schedule(cfg), b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay))
-  tx = optax.chain(*parts)
-  return optax.MultiSteps(tx, every_k_schedule=cfg.accumulate) if cfg.accumulate > 1 else tx
+  return optax.chain(*parts)
 
 
-def init_state(params, tx: optax.GradientTransformation, rng: jax.Array) -> State:
-  """The train state at step 0 (see the module docstring); rng is a typed or raw PRNG key."""
+def init_state(params, tx: optax.GradientTransformation, rng: jax.Array, accumulate: int = 1) -> State:
+  """The train state at step 0 (see the module docstring); rng is a typed or raw PRNG key; accumulate > 1 adds
+  the empty accumulator ("acc")."""
   raw = jax.random.key_data(rng) if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key) else rng
-  return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params),
-          "rng": jnp.asarray(raw, jnp.uint32)}
+  st = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params),
+        "rng": jnp.asarray(raw, jnp.uint32)}
+  if accumulate > 1:
+    st["acc"] = {"grads": jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), params),
+                 "weight": jnp.zeros((), jnp.float32)}
+  return st
 
 
 def restore_target(init, *args, mesh: jax.sharding.Mesh | None) -> State:

@@ -154,9 +154,16 @@ def _accumulated(grad, micro_batches: int):
 
 def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, lora_scale: float | None,
                     divergence: str, chunk: int, vocab_size: int | None, in_shardings: tuple | None = None,
-                    remat: bool = True, micro_batches: int = 1):
-  """A jitted `step(state, base, teacher_state, batch) -> (state, metrics)`; `state` (`state.init_state`) is
-  donated. metrics: {"loss", "grad_norm", "update_norm"} fp32 scalars (the loss before the update).
+                    remat: bool = True, micro_batches: int = 1, accumulate: int = 1):
+  """A jitted `step(state, base, teacher_state, batch, apply=True) -> (state, metrics)`; `state`
+  (`state.init_state`, with `accumulate`) is donated. metrics: {"loss", "grad_norm", "update_norm"} fp32 scalars
+  (the loss before the update; update_norm 0 on a step that only accumulates).
+
+  accumulate > 1: one optimizer update over several steps. Each step adds n_s x its gradient to the state's
+  accumulator, n_s its rollouts with a response (its loss is their mean), and a step with `apply` (a bool
+  scalar: the loop's last step of a window, and the last step of the run) updates with sum(n_s g_s) / sum(n_s):
+  the one-batch update of all those steps' rollouts, whatever their mix of rows (`optax.MultiSteps` averaged the
+  steps equally and never applied a last partial window). accumulate 1: every step updates (`apply` ignored).
 
   On a mesh, pass `in_shardings` = the NamedSharding pytrees of (state, base, teacher_state, batch) (`shardings_of`
   of placed arrays; rows of the batch over "data"): the step is jitted with those explicit in-shardings and the
@@ -170,21 +177,41 @@ def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, 
       loss_fn, s_graph=s_graph, t_graph=t_graph, lora_scale=lora_scale, divergence=divergence, chunk=chunk,
       vocab_size=vocab_size, remat=remat)), micro_batches)
 
-  def step(state, base, teacher_state, batch):
+  def update(state, grads):
+    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    return optax.apply_updates(state["params"], updates), opt_state, optax.tree.norm(updates).astype(jnp.float32)
+
+  def step(state, base, teacher_state, batch, apply=True):
     if batch.response.shape[0] % micro_batches:
       raise ValueError(f"a batch of {batch.response.shape[0]} rows does not split into {micro_batches} micro-batches")
     loss, grads = grad(state["params"], base, teacher_state, batch)
-    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-    params = optax.apply_updates(state["params"], updates)
-    metrics = {"loss": loss.astype(jnp.float32), "grad_norm": optax.tree.norm(grads).astype(jnp.float32),
-               "update_norm": optax.tree.norm(updates).astype(jnp.float32)}
-    return {**state, "step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
+    metrics = {"loss": loss.astype(jnp.float32), "grad_norm": optax.tree.norm(grads).astype(jnp.float32)}
+    if accumulate == 1:
+      params, opt_state, metrics["update_norm"] = update(state, grads)
+      return {**state, "step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
+    n_s = jnp.sum(jnp.any(batch.mask, axis=-1)).astype(jnp.float32)           # rollouts with a response
+    acc = {"grads": jax.tree.map(lambda a, g: a + n_s * g.astype(jnp.float32), state["acc"]["grads"], grads),
+           "weight": state["acc"]["weight"] + n_s}
+
+    def now(_):
+      mean = jax.tree.map(lambda a, x: (a / jnp.maximum(acc["weight"], 1.0)).astype(x.dtype), acc["grads"],
+                          state["params"])
+      params, opt_state, norm = update(state, mean)
+      return params, opt_state, jax.tree.map(jnp.zeros_like, acc), norm
+
+    later = lambda _: (state["params"], state["opt_state"], acc, jnp.zeros((), jnp.float32))
+    params, opt_state, acc, metrics["update_norm"] = jax.lax.cond(jnp.asarray(apply), now, later, None)
+    return {**state, "step": state["step"] + 1, "params": params, "opt_state": opt_state, "acc": acc}, metrics
 
   if in_shardings is None:
-    return jax.jit(step, donate_argnums=0)
-  mesh = next(s.mesh for s in jax.tree.leaves(in_shardings[0]))
-  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-  return jax.jit(step, donate_argnums=0, in_shardings=in_shardings, out_shardings=(in_shardings[0], replicated))
+    jitted = jax.jit(step, donate_argnums=0)
+  else:
+    mesh = next(s.mesh for s in jax.tree.leaves(in_shardings[0]))
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    jitted = jax.jit(step, donate_argnums=0, in_shardings=in_shardings + (replicated,),
+                     out_shardings=(in_shardings[0], replicated))
+  return lambda state, base, teacher_state, batch, apply=True: jitted(state, base, teacher_state, batch,
+                                                                       np.bool_(apply))
 
 
 def batch_shardings(mesh) -> Batch:
