@@ -167,6 +167,29 @@ def test_reasoning_gym_deterministic_gold_1_wrong_0(name):
   assert "<answer>" in task.prompt(task.problems[0])
 
 
+def test_grading_off_the_main_thread_has_a_timeout_that_works(monkeypatch):
+  """math-verify times out by SIGALRM (main thread only), and a power tower holds the GIL: off the main thread a
+  grade runs in a worker process, ends after OFF_MAIN_TIMEOUT seconds uncredited, and the next grade still works
+  (issue 26, "Also")."""
+  import threading, time  # pylint: disable=g-import-not-at-top,multiple-imports
+  monkeypatch.setattr(answers, "OFF_MAIN_TIMEOUT", 4.0)
+  got = {}
+
+  def grade():
+    got["half"] = answers.math_equal("\\frac{1}{2}", "0.5")               # starts the worker (spawn)
+    t = time.perf_counter()
+    got["tower"] = answers.math_equal("1", "9^{9^{9^{9}}}")                 # hangs in math-verify / sympy
+    got["tower_s"] = time.perf_counter() - t
+    got["after"] = (answers.math_equal("2", "2"), answers.math_equal("2", "3"), answers.parse_math("3") != [])
+
+  th = threading.Thread(target=grade, daemon=True)     # a regression must fail the test, not hang the suite
+  th.start()
+  th.join(120)
+  assert not th.is_alive()
+  assert got["half"] is True and got["tower"] is False and 4.0 <= got["tower_s"] < 30, got
+  assert got["after"] == (True, False, True)
+
+
 def test_reasoning_gym_partial_credit_is_0_and_answer_formats():
   import reasoning_gym  # pylint: disable=g-import-not-at-top
   task = tasks.load_task("reasoning_gym:gsm_symbolic", num_problems=2, seed=0)

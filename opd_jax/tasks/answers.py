@@ -15,6 +15,7 @@ verifier behind R(y) in {0, 1}):
 Numbers may carry `$`, thousands commas (`70,000`, LaTeX `1{,}000`) and decimals; they are returned in a
 canonical form (`$70,000.00` -> `70000`, `29.50` -> `29.5`) and compared as exact decimals, never as text.
 """
+import atexit
 import decimal
 import re
 import threading
@@ -125,8 +126,39 @@ def numbers_equal(gold: str, pred: str | None) -> bool:
 # ----- math-verify wrapper (MATH-500 style answers) -----
 
 def _timeout_seconds() -> int | None:
-  """math-verify times out through SIGALRM, which only the main thread may set: elsewhere, no timeout."""
+  """math-verify times out through SIGALRM, which only the main thread may set: elsewhere, no timeout (callers off
+  the main thread go through `_in_worker` instead)."""
   return 5 if threading.current_thread() is threading.main_thread() else None
+
+
+OFF_MAIN_TIMEOUT = 10.0    # seconds a grade may take off the main thread (`_in_worker`)
+_POOL, _POOL_LOCK = None, threading.Lock()
+
+
+def _in_worker(fn, *args, timeout_value):
+  """fn(*args) on the main thread of a worker process: how callers off the main thread get a timeout that works.
+
+  math-verify's own timeout needs SIGALRM (main thread only), and a thread cannot be stopped: a power tower such
+  as `9^{9^{9^{9}}}` computes in C with the GIL held and stalls the whole process (math-verify#65). So off the
+  main thread the grade runs in one spawned worker process (started once, ~seconds), and after
+  OFF_MAIN_TIMEOUT seconds the worker is terminated (the next call starts another) and `timeout_value` is
+  returned: an answer that cannot be verified in time is not credited.
+  """
+  global _POOL
+  import multiprocessing  # pylint: disable=g-import-not-at-top
+  with _POOL_LOCK:
+    if _POOL is None:
+      _POOL = multiprocessing.get_context("spawn").Pool(1)
+      atexit.register(_POOL.terminate)               # before interpreter teardown (Pool.__del__ then fails)
+    pool = _POOL
+  try:
+    return pool.apply_async(fn, args).get(timeout=OFF_MAIN_TIMEOUT)
+  except multiprocessing.TimeoutError:
+    with _POOL_LOCK:
+      if _POOL is pool:
+        _POOL = None
+    pool.terminate()
+    return timeout_value
 
 
 def parse_math(answer: str) -> list:
@@ -137,8 +169,11 @@ def parse_math(answer: str) -> list:
   in the parse) is then replaced by the exact rational it denotes (`0.333333` -> 333333/1000000): math-verify
   compares a Float with another value after rounding both to 6 decimals, so it would grade `0.333333` equal to
   `\\frac{1}{3}` and `1.414214` to `\\sqrt{2}`; exact, a grade of 1 means equal (`0.5` still equals
-  `\\frac{1}{2}`). Returns the parse (a list; empty when unparseable).
+  `\\frac{1}{2}`). Returns the parse (a list; empty when unparseable). Off the main thread it runs in a worker
+  process with a timeout (`_in_worker`: empty after OFF_MAIN_TIMEOUT seconds).
   """
+  if threading.current_thread() is not threading.main_thread():
+    return _in_worker(parse_math, answer, timeout_value=[])
   import math_verify  # pylint: disable=g-import-not-at-top
   timeout = _timeout_seconds()
   for wrapped in (f"\\boxed{{{answer}}}", f"${answer}$"):
@@ -170,10 +205,13 @@ def math_equal(gold: str | list, pred: str | None) -> bool:
     pred: the predicted answer string (bare), or None (no answer: False).
   Returns:
     math_verify.verify(parse_math(gold), parse_math(pred)), decimals exact (see parse_math: `0.333333` is not
-    `\\frac{1}{3}`); False when either side does not parse.
+    `\\frac{1}{3}`); False when either side does not parse, or when the grade takes longer than math-verify's 5 s
+    on the main thread, or OFF_MAIN_TIMEOUT seconds off it (a thread grades in a worker process: `_in_worker`).
   """
   if pred is None:
     return False
+  if threading.current_thread() is not threading.main_thread():
+    return _in_worker(math_equal, gold, pred, timeout_value=False)
   import math_verify  # pylint: disable=g-import-not-at-top
   gold_parsed = parse_math(gold) if isinstance(gold, str) else gold
   pred_parsed = parse_math(pred)
