@@ -140,8 +140,8 @@ def _attr(ins: _Ins, key: str) -> str:
 class _Walk:
   """One walk over the call graph from the entry computation; collects loops and copies on the way."""
 
-  def __init__(self, comps: dict[str, _Comp], trip_counts: dict[str, int]):
-    self.comps, self.trip_counts = comps, trip_counts
+  def __init__(self, comps: dict[str, _Comp], trip_counts: dict[str, int], unknown_trips: int | None = None):
+    self.comps, self.trip_counts, self.unknown_trips = comps, trip_counts, unknown_trips
     self.loops, self.copies, self.callers = [], [], {}
 
   def comp(self, name: str, in_loop: bool) -> tuple[float, float, collections.Counter]:
@@ -243,7 +243,9 @@ class _Walk:
       return int(self.trip_counts[ins.name])
     if m := re.search(r'"known_trip_count":\{"n":"(\d+)"\}', ins.attrs):
       return int(m.group(1))
-    if (n := self.infer_trips(c, ins)) is None:
+    if (n := self.infer_trips(c, ins)) is None and self.unknown_trips is not None:
+      return self.unknown_trips
+    if n is None:
       raise ValueError(f"while loop {ins.name} (body {_attr(ins, 'body')}): no known_trip_count and its condition "
                        f"is not `induction variable < constant`; pass trip_counts={{'{ins.name}': n}}")
     return n
@@ -299,7 +301,7 @@ class _Walk:
     return None
 
 
-def analyze(compiled, trip_counts: dict[str, int] | None = None) -> Report:
+def analyze(compiled, trip_counts: dict[str, int] | None = None, unknown_trips: int | None = None) -> Report:
   """Bytes moved by one call of a compiled program, every loop body x its trip count (rules: module docstring).
 
   Args:
@@ -307,6 +309,7 @@ def analyze(compiled, trip_counts: dict[str, int] | None = None) -> Report:
     trip_counts: {while op name: trip count}, for loops with no `known_trip_count` in the HLO that are not
       `for i in range(start, bound, step)` loops (a `lax.while_loop` with a data-dependent exit: give the count
       to meter, e.g. the token cap); overrides the recorded count too.
+    unknown_trips: the count of every other loop whose count is neither recorded nor inferable (None: raise).
 
   Returns:
     A `Report`; its bytes are per call of the program (per step when the program is one step).
@@ -315,7 +318,7 @@ def analyze(compiled, trip_counts: dict[str, int] | None = None) -> Report:
     ValueError: a while loop's trip count is unknown (the message names the loop), or the text is no HLO module.
   """
   comps, entry = _parse(compiled if isinstance(compiled, str) else compiled.as_text())
-  walk = _Walk(comps, dict(trip_counts or {}))
+  walk = _Walk(comps, dict(trip_counts or {}), unknown_trips)
   total, xla, by_op = walk.comp(entry, False)
   return Report(total, xla, tuple(walk.loops), tuple(sorted(walk.copies, key=lambda c: -c.bytes)),
                 dict(by_op.most_common()))

@@ -69,6 +69,7 @@ def test_unknown_trip_count_raises_unless_given():
   name = re.search(r"while loop (\S+)", str(e.value)).group(1)
   r1, r7 = (hlo_bytes.analyze(compiled, trip_counts={name: n}) for n in (1, 7))
   assert r7.loops[0].trips == 7 and r7.bytes - r1.bytes == 6 * r7.loops[0].bytes_per_iter > 0
+  assert hlo_bytes.analyze(compiled, unknown_trips=7).bytes == r7.bytes          # the count for any such loop
 
 
 def test_transpose_of_carried_array_is_a_copy_in_the_loop():

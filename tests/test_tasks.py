@@ -3,6 +3,8 @@ import decimal
 import json
 import re
 import string
+import threading
+import time
 import warnings
 
 import pytest
@@ -171,7 +173,6 @@ def test_grading_off_the_main_thread_has_a_timeout_that_works(monkeypatch):
   """math-verify times out by SIGALRM (main thread only), and a power tower holds the GIL: off the main thread a
   grade runs in a worker process, ends after OFF_MAIN_TIMEOUT seconds uncredited, and the next grade still works
   (issue 26, "Also")."""
-  import threading, time  # pylint: disable=g-import-not-at-top,multiple-imports
   monkeypatch.setattr(answers, "OFF_MAIN_TIMEOUT", 4.0)
   got = {}
 

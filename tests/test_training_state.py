@@ -1,4 +1,9 @@
 """Train state, optimizer and orbax checkpoints (opd_jax.training.state)."""
+import os
+import pathlib
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -92,8 +97,7 @@ np.savez(directory + f"-{what}-{n}.npz", *[np.asarray(x) for x in jax.tree.leave
 def test_a_checkpoint_restores_on_another_device_count(tmp_path, saved_on, restored_on):
   """Issue 26, item 7: a train state saved on 8 (fake CPU) devices restores on 1, and one saved on 1 restores
   on 8 sharded like a fresh one (`restore_target`); params, moments, step and key equal to the saved ones."""
-  import os, subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
-  repo = str(__import__("pathlib").Path(__file__).resolve().parents[1])
+  repo = str(pathlib.Path(__file__).resolve().parents[1])
   directory = str(tmp_path / "ckpt")
   out = {}
   for what, n in (("save", saved_on), ("restore", restored_on)):

@@ -25,7 +25,7 @@ without a cache (training forwards) it runs as a `jax.lax.scan` over its state) 
 `nnx.List` of L `Block`s without the L axis, paths layers/<i>/wq, run with a Python loop): the default on every
 platform (`models.default_layout`). With a KV cache both layouts loop over the layers in Python: a scan would take
 the cache as xs and return it as ys, copying every layer's cache (and each weight out of its stack) per step;
-the loop reads each layer's buffers in place (benchmarks/hlo_bytes.py measures the bytes of both).
+the loop reads each layer's buffers in place (benchmarks/decode_bytes.py measures the bytes of both).
 
 Modules are never built with random initialisers: `abstract` gives the shapes (`nnx.eval_shape`) and the
 loaders fill the leaves (models/checkpoints.py; random models from `init_params`, a plain nested dict in the

@@ -181,8 +181,9 @@ def run(config, workdir: str) -> str:
   student, key = env.student, jax.random.key(config.seed)
   base = student.params
   scale = t.lora.alpha / t.lora.rank if t.lora.rank > 0 else None
-  init_trainable = lambda b=base: (lora.init(b, jax.random.fold_in(key, 1), rank=t.lora.rank, pattern=t.lora.targets)
-                                  if scale is not None else b)
+  trainable = lambda b: (lora.init(b, jax.random.fold_in(key, 1), rank=t.lora.rank, pattern=t.lora.targets)
+                         if scale is not None else b)
+  fresh = lambda b: state_lib.init_state(trainable(b), tx, jax.random.fold_in(key, 2), t.optim.accumulate)
   updates = -(-t.steps // t.optim.accumulate)          # the schedule counts updates (the last window may be short)
   tx = state_lib.optimizer(state_lib.OptimConfig(**t.optim.to_dict(), total_steps=updates))
   ckpts = state_lib.Checkpoints(out / "checkpoints", identity={"config_hash": _identity_hash(config),
@@ -191,11 +192,10 @@ def run(config, workdir: str) -> str:
   metrics, evals = [], []
   mesh = env.mesh if env.mesh is not None and env.mesh.size > 1 else None
   if ckpts.latest_step() is not None:   # onto this run's devices, whatever count saved it (restore_target)
-    fresh = lambda b: state_lib.init_state(init_trainable(b), tx, jax.random.fold_in(key, 2), t.optim.accumulate)
     st, meta = ckpts.restore(state_lib.restore_target(fresh, base, mesh=mesh))
     metrics, evals = meta["metrics"], meta["evals"]
   else:
-    st = state_lib.init_state(init_trainable(), tx, jax.random.fold_in(key, 2), t.optim.accumulate)
+    st = fresh(base)
   teacher = None if conf.teacher == contexts.SELF else env.teacher(conf.teacher)
   t_params = None if teacher is None else teacher.params
   batch_rows = t.batch_questions * t.rollouts_per_question
@@ -231,6 +231,7 @@ def run(config, workdir: str) -> str:
 
   # --- Steps ----------------------------------------------------------------------------------------------
   start = int(st["step"])
+  rollout_key = jax.random.fold_in(key, 3)
   try:
     with stages.bar("training", total=t.steps - start, unit="step") as bar:
       for s in range(start, t.steps):
@@ -238,8 +239,7 @@ def run(config, workdir: str) -> str:
         qs = step_questions(data, s, t.batch_questions)
         prompts = [env.chat(task.prompt(pool[i])) for i in qs]
         n = t.rollouts_per_question
-        step_key = jax.random.fold_in(key, 3)
-        row_keys = jnp.concatenate([sampling.row_keys(jax.random.fold_in(step_key, s * 4096 + j),
+        row_keys = jnp.concatenate([sampling.row_keys(jax.random.fold_in(rollout_key, s * 4096 + j),
                                                       jnp.arange(n, dtype=jnp.uint32)) for j in range(len(qs))])
         model = current()
         got = sampling.sample(model, [p for p in prompts for _ in range(n)], keys=row_keys,
