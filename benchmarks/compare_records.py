@@ -45,6 +45,9 @@ def compare(a: str, b: str, tol: float) -> tuple[list[str], dict]:
           continue
         for p, q in zip(u, v):
           if isinstance(p, float) or isinstance(q, float):
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (p, q)):
+              problems.append(f"{table}.{col} row {i}: {p!r} vs {q!r}")    # a number against None or text
+              continue
             if np.isnan(p) != np.isnan(q) or (not np.isnan(p) and abs(p - q) > tol):
               problems.append(f"{table}.{col} row {i}: {p!r} vs {q!r}")
             if not np.isnan(p) and not np.isnan(q):

@@ -61,6 +61,8 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   report.target             node group the verdict decides on: incorrect | correct | all
   report.pages              per-token pages written to html/ (node rollouts, incorrect first; 0 = none)
   report.colour_by          predictor that colours the per-token pages' view rows (records.PREDICTORS)
+  report.min_effect         smallest difference in mean alignment worth detecting (> 0): the verdict then says how
+                            many questions would detect it with 80% power (0 = not asked)
   logging.verbosity, logging.progress    (changing these does not change the run: resume allowed)
 """
 import ml_collections
@@ -88,6 +90,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.selection = "informative"
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0)
   c.mesh = dict(data=-1, model=1, rules=())
-  c.report = dict(target="incorrect", pages=20, colour_by="kl_pq")
+  c.report = dict(target="incorrect", pages=20, colour_by="kl_pq", min_effect=0.0)
   c.logging = dict(verbosity=1, progress=True)
   return c

@@ -31,6 +31,13 @@ lora.targets (regex over param paths), optim.* (training/state.py OptimConfig: A
 schedule, accumulate: one update every `accumulate` steps and at the last, steps weighted by their rollouts with
 a response). Defaults: LoRA rank 16, alpha 32 on q/k/v/o and the MLP, learning rate 1e-4
 (tinker-cookbook's LoRA recipe), loss = mean over response tokens per rollout, then over rollouts.
+
+Conventions: the loss is D(p || q) with the study's p (the sampled policy: config.sampling.temperature, top_k,
+top_p, renormalised) and q (the teacher at config.scoring.teacher_temperature; 0 = the sampling temperature),
+from log-probabilities; temperature 0 and forward_kl under top-k/top-p are refused. optim.accumulate weights
+each step by its rollouts with a response and applies a short last window. On every exit (a normal end, Ctrl-C,
+an error) the trainer waits for checkpoint saves in flight; on Ctrl-C or an error it prints the step a rerun
+resumes from.
 """
 import ml_collections
 

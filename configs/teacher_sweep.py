@@ -1,9 +1,9 @@
 """Teacher sweep: which teacher and which self-distillation context align with success, per token.
 
   python -m opd_jax.main --config=configs/teacher_sweep.py               # 4 min 15 s on a quiet 2-core CPU,
-                                                                          # warm cache (measured; README)
+                                                                          # warm cache (measured; docs/results.md)
   python -m opd_jax.main --config=configs/teacher_sweep.py:gsm           # the previous default, ~9 min cold
-  python -m opd_jax.main --config=configs/teacher_sweep.py:hour          # the one-hour study (README): 63 min
+  python -m opd_jax.main --config=configs/teacher_sweep.py:hour          # the one-hour study (docs/results.md): 63 min
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper \
       --config.student.name=/data/Qwen3-1.7B \
       --config.configurations.external=/data/Qwen3-8B:plain:reverse_kl   # GPU/TPU, hours
@@ -16,7 +16,7 @@ generated expression (opd_jax/tasks/generators.py, `expression_solution`); the s
 equations. The nodes are mostly the answer's digits. The CPU budget is a small sample: read its intervals, not
 its point estimates. `:gsm` is the previous default (gsm_symbolic, GSM8K templates with worked solutions,
 256-token responses: one informative question, 4 defined nodes per configuration, every group UNDERPOWERED).
-`:hour` is the default at 8x the questions and 3x R (README: its verdict and table). `:paper` is the
+`:hour` is the default at 8x the questions and 3x R (docs/results.md: its verdict and table). `:paper` is the
 paper-scale budget for Qwen3 HF folders on accelerators.
 """
 from configs import base
@@ -35,7 +35,7 @@ def get_config(arg: str | None = None):
       "solution_jsd": "self:solution:jsd@0.5",
   }
   # The 2-core CPU default: sums of 2-3 numbers below 101, answer only (~10-token responses, the 0.5B right
-  # about 40% of the time: benchmarks/task_probe.py, README). Reference solutions are the sums step by step
+  # about 40% of the time: benchmarks/task_probe.py, docs/results.md). Reference solutions are the sums step by step
   # (opd_jax/tasks/generators.py, expression_solution). 10 informative questions (a correct and an incorrect
   # rollout among 8), 4 node rollouts each (2 correct + 2 incorrect where there are), the 3 most uncertain tokens
   # of each (mostly the
@@ -73,7 +73,7 @@ def get_config(arg: str | None = None):
     config.budget.student_top_k = 1
     config.budget.question_batch = 8             # 8 questions x 4 rollouts per decode batch (32 rows)
   elif arg == "hour":
-    # The default's task and views in about an hour of the 2-core CPU (63 min measured, README, "The one-hour
+    # The default's task and views in about an hour of the 2-core CPU (63 min measured, docs/results.md, "The one-hour
     # study"): 8x the informative questions (80, from a pool of 280; 127 were sampled) and R = 12 continuations
     # per candidate (3x), so P_succ is less noisy (noise ceiling 0.87-0.91) and every group is far above the
     # decision threshold (257-465 defined nodes per group over 60-80 questions).

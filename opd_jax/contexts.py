@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Mapping, Sequence
 
 from opd_jax import distillation
 from opd_jax import models
+from opd_jax import stages
 from opd_jax.tasks import base as task_base
 
 CONTEXTS = ("plain", "solution", "summary", "answer", "contrastive")
@@ -27,7 +29,7 @@ SELF = "self"
 
 # Default context templates [ours, configurable via config.contexts.templates]. `{prompt}` is the student's
 # own user message (task template applied); {solution}, {summary}, {answer}, {incorrect} are filled per
-# question (and per rollout for {incorrect}).
+# question (and per rollout for {incorrect}). PLACEHOLDERS: the ones each context fills (`check_templates`).
 TEMPLATES = {
     "plain": "{prompt}",
     "solution": ("{prompt}\n\nHere is a reference solution:\n{solution}\n\n"
@@ -39,6 +41,34 @@ TEMPLATES = {
                     "Here is an INCORRECT attempt; do not repeat its mistakes:\n{incorrect}\n\n"
                     "Using the reference solution as a guide, solve the problem yourself."),
 }
+
+
+PLACEHOLDERS = {c: ("prompt", "solution", "answer") + (("summary",) if c == "summary" else ())
+                + (("incorrect",) if c == "contrastive" else ()) for c in CONTEXTS}
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def check_templates(templates: Mapping[str, str], field: str = "config.contexts.templates") -> None:
+  """Refuse a context template the teacher would get with a placeholder left in it: a context name that is not
+  one of CONTEXTS, a value that is not a string, or a `{name}` that its context does not fill (PLACEHOLDERS:
+  {summary} only in 'summary', {incorrect} only in 'contrastive'); literal braces such as `\\boxed{}` pass.
+
+  Raises:
+    ValueError: naming the template's field, the placeholder and the ones its context fills.
+  """
+  for context, template in dict(templates or {}).items():
+    where = f"{field}[{context!r}]"
+    if context not in CONTEXTS:
+      raise ValueError(stages.field_error(field, f"unknown context {context!r}", choices=CONTEXTS, near=context,
+                                          fix=f"templates exist for {CONTEXTS}"))
+    if not isinstance(template, str):
+      raise ValueError(stages.field_error(where, "must be a string", template))
+    for name in _PLACEHOLDER.findall(template):
+      if name not in PLACEHOLDERS[context]:
+        fills = ", ".join("{" + p + "}" for p in PLACEHOLDERS[context])
+        raise ValueError(stages.field_error(where, f"has the placeholder {{{name}}}, which the {context!r} context "
+                                            "does not fill", choices=fills.split(", "), near="{" + name + "}",
+                                            quote=False, fix=f"it fills {fills}"))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -73,31 +103,36 @@ def parse(config_id: str, spec: str, *, field: str | None = None) -> TeacherConf
     ValueError: malformed spec, unknown context or divergence (listing the registered ones), a non-finite '@'
       parameter (nan, inf), jsd beta outside (0, 1), clip <= 0 or missing, or another bad parameter.
   """
-  where = f"{field or f'config.configurations[{config_id!r}]'} = {spec!r}"
+  field = field or f"config.configurations[{config_id!r}]"
+  where = f"{field} = {spec!r}"
   parts = spec.rsplit(":", 2)
   if len(parts) != 3 or not all(parts):
     raise ValueError(f"{where}: expected 'teacher:context:divergence', e.g. 'self:solution:reverse_kl'")
   teacher, context, div = parts
   if context not in CONTEXTS:
-    raise ValueError(f"{where}: unknown context {context!r}; use one of {CONTEXTS}")
+    raise ValueError(stages.field_error(field, f"unknown context {context!r} in {spec!r}", choices=CONTEXTS,
+                                        near=context, fix=f"use one of {CONTEXTS}"))
   name, options = distillation.parse(div, where=where)
   beta, clip = options.get("beta", math.nan), options.get("clip", math.nan)
   return TeacherConfig(config_id=config_id, teacher=teacher, context=context, divergence=name, beta=beta,
                        clip=clip, options=tuple(sorted(options.items())))
 
 
-def parse_all(configurations: Mapping[str, str], *, has_solutions: bool, task_name: str) -> list[TeacherConfig]:
-  """Parse `config.configurations` (name -> spec), sorted by name, checking contexts against the task.
+def parse_all(configurations: Mapping[str, str], *, has_solutions: bool, task_name: str,
+              fields: Mapping[str, str] | None = None) -> list[TeacherConfig]:
+  """Parse `config.configurations` (name -> spec), sorted by name, checking contexts against the task; `fields`
+  names a configuration's config field in errors (default config.configurations['<name>']).
 
   Raises:
     ValueError: empty mapping, a bad spec, or a context that needs a reference solution on a task without one.
   """
   if not configurations:
     raise ValueError("config.configurations is empty: add at least one 'name': 'teacher:context:divergence'")
-  out = [parse(k, v) for k, v in sorted(configurations.items())]
+  field = lambda k: (fields or {}).get(k) or f"config.configurations[{k!r}]"
+  out = [parse(k, v, field=field(k)) for k, v in sorted(configurations.items())]
   for c in out:
     if c.context in NEEDS_SOLUTION and not has_solutions:
-      raise ValueError(f"config.configurations[{c.config_id!r}]: context {c.context!r} needs a reference "
+      raise ValueError(f"{field(c.config_id)}: context {c.context!r} needs a reference "
                        f"solution, but task {task_name!r} has none; use 'plain' or 'answer', or a task with "
                        "solutions (gsm8k, math500, reasoning_gym:gsm_symbolic, chain_sum or basic_arithmetic)")
   return out

@@ -19,12 +19,16 @@ Override any config field on the command line, e.g. `--config.budget.continuatio
   report               the verdict's target group, per-token pages and the predictor that colours them
   logging              verbosity and progress bars (may change on resume)
 Multi-host (TPU pods, SLURM): launch one process per host; jax.distributed is initialised from the environment
-and questions are split between processes. Errors print one line `error: ...` and exit 2; Ctrl-C stops with one
-line and the run resumes from the same command.
+and questions are split between processes. Errors print one line `error: ...` and exit 2 (the format of
+opd_jax/stages.py `field_error`: the field, what is wrong, the value, the nearest valid names, the fix), before any
+model loads where they can; a failed start leaves no workdir behind, and a workdir holds one kind of job (study,
+train, lookahead) of one config. Ctrl-C stops with one line and the run resumes from the same command.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import pathlib
 import re
 import signal
 import sys
@@ -34,6 +38,9 @@ from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
+from ml_collections.config_flags import config_flags as config_flags_lib
+
+from opd_jax import stages
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Study config file (configs/*.py[:variant]); fields: "
                                           "configs/base.py.", lock_config=True)
@@ -56,37 +63,77 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index (wi
 # keeps its traceback.
 USER_ERRORS = (ValueError, OSError, RuntimeError, TimeoutError)
 INTERRUPTED = "interrupted: finished questions are kept; rerun the same command to resume"
+INTERRUPTED_BY_JOB = {
+    "study": INTERRUPTED,
+    "train": "interrupted: complete checkpoints are kept; rerun the same command to resume from the last one",
+    "lookahead": "interrupted: the configurations finished so far are written; rerun the same command to run again",
+}
+JOBS = tuple(INTERRUPTED_BY_JOB)
+_interrupted_line = INTERRUPTED          # the line of this run's job (set by `main`; read by the watcher thread)
+fail = stages.fail
 
 
-def fail(message: str, code: int = 2):
-  """Print `error: <first line of message>` once on stderr and exit with `code`."""
-  lines = [l.strip() for l in str(message).strip().splitlines() if l.strip()] or ["unknown error"]
-  print(f"error: {lines[0]}", file=sys.stderr)
-  sys.exit(code)
+def _paths(tree, prefix: str = "config") -> list[str]:
+  """Every dotted field path of a config (groups and leaves)."""
+  out = []
+  for k in tree.keys():
+    out.append(f"{prefix}.{k}")
+    if hasattr(tree[k], "keys"):
+      out += _paths(tree[k], f"{prefix}.{k}")
+  return out
 
 
-def _flag_error_line(message: str) -> str:
-  """The informative line of an absl / ml_collections flag error (the config file's own exception when the
-  message embeds its traceback, else the first line)."""
-  lines = [l.strip() for l in message.splitlines() if l.strip()]
-  raised = [l for l in lines if re.match(r"^\w+(Error|Exception): ", l)]
-  if raised:
-    return raised[-1].split(": ", 1)[1]
-  no_file = [l for l in lines if "No such file or directory" in l]
-  return no_file[0] if no_file else lines[0] if lines else message
+def unknown_field(config, path: str) -> tuple[str, list[str]] | None:
+  """(the first unknown prefix of `path`, the nearest valid field paths) for an override `--config.<path>`, or None
+  when every part of the path exists. Suggestions: the path with the unknown part replaced by its closest
+  siblings, else fields whose last part is close to the path's last part."""
+  node, parts = config, path.split(".")
+  for i, key in enumerate(parts):
+    if "[" in key:                                 # an index into a sequence: ml_collections checks it
+      return None
+    if not hasattr(node, "keys") or key not in node.keys():
+      done = ["config", *parts[:i]]
+      siblings = list(node.keys()) if hasattr(node, "keys") else []
+      near = [".".join([*done, s, *parts[i + 1:]]) for s in stages.nearest(key, siblings)]
+      near = [n for n in near if unknown_field(config, n.split(".", 1)[1]) is None] or [
+          ".".join([*done, s]) for s in stages.nearest(key, siblings)]
+      if not near:
+        leaves = _paths(config)
+        near = [p for p in leaves if stages.nearest(parts[-1], [p.rsplit(".", 1)[1]])][:3]
+      return ".".join([*done, key]), near
+    node = node[key]
+  return None
 
 
-def _override_error(error: Exception, argv) -> str:
-  """One line for an error raised while applying --config.<field>=<value> overrides."""
-  key = str(error).strip("\"' ")
-  overrides = [a for a in argv if a.startswith("--config.")]
-  named = [a for a in overrides if re.search(rf"[.]{re.escape(key)}([.=]|$)", a.split("=")[0] + "=")]
-  if isinstance(error, (AttributeError, KeyError)):
-    flag = named[0] if named else f"--config...{key}"
-    return (f"unknown config field {flag.split('=')[0][2:]!r} ({flag}); ml_collections cannot add fields from "
-            "the command line: see configs/base.py for the fields, or use --configuration=name=spec to add a "
-            "configuration")
-  return f"{_flag_error_line(str(error))} (in {' '.join(named or overrides) or '--config'})"
+def _override_error(argv) -> str | None:
+  """`stages.field_error`'s line for the first `--config.<field>` override of argv that names no field of the
+  config file (loaded again here: the flag parse failed), or None when all exist or the file does not load."""
+  files = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+  if not files:
+    return None
+  try:
+    config = config_flags_lib.ConfigFileFlagParser(name="config").parse(files[-1])
+    config.keys()
+  except Exception:  # pylint: disable=broad-except  (the file's own error is reported by the caller)
+    return None
+  for arg in argv:
+    m = re.match(r"^--(?:no)?config\.([^=]+)", arg)
+    if not m:
+      continue
+    found = unknown_field(config, m.group(1))
+    if found:
+      field, near = found
+      if field.startswith(("config.configurations.", "config.contexts.templates.")):
+        near = []                                   # names of the user's own entries: nothing to suggest
+      if field.startswith("config.configurations."):
+        fix = "add a configuration with --configuration=<name>=teacher:context:divergence"
+      elif field.startswith("config.contexts.templates."):
+        fix = "set the templates as one dict, e.g. --config.contexts.templates=\"{'solution': '{prompt} ...'}\""
+      else:
+        fix = ("the fields are documented in configs/base.py" + (" and configs/opd_train.py (config.train)" if
+                                                                 "train" in config.keys() else ""))
+      return stages.field_error(arg, f"unknown config field {field!r}", suggest=near, fix=fix)
+  return None
 
 
 def parse_flags(argv):
@@ -97,13 +144,11 @@ def parse_flags(argv):
     if _CONFIG.value is not None:      # loads the file and applies --config.* overrides (a failed load raises here)
       _CONFIG.value.get("name")
   except flags.Error as e:
-    unknown = re.match(r"Unknown command line flag '(config\.[^']+)'", str(e))
-    fail(_override_error(AttributeError(unknown.group(1).rsplit(".", 1)[1]), argv) if unknown
-         else _flag_error_line(str(e)))
+    fail(_override_error(argv) or stages.flag_error(e, argv))
   except (AttributeError, KeyError, TypeError, ValueError) as e:
-    fail(_override_error(e, argv))
+    fail(_override_error(argv) or f"{stages.error_line(str(e)) or e!r} (in --config)")
   except OSError as e:
-    fail(f"--config: {_flag_error_line(str(e))}")
+    fail(f"--config: {stages.error_line(str(e))}")
   return rest
 
 
@@ -122,35 +167,105 @@ def with_configurations(config, items) -> None:
       config.configurations[name.strip()] = spec.strip()
 
 
+def _files(workdir: pathlib.Path) -> set[pathlib.Path]:
+  return {p.relative_to(workdir) for p in workdir.rglob("*")} if workdir.is_dir() else set()
+
+
+@contextlib.contextmanager
+def failed_start_undone(workdir, enabled: bool = True):
+  """Run the block; when it raises (an error, Ctrl-C) having written no file in `workdir` but config.json (the
+  claim a study writes after its models load, or `record_train_config`'s), remove what it added: those files,
+  the folders it created, and the workdir itself (with the parents it created) when it did not exist before. A
+  failed start leaves no empty workdir behind; a run that wrote anything else keeps everything. Off for
+  multi-process runs (another process may be writing there).
+  """
+  workdir = pathlib.Path(workdir)
+  root = None
+  for d in (workdir, *workdir.parents):                   # the top-most folder this run would create
+    if d.exists():
+      break
+    root = d
+  before = _files(workdir)
+  try:
+    yield
+  except BaseException:
+    new = _files(workdir) - before
+    if enabled and workdir.is_dir() and all(p == pathlib.Path("config.json") or (workdir / p).is_dir() for p in new):
+      for p in sorted(new, key=lambda p: len(p.parts), reverse=True):   # deepest first: files, then their folders
+        q = workdir / p
+        if not q.is_dir():
+          q.unlink(missing_ok=True)
+        elif not any(q.iterdir()):
+          q.rmdir()
+      d = workdir
+      while root is not None and d.is_dir() and not any(d.iterdir()):
+        d.rmdir()
+        if d == root:
+          break
+        d = d.parent
+    raise
+
+
+def record_train_config(workdir, config) -> None:
+  """<workdir>/config.json for a trainer run (the study writes its own): the config the run started with, what
+  `runs.check_workdir_for` compares a rerun with (naming the fields that differ; runs.RESUMABLE_FIELDS may
+  change). Written once; left out in a trainer workdir of an older version (train/ without config.json), whose
+  checkpoints' config hash (training/state.py) is the only record of its config."""
+  from opd_jax import records  # pylint: disable=g-import-not-at-top
+  workdir = pathlib.Path(workdir)
+  if (workdir / "config.json").is_file() or (workdir / "train").is_dir():
+    return
+  workdir.mkdir(parents=True, exist_ok=True)
+  records.atomic_write_json(workdir / "config.json", config.to_dict())
+
+
 def main(argv):
+  global _interrupted_line
   if len(argv) > 1:
     fail(f"unexpected arguments {argv[1:]}; flags are --name=value (see --help)")
   config = _CONFIG.value
   if config is None:
     fail("--config is required, e.g. --config=configs/teacher_sweep.py")
-  workdir = _WORKDIR.value or os.path.join("runs", config.name)
+  job = config.get("job", "study")
+  if job not in JOBS:
+    fail(stages.field_error("config.job", f"must be one of {JOBS}", job, choices=JOBS))
+  _interrupted_line = INTERRUPTED_BY_JOB[job]
+  multi_process = bool(_MULTIHOST.value or _COORDINATOR.value)
+  summary, workdir = None, _WORKDIR.value
   try:
     with_configurations(config, _CONFIGURATION.value)
     # --- Distributed runtime and devices ----------------------------------------------------------------
-    if _MULTIHOST.value or _COORDINATOR.value:
+    if multi_process:
       import jax  # pylint: disable=g-import-not-at-top
       jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
                                  process_id=_PROCESS_ID.value)
-    from opd_jax import study  # pylint: disable=g-import-not-at-top  (after distributed init)
-    if config.get("job", "study") == "train":             # configs/opd_train.py: OPD training (opd_jax/training)
+    # pylint: disable=g-import-not-at-top  (after distributed init)
+    from opd_jax import preflight
+    from opd_jax import runs
+    from opd_jax import study
+    # pylint: enable=g-import-not-at-top
+    workdir = workdir or os.path.join("runs", preflight.check_name(config.name))
+    if job == "train":                                     # configs/opd_train.py: OPD training (opd_jax/training)
       from opd_jax.training import loop  # pylint: disable=g-import-not-at-top
+      preflight.validate_train(config)
+      loop.validate(config)
       if _DRY_RUN.value:
-        loop.validate(config)
         from opd_jax.training import costs as train_costs  # pylint: disable=g-import-not-at-top
         print(train_costs.describe(config, _COST_MODEL.value or "cpu"))
         return
-      print(loop.run(config, workdir))
+      preflight.check_train(config)                        # task, model specs, LoRA targets: before any load
+      runs.check_workdir_for(workdir, config.to_dict(), "train")
+      with failed_start_undone(workdir, enabled=not multi_process):
+        record_train_config(workdir, config)
+        print(loop.run(config, workdir))
       return
-    if config.get("job", "study") == "lookahead":         # configs/lookahead.py: one-step lookahead on a study
+    if job == "lookahead":                                 # configs/lookahead.py: one-step lookahead on a study
       if _DRY_RUN.value or _COST_MODEL.value:
         raise ValueError("--dry_run and --cost_model plan studies; a lookahead config (job 'lookahead') has no dry run")
       from opd_jax.training import lookahead  # pylint: disable=g-import-not-at-top
-      print(lookahead.run(config, workdir))
+      runs.check_workdir_for(workdir, config.to_dict(), "lookahead")
+      with failed_start_undone(workdir, enabled=not multi_process):
+        print(lookahead.run(config, workdir))
       return
     # --- Plan, then run ----------------------------------------------------------------------------------
     if _COST_MODEL.value:
@@ -159,14 +274,16 @@ def main(argv):
       from opd_jax import costs  # pylint: disable=g-import-not-at-top
       costs.accelerator(_COST_MODEL.value)                 # a bad name fails before anything prints
     if _DRY_RUN.value:
-      from opd_jax import preflight  # pylint: disable=g-import-not-at-top
       print(preflight.plan(config).describe())
       if _COST_MODEL.value:
         print(costs.describe(config, _COST_MODEL.value))
       return
-    summary = study.run(config, workdir)
+    preflight.validate(config)
+    runs.check_workdir_for(workdir, config.to_dict(), "study")
+    with failed_start_undone(workdir, enabled=not multi_process):
+      summary = study.run(config, workdir)
   except KeyboardInterrupt:
-    print(INTERRUPTED, file=sys.stderr, flush=True)
+    print(_interrupted_line, file=sys.stderr, flush=True)
     sys.stdout.flush()
     if _AS_COMMAND:   # records and progress are written atomically: skip a teardown that can crash mid-XLA call
       os._exit(130)
@@ -200,7 +317,7 @@ def exit_on_second_interrupt() -> None:
     while data := os.read(r, 64):
       presses += data.count(bytes([signal.SIGINT]))
       if presses >= 2:
-        print(INTERRUPTED, file=sys.stderr, flush=True)
+        print(_interrupted_line, file=sys.stderr, flush=True)
         os._exit(130)
   threading.Thread(target=watch, daemon=True, name="second-interrupt").start()
 

@@ -7,14 +7,20 @@ bad config never costs a model load. `plan` is what `--dry_run` prints; `check` 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-from typing import Any
+import os
+import pathlib
+import re
+import struct
+from typing import Any, Mapping
 
 from opd_jax import contexts
 from opd_jax import models
 from opd_jax import records
 from opd_jax import sampling
 from opd_jax import sharding
+from opd_jax import stages
 from opd_jax import targeted
 from opd_jax import tasks
 
@@ -22,11 +28,16 @@ from opd_jax import tasks
 # ----------------------------------------------------------------------------------------------------------
 # Configuration checks and the policies.
 
+def _bad(field: str, problem: str, value: Any = stages.UNSET, **kwargs) -> ValueError:
+  """The ValueError of a bad config field, in `stages.field_error`'s one-line format."""
+  return ValueError(stages.field_error(field, problem, value, **kwargs))
+
+
 def _positive(config, field: str) -> int:
   section, name = field.split(".")
   value = config[section][name]
-  if not isinstance(value, int) or value <= 0:
-    raise ValueError(f"config.{field} must be a positive integer, got {value!r}")
+  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    raise _bad(f"config.{field}", "must be a positive integer", value)
   return value
 
 
@@ -55,22 +66,52 @@ def random_seed(spec: str, field: str) -> int | None:
   return seed
 
 
+def check_name(name) -> str:
+  """config.name as a folder name: the default workdir is runs/<name>, so no path (a '/' or '..' would put it
+  elsewhere). Raises ValueError naming the field."""
+  if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in ("/", "\\", os.sep)):
+    raise _bad("config.name", "must be a plain folder name (the default workdir is runs/<name>)", name,
+               fix="pick a name without '/' or '..', or pass --workdir to choose the directory")
+  return name
+
+
+def _model_specs(config, fields: Mapping[str, str] | None = None) -> dict[str, str]:
+  """field -> model spec of the student and of each configuration's external teacher (`fields`: config id ->
+  the field that names it, default config.configurations['<id>'])."""
+  out = {"config.student.name": config.student.name}
+  for cid, spec in sorted(config.configurations.items()):
+    teacher = contexts.parse(cid, spec).teacher
+    if teacher != contexts.SELF:
+      out[(fields or {}).get(cid, f"config.configurations[{cid!r}]")] = teacher
+  return out
+
+
 def validate(config) -> None:
-  """Config errors that need no model or data (each names the field and the fix)."""
+  """Config errors that need no model or data (each names the field and the fix: `stages.field_error`)."""
   bad = _non_finite(config.to_dict())
   if bad:
-    raise ValueError(f"{bad[0]} must be a finite number, got {bad[1]}")
+    raise _bad(bad[0], "must be a finite number", bad[1])
+  check_name(config.name)
   if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
-    raise ValueError(f"config.seed must be an integer >= 0, got {config.seed!r}")
+    raise _bad("config.seed", "must be an integer >= 0", config.seed)
   r = config.report
-  if r.target not in ("incorrect", "correct", "all"):
-    raise ValueError(f"config.report.target must be 'incorrect', 'correct' or 'all', got {r.target!r}")
+  targets = ("incorrect", "correct", "all")
+  if r.target not in targets:
+    raise _bad("config.report.target", "must be 'incorrect', 'correct' or 'all'", r.target, choices=targets)
   if isinstance(r.pages, bool) or not isinstance(r.pages, int) or r.pages < 0:
-    raise ValueError(f"config.report.pages must be an integer >= 0, got {r.pages!r}")
+    raise _bad("config.report.pages", "must be an integer >= 0", r.pages)
   if r.colour_by not in records.PREDICTORS:
-    raise ValueError(f"config.report.colour_by must be one of {records.PREDICTORS}, got {r.colour_by!r}")
+    raise _bad("config.report.colour_by", f"must be one of {records.PREDICTORS}", r.colour_by,
+               choices=records.PREDICTORS)
+  min_effect = r.get("min_effect", 0.0)
+  if isinstance(min_effect, bool) or not isinstance(min_effect, (int, float)) or not (
+      math.isfinite(min_effect) and min_effect >= 0):
+    raise _bad("config.report.min_effect", "must be a finite number >= 0 (0: not asked)", min_effect)
   if not isinstance(config.task.get("skip_bad_answers", False), bool):
-    raise ValueError(f"config.task.skip_bad_answers must be True or False, got {config.task.skip_bad_answers!r}")
+    raise _bad("config.task.skip_bad_answers", "must be True or False", config.task.skip_bad_answers)
+  n = config.task.num_problems
+  if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    raise _bad("config.task.num_problems", "must be an integer >= 0 (0: all, or the generator's default)", n)
   for f in ("budget.questions", "budget.rollouts_per_question", "budget.node_rollouts_per_question",
             "budget.nodes_per_rollout", "budget.continuations_per_candidate", "budget.branch_batch",
             "budget.question_batch",
@@ -78,32 +119,54 @@ def validate(config) -> None:
     _positive(config, f)
   for f in ("budget.student_top_k", "budget.teacher_top_k"):
     if config.budget[f.split(".")[1]] < 0:
-      raise ValueError(f"config.{f} must be >= 0, got {config.budget[f.split('.')[1]]}")
+      raise _bad(f"config.{f}", "must be >= 0", config.budget[f.split(".")[1]])
   b = config.budget
+  if b.node_rollouts_per_question > b.rollouts_per_question:
+    raise _bad("config.budget.node_rollouts_per_question",
+               f"must be <= config.budget.rollouts_per_question ({b.rollouts_per_question}): node rollouts are "
+               "chosen among the base rollouts", b.node_rollouts_per_question,
+               fix="lower it, or raise config.budget.rollouts_per_question")
   if not isinstance(b.get("adaptive", False), bool):
-    raise ValueError(f"config.budget.adaptive must be True or False, got {b.adaptive!r}")
-  if b.get("adaptive", False) and not (b.continuations_per_candidate <= b.continuations_mean <= b.continuations_max
-                                       and b.adaptive_tolerance >= 0):
-    raise ValueError(f"config.budget with adaptive=True needs continuations_per_candidate <= continuations_mean <= "
-                     f"continuations_max and adaptive_tolerance >= 0, got {b.continuations_per_candidate}, "
-                     f"{b.continuations_mean}, {b.continuations_max}, {b.adaptive_tolerance}")
+    raise _bad("config.budget.adaptive", "must be True or False", b.adaptive)
+  if b.get("adaptive", False):
+    if not b.continuations_per_candidate <= b.continuations_mean <= b.continuations_max:
+      raise _bad("config.budget.continuations_mean", f"must lie in [continuations_per_candidate, continuations_max] = "
+                 f"[{b.continuations_per_candidate}, {b.continuations_max}] with adaptive=True", b.continuations_mean)
+    if not b.adaptive_tolerance >= 0:
+      raise _bad("config.budget.adaptive_tolerance", "must be >= 0", b.adaptive_tolerance)
   if config.budget.node_strategy not in targeted.STRATEGIES:
-    raise ValueError(f"config.budget.node_strategy must be one of {targeted.STRATEGIES}, got "
-                     f"{config.budget.node_strategy!r}")
+    raise _bad("config.budget.node_strategy", f"must be one of {targeted.STRATEGIES}", config.budget.node_strategy,
+               choices=targeted.STRATEGIES)
   if config.selection not in ("informative", "all"):
-    raise ValueError(f"config.selection must be 'informative' or 'all', got {config.selection!r}")
+    raise _bad("config.selection", "must be 'informative' or 'all'", config.selection,
+               choices=("informative", "all"))
   if not 0.0 < config.scoring.beta < 1.0:
-    raise ValueError(f"config.scoring.beta must lie strictly inside (0, 1), got {config.scoring.beta}")
+    raise _bad("config.scoring.beta", "must lie strictly inside (0, 1)", config.scoring.beta)
   policy(config)
   t_q = config.scoring.teacher_temperature
   if not (isinstance(t_q, (int, float)) and math.isfinite(t_q) and t_q >= 0):
-    raise ValueError(f"config.scoring.teacher_temperature must be a finite number >= 0 (0 = the sampling "
-                     f"temperature), got {t_q!r}")
+    raise _bad("config.scoring.teacher_temperature", "must be a finite number >= 0 (0 = the sampling temperature)",
+               t_q)
   sharding.rules_from_config(config)
+  contexts.check_templates(config.contexts.templates)
   random_seed(config.student.name, "config.student.name")
   for cid, spec in config.configurations.items():
     conf = contexts.parse(cid, spec)
     random_seed(conf.teacher, f"config.configurations[{cid!r}]")
+  _check_dtype(config)
+
+
+def _check_dtype(config) -> None:
+  """config.student.dtype: '' or one of models' DTYPES, and no dtype but float32 when a random model runs (those
+  are built in float32 whatever the field says: the record would name a dtype the run did not use)."""
+  dtype, dtypes = config.student.get("dtype", ""), models.checkpoints.DTYPES
+  if dtype not in ("", *dtypes):
+    raise _bad("config.student.dtype", f"must be '' (float32 on CPU, bfloat16 on GPU/TPU) or one of {dtypes}",
+               dtype, choices=dtypes)
+  randoms = [s for s in _model_specs(config).values() if s.startswith("random:")]
+  if dtype not in ("", "float32") and randoms:
+    raise _bad("config.student.dtype", f"applies to checkpoints only; {randoms[0]!r} runs in float32", dtype,
+               fix="leave it '' or 'float32' with random:<seed> models")
 
 
 def policy(config) -> sampling.SamplingParams:
@@ -191,9 +254,17 @@ def load_task(config):
   """The study's task; gold answers that do not grade against themselves are refused (or skipped with a
   warning when config.task.skip_bad_answers: `tasks.check_answers`)."""
   t = config.task
-  task = tasks.load_task(t.name, path=t.path or None, split=t.split, num_problems=t.num_problems or None,
-                         seed=config.seed, data_dir=t.data_dir or None, download=t.download,
-                         template=t.template or None)
+  try:
+    task = tasks.load_task(t.name, path=t.path or None, split=t.split, num_problems=t.num_problems or None,
+                           seed=config.seed, data_dir=t.data_dir or None, download=t.download,
+                           template=t.template or None)
+  except ValueError as e:            # tasks.base.limit speaks of the API (None = all); the CLI field's 0 is all
+    text = str(e)
+    if text.startswith("num_problems="):
+      text = "config.task." + text.replace("lower num_problems or pass None for all",
+                                           "lower config.task.num_problems, or set it to 0 for all of them")
+      raise ValueError(text) from None
+    raise
   return tasks.check_answers(task, skip=bool(t.get("skip_bad_answers", False)))
 
 
@@ -238,19 +309,221 @@ def header(spec: str, config) -> tuple[int, Any] | None:
   return None if peeked is None else (peeked[0].max_seq_len, peeked[1])
 
 
-def check(config):
-  """Everything checkable before any model loads (seconds): config, task and gold answers, configurations
-  against the task, and the context lengths from the checkpoints' headers where they are cheap to read
-  (`models.checkpoints.peek`; otherwise `study.setup` checks them after the load). Returns (task, confs)."""
+_handoff: dict[str, tuple] = {}     # config JSON -> (task, confs) of a check made for a run about to start
+
+
+def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = False):
+  """Everything checkable before any model loads (seconds): config, model specs (`check_model`), task and gold
+  answers, configurations against the task, and the context lengths from the checkpoints' headers where they
+  are cheap to read (`models.checkpoints.peek`; otherwise `study.setup` checks them after the load).
+
+  Args:
+    fields: config id -> the config field that names the configuration in errors (default
+      config.configurations['<id>']; the trainer's is config.train.configuration).
+    hand_off: keep the result for the next check of an equal config, which returns it without redoing the work
+      (once): `check_train`'s, for the trainer's own `study.setup`.
+  Returns:
+    (task, confs).
+  """
+  key = json.dumps(config.to_dict(), sort_keys=True, default=str)
+  if key in _handoff:
+    return _handoff.pop(key)
   validate(config)
+  for field, spec in _model_specs(config, fields).items():
+    check_model(spec, field)
   task = load_task(config)
-  confs = contexts.parse_all(dict(config.configurations), has_solutions=task.has_solutions, task_name=task.name)
+  confs = contexts.parse_all(dict(config.configurations), has_solutions=task.has_solutions, task_name=task.name,
+                             fields=fields)
   specs = {contexts.SELF: config.student.name}
   specs.update({conf.teacher: conf.teacher for conf in confs if conf.teacher != contexts.SELF})
-  headers = {}
-  for name, spec in specs.items():
-    headers[name] = header(spec, config)
-    if headers[name] is None:
-      return task, confs
-  check_context(config, task, confs, headers[contexts.SELF][1], {k: v[0] for k, v in headers.items()})
+  headers = {name: header(spec, config) for name, spec in specs.items()}
+  student = headers[contexts.SELF]
+  for conf in confs:                           # the same tokenizer, decided on ids (models.tokenizer_differences)
+    h = headers.get(conf.teacher)
+    if conf.teacher != contexts.SELF and h is not None and student is not None:
+      where = (fields or {}).get(conf.config_id, f"config.configurations[{conf.config_id!r}]")
+      models.check_same_tokenizer(student[1], h[1], where=f"{where}: teacher {conf.teacher!r}")
+  if all(h is not None for h in headers.values()):     # else not cheap: `study.setup` checks after the load
+    check_context(config, task, confs, student[1], {k: v[0] for k, v in headers.items()})
+  if hand_off:
+    _handoff.clear()
+    _handoff[key] = (task, confs)
   return task, confs
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Model specs: what a load would read, checked from names and file headers only.
+
+def check_model(spec: str, field: str) -> None:
+  """A model spec names something loadable, checked in milliseconds without weights: "random:<seed>", a preset,
+  an HF folder with config.json and valid safetensors headers (`safetensors.safe_open`: header size, offsets
+  covering the file, dtypes; every file of the index), or a .gguf file starting with GGUF's magic and version
+  ("flax:" specs are imported at load). A typo in a teacher then fails before the student's load (tens of
+  seconds for a checkpoint), not after it.
+
+  Raises:
+    ValueError / FileNotFoundError: naming `field`, the spec or file and the fix, with the nearest presets or
+      paths.
+  """
+  if spec.startswith("random:"):
+    random_seed(spec, field)
+    return
+  if spec.startswith("flax:") or spec in models.PRESETS:
+    return
+  path = pathlib.Path(spec).expanduser()
+  if path.is_dir():
+    _check_hf_folder(path, field)
+  elif path.is_file() and path.suffix == ".gguf":
+    _check_gguf(path, field)
+  elif path.is_file():
+    raise _bad(field, "is a file but not a .gguf file", spec,
+               fix="pass a .gguf file, an HF folder (config.json + safetensors + tokenizer) or a preset")
+  elif os.sep not in spec and not spec.endswith(".gguf"):
+    raise _bad(field, "unknown model preset", spec, choices=sorted(models.PRESETS),
+               fix=f"known presets: {sorted(models.PRESETS)} (or pass an HF folder or a .gguf path)")
+  else:
+    parent = path.parent
+    near = [str(parent / p.name) for _, p in zip(range(1000), parent.iterdir())] if parent.is_dir() else []
+    raise FileNotFoundError(stages.field_error(field, "model path does not exist", spec, choices=near,
+                                               fix="pass an HF folder, a .gguf file or a preset"))
+
+
+def _check_hf_folder(path: pathlib.Path, field: str) -> None:
+  import safetensors  # pylint: disable=g-import-not-at-top
+  if not (path / "config.json").is_file():
+    raise FileNotFoundError(f"{field}: no config.json in {path}; an HF folder needs config.json, model.safetensors "
+                            "(or an index and its shards) and the tokenizer files")
+  index = path / "model.safetensors.index.json"
+  if index.is_file():
+    weight_map = models.checkpoints.read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict):
+      raise ValueError(f"{index}: no 'weight_map' object; re-download the checkpoint's index")
+    files = sorted({path / f for f in weight_map.values()})
+  elif (path / "model.safetensors").is_file():
+    files = [path / "model.safetensors"]
+  else:
+    raise FileNotFoundError(f"{field}: no model.safetensors or model.safetensors.index.json in {path}; only "
+                            "safetensors checkpoints are supported (resave a pytorch_model.bin with save_pretrained)")
+  for f in files:
+    if not f.is_file():
+      raise FileNotFoundError(f"{f}: listed in {index} but missing; re-download the checkpoint")
+  for f in files:
+    try:
+      with safetensors.safe_open(str(f), framework="numpy"):
+        pass
+    except Exception as e:  # pylint: disable=broad-except  (SafetensorError, OSError, ...)
+      raise ValueError(f"{f}: not a valid safetensors file ({e}); re-download or resave it with "
+                       "save_pretrained") from None
+
+
+def _check_gguf(path: pathlib.Path, field: str) -> None:
+  """GGUF's header: magic b"GGUF", version 1-3, tensor and key-value counts that fit the file."""
+  with open(path, "rb") as f:
+    head = f.read(24)
+  size = path.stat().st_size
+  ok = len(head) == 24 and head[:4] == b"GGUF"
+  if ok:
+    version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:])
+    ok = 1 <= version <= 3 and n_tensors <= size and n_kv <= size
+  if not ok:
+    raise ValueError(f"{path}: not a valid GGUF file (header {head[:8]!r}; a GGUF file starts with b'GGUF' and "
+                     f"version 1-3), named by {field}; the file is damaged or not GGUF: re-download it")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The trainer's checks (`python -m opd_jax.main` runs them before training.loop.run, so a bad config loads no
+# model and writes nothing).
+
+def validate_train(config) -> None:
+  """config.train.optim errors that need nothing loaded (the optimizer would otherwise take them as they are:
+  a negative clip_norm as no clipping, a warmup longer than the run as a learning rate that never peaks).
+
+  Raises:
+    ValueError: naming the field (`stages.field_error`).
+  """
+  t, o = config.train, config.train.optim
+  is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)
+  number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+  if not (number(o.learning_rate) and o.learning_rate > 0):
+    raise _bad("config.train.optim.learning_rate", "must be a number > 0", o.learning_rate)
+  if not (number(o.clip_norm) and o.clip_norm >= 0):
+    raise _bad("config.train.optim.clip_norm", "must be a number >= 0 (the global-norm bound; 0: no clipping)",
+               o.clip_norm)
+  if not (number(o.weight_decay) and o.weight_decay >= 0):
+    raise _bad("config.train.optim.weight_decay", "must be a number >= 0", o.weight_decay)
+  for f in ("b1", "b2"):
+    if not (number(o[f]) and 0 <= o[f] < 1):
+      raise _bad(f"config.train.optim.{f}", "must lie in [0, 1)", o[f])
+  if o.schedule not in ("constant", "cosine"):
+    raise _bad("config.train.optim.schedule", "must be 'constant' or 'cosine'", o.schedule,
+               choices=("constant", "cosine"))
+  if not (is_int(o.accumulate) and o.accumulate >= 1):
+    raise _bad("config.train.optim.accumulate", "must be an integer >= 1 (1: one update per step)", o.accumulate)
+  if not (is_int(o.warmup_steps) and o.warmup_steps >= 0):
+    raise _bad("config.train.optim.warmup_steps", "must be an integer >= 0", o.warmup_steps)
+  if is_int(t.steps) and t.steps > 0:
+    updates = -(-t.steps // o.accumulate)
+    if o.warmup_steps > updates:
+      raise _bad("config.train.optim.warmup_steps",
+                 f"must be <= the run's {updates} updates (config.train.steps={t.steps}, optim.accumulate="
+                 f"{o.accumulate}): the learning rate would never reach optim.learning_rate", o.warmup_steps,
+                 fix="lower it, or raise config.train.steps")
+
+
+def model_config(spec: str, config) -> models.Config | None:
+  """The decoder config of a model spec without weights: a random:<seed> model's (config.random_model, the byte
+  tokenizer's vocabulary), else the checkpoint's header where it is cheap (`models.checkpoints.peek`); None
+  otherwise."""
+  if spec.startswith("random:"):
+    r = config.random_model
+    return models.Config(arch=r.arch, vocab_size=len(models.byte_tokenizer()), d_model=r.d_model,
+                         n_layers=r.n_layers, n_heads=r.n_heads, n_kv_heads=r.n_kv_heads, head_dim=r.head_dim,
+                         d_ff=r.d_ff, qkv_bias=r.arch == "qwen2", qk_norm=r.arch == "qwen3",
+                         max_seq_len=r.max_seq_len)
+  if spec.startswith("flax:"):
+    return None
+  peeked = models.checkpoints.peek(spec)
+  return None if peeked is None else peeked[0]
+
+
+def check_train(config):
+  """The trainer's checks that need data but no weights, after `validate_train` and `training.loop.validate`:
+  the study checks of its configuration (`check`: model specs, task, contexts; errors name
+  config.train.configuration), held-out questions that leave training questions, and LoRA targets matched
+  against the student's parameter shapes (`models.decoder.abstract`: shapes only). Returns (task, confs)."""
+  t = config.train
+  study = config.copy_and_resolve_references()
+  with study.unlocked():
+    study.configurations = {"train": t.configuration}
+  task, confs = check(study, fields={"train": "config.train.configuration"}, hand_off=True)
+  pool = len(task.problems)
+  if t.eval_questions >= pool:
+    raise _bad("config.train.eval_questions", f"must be < the task's pool of {pool} questions (the rest are "
+               "trained on)", t.eval_questions, fix="lower it, or raise config.task.num_problems")
+  if t.lora.rank > 0:
+    _check_lora(config)
+  return task, confs
+
+
+def _check_lora(config) -> None:
+  from opd_jax.training import lora  # pylint: disable=g-import-not-at-top  (training imports this module)
+  t = config.train
+  try:
+    re.compile(t.lora.targets)
+  except re.error as e:
+    raise _bad("config.train.lora.targets", f"must be a regular expression ({e})", t.lora.targets) from None
+  cfg = model_config(config.student.name, config)
+  if cfg is None:
+    return
+  _, state = models.decoder.abstract(cfg, layered=models.default_layout() == "layered")
+  try:
+    found = lora.targets(state, t.lora.targets)
+  except ValueError:
+    paths = sorted(lora.targets(state, r".").keys())
+    raise _bad("config.train.lora.targets", "matches no matrix of the student", t.lora.targets,
+               fix=f"patterns are searched in param paths such as {paths[:4]}; the default is "
+                   f"{lora.DEFAULT_TARGETS!r}") from None
+  for path, shape in sorted(found.items()):
+    if t.lora.rank > min(shape[-2:]):
+      raise _bad("config.train.lora.rank", f"must be <= {min(shape[-2:])}, the smaller side of {path} {shape}",
+                 t.lora.rank)

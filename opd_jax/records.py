@@ -260,8 +260,10 @@ def check_workdir(workdir, config_dict: dict) -> None:
   if cfg_path.exists():
     old = json.loads(cfg_path.read_text())
     if config_hash(old) != h:
-      changed = sorted(k for k in set(old) | set(config_dict)
-                       if k not in VOLATILE_FIELDS and old.get(k) != config_dict.get(k))
+      as_json = lambda d: json.loads(json.dumps(d, sort_keys=True, default=str))   # a tuple equals its list
+      old_j, new_j = as_json(old), as_json(config_dict)
+      changed = sorted(k for k in set(old_j) | set(new_j)
+                       if k not in VOLATILE_FIELDS and old_j.get(k) != new_j.get(k))
       raise ValueError(f"--workdir={workdir} holds a run of a different config (fields differ: "
                        f"{', '.join(changed) or 'nested values'}); pass a new --workdir or rerun with the "
                        "same config to resume")

@@ -6,11 +6,13 @@ question pool round-robin by pool index, each process runs its questions on its 
 and writes its own record parts and `progress.<i>-of-<n>.json` (`progress.json` with one process: the commit
 point of resume, written after the question's parts); every process marks itself done, `wait_for_processes`
 waits until all are, and then process 0 alone builds the summary from all parts. No collective crosses
-processes. `workdir_lock` keeps two runs with the same process index off one workdir.
+processes. `workdir_lock` keeps two runs with the same process index off one workdir; `check_workdir_for`
+refuses, before anything loads, a workdir that holds another kind of job, another config or damaged files.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pathlib
@@ -177,7 +179,129 @@ def check_workdir_path(workdir: pathlib.Path) -> bool:
     workdir.mkdir(parents=True, exist_ok=True)
   except OSError as e:
     raise ValueError(f"--workdir={workdir} cannot be created ({e.strerror}); pass a writable directory") from None
+  check_json_files(workdir)
+  _check_study_config(workdir)
   return os.access(workdir, os.W_OK | os.X_OK)
+
+
+# What each kind of job writes in its workdir: one kind per workdir (config.json's "job" says which; a study's
+# config has none). A study: config.json, records/, progress*.json, manifest.json and the report beside them.
+JOB_FOLDERS = {"train": "train", "lookahead": "lookahead"}
+_STUDY_FILES = ("records", "progress.json", "manifest.json")
+# Fields that may change when a run is resumed, per job (besides records.VOLATILE_FIELDS): the trainer may be
+# extended (training.loop._identity_hash).
+RESUMABLE_FIELDS = {"study": (), "train": ("train.steps", "train.export"), "lookahead": ()}
+
+
+def _json_object(path: pathlib.Path, fix: str) -> dict:
+  try:
+    value = json.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); {fix}") from None
+  except UnicodeDecodeError:
+    raise ValueError(f"{path}: not valid JSON (not UTF-8 text); {fix}") from None
+  if not isinstance(value, dict):
+    raise ValueError(f"{path}: not a JSON object (a {type(value).__name__}); {fix}")
+  return value
+
+
+def check_json_files(workdir) -> None:
+  """Refuse a workdir whose bookkeeping JSON is damaged, naming the file (json's own error names none):
+  config.json, manifest.json and the progress files.
+
+  Raises:
+    ValueError: naming the file, the position and the fix.
+  """
+  workdir = pathlib.Path(workdir)
+  fixes = {"config.json": "it records the run's config: restore it, or pass a new --workdir",
+           "manifest.json": "it is rewritten when the run finishes: delete it and rerun the same command",
+           "progress": "it records which questions are done: restore it, or pass a new --workdir"}
+  paths = [workdir / "config.json", workdir / "manifest.json", workdir / "progress.json",
+           *sorted(workdir.glob("progress.*-of-*.json"))]
+  for path in paths:
+    if path.is_file():
+      _json_object(path, fixes.get(path.name, fixes["progress"]))
+
+
+def workdir_jobs(workdir) -> set[str]:
+  """The kinds of job whose outputs `workdir` holds ("study", "train", "lookahead"; empty when none)."""
+  workdir = pathlib.Path(workdir)
+  found = {job for job, folder in JOB_FOLDERS.items() if (workdir / folder).is_dir()}
+  if any((workdir / f).exists() for f in _STUDY_FILES) or any(workdir.glob("progress.*-of-*.json")):
+    found.add("study")
+  if (workdir / "config.json").is_file():
+    found.add(_json_object(workdir / "config.json", "restore it, or pass a new --workdir").get("job", "study"))
+  return found
+
+
+def _check_study_config(workdir: pathlib.Path) -> None:
+  """A study's outputs without config.json cannot be matched to a config: refused, not taken for this one's."""
+  made = [f for f in _STUDY_FILES if (workdir / f).exists()] + [p.name for p in workdir.glob("progress.*-of-*.json")]
+  if made and not (workdir / "config.json").is_file():
+    raise ValueError(f"--workdir={workdir} holds a study's {', '.join(made)} but no config.json, so which config "
+                     "made them is unknown; restore config.json, or pass a new --workdir")
+
+
+_MISSING = object()
+
+
+def config_difference(old: dict, new: dict, ignore: tuple[str, ...] = ()) -> list[str]:
+  """Dotted paths of the fields that differ between two config dicts, compared as JSON (a tuple equals its list),
+  leaves first where both sides are groups; `ignore` drops fields (and the groups' fields under them)."""
+  norm = lambda d: json.loads(json.dumps(d, sort_keys=True, default=str))
+  out = []
+
+  def walk(a, b, prefix):
+    if isinstance(a, dict) and isinstance(b, dict):
+      for k in sorted(set(a) | set(b)):
+        walk(a.get(k, _MISSING), b.get(k, _MISSING), f"{prefix}.{k}" if prefix else k)
+    elif a != b and not any(prefix == f or prefix.startswith(f + ".") for f in ignore):
+      out.append(prefix)
+  walk(norm(old), norm(new), "")
+  return out
+
+
+
+def check_workdir_for(workdir, config_dict: dict, job: str) -> None:
+  """Refuse, before anything loads or is written, a workdir that cannot hold this run: outputs of another kind
+  of job (a workdir holds one: `workdir_jobs`), damaged JSON (`check_json_files`), a study's outputs without
+  config.json, or config.json of another config (naming the fields that differ, with both values; the fields of
+  RESUMABLE_FIELDS[job] and records.VOLATILE_FIELDS may change). A missing or empty workdir passes.
+
+  Raises:
+    ValueError: naming the workdir, what it holds and the fix.
+  """
+  workdir = pathlib.Path(workdir)
+  if workdir.exists() and not workdir.is_dir():
+    raise ValueError(f"--workdir={workdir} is a file, not a directory; pass a directory (it is created if missing)")
+  if not workdir.is_dir():
+    return
+  check_json_files(workdir)
+  other = sorted(workdir_jobs(workdir) - {job})
+  if other:
+    raise ValueError(f"--workdir={workdir} holds a {other[0]} run and this is a {job} run (config.job="
+                     f"{job!r}); a workdir holds one kind of job: pass another --workdir")
+  if job == "study":
+    _check_study_config(workdir)
+  path = workdir / "config.json"
+  if path.is_file():
+    old = json.loads(path.read_text())
+    ignore = tuple(records.VOLATILE_FIELDS) + RESUMABLE_FIELDS.get(job, ())
+    changed = config_difference(old, config_dict, ignore)
+    if changed:
+      flat = lambda d, f: functools.reduce(lambda x, k: x.get(k, _MISSING) if isinstance(x, dict) else _MISSING,
+                                           f.split("."), d)
+      shown = [f"config.{f}: {_short(flat(old, f))} -> {_short(flat(config_dict, f))}" for f in changed[:4]]
+      more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+      raise ValueError(f"--workdir={workdir} holds a run of a different config (fields differ: {'; '.join(shown)}"
+                       f"{more}); pass another --workdir, or rerun with the same config to resume")
+
+
+def _short(value, width: int = 40) -> str:
+  if value is _MISSING:
+    return "(absent)"
+  text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+  return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def is_complete(workdir: pathlib.Path, process_count: int) -> bool:

@@ -1,16 +1,21 @@
-"""Small statistics for the report: cluster bootstrap, Spearman, AUROC, Holm, the oracle filter.
+"""Small statistics for the report: cluster bootstrap, CR2 cluster-robust means, power, Spearman, AUROC, Holm,
+the oracle filter.
 
-scipy.stats where it has the function (ranks, Spearman, Mann-Whitney U for AUROC, normal quantiles); the
-cluster bootstrap and Holm's step-down adjustment are not in scipy and are written here.
+scipy.stats where it has the function (ranks, Spearman, Mann-Whitney U for AUROC, t and noncentral t
+distributions); the cluster bootstrap, Holm's step-down adjustment and the CR2 / Bell-McCaffrey mean are not in
+scipy or statsmodels and are written here (tests check them against the general matrix forms and statsmodels).
 
 paper.md, "Where opd_jax goes further": every mean gets a cluster-bootstrap interval over questions (nodes of
 one question share its difficulty, its rollouts and its P_succ estimates, so they are not independent);
 paper.md, "Divergence predictors": Spearman correlation and AUROC for `align > 0` of each predictor;
 paper.md, "What the paper reports": the oracle filter that keeps only positively aligned tokens.
+Issue 25: the decision's paired differences use `cr2_mean` (intervals that keep their level with ~10 questions)
+and `detectable_difference` / `questions_needed` (power).
 """
 from typing import Callable, NamedTuple
 
 import numpy as np
+from scipy import optimize
 from scipy import stats as sp_stats
 
 
@@ -184,6 +189,128 @@ def holm(pvalues) -> np.ndarray:
 def normal_quantile(prob: float) -> float:
   """z with Phi(z) = prob (scipy.stats.norm.ppf); e.g. 0.975 -> 1.95996."""
   return float(sp_stats.norm.ppf(prob))
+
+
+class ClusterMean(NamedTuple):
+  """A node-weighted mean over clusters with its CR2 standard error and Bell-McCaffrey degrees of freedom."""
+  mean: np.ndarray         # [...] sum of values / number of values (NaN without a value)
+  se: np.ndarray           # [...] CR2 standard error (NaN with fewer than 2 clusters)
+  df: np.ndarray           # [...] Bell-McCaffrey degrees of freedom (NaN with fewer than 2 clusters)
+  n: np.ndarray            # [...] number of values
+  n_clusters: np.ndarray   # [...] clusters holding a value
+
+
+def cr2_mean(sums, sumsq, counts) -> ClusterMean:
+  """The mean of values grouped in clusters, with a small-sample cluster-robust standard error and df.
+
+  Inputs are per-cluster sufficient statistics, so any leading axes are batched (pairs, simulations). For the
+  intercept-only regression x_gi = mu + e_gi (N values, G clusters of n_g; mu_hat = sum x / N, residual sums
+  r_g = s_g - n_g mu_hat):
+    CR2 (Bell & McCaffrey 2002, Survey Methodology 28(2); Pustejovsky & Tipton 2018, JBES 36(4)): the residuals of
+      cluster g are scaled by (I - H_gg)^(-1/2) with H_gg = 1 1' / N, which multiplies their sum by
+      (1 - n_g / N)^(-1/2): V = sum_g w_g r_g^2, w_g = 1 / (N^2 (1 - n_g / N)).
+    df (Bell & McCaffrey 2002, section 3; with the random-effects working model of Imbens & Kolesar 2016, ReStat
+      98(4), section 5): V is a quadratic form e' A e; for e ~ N(0, Omega), Omega_g = sigma^2 I + tau^2 1 1',
+      df = tr(W K)^2 / tr(W K W K), K = B'(I - H) Omega (I - H) B = diag(m) - (m n' + n m') / N + n n' sum(m) / N^2,
+      m_g = sigma^2 n_g + tau^2 n_g^2, B the [N, G] cluster indicator. sigma^2 and tau^2 are the one-way ANOVA
+      moment estimates (MSW; max(0, (MSB - MSW) / n0), n0 = (N - sum n_g^2 / N) / (G - 1): Searle, Casella &
+      McCulloch 1992, Variance Components, section 3.6). Equal cluster sizes give df = G - 1 for any sigma, tau.
+  With equal cluster sizes V equals statsmodels' CR1 (G / (G - 1) sum r_g^2 / N^2).
+
+  Args:
+    sums: [..., G] sum of the values of each cluster (0 for a cluster without values).
+    sumsq: [..., G] sum of their squares.
+    counts: [..., G] number of values per cluster (0: the cluster is absent).
+  Returns:
+    ClusterMean of [...] arrays. se = 0 when every residual sum is 0 (e.g. identical configurations).
+  Raises:
+    ValueError: the three arrays differ in shape or a count is negative.
+  """
+  s, ss, n = (np.asarray(x, np.float64) for x in (sums, sumsq, counts))
+  if not s.shape == ss.shape == n.shape or s.ndim < 1:
+    raise ValueError(f"sums, sumsq and counts must share one shape [..., G], got {s.shape}, {ss.shape}, {n.shape}")
+  if np.any(n < 0):
+    raise ValueError("counts must be >= 0 (the number of values of each cluster)")
+  big_n, big_g = n.sum(-1), (n > 0).sum(-1)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    mean = s.sum(-1) / big_n
+    r = s - n * mean[..., None]
+    w = 1.0 / (big_n[..., None] ** 2 * (1.0 - n / big_n[..., None]))
+    var = np.sum(np.where(n > 0, w * r ** 2, 0.0), -1)
+    # Working model: one-way ANOVA moment estimates of the within (sigma^2) and between (tau^2) variances.
+    per = np.where(n > 0, s ** 2 / np.where(n > 0, n, 1.0), 0.0)
+    msw = np.maximum(ss.sum(-1) - per.sum(-1), 0.0) / (big_n - big_g)
+    msb = (per.sum(-1) - s.sum(-1) ** 2 / big_n) / (big_g - 1)
+    n0 = (big_n - (n ** 2).sum(-1) / big_n) / (big_g - 1)
+    tau2 = np.maximum(0.0, (msb - np.nan_to_num(msw)) / n0)
+    sigma2 = np.where(big_n > big_g, msw, 1.0)               # one value per cluster: only tau^2 + sigma^2 matters
+    sigma2 = np.where(np.nan_to_num(sigma2) + np.nan_to_num(tau2) > 0, sigma2, 1.0)   # no spread: any model
+    m = sigma2[..., None] * n + np.nan_to_num(tau2)[..., None] * n ** 2
+    nn = big_n[..., None, None]
+    k = (m[..., :, None] * np.eye(n.shape[-1]) - (m[..., :, None] * n[..., None, :] + n[..., :, None] * m[..., None, :])
+         / nn + n[..., :, None] * n[..., None, :] * m.sum(-1)[..., None, None] / nn ** 2)
+    wk = np.where(n[..., :, None] > 0, w[..., :, None], 0.0) * k
+    df = np.einsum("...gg->...", wk) ** 2 / np.einsum("...gh,...hg->...", wk, wk)
+  few = big_g < 2
+  return ClusterMean(mean, np.where(few, np.nan, np.sqrt(var)), np.where(few, np.nan, df), big_n, big_g)
+
+
+def t_test(mean, se, df, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Two-sided t interval and p-value of "the mean is 0": mean -+ t_{(1 + level) / 2, df} se and
+  2 P(T_df > |mean / se|) (scipy.stats.t; df need not be an integer). se = 0: the interval is the point, p = 1
+  when mean = 0 else 0. NaN where se or df is NaN. Arrays broadcast; returns (lo, hi, p).
+  Raises ValueError for level outside (0, 1)."""
+  if not 0.0 < level < 1.0:
+    raise ValueError(f"level must lie in (0, 1), got {level}; e.g. 0.95 for a 95% interval")
+  mean, se, df = (np.asarray(x, np.float64) for x in (mean, se, df))
+  with np.errstate(invalid="ignore", divide="ignore"):
+    half = np.where(se > 0, sp_stats.t.ppf((1.0 + level) / 2.0, df) * se, 0.0)
+    p = np.where(se > 0, 2.0 * sp_stats.t.sf(np.abs(mean) / se, df), np.where(mean == 0, 1.0, 0.0))
+  bad = np.isnan(se) | np.isnan(df) | np.isnan(mean)
+  return (np.where(bad, np.nan, mean - half), np.where(bad, np.nan, mean + half), np.where(bad, np.nan, p))
+
+
+def t_power(nc: float, df: float, alpha: float) -> float:
+  """Power of the two-sided t test at level alpha with df degrees of freedom when the true mean is nc standard
+  errors: P(T > c) + P(T < -c), T ~ noncentral t(df, nc), c = t_{1 - alpha / 2, df} (scipy.stats.nct; the same
+  as statsmodels' TTestPower.power with nobs = df + 1, effect size nc / sqrt(nobs), where that one is finite)."""
+  c = sp_stats.t.ppf(1.0 - alpha / 2.0, df)
+  return float(sp_stats.nct.sf(c, df, nc) + np.nan_to_num(sp_stats.nct.sf(c, df, -nc)))
+
+
+def detectable_difference(se: float, df: float, *, alpha: float = 0.05, power: float = 0.8) -> float:
+  """Minimum detectable difference (Bloom 1995, Evaluation Review 19(5), with the noncentral t): the true
+  difference d = nc se at which the two-sided t test at level alpha with df degrees of freedom rejects with
+  probability `power` (t_power). Large df: (z_{1 - alpha / 2} + z_power) se. NaN unless se > 0 and df >= 1."""
+  if not (np.isfinite(se) and se > 0 and np.isfinite(df) and df >= 1):
+    return float("nan")
+  return float(optimize.brentq(lambda nc: t_power(nc, df, alpha) - power, 0.0, 1e4) * se)
+
+
+def questions_needed(effect: float, se: float, df: float, n_questions: int, *, alpha: float = 0.05,
+                     power: float = 0.8) -> float:
+  """Questions at which a true difference `effect` is detected with probability `power` (two-sided, level alpha).
+
+  The study is read as df + 1 "effective" questions (equal to G when questions are balanced; fewer when nodes per
+  question are unequal) with a per-effective-question standard deviation se sqrt(df + 1); more questions of the
+  same kind scale both: nobs' effective questions give nc = effect sqrt(nobs') / (se sqrt(df + 1)) and df nobs' - 1
+  (statsmodels TTestPower's one-sample t model), nobs' >= 2. Returns nobs' G / (df + 1) (not rounded); NaN unless
+  se > 0, df >= 1 and effect > 0."""
+  if not (np.isfinite(se) and se > 0 and np.isfinite(df) and df >= 1 and effect > 0):
+    return float("nan")
+  sd = se * np.sqrt(df + 1.0)
+
+  def gap(nobs):
+    return t_power(effect * np.sqrt(nobs) / sd, nobs - 1.0, alpha) - power
+
+  if gap(2.0) >= 0:                                        # two effective questions already suffice
+    return float(2.0 * n_questions / (df + 1.0))
+  hi = 4.0
+  while gap(hi) < 0:
+    if hi > 1e12:
+      return float("inf")
+    hi *= 2.0
+  return float(optimize.brentq(gap, hi / 2.0, hi) * n_questions / (df + 1.0))
 
 
 class ClusterBootstrap:

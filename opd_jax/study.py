@@ -103,11 +103,8 @@ def setup(config, task=None, confs=None) -> Env:
     for c in confs:
       if c.teacher != contexts.SELF and c.teacher not in teachers:
         teachers[c.teacher] = load_model(c.teacher, config)
-        diff = models.tokenizer_difference(student.tokenizer, teachers[c.teacher].tokenizer)
-        if diff is not None:
-          raise ValueError(f"config.configurations[{c.config_id!r}]: teacher {c.teacher!r} does not share the "
-                           f"student's tokenizer ({diff}); per-token distillation needs identical tokenizers: "
-                           "pick a teacher of the student's family")
+        models.check_same_tokenizer(student.tokenizer, teachers[c.teacher].tokenizer,   # as loaded, after the
+                                    where=f"config.configurations[{c.config_id!r}]: teacher {c.teacher!r}")  # headers
   mesh = sharding.mesh_from_config(config)
   rules = sharding.rules_from_config(config)
   student = sharding.shard_model(student, mesh, rules)

@@ -1,9 +1,13 @@
 """Issue 14, item 8 (statistics made honest): the corrected noise ceiling against the exact toy, Holm, the
-study-level cluster bootstrap, and the oracle filter's well-conditioned quantities."""
+study-level cluster bootstrap, and the oracle filter's well-conditioned quantities; issue 25: the CR2 /
+Bell-McCaffrey mean against the general matrix form and statsmodels, power against statsmodels' TTestPower."""
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as sp_stats
+import statsmodels.api as sm
+from statsmodels.stats.power import TTestPower
 
 from opd_jax import stats
 from opd_jax import toy
@@ -132,3 +136,90 @@ def test_weighted_rank_statistics_equal_scipy_on_the_concatenated_replicates():
     lab = ys > 0
     u = sp_stats.mannwhitneyu(sp_stats.rankdata(xs)[lab], sp_stats.rankdata(xs)[~lab]).statistic
     np.testing.assert_allclose(auc[b], u / (lab.sum() * (~lab).sum()), atol=1e-10)
+
+
+def cr2_by_matrices(y, g):
+  """CR2 variance and Bell-McCaffrey df of the mean in the general matrix form (numpy, N x N), the working model
+  Omega = sigma^2 I + tau^2 (block of ones per cluster) from the one-way ANOVA (pandas): Bell & McCaffrey 2002,
+  Imbens & Kolesar 2016. A_g = (I - H_gg)^(-1/2) by eigendecomposition; v = e' (I - H) P P' (I - H) e."""
+  n = y.size
+  x = np.ones((n, 1))
+  xtx_inv = np.linalg.inv(x.T @ x)
+  h = x @ xtx_inv @ x.T
+  e = y - h @ y
+  p = np.zeros((n, np.unique(g).size))
+  meat = 0.0
+  for col, label in enumerate(np.unique(g)):
+    idx = np.flatnonzero(g == label)
+    vals, vecs = np.linalg.eigh(np.eye(idx.size) - h[np.ix_(idx, idx)])
+    a_g = vecs @ np.diag(vals ** -0.5) @ vecs.T
+    u = x[idx].T @ a_g @ e[idx]
+    meat = meat + u @ u.T
+    p[idx, col] = (a_g @ x[idx] @ xtx_inv).ravel()
+  var = float((xtx_inv @ np.atleast_2d(meat) @ xtx_inv)[0, 0])
+  frame = pd.DataFrame({"y": y, "g": g})
+  by = frame.groupby("g")["y"]
+  big_g = by.ngroups
+  if big_g == n:                                            # one value per cluster: Omega is a multiple of I
+    omega = np.eye(n)
+  else:
+    msw = float(((frame["y"] - by.transform("mean")) ** 2).sum() / (n - big_g))
+    msb = float((by.count() * (by.mean() - y.mean()) ** 2).sum() / (big_g - 1))
+    np.testing.assert_allclose(msb / msw, sp_stats.f_oneway(*[v.to_numpy() for _, v in by]).statistic, rtol=1e-10)
+    n0 = (n - (by.count() ** 2).sum() / n) / (big_g - 1)
+    omega = msw * np.eye(n) + max(0.0, (msb - msw) / n0) * (g[:, None] == g[None, :])
+  quad = (np.eye(n) - h) @ p @ p.T @ (np.eye(n) - h)
+  np.testing.assert_allclose(e @ quad @ e, var, rtol=1e-10)           # the quadratic form is the CR2 variance
+  bo = quad @ omega
+  return var, np.trace(bo) ** 2 / np.trace(bo @ bo)
+
+
+def sums_of(y, g):
+  labels, idx = np.unique(g, return_inverse=True)
+  return (np.bincount(idx, y, labels.size), np.bincount(idx, y ** 2, labels.size),
+          np.bincount(idx, minlength=labels.size))
+
+
+def test_cr2_mean_equals_the_general_matrix_form_and_statsmodels_cr1_when_balanced():
+  rng = np.random.default_rng(5)
+  for sizes in ([1, 3, 8, 2, 5, 1, 12], [4] * 6, [1] * 9):
+    g = np.repeat(np.arange(len(sizes)), sizes)
+    y = rng.normal(size=len(sizes))[g] * 0.7 + rng.normal(size=g.size) + 0.2
+    got = stats.cr2_mean(*sums_of(y, g))
+    var, df = cr2_by_matrices(y, g)
+    np.testing.assert_allclose([got.mean, got.se ** 2, got.df], [y.mean(), var, df], rtol=1e-9)
+    if len(set(sizes)) == 1:                                   # balanced: CR2 = statsmodels CR1, df = G - 1
+      fit = sm.OLS(y, np.ones((y.size, 1))).fit(cov_type="cluster", cov_kwds={"groups": g}, use_t=True)
+      np.testing.assert_allclose([got.se, got.df], [fit.bse[0], len(sizes) - 1], rtol=1e-9)
+      lo, hi, p = stats.t_test(got.mean, got.se, got.df, 0.9)
+      np.testing.assert_allclose([lo, hi, p], [*fit.conf_int(0.1)[0], fit.pvalues[0]], rtol=1e-9)
+    if sizes == [1] * 9:                                       # one value per cluster: the one-sample t test
+      np.testing.assert_allclose(stats.t_test(got.mean, got.se, got.df)[2], sp_stats.ttest_1samp(y, 0).pvalue)
+  # Batched over leading axes, absent clusters (count 0), one cluster, no spread.
+  s, ss, n = sums_of(y, g)
+  batch = stats.cr2_mean(np.stack([s, np.r_[s[:3], 0, s[4:]]]), np.stack([ss, np.r_[ss[:3], 0, ss[4:]]]),
+                         np.stack([n, np.r_[n[:3], 0, n[4:]]]))
+  keep = g != 3
+  alone = stats.cr2_mean(*sums_of(y[keep], g[keep]))
+  np.testing.assert_allclose(batch.se, [got.se, alone.se], rtol=1e-12)
+  np.testing.assert_allclose(batch.df, [got.df, alone.df], rtol=1e-12)
+  assert np.isnan(stats.cr2_mean([2.0], [3.0], [2]).se)
+  flat = stats.cr2_mean(np.zeros(5), np.zeros(5), np.full(5, 3))
+  assert flat.se == 0 and stats.t_test(flat.mean, flat.se, flat.df)[2] == 1.0
+  with pytest.raises(ValueError, match="one shape"):
+    stats.cr2_mean([1.0], [1.0, 2.0], [1])
+
+
+def test_detectable_difference_and_questions_needed_match_statsmodels_ttestpower():
+  se, df, g = 0.08, 11.0, 12
+  mde = stats.detectable_difference(se, df, alpha=0.05)
+  # TTestPower: one-sample t with nobs = df + 1; its effect size is d / (se sqrt(nobs)).
+  want = TTestPower().solve_power(nobs=df + 1, alpha=0.05, power=0.8) * se * np.sqrt(df + 1)
+  np.testing.assert_allclose(mde, want, rtol=1e-5)
+  need = stats.questions_needed(0.1, se, df, g, alpha=0.01)
+  nobs = TTestPower().solve_power(effect_size=0.1 / (se * np.sqrt(df + 1)), alpha=0.01, power=0.8)
+  np.testing.assert_allclose(need, nobs * g / (df + 1), rtol=1e-5)
+  np.testing.assert_allclose(stats.questions_needed(mde, se, df, g), g, rtol=1e-5)   # the budget detects its MDE
+  big = stats.detectable_difference(1.0, 1e6, alpha=0.05)                            # normal limit (Bloom 1995)
+  np.testing.assert_allclose(big, stats.normal_quantile(0.975) + stats.normal_quantile(0.8), rtol=1e-4)
+  assert np.isnan(stats.detectable_difference(0.0, 5.0)) and np.isnan(stats.questions_needed(0.1, 0.1, 0.5, 3))

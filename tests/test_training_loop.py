@@ -14,9 +14,11 @@ import pandas as pd
 import pytest
 
 from opd_jax import models
+from opd_jax import sampling
 from opd_jax.training import lora
 from opd_jax.training import state as state_lib
 from opd_jax.training import step as step_lib
+from tests.test_losses import _np_policy
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CFG = models.Config(arch="qwen2", vocab_size=48, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
@@ -30,9 +32,10 @@ def _model(seed):
   return models.random_model(CFG, seed=seed, layout="stacked")
 
 
-def _reverse_kl_reference(student, teacher, s_prompts, t_prompts, responses):
+def _reverse_kl_reference(student, teacher, s_prompts, t_prompts, responses, policy=None, tq=1.0):
   """Per-sequence mean of KL(p_t || q_t) over response tokens, then the mean over sequences with a response:
-  each row run alone through models.logits (no padding), numpy on the full vocabulary."""
+  each row run alone through models.logits (no padding), numpy on the full vocabulary; policy: p is that
+  policy (float64 numpy, tests/test_losses.py) and q = softmax(z_q / tq)."""
   per_seq = []
   for sp, tp, y in zip(s_prompts, t_prompts, responses):
     if not y:
@@ -41,7 +44,9 @@ def _reverse_kl_reference(student, teacher, s_prompts, t_prompts, responses):
     zt = np.asarray(models.logits(teacher, np.array([tp + y])))[0, len(tp) - 1:len(tp) - 1 + len(y)]
     lp = zs - np.log(np.sum(np.exp(zs - zs.max(-1, keepdims=True)), -1, keepdims=True)) - zs.max(-1, keepdims=True)
     lq = zt - np.log(np.sum(np.exp(zt - zt.max(-1, keepdims=True)), -1, keepdims=True)) - zt.max(-1, keepdims=True)
-    per_seq.append(np.mean(np.sum(np.exp(lp) * (lp - lq), -1)))
+    if policy is not None:
+      lp, lq = _np_policy(zs, policy.temperature, policy.top_k, policy.top_p), _np_policy(zt, tq)
+    per_seq.append(np.mean(np.sum(np.where(lp > -np.inf, np.exp(lp) * (lp - lq), 0.0), -1)))
   return float(np.mean(per_seq))
 
 
@@ -82,6 +87,25 @@ def test_loss_is_the_reverse_kl_of_independent_forwards_and_self_plain_is_exactl
   st, m = fn(st, student.params, teacher.params, batch)
   st, m2 = fn(st, student.params, teacher.params, batch)
   assert float(m["grad_norm"]) > 0 and float(m2["loss"]) < float(m["loss"])
+
+
+@pytest.mark.parametrize("sp", [sampling.SamplingParams(temperature=0.5),
+                                sampling.SamplingParams(temperature=0.7, top_k=5, top_p=0.9)],
+                         ids=["T0.5", "T0.7-k5-p0.9"])
+def test_loss_at_another_temperature_is_the_kl_of_the_sampled_policy(sp):
+  """Issue 26, item 4: the train step's loss is KL(p || q) with p the sampled policy (temperature, top-k, top-p)
+  and q the teacher at T_q (here 0.8), against independent forwards and a float64 numpy policy; the
+  temperature-1 loss (what the trainer computed before) differs."""
+  student, teacher = _model(0), _model(1)
+  batch = step_lib.make_batch(S_PROMPTS, T_PROMPTS, RESPONSES, rows=4)
+  kw = dict(s_graph=student.graphdef, t_graph=teacher.graphdef, lora_scale=None, divergence="reverse_kl", chunk=3,
+            vocab_size=None)
+  tq = sampling.SamplingParams(temperature=0.8)
+  loss = step_lib.loss_fn(student.params, None, teacher.params, batch, policy=sp, teacher_policy=tq, **kw)
+  want = _reverse_kl_reference(student, teacher, S_PROMPTS, T_PROMPTS, RESPONSES, policy=sp, tq=0.8)
+  np.testing.assert_allclose(float(loss), want, rtol=2e-5)
+  unit = step_lib.loss_fn(student.params, None, teacher.params, batch, **kw)
+  assert abs(float(unit) - want) > 0.05 * want
 
 
 def test_micro_batches_give_the_one_batch_update():
@@ -286,8 +310,12 @@ def test_bad_training_inputs_fail_in_one_line_before_anything_is_written(tmp_pat
   cases = [("config.train.configuration=self:solution:no_such", "config.train.configuration"),
            ("config.train.lora.rank=-1", "config.train.lora.rank"),
            ("config.train.micro_batch_rows=-1", "config.train.micro_batch_rows"),
-           ("config.train.optim.accumulate=0", "config.train.optim.accumulate")]
-  spec = [{"argv": _cmd(tmp_path / f"w{i}")[3:] + [f"--{o}"]} for i, (o, _) in enumerate(cases)]
+           ("config.train.optim.accumulate=0", "config.train.optim.accumulate"),
+           ("config.sampling.temperature=0", "config.sampling.temperature"),
+           ("config.train.configuration=self:solution:forward_kl --config.sampling.top_p=0.9",
+            "config.train.configuration")]
+  spec = [{"argv": _cmd(tmp_path / f"w{i}")[3:] + [f"--{o}" for o in opts.split(" --")]}
+          for i, (opts, _) in enumerate(cases)]
   (tmp_path / "cases.json").write_text(json.dumps(spec))
   proc = subprocess.run([sys.executable, str(REPO / "tests/cli_batch.py"), str(tmp_path / "cases.json"),
                          str(tmp_path / "out.json")], env=dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu"),
@@ -313,3 +341,22 @@ def test_training_cost_model_counts_the_loop():
   assert {(c.stage, c.kind, c.model): c for c in train_costs.calls(config)}[
       "train step", "prompt", "student"].count == 4 * t.steps                # full fine-tuning: + weight gradients
   assert "train step" in train_costs.describe(config, "h200") and "expected:" in train_costs.describe(config, "h200")
+
+
+def test_paired_pass_at_1_interval_stays_within_what_a_difference_of_rates_can_be():
+  """Few questions: no interval (3 questions gave [-1.564, +2.231]); enough: scipy's paired t cut to [-1, 1];
+  every question moved alike: not estimable, not a zero-width interval; nothing changed: [0, 0]."""
+  from opd_jax.training import evaluate  # pylint: disable=g-import-not-at-top
+  import scipy.stats  # pylint: disable=g-import-not-at-top
+  few = evaluate.paired_difference(np.array([[0, 1], [0, 0], [1, 0]]), np.array([[1, 1], [1, 1], [0, 1]]))
+  assert np.isnan(few.lo) and np.isnan(few.hi) and few.diff == pytest.approx(0.5)
+  rng = np.random.default_rng(0)
+  before = rng.integers(0, 2, (8, 2)).astype(float)
+  after = np.ones((8, 2))
+  got = evaluate.paired_difference(before, after)
+  ci = scipy.stats.ttest_rel(after.mean(1), before.mean(1)).confidence_interval(0.95)
+  assert got.lo == pytest.approx(max(ci.low, -1)) and got.hi == min(ci.high, 1.0) <= 1.0
+  alike = evaluate.paired_difference(np.zeros((6, 2)), np.ones((6, 2)))
+  assert alike.diff == 1.0 and np.isnan(alike.lo)
+  same = evaluate.paired_difference(np.ones((6, 2)), np.ones((6, 2)))
+  assert (same.lo, same.hi, same.n_changed_rows) == (0.0, 0.0, 0)

@@ -149,7 +149,8 @@ def test_filler_tokens_are_not_ids_that_exist():
   assert models.tokenizer_difference(a, b) is None
   assert models.tokenizer_difference(a, tok_lib.byte_tokenizer()) is None
   other = tok_lib.from_gguf_metadata(gguf_meta(320, **{"tokenizer.ggml.eos_token_id": 256}))
-  assert models.tokenizer_difference(a, other) == "eos_token_id differs: 258 vs 256"
+  assert models.tokenizer_difference(a, other) == ("eos_token_id differs: 258 ('<|im_end|>') in the student's, 256 "
+                                                  "('<|endoftext|>') in the teacher's (responses end on it)")
   tokens = gguf_meta(288)["tokenizer.ggml.tokens"]
   middle = {**gguf_meta(288), "tokenizer.ggml.tokens": tokens[:100] + ["[PAD100]"] + tokens[101:]}
   with pytest.raises(ValueError, match="id 100 is a filler"):

@@ -28,11 +28,13 @@ from opd_jax.models import decoder
 from opd_jax.models import tokenizer
 from opd_jax.models.checkpoints import CONVERTER_VERSION, PRESETS, Model, default_layout, load, peek, with_layout
 from opd_jax.models.decoder import Config, init_params
-from opd_jax.models.tokenizer import byte_tokenizer, chat_ids, real_vocab_size, same_tokenizer, tokenizer_difference
+from opd_jax.models.tokenizer import (byte_tokenizer, chat_ids, check_same_tokenizer, real_vocab_size, same_tokenizer,
+                                      tokenizer_difference, tokenizer_differences)
 
-__all__ = ["CONVERTER_VERSION", "PRESETS", "Config", "Model", "byte_tokenizer", "chat_ids", "checkpoints", "decoder",
+__all__ = ["CONVERTER_VERSION", "PRESETS", "Config", "Model", "byte_tokenizer", "chat_ids", "check_same_tokenizer",
+           "checkpoints", "decoder",
            "default_layout", "with_layout", "init_params", "load", "logits", "peek", "random_model", "real_vocab_size",
-           "same_tokenizer", "tokenizer", "tokenizer_difference"]
+           "same_tokenizer", "tokenizer", "tokenizer_difference", "tokenizer_differences"]
 
 
 @sharding.sharded_jit(in_specs=(sharding.PARAMS, sharding.ROWS), out_specs=sharding.ROWS,

@@ -267,7 +267,10 @@ def _param(shape, axes: tuple[str, ...], dtype, fill=0.0) -> nnx.Param:
 
 class Block(nnx.Module):
   """One pre-norm block (attention + SwiGLU MLP). With `n_layers`, every param has a leading L axis ("layers")
-  and the block stands for all L of them (the "stacked" layout: `Decoder` scans over its state)."""
+  and the block stands for all L of them (the "stacked" layout: `Decoder` scans over its state).
+
+  The dense matrices (wq, wk, wv, wo, w_gate, w_up, w_down) are read only as `h @ w`, so a weight may also be an
+  object that defines `__rmatmul__`: `training.lora.Adapted` (a bf16 matrix with its LoRA update unmerged)."""
 
   def __init__(self, config: Config, *, n_layers: int | None = None, dtype=jnp.float32):
     c = self.config = config

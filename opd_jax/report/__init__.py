@@ -8,7 +8,8 @@ Reads `<workdir>/records/nodes/part-*.parquet` (one part per question, from ever
   common     groups, checks, the power rule (NaN reasons and predictors: opd_jax.records);
   ceiling    the direct noise ceiling E cos(g*_R, g*) per node;
   summary    summarize: configuration x group counts, means, cluster intervals, oracle filter;
-  decision   decide: ranking, paired differences with Holm, P(best), power, the verdict (verdict.json);
+  decision   decide: paired comparisons on shared nodes (CR2 t, Bonferroni over every comparable pair), the
+             configurations that could be best, the detectable difference, the verdict (verdict.json);
   where      alignment and teacher advantage by position, entropy, argmax, token kind;
   predictors Spearman / AUROC with intervals, predictor filter vs oracle filter;
   router     route: per-token choice of configuration from the predictors, cross-validated by question;

@@ -1,10 +1,18 @@
 """python -m opd_jax.report --workdir=... [--target=incorrect] [--tokenizer=<HF folder>]: rebuilds the report.
 
 With several studies (--workdir repeated, or a glob such as --workdir='runs/*'), builds one comparison instead:
-`<out>/comparison.html` and `<out>/comparison.csv` (compare.write; --out is required)."""
+`<out>/comparison.html` and `<out>/comparison.csv` (compare.write; --out is required). Errors print one line
+`error: ...` (opd_jax.stages.field_error's format, as `python -m opd_jax.main`) and exit 2."""
+import math
+import os
+import pathlib
+
 from absl import app
 from absl import flags
 
+from opd_jax import records
+from opd_jax import runs
+from opd_jax import stages
 from opd_jax.report import build
 from opd_jax.report import compare
 from opd_jax.report import token_pages
@@ -19,36 +27,91 @@ flags.DEFINE_bool("plot", True, "Also write alignment.png.")
 flags.DEFINE_bool("html", True, "Also write report.html and the per-token pages html/.")
 flags.DEFINE_integer("pages", token_pages.DEFAULT_PAGES, "Cap on per-token pages in html/ (0: none).")
 flags.DEFINE_string("colour_by", token_pages.DEFAULT_COLOUR_BY, "Predictor the per-token pages colour by.")
+flags.DEFINE_float("min_effect", 0.0, "Smallest difference in mean alignment worth detecting: the verdict adds the "
+                   "questions needed for 80% power (0: not asked).")
 flags.DEFINE_string("tokenizer", None, "HF tokenizer folder or name for the token-kind split (optional).")
 flags.mark_flag_as_required("workdir")
 
+TARGETS = ("incorrect", "correct", "all")
 
-def _main(argv) -> None:
+
+def check_flags(f) -> None:
+  """Flag values that need no records, checked before any is read.
+
+  Raises:
+    ValueError: `stages.field_error`'s line naming the flag.
+  """
+  if f.target not in TARGETS:
+    raise ValueError(stages.field_error("--target", "must be 'incorrect', 'correct' or 'all'", f.target,
+                                        choices=TARGETS))
+  if f.n_boot < 1:
+    raise ValueError(stages.field_error("--n_boot", "must be an integer >= 1", f.n_boot))
+  if f.seed < 0:
+    raise ValueError(stages.field_error("--seed", "must be an integer >= 0", f.seed))
+  if f.pages < 0:
+    raise ValueError(stages.field_error("--pages", "must be an integer >= 0 (0: no per-token pages)", f.pages))
+  if f.colour_by not in records.PREDICTORS:
+    raise ValueError(stages.field_error("--colour_by", f"must be one of {records.PREDICTORS}", f.colour_by,
+                                        choices=records.PREDICTORS))
+  if not (math.isfinite(f.min_effect) and f.min_effect >= 0):
+    raise ValueError(stages.field_error("--min_effect", "must be a finite number >= 0 (0: not asked)", f.min_effect))
+
+
+def token_decoder(name: str):
+  """token id -> its text, with the tokenizer of --tokenizer (an HF folder, or a name in the local HF cache).
+
+  Raises:
+    ValueError: a path that does not exist, or a tokenizer that does not load (the flag, the value, the cause).
+  """
+  path = pathlib.Path(name).expanduser()
+  fix = "pass an HF folder holding the student's tokenizer files (tokenizer.json, tokenizer_config.json)"
+  if not path.exists() and (os.sep in name or name.startswith((".", "~"))):
+    raise ValueError(stages.field_error("--tokenizer", "folder does not exist", name, fix=fix))
+  from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+  try:
+    tok = AutoTokenizer.from_pretrained(name)
+  except Exception as e:  # pylint: disable=broad-except  (OSError, ValueError, hub errors, ...)
+    cause = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise ValueError(stages.field_error("--tokenizer", f"does not load a tokenizer ({cause})", name,
+                                        fix=fix)) from None
+  return lambda t: tok.decode([t])
+
+
+def main(argv) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}; use --workdir=...")
+    stages.fail(f"unexpected arguments {argv[1:]}; flags are --name=value, e.g. --workdir=runs/x (see --help)")
   f = flags.FLAGS
   try:
+    check_flags(f)
     workdirs = compare.expand(f.workdir)
+    for w in workdirs:
+      runs.check_json_files(w)
     if len(workdirs) > 1 or f.out:
       if not f.out:
-        raise app.UsageError(f"{len(workdirs)} studies given: pass --out=<directory> for the comparison")
+        raise ValueError(stages.field_error("--out", f"is required to compare {len(workdirs)} studies",
+                                            fix="pass --out=<directory>, or one --workdir for its own report"))
       table, verdicts = compare.write(workdirs, f.out, target=f.target, n_boot=f.n_boot, seed=f.seed)
       for i, v in enumerate(verdicts):
         print(f"#{i} {v['name']} ({v['workdir']}): {v['line']}")
       print(f"comparison of {len(verdicts)} studies ({len(table)} rows): {f.out}/comparison.html, "
             f"{f.out}/comparison.csv")
       return
-    decode = None
-    if f.tokenizer:
-      from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
-      tok = AutoTokenizer.from_pretrained(f.tokenizer)
-      decode = lambda t: tok.decode([t])
+    decode = token_decoder(f.tokenizer) if f.tokenizer else None
     markdown = build.write_summary(workdirs[0], n_boot=f.n_boot, seed=f.seed, target=f.target, plot=f.plot,
-                                   html=f.html, decode=decode, pages=f.pages, colour_by=f.colour_by)
-  except (FileNotFoundError, ValueError) as e:
-    raise SystemExit(f"error: {e}") from None
+                                   html=f.html, decode=decode, pages=f.pages, colour_by=f.colour_by,
+                                   min_effect=f.min_effect)
+  except (OSError, ValueError) as e:
+    stages.fail(e)
   print(markdown, end="")
 
 
+def parse_flags(argv):
+  """absl's parse with a flag error as one `error:` line (exit 2) instead of usage text."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    stages.fail(stages.flag_error(e, argv))
+
+
 if __name__ == "__main__":
-  app.run(_main)
+  app.run(main, flags_parser=parse_flags)

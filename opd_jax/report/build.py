@@ -79,7 +79,8 @@ def _rollout_lengths(workdir: str, meta: dict) -> pd.DataFrame | None:
 def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes: int = common.MIN_NODES,
                   min_questions: int = common.MIN_QUESTIONS, target: str = "incorrect", plot: bool = True,
                   html: bool = True, decode=None, n_boot_predictors: int = 200,
-                  pages: int = token_pages.DEFAULT_PAGES, colour_by: str = token_pages.DEFAULT_COLOUR_BY) -> str:
+                  pages: int = token_pages.DEFAULT_PAGES, colour_by: str = token_pages.DEFAULT_COLOUR_BY,
+                  min_effect: float = 0.0) -> str:
   """Rebuilds the report files of `<workdir>` from its node records (and rollouts, config.json, manifest.json).
 
   Files: summary.md (markdown, returned), summary.csv (summary.summarize), verdict.json (decision.decide on
@@ -91,6 +92,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
     workdir: the study's working directory (holds records/nodes).
     n_boot, seed, min_nodes, min_questions: intervals and the power rule (summary.summarize, decision.decide).
     target: the decision's node group: "incorrect" (default), "correct" or "all".
+    min_effect: the smallest difference of interest (> 0): the verdict adds the questions needed to detect it
+      with 80% power (decision.decide); 0: not asked.
     plot: write alignment.png and link it from the markdown.
     html: write report.html (with the where and predictor figures).
     decode: token id -> text (e.g. `lambda t: tokenizer.decode([t])`) for the token-kind split; without it the
@@ -110,7 +113,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
     nodes = nodes.assign(ceiling=ceiling.node_ceilings(nodes, seed=seed))
   summary = summ.summarize(nodes, n_boot=n_boot, seed=seed, min_nodes=min_nodes, min_questions=min_questions)
   verdict = decision.decide(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
-                            min_questions=min_questions)
+                            min_questions=min_questions, min_effect=min_effect or None)
   predictor_rows = why.predictor_table(nodes, n_boot=n_boot_predictors, seed=seed)
   routed = rt.route(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes, min_questions=min_questions)
   verdict = {**verdict, "router": routed}

@@ -69,9 +69,11 @@ def compare(workdirs: list[str], *, target: str = "incorrect", n_boot: int = 200
 
   Returns:
     (table, verdicts): table has one row per (study, configuration): study, workdir, name, verdict, best,
-    config_id, n_defined, n_questions, mean_alignment, ci_lo, ci_hi, p_best, underpowered, diff_vs_best,
-    diff_ci_lo, diff_ci_hi, p_holm, distinguishable (NaN / "" for the best itself); verdicts: decide's dicts
-    with "workdir" and "name" added, in study order.
+    config_id, n_defined, n_questions (with a defined alignment), mean_alignment, ci_lo, ci_hi, could_be_best,
+    underpowered, n_shared_questions, comparable, diff_vs_best, diff_ci_lo, diff_ci_hi (simultaneous over the
+    study's comparable pairs), p_adjusted, distinguishable (NaN / "" for the best itself; a configuration that is
+    not comparable with the best, decision.MIN_SHARED_QUESTIONS, is never distinguishable); verdicts: decide's
+    dicts with "workdir" and "name" added, in study order.
   Raises:
     ValueError: an unknown workdir or glob (expand), a study of another schema version (check_schema) or bad
       records; FileNotFoundError: a study without node records.
@@ -91,9 +93,11 @@ def compare(workdirs: list[str], *, target: str = "incorrect", n_boot: int = 200
       rows.append({"study": i, "workdir": w, "name": v["name"], "verdict": v["verdict"], "best": v["best"],
                    "config_id": r["config_id"], "n_defined": r["n_defined"], "n_questions": r["n_questions"],
                    "mean_alignment": r["mean_alignment"], "ci_lo": r["ci_lo"], "ci_hi": r["ci_hi"],
-                   "p_best": r["p_best"], "underpowered": r["underpowered"],
+                   "could_be_best": r["could_be_best"], "underpowered": r["underpowered"],
+                   "n_shared_questions": c.get("n_shared_questions", r["n_questions"]),
+                   "comparable": c.get("comparable", ""),
                    "diff_vs_best": c.get("diff", float("nan")), "diff_ci_lo": c.get("ci_lo", float("nan")),
-                   "diff_ci_hi": c.get("ci_hi", float("nan")), "p_holm": c.get("p_holm", float("nan")),
+                   "diff_ci_hi": c.get("ci_hi", float("nan")), "p_adjusted": c.get("p_adjusted", float("nan")),
                    "distinguishable": c.get("distinguishable", "")})
   return pd.DataFrame(rows), verdicts
 
@@ -108,8 +112,8 @@ def render(table: pd.DataFrame, verdicts: list[dict]) -> str:
              + (f"; they disagree ({', '.join(sorted(map(str, bests)))}): no configuration wins everywhere"
                 if len(bests) > 1 else ""))
   parts.append(f'<p class="note">{html.escape(summary)}. Target group: {html.escape(verdicts[0]["target"])} '
-               f"nodes; {100 * verdicts[0]['level']:g}% cluster-bootstrap intervals over each study's questions "
-               f"(n_boot={verdicts[0]['n_boot']}, seed={verdicts[0]['seed']}).</p>")
+               f"nodes; means with {100 * verdicts[0]['level']:g}% cluster-bootstrap intervals over each study's "
+               f"questions (n_boot={verdicts[0]['n_boot']}, seed={verdicts[0]['seed']}).</p>")
   parts.append("<h2>Verdicts</h2>" + page.table_html(
       ["#", "study", "workdir", "verdict", "line"],
       [[str(i), v["name"], v["workdir"], v["verdict"], v["line"]] for i, v in enumerate(verdicts)]))
@@ -129,13 +133,19 @@ def render(table: pd.DataFrame, verdicts: list[dict]) -> str:
       r = r.iloc[0]
       means.append(f"{common.fmt(r['mean_alignment'], 3)} {common.ci(r['ci_lo'], r['ci_hi'], 3)}"
                    + (" (indicative)" if r["underpowered"] else ""))
-      diffs.append("best" if c == v["best"] else
-                   f"{common.fmt(r['diff_vs_best'], 3)} {common.ci(r['diff_ci_lo'], r['diff_ci_hi'], 3)}"
-                   + (" *" if r["distinguishable"] is True else ""))
+      if c == v["best"]:
+        diffs.append("best")
+      elif r["comparable"] is not True:
+        diffs.append(f"not comparable ({r['n_shared_questions']} shared questions)")
+      else:
+        diffs.append(f"{common.fmt(r['diff_vs_best'], 3)} {common.ci(r['diff_ci_lo'], r['diff_ci_hi'], 3)}"
+                     + (" *" if r["distinguishable"] is True else ""))
     body.append(cells + means + diffs)
   parts.append("<h2>Configurations side by side</h2>" + page.table_html(header, body))
-  parts.append('<p class="note">vs best: paired difference (configuration - the study\'s best) on shared nodes; '
-               "* = distinguishable (Holm-adjusted over the study's comparisons); indicative = underpowered.</p>")
+  parts.append('<p class="note">vs best: paired difference (configuration - the study\'s best) on the nodes both '
+               "define, with a CR2 interval by question simultaneous over the study's comparable pairs (Bonferroni); "
+               f"* = distinguishable; not comparable = fewer than {decision.MIN_SHARED_QUESTIONS} shared questions "
+               "(not tested); indicative = underpowered.</p>")
   return page.document("opd_jax: comparison of studies", parts)
 
 

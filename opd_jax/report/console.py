@@ -21,13 +21,19 @@ def diagnose(nodes: pd.DataFrame) -> str | None:
             "continuation succeeds or every one fails: check the task's accuracy and its gold answers), or "
             "R = config.budget.continuations_per_candidate too small to tell candidates apart: raise it")
   reasons = nodes.loc[~degenerate, "alignment_nan_reason"].fillna("").value_counts().to_dict()
+  if set(reasons) == {"zero_distillation_gradient"}:
+    return (f"WARNING: every alignment is NaN ({int(degenerate.sum())} of {len(nodes)} node rows degenerate; the "
+            f"other {int((~degenerate).sum())} have a zero distillation gradient: the teacher's q equals the "
+            "student's p on every candidate set, or the clip binds), so the alignment table and plot are empty; "
+            "likely cause: a view that gives the teacher nothing the student lacks (e.g. self:plain): pick "
+            "another context or teacher")
   return (f"WARNING: every alignment is NaN ({int(degenerate.sum())} of {len(nodes)} node rows degenerate; the "
           f"others: {reasons}), so the alignment table and plot are empty; likely cause: too few nodes "
           "(config.budget) or contexts unavailable for the scored rollouts")
 
 
-TABLE_COLUMNS = ("config_id", "group", "n_nodes", "n_defined", "mean_alignment", "alignment_ci_lo", "alignment_ci_hi",
-                 "mean_noise_ceiling", "underpowered")
+TABLE_COLUMNS = ("config_id", "group", "n_nodes", "n_defined", "n_defined_questions", "mean_alignment",
+                 "alignment_ci_lo", "alignment_ci_hi", "mean_noise_ceiling", "underpowered")
 
 
 def results_text(workdir) -> str:

@@ -1,180 +1,374 @@
 """The decision: which configuration to train with on a target group of nodes, how sure, and what it would take.
 
-Every configuration of a study is scored on the same nodes with the same P_succ estimates, so configurations
-are compared by paired differences on their shared nodes (issue 14, item 1). All statistics share one set of
-cluster-bootstrap draws over the study's questions (stats.ClusterBootstrap), so the replicates of different
-configurations and of their differences are coherent.
+Every configuration of a study is scored on the same nodes with the same P_succ estimates, so configurations are
+compared by paired differences on the nodes both define (issue 14, item 1). Issue 25 made the verdict's error rates
+what it says, with few questions and a best chosen from the data (benchmarks/verdict_calibration.py measures them):
+  - a paired difference is a node-weighted mean with a CR2 cluster-robust standard error by question and
+    Bell-McCaffrey degrees of freedom (stats.cr2_mean), not a percentile bootstrap (which covered 0.89 at 10
+    questions): its t interval keeps its level at 10 questions with very unequal nodes per question;
+  - the family is every pairwise comparison of comparable configurations, Bonferroni over all m pairs: it holds for
+    any subset chosen from the data, so for the comparisons with the best whichever configuration that turns out to
+    be (Holm over the K - 1 comparisons with a data-chosen best did not: 38% false flags with 6 equal ones);
+  - a pair sharing fewer than MIN_SHARED_QUESTIONS questions is "not comparable": untested, outside the family, no
+    veto on the verdict;
+  - the bootstrap P(best) (unpaired and overconfident) is replaced by the confidence set of the best: the
+    configurations that no comparable configuration is distinguishably better than (it holds the true best with
+    probability >= level);
+  - power: the smallest difference detectable with 80% power at this budget, and the questions a smallest effect
+    of interest (min_effect) needs; "not estimable" when the data cannot say.
 """
 import math
 
 import numpy as np
 import pandas as pd
+from statsmodels.stats.multitest import multipletests
 
 from opd_jax import stats
 from opd_jax.report import common
 
+MIN_SHARED_QUESTIONS = 5   # fewer questions shared by two configurations: not comparable (no test, no veto)
+POWER = 0.8                # the power of the detectable difference and of the questions needed
+
+
+def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = common.MIN_NODES,
+                   min_questions: int = common.MIN_QUESTIONS,
+                   min_shared_questions: int = MIN_SHARED_QUESTIONS) -> dict:
+  """Every pairwise paired comparison of K configurations, the best, its confidence set and the verdict's code.
+
+  Protocol (the contract of `decide`; tests and the calibration benchmark recompute it):
+    - pair (i, j): the nodes where both are defined; diff[i, j] = their mean of a_i - a_j, with a CR2 standard
+      error by question and Bell-McCaffrey df (stats.cr2_mean); comparable when they share >= min_shared_questions
+      questions;
+    - the family: the m comparable pairs; each gets a t interval at level 1 - (1 - level) / m and a p-value,
+      Bonferroni-adjusted (statsmodels multipletests); distinguishable: adjusted p <= 1 - level (the interval
+      excludes 0);
+    - best: the most pairwise wins minus losses (sign of diff) over comparable pairs; ties: the larger sum of its
+      comparable diffs, then one comparable with some configuration, then (for one comparable with none) the larger
+      own mean, then the first configuration. With every configuration defined on the same nodes this is the
+      configuration with the highest mean;
+    - order: the best, then the configurations comparable with it by diff against it (largest first), then the
+      others by their own mean; configurations without a defined node last;
+    - could_be_best[k]: defined and no comparable configuration is distinguishable from k and ahead of it;
+    - verdict: "no_data" (nothing defined); "underpowered" (the best has < min_nodes defined nodes or
+      < min_questions questions with one: common.underpowered, or no configuration is comparable with it);
+      "use" (each comparable configuration is distinguishable from the best and behind it); else
+      "indistinguishable" (also when a single configuration has data).
+
+  Args:
+    align: [N, K] float, alignment of configuration k at node n (NaN: undefined).
+    questions: [N] int, the question of each node (codes 0 .. G - 1).
+    level: the family-wise confidence level.
+    min_nodes, min_questions: the power rule of the best (common.underpowered).
+    min_shared_questions: the comparability rule of a pair.
+  Returns:
+    dict of numpy arrays: n_defined, n_questions [K] (questions with a defined node), mean [K], underpowered [K],
+    n_shared, n_shared_questions, comparable, diff, se, df, ci_lo, ci_hi, p_value, p_adjusted, distinguishable
+    [K, K] (row minus column; NaN off the family), m, ci_level, best (int or -1), order [K], could_be_best [K],
+    runner_up (int or -1: the comparable configuration closest to the best), verdict (str).
+  Raises:
+    ValueError: shapes do not match, or level outside (0, 1).
+  """
+  align = np.asarray(align, np.float64)
+  questions = np.asarray(questions).astype(np.int64)
+  if align.ndim != 2 or questions.shape != align.shape[:1]:
+    raise ValueError(f"align must be [N, K] and questions [N], got {align.shape} and {questions.shape}")
+  if not 0.0 < level < 1.0:
+    raise ValueError(f"level must lie in (0, 1), got {level}; e.g. 0.95")
+  n, k = align.shape
+  onehot = np.zeros((n, int(questions.max()) + 1 if n else 0))
+  onehot[np.arange(n), questions] = 1.0
+  defined = ~np.isnan(align)
+  per_q = onehot.T @ defined                                                    # [G, K]
+  out = {"n_defined": defined.sum(0), "n_questions": (per_q > 0).sum(0)}
+  with np.errstate(invalid="ignore", divide="ignore"):
+    out["mean"] = np.nansum(align, 0) / out["n_defined"]
+  out["underpowered"] = np.array([common.underpowered(int(a), int(b), min_nodes=min_nodes, min_questions=min_questions)
+                                  for a, b in zip(out["n_defined"], out["n_questions"])], bool)
+  i, j = np.triu_indices(k, 1)
+  d = align[:, i] - align[:, j]                                                 # [N, P]: a_i - a_j
+  ok = ~np.isnan(d)
+  d = np.where(ok, d, 0.0)
+  res = stats.cr2_mean((onehot.T @ d).T, (onehot.T @ d ** 2).T, (onehot.T @ ok).T)
+  comparable = res.n_clusters >= min_shared_questions
+  m = int(comparable.sum())
+  alpha = 1.0 - level
+  ci_level = 1.0 - alpha / max(m, 1)
+  lo, hi, p = stats.t_test(res.mean, res.se, res.df, ci_level)
+  p_adj = np.full(p.shape, np.nan)
+  if m:
+    p_adj[comparable] = multipletests(p[comparable], alpha=alpha, method="bonferroni")[1]
+
+  def square(upper, lower, fill=np.nan):
+    """[K, K] from pair values: row i, column j holds `upper` when i < j and `lower` when i > j."""
+    full = np.full((k, k), fill, np.result_type(upper, type(fill)))
+    full[i, j], full[j, i] = upper, lower
+    return full
+
+  def family(x):
+    return np.where(comparable, x, np.nan)
+
+  n_shared, n_q = res.n.astype(np.int64), res.n_clusters.astype(np.int64)
+  out.update(n_shared=square(n_shared, n_shared, 0), n_shared_questions=square(n_q, n_q, 0),
+             comparable=square(comparable, comparable, False), diff=square(res.mean, -res.mean),
+             se=square(family(res.se), family(res.se)), df=square(family(res.df), family(res.df)),
+             ci_lo=square(family(lo), family(-hi)), ci_hi=square(family(hi), family(-lo)),
+             p_value=square(family(p), family(p)), p_adjusted=square(p_adj, p_adj))
+  out["distinguishable"] = out["comparable"] & (np.nan_to_num(out["p_adjusted"], nan=1.0) <= alpha)
+  out["m"], out["ci_level"] = m, ci_level
+  diff = np.where(out["comparable"], out["diff"], 0.0)
+  score = (diff > 0).sum(1) - (diff < 0).sum(1)
+  has = out["n_defined"] > 0
+  linked = out["comparable"].any(1)
+  key = [(score[c], diff[c].sum(), linked[c], -np.inf if linked[c] else np.nan_to_num(out["mean"][c], nan=-np.inf), -c)
+         for c in range(k)]
+  best = max((c for c in range(k) if has[c]), key=lambda c: key[c], default=-1)
+  out["best"] = best
+  beaten = (out["distinguishable"] & (out["diff"] > 0)).any(0)                  # some j distinguishably ahead of k
+  out["could_be_best"] = has & ~beaten
+  if best < 0:
+    out.update(order=np.arange(k), runner_up=-1, verdict="no_data")
+    return out
+  with_best = out["comparable"][best]
+  rest = sorted((c for c in range(k) if c != best),
+                key=lambda c: (not has[c], not with_best[c],
+                               -out["diff"][c, best] if with_best[c] else -np.nan_to_num(out["mean"][c], nan=-np.inf),
+                               c))
+  out["order"] = np.array([best, *rest])
+  out["runner_up"] = rest[0] if rest and with_best[rest[0]] else -1
+  wins = out["distinguishable"][best] & (out["diff"][best] > 0)
+  if out["underpowered"][best]:
+    out["verdict"] = "underpowered"
+  elif has.sum() == 1:
+    out["verdict"] = "indistinguishable"
+  elif not with_best.any():
+    out["verdict"] = "underpowered"
+  elif np.all(wins[with_best]):
+    out["verdict"] = "use"
+  else:
+    out["verdict"] = "indistinguishable"
+  return out
+
+
+def node_matrix(rows: pd.DataFrame, configs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The [N, K] alignment matrix of `rows` (one row per node of common.NODE_KEY, NaN where a configuration is not
+  defined), the [N] question code of each node and the [G] question labels (np.unique order)."""
+  node = rows.groupby(list(common.NODE_KEY), sort=False).ngroup().to_numpy()
+  config = pd.Categorical(rows["config_id"], categories=configs).codes
+  align = np.full((int(node.max()) + 1 if len(node) else 0, len(configs)), np.nan)
+  align[node, config] = rows["alignment"].to_numpy(np.float64)
+  question = np.empty(align.shape[0], object)
+  question[node] = rows["question_id"].astype(str).to_numpy()
+  labels, codes = np.unique(question.astype(str), return_inverse=True)
+  return align, codes.reshape(-1), labels
+
 
 def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000, seed: int = 0,
-           level: float = 0.95, min_nodes: int = common.MIN_NODES,
-           min_questions: int = common.MIN_QUESTIONS) -> dict:
+           level: float = 0.95, min_nodes: int = common.MIN_NODES, min_questions: int = common.MIN_QUESTIONS,
+           min_effect: float | None = None) -> dict:
   """Ranks the configurations on the target group and decides whether the best one is distinguishable.
 
-  Protocol (the contract; tests recompute it with numpy):
-    - nodes: the target group's rows (common.group_mask) with a defined alignment;
-    - ranking: configurations by mean alignment (ties: order of first appearance); mean teacher advantage
-      beside it; each with a percentile interval from the shared bootstrap (`stats.ClusterBootstrap` over every
-      question of `nodes`, n_boot, seed);
-    - best: the top of the ranking, unless another configuration beats it on their shared nodes: then the one
-      beating it by most, repeated until none does (or one repeats);
-    - comparisons: for every other configuration c, d = mean over the nodes (question_id, rollout_id, position)
-      where both c and the best b have a defined alignment of (a_c - a_b); replicates of the same ratio of
-      weighted per-question sums; two-sided bootstrap p-value (stats.bootstrap_pvalue); Holm-adjusted over the
-      K - 1 comparisons (stats.holm); each interval at Holm's step level for its rank (the comparison with the
-      i-th smallest p of m uses level 1 - (1 - level) / (m - i + 1));
-    - p_best: share of replicates in which each configuration has the highest mean (NaN means never win);
-    - power: for the top two, questions needed for the 95% interval of their difference to exclude 0 if the
-      true difference is the observed d: G (z_{0.975} se / d)^2, se = the replicates' standard deviation and G
-      the questions shared; and for 80% power: G ((z_{0.975} + z_{0.8}) se / d)^2;
-    - verdict: "underpowered" when any configuration's target group or the top two's shared nodes fall under
-      the power rule (common.underpowered); "use" when every comparison is rejected at Holm-adjusted p <=
-      1 - level (the best's intervals all exclude 0); else "indistinguishable".
+  The comparisons, the best, its confidence set and the verdict follow `compare_arrays` on the target group's
+  nodes with a defined alignment (common.group_mask). Beside them: each configuration's own mean alignment and
+  mean teacher advantage with the percentile cluster-bootstrap interval of summary.summarize (the same call, so the
+  same numbers: stats.cluster_bootstrap_ci with n_boot, level, seed); and power for the best against the runner-up
+  at the family's per-pair level (1 - level) / m: the smallest difference detectable with 80% power at this budget
+  (stats.detectable_difference) and, given min_effect, the questions needed (stats.questions_needed).
 
   Args:
     nodes: node records (common.check_nodes).
     target: "incorrect" (default: where OPD is meant to help), "correct" or "all".
-    n_boot, seed, level: the bootstrap.
-    min_nodes, min_questions: the power rule.
+    n_boot, seed: the descriptive bootstrap intervals of each configuration's means.
+    level: family-wise confidence level of the comparisons (and level of the descriptive intervals).
+    min_nodes, min_questions: the power rule of the best.
+    min_effect: the smallest difference in mean alignment worth detecting (> 0), or None.
   Returns:
-    A JSON-ready dict: target, level, n_boot, seed, min_nodes, min_questions, n_questions, ranking (list of
-    dicts: config_id, n_defined, n_questions, mean_alignment, ci_lo, ci_hi, mean_teacher_advantage,
-    advantage_ci_lo, advantage_ci_hi, p_best, underpowered), comparisons (config_id vs best: n_shared,
-    n_shared_questions, diff, ci_lo, ci_hi, ci_level, p_value, p_holm, distinguishable), power (diff, se,
-    questions, questions_needed_95, questions_needed_80_power, more_questions), verdict ("use",
-    "indistinguishable", "underpowered" or "no_data"), best, runner_up, line (the sentence).
+    A JSON-ready dict: target, level, n_boot, seed, min_nodes, min_questions, min_shared_questions, min_effect,
+    n_questions (questions with a defined alignment on the target group), method, family_size (m), ci_level;
+    ranking (in order: config_id, n_defined, n_questions (with a defined alignment), mean_alignment, ci_lo, ci_hi,
+    mean_teacher_advantage, advantage_ci_lo, advantage_ci_hi, underpowered, short (why underpowered, or ""),
+    could_be_best); comparisons (every other configuration against the best, in order: config_id, vs,
+    n_shared, n_shared_questions, comparable, diff (config - best), se, df, ci_lo, ci_hi, ci_level, p_value,
+    p_adjusted, distinguishable, underpowered); power (vs, diff (best - runner-up), se, df, questions, alpha,
+    power, detectable_difference, min_effect, questions_needed, more_questions, estimable, reason; None without
+    data); best, runner_up, best_set, not_comparable, verdict ("use", "indistinguishable", "underpowered",
+    "no_data"), line (the sentence).
   Raises:
-    ValueError: bad nodes (common.check_nodes) or an unknown target.
+    ValueError: bad nodes (common.check_nodes), an unknown target, level outside (0, 1) or min_effect <= 0.
   """
   common.check_nodes(nodes)
+  if min_effect is not None and not min_effect > 0:
+    raise ValueError(f"min_effect must be > 0 (a difference in mean alignment) or None, got {min_effect}")
   in_target = common.group_mask(nodes, target)
-  rows = nodes[in_target & nodes["alignment"].notna().to_numpy()]
-  configs = list(pd.unique(nodes["config_id"]))
-  questions = nodes["question_id"].astype(str).to_numpy()
-  boot = stats.ClusterBootstrap(questions, n_boot=n_boot, seed=seed)
-  out = {"target": target, "level": level, "n_boot": n_boot, "seed": seed, "min_nodes": min_nodes,
-         "min_questions": min_questions, "n_questions": int(boot.labels.size), "ranking": [], "comparisons": [],
-         "power": None}
-  reps = {}
   target_rows = nodes[in_target]
-  for c in configs:
-    sub = rows[rows["config_id"] == c]
+  rows = target_rows[target_rows["alignment"].notna().to_numpy()]
+  configs = list(pd.unique(nodes["config_id"]))
+  align, questions, labels = node_matrix(rows, configs)
+  res = compare_arrays(align, questions, level=level, min_nodes=min_nodes, min_questions=min_questions)
+  out = {"target": target, "level": level, "n_boot": n_boot, "seed": seed, "min_nodes": min_nodes,
+         "min_questions": min_questions, "min_shared_questions": MIN_SHARED_QUESTIONS, "min_effect": min_effect,
+         "n_questions": int(labels.size), "family_size": res["m"], "ci_level": res["ci_level"],
+         "method": ("paired differences on shared nodes; CR2 cluster-robust standard errors by question with "
+                    "Bell-McCaffrey degrees of freedom; t intervals simultaneous over all comparable pairs "
+                    "(Bonferroni)"),
+         "ranking": [], "comparisons": [], "power": None}
+  boot = dict(n_boot=n_boot, level=level, seed=seed)
+  for c in res["order"]:
+    sub = target_rows[(target_rows["config_id"] == configs[c]).to_numpy()]
     q = sub["question_id"].astype(str).to_numpy()
-    a = sub["alignment"].to_numpy(np.float64)
-    reps[c] = boot.mean_replicates(a, q)
-    adv_rows = target_rows[target_rows["config_id"] == c]
-    adv = boot.mean_ci(adv_rows["teacher_advantage"].to_numpy(np.float64),
-                       adv_rows["question_id"].astype(str).to_numpy(), level=level)
-    n_q = int(pd.unique(q).size)
+    mean, lo, hi = stats.cluster_bootstrap_ci(sub["alignment"].to_numpy(np.float64), q, **boot)
+    adv = stats.cluster_bootstrap_ci(sub["teacher_advantage"].to_numpy(np.float64), q, **boot)
+    nd, nq = int(res["n_defined"][c]), int(res["n_questions"][c])
     out["ranking"].append({
-        "config_id": c, "n_defined": int(a.size), "n_questions": n_q,
-        "mean_alignment": float(a.mean()) if a.size else math.nan,
-        **dict(zip(("ci_lo", "ci_hi"), stats.percentile_interval(reps[c], level))),
-        "mean_teacher_advantage": adv[0], "advantage_ci_lo": adv[1], "advantage_ci_hi": adv[2],
-        "underpowered": common.underpowered(int(a.size), n_q, min_nodes=min_nodes, min_questions=min_questions)})
-  order = sorted(range(len(configs)), key=lambda i: (-np.nan_to_num(out["ranking"][i]["mean_alignment"],
-                                                                     nan=-np.inf), i))
-  out["ranking"] = [out["ranking"][i] for i in order]
-  matrix = np.stack([reps[r["config_id"]] for r in out["ranking"]], axis=1)       # [n_boot, K]
-  finite = np.where(np.isnan(matrix), -np.inf, matrix)
-  drawn = np.isfinite(finite).any(axis=1)                   # replicates that drew any defined node
-  wins = np.bincount(np.argmax(finite[drawn], axis=1), minlength=len(configs))
-  for r, w in zip(out["ranking"], wins):
-    r["p_best"] = float(w / max(drawn.sum(), 1))
-  ranked = [r for r in out["ranking"] if r["n_defined"]]
-  if not ranked:
-    out.update(verdict="no_data", best=None, runner_up=None,
+        "config_id": configs[c], "n_defined": nd, "n_questions": nq, "mean_alignment": mean, "ci_lo": lo,
+        "ci_hi": hi, "mean_teacher_advantage": adv[0], "advantage_ci_lo": adv[1], "advantage_ci_hi": adv[2],
+        "underpowered": bool(res["underpowered"][c]), "short": _short(nd, nq, min_nodes, min_questions),
+        "could_be_best": bool(res["could_be_best"][c])})
+  b = res["best"]
+  if b < 0:
+    out.update(verdict="no_data", best=None, runner_up=None, best_set=[], not_comparable=[],
                line=f"no configuration has a defined alignment on {target} nodes: nothing to decide")
     return out
-  key = list(common.NODE_KEY)
-  by_config = {r["config_id"]: rows[rows["config_id"] == r["config_id"]].set_index(key)["alignment"]
-               for r in ranked}
-
-  def paired(best):
-    out_ = []
-    for r in ranked:
-      if r["config_id"] == best:
-        continue
-      other, base = by_config[r["config_id"]], by_config[best]
-      shared = other.index.intersection(base.index)
-      d = (other.loc[shared] - base.loc[shared]).to_numpy(np.float64)
-      q = shared.get_level_values("question_id").astype(str).to_numpy()
-      out_.append((r["config_id"], d, q, boot.mean_replicates(d, q)))
-    # Closest to the best first: the runner-up is the one with the largest (least negative) difference.
-    return sorted(out_, key=lambda t: -np.nan_to_num(t[1].mean() if t[1].size else np.nan, nan=-np.inf))
-
-  # The best: start from the top of the ranking; while another configuration beats it on their shared nodes,
-  # move to the one that beats it by most (means over different node sets can disagree with paired ones).
-  best, seen = ranked[0]["config_id"], set()
-  diffs = paired(best)
-  while diffs and diffs[0][1].size and diffs[0][1].mean() > 0 and diffs[0][0] not in seen:
-    seen.add(best)
-    best = diffs[0][0]
-    diffs = paired(best)
-  p_values = np.array([stats.bootstrap_pvalue(rep) for *_, rep in diffs])
-  p_holm = stats.holm(p_values)
-  alpha = 1.0 - level
-  rank_of = np.empty(len(diffs), int)
-  rank_of[np.argsort(np.nan_to_num(p_values, nan=np.inf), kind="stable")] = np.arange(len(diffs))
-  for i, (c, d, q, rep) in enumerate(diffs):
-    step_level = 1.0 - alpha / (len(diffs) - rank_of[i])
-    lo, hi = stats.percentile_interval(rep, step_level)
-    n_sq = int(pd.unique(q).size)
+  for c in res["order"][1:]:
+    under = common.underpowered(int(res["n_shared"][c, b]), int(res["n_shared_questions"][c, b]),
+                                min_nodes=min_nodes, min_questions=min_questions)
     out["comparisons"].append({
-        "config_id": c, "vs": best, "n_shared": int(d.size), "n_shared_questions": n_sq,
-        "diff": float(d.mean()) if d.size else math.nan, "ci_lo": lo, "ci_hi": hi, "ci_level": step_level,
-        "p_value": float(p_values[i]), "p_holm": float(p_holm[i]),
-        "distinguishable": bool(p_holm[i] <= alpha),
-        "underpowered": common.underpowered(int(d.size), n_sq, min_nodes=min_nodes, min_questions=min_questions)})
-  out["best"] = best
-  out["runner_up"] = diffs[0][0] if diffs else None           # the largest paired difference
-  if diffs:
-    _, d, q, rep = diffs[0]
-    diff, se, g = float(-d.mean()), float(np.nanstd(rep, ddof=1)), int(pd.unique(q).size)
-    z, z80 = stats.normal_quantile(0.975), stats.normal_quantile(0.8)
-    need95 = g * (z * se / diff) ** 2 if diff else math.inf
-    need80 = g * ((z + z80) * se / diff) ** 2 if diff else math.inf
-    out["power"] = {"diff": diff, "se": se, "questions": g, "questions_needed_95": need95,
-                    "questions_needed_80_power": need80,
-                    "more_questions": max(0, math.ceil(need95 - g)) if math.isfinite(need95) else None}
-  weak = [r["config_id"] for r in ranked if r["underpowered"]] + [
-      f"{c['config_id']} vs {best} (shared)" for c in out["comparisons"][:1] if c["underpowered"]]
-  out["line"] = _line(out, best, weak, target)
+        "config_id": configs[c], "vs": configs[b], "n_shared": int(res["n_shared"][c, b]),
+        "n_shared_questions": int(res["n_shared_questions"][c, b]), "comparable": bool(res["comparable"][c, b]),
+        **{name: float(res[name][c, b]) for name in ("diff", "se", "df", "ci_lo", "ci_hi", "p_value", "p_adjusted")},
+        "ci_level": res["ci_level"], "distinguishable": bool(res["distinguishable"][c, b]), "underpowered": under})
+  ru = res["runner_up"]
+  out.update(verdict=res["verdict"], best=configs[b], runner_up=configs[ru] if ru >= 0 else None,
+             best_set=[configs[c] for c in res["order"] if res["could_be_best"][c]],
+             not_comparable=[c["config_id"] for c in out["comparisons"] if not c["comparable"]])
+  out["power"] = _power(res, b, ru, configs, level, min_effect)
+  out["line"] = _line(out, target)
   return out
 
 
-def _line(out: dict, best: str, weak: list[str], target: str) -> str:
-  """The verdict sentence (sets out["verdict"])."""
-  comps = out["comparisons"]
-  pct = f"{100 * out['level']:g}%"
-  if not comps:
-    out["verdict"] = "underpowered" if weak else "indistinguishable"
-    return f"only {best} has defined alignments on {target} nodes: nothing to compare"
-  top = comps[0]
-  diff = f"{-top['diff']:+.4f} [{-top['ci_hi']:+.4f}, {-top['ci_lo']:+.4f}]"
-  if weak:
-    out["verdict"] = "underpowered"
-    return (f"UNDERPOWERED on {target} nodes ({', '.join(weak)}): no decision; indicative only: {best} leads "
-            f"{top['config_id']} by {diff}")
-  if all(c["distinguishable"] for c in comps):
-    out["verdict"] = "use"
-    return (f"use {best}: better than {top['config_id']} by {diff} mean alignment on {target} nodes "
-            f"({pct} cluster-bootstrap interval, Holm-adjusted p {_p(top['p_holm'], out['n_boot'])})")
-  out["verdict"] = "indistinguishable"
-  tied = [c["config_id"] for c in comps if not c["distinguishable"]]
-  more = out["power"]["more_questions"]
-  need = f"; about {more} more questions would separate {best} from {top['config_id']}" if more else ""
-  return (f"no configuration is distinguishable from {best} at this budget on {target} nodes "
-          f"({', '.join(tied)} within {pct}, Holm-adjusted; {best} - {top['config_id']} = {diff}){need}")
+def _count(n: int, word: str) -> str:
+  return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def _p(p: float, n_boot: int) -> str:
-  return f"< {1 / n_boot:.2g}" if p == 0 else f"= {p:.3g}"
+def _short(n_defined: int, n_questions: int, min_nodes: int, min_questions: int) -> str:
+  """What a configuration is short of under the power rule, in words ("" when it is not)."""
+  parts = [f"{_count(n_questions, 'question')} with a defined alignment, need {min_questions}"] * (
+      n_questions < min_questions)
+  parts += [f"{_count(n_defined, 'node')} with a defined alignment, need {min_nodes}"] * (n_defined < min_nodes)
+  return "; ".join(parts)
+
+
+def _power(res: dict, b: int, ru: int, configs: list, level: float, min_effect: float | None) -> dict:
+  """Power of the best against the runner-up at the family's per-pair level (see decide)."""
+  alpha = (1.0 - level) / max(res["m"], 1)
+  out = {"vs": configs[ru] if ru >= 0 else None, "alpha": alpha, "power": POWER, "min_effect": min_effect,
+         "diff": math.nan, "se": math.nan, "df": math.nan, "questions": 0, "detectable_difference": math.nan,
+         "questions_needed": None, "more_questions": None, "estimable": False, "reason": ""}
+  if ru < 0:
+    out["reason"] = f"no configuration shares {MIN_SHARED_QUESTIONS} questions with {configs[b]}"
+    return out
+  se, df, g = float(res["se"][b, ru]), float(res["df"][b, ru]), int(res["n_shared_questions"][b, ru])
+  out.update(diff=float(res["diff"][b, ru]), se=se, df=df, questions=g)
+  if g < 3:
+    out["reason"] = f"only {g} shared questions"
+  elif not se > 0:
+    out["reason"] = "the paired differences do not vary between questions (zero variance)"
+  elif not df >= 1:
+    out["reason"] = f"{df:.2g} degrees of freedom (< 1)"
+  else:
+    out["estimable"] = True
+    out["detectable_difference"] = stats.detectable_difference(se, df, alpha=alpha, power=POWER)
+    if min_effect is not None:
+      need = stats.questions_needed(min_effect, se, df, g, alpha=alpha, power=POWER)
+      out["questions_needed"] = math.ceil(need) if math.isfinite(need) else None
+      out["more_questions"] = max(0, math.ceil(need) - g) if math.isfinite(need) else None
+  return out
+
+
+def power_text(power: dict | None) -> str:
+  """The power sentence of the report ("" without data)."""
+  if not power:
+    return ""
+  if not power["estimable"]:
+    return f"Power: not estimable ({power['reason']})."
+  text = (f"Power ({power['vs']} against the best, level {power['alpha']:.3g} per comparison): the smallest "
+          f"difference detectable with {100 * power['power']:g}% power at this budget ({power['questions']} shared "
+          f"questions) is {power['detectable_difference']:.4f}")
+  if power["min_effect"] is not None:
+    need = power["questions_needed"]
+    text += (f"; to detect {power['min_effect']:g}: {need} questions ({power['more_questions']} more)"
+             if need is not None else f"; {power['min_effect']:g} is not detectable with any number of questions")
+  return text + "."
+
+
+def _line(out: dict, target: str) -> str:
+  """The verdict sentence."""
+  best, comps, pct = out["best"], out["comparisons"], f"{100 * out['level']:g}%"
+  defined = {r["config_id"] for r in out["ranking"] if r["n_defined"]}
+  sparse = [f"{c['config_id']} ({c['n_shared_questions']})" for c in comps
+            if not c["comparable"] and c["config_id"] in defined]
+  empty = [c["config_id"] for c in comps if c["config_id"] not in defined]
+  absent_text = (f"; not comparable (fewer than {MIN_SHARED_QUESTIONS} questions shared with {best}): "
+                 f"{', '.join(sparse)}" if sparse else "") + (
+                     f"; no defined alignment: {', '.join(empty)}" if empty else "")
+  top = next((c for c in comps if c["comparable"]), None)
+  lead = (f"{best} - {top['config_id']} = {-top['diff']:+.4f} [{-top['ci_hi']:+.4f}, {-top['ci_lo']:+.4f}]"
+          if top else "")
+  family = (f"{pct} simultaneous intervals over {_count(out['family_size'], 'pairwise comparison')}, paired on "
+            "shared nodes, CR2 by question")
+  if out["verdict"] == "underpowered":
+    short = out["ranking"][0]["short"]
+    why = f"{best}: {short}" if short else f"no configuration shares {MIN_SHARED_QUESTIONS} questions with {best}"
+    return (f"UNDERPOWERED on {target} nodes ({why}): no decision"
+            + (f"; indicative only: {lead}" if top else "") + absent_text)
+  if not sparse and top is None:
+    return f"only {best} has defined alignments on {target} nodes: nothing to compare{absent_text}"
+  if out["verdict"] == "use":
+    return (f"use {best}: distinguishable from every comparable configuration on {target} nodes; closest: {lead} "
+            f"mean alignment ({family}){absent_text}")
+  tied = [c["config_id"] for c in comps if c["comparable"] and not c["distinguishable"]]
+  ahead = [c["config_id"] for c in comps if c["comparable"] and c["distinguishable"] and c["diff"] > 0]
+  p = out["power"]
+  mde = f"; detectable with 80% power at this budget: {p['detectable_difference']:.4f}" if p["estimable"] else ""
+  why = ([f"{best} is not distinguishable from {', '.join(tied)}"] if tied else []) + (
+      [f"{', '.join(ahead)} distinguishably ahead of {best} on their shared nodes"] if ahead else [])
+  return (f"no decision on {target} nodes: {'; '.join(why)} ({lead}; {family}); could be best: "
+          f"{', '.join(out['best_set'])}{mde}{absent_text}")
+
+
+TABLE_HEADER = ["config", "nodes", "questions", "mean align", "teacher adv", "shared nodes", "shared questions",
+                "diff vs best", "CI", "p (adjusted)", "vs best", "could be best", "power rule"]
+
+
+def table_rows(verdict: dict) -> list[list[str]]:
+  """The verdict table's rows (TABLE_HEADER) for summary.md and report.html, in the ranking's order."""
+  comps = {c["config_id"]: c for c in verdict["comparisons"]}
+  rows = []
+  for r in verdict["ranking"]:
+    c = comps.get(r["config_id"])
+    if c is None:
+      cells = ["", "", "", "", "", "best" if r["config_id"] == verdict["best"] else ""]
+    else:
+      status = ("distinguishable" if c["distinguishable"] else "not distinguishable") if c["comparable"] else (
+          f"not comparable (< {verdict['min_shared_questions']} shared questions)")
+      cells = [str(c["n_shared"]), str(c["n_shared_questions"]), common.fmt(c["diff"]),
+               common.ci(c["ci_lo"], c["ci_hi"]), common.fmt(c["p_adjusted"], 3), status]
+    rule = "no defined alignment" if not r["n_defined"] else f"indicative: {r['short']}" if r["short"] else ""
+    rows.append([str(r["config_id"]), str(r["n_defined"]), str(r["n_questions"]), common.fmt(r["mean_alignment"]),
+                 common.fmt(r["mean_teacher_advantage"]), *cells, "yes" if r["could_be_best"] else "no", rule])
+  return rows
+
+
+def table_note(verdict: dict) -> str:
+  """How to read the verdict table, in one paragraph."""
+  m, lvl = verdict["family_size"], f"{100 * verdict['level']:g}%"
+  family = (f"each CI at {100 * verdict['ci_level']:.4g}%, so {lvl} simultaneous over all "
+            f"{_count(m, 'comparable pair')} of configurations (Bonferroni: it holds for a best chosen from the "
+            f"data); p (adjusted) = min(1, {m} p)" if m else "no pair is comparable, so nothing is tested")
+  return (f"Configurations on {verdict['target']} nodes ({verdict['n_questions']} questions with a defined "
+          f"alignment), the best first, then by their paired difference against it. diff vs best = mean of "
+          f"(configuration - best) over the nodes both define (paired), with a CR2 cluster-robust standard error by "
+          f"question and Bell-McCaffrey degrees of freedom; {family}. Pairs sharing fewer than "
+          f"{verdict['min_shared_questions']} questions are not comparable (not tested, no veto). could be best: no "
+          f"comparable configuration is distinguishably better (a {lvl} confidence set for the best). mean align "
+          "and teacher adv are over each configuration's own nodes (their intervals: the table by configuration x "
+          "correctness). questions: questions with a defined alignment.")

@@ -1,6 +1,7 @@
 """summary.md: the verdict, then tables of a `summarize` result, the predictors and the oracle filter."""
 import pandas as pd
 
+from opd_jax.report import decision
 from opd_jax.report import router as rt
 from opd_jax.report.common import ci
 from opd_jax.report.common import fmt
@@ -26,30 +27,11 @@ def meta_lines(meta: dict) -> list[str]:
 
 
 def verdict_lines(verdict: dict) -> list[str]:
-  """The decision section: the verdict line, the ranking with P(best), the paired comparisons, power."""
-  lines = ["## Verdict", "", f"**{verdict['line']}**", ""]
-  body = [[r["config_id"], str(r["n_defined"]), str(r["n_questions"]), fmt(r["mean_alignment"]),
-           ci(r["ci_lo"], r["ci_hi"]), fmt(r["mean_teacher_advantage"]),
-           ci(r["advantage_ci_lo"], r["advantage_ci_hi"]), fmt(r["p_best"], 3),
-           "indicative (underpowered)" if r["underpowered"] else ""] for r in verdict["ranking"]]
-  lines += [f"Ranking on {verdict['target']} nodes by mean alignment ({100 * verdict['level']:g}% cluster-bootstrap "
-            f"intervals over {verdict['n_questions']} questions, n_boot={verdict['n_boot']}); P(best) = share of "
-            "bootstrap replicates in which the configuration has the highest mean.", ""]
-  lines += table(["config", "nodes", "questions", "mean align", "CI", "teacher adv", "CI", "P(best)", ""], body)
-  if verdict["comparisons"]:
-    lines += ["", f"Paired differences against {verdict['best']} on shared nodes (Holm over "
-              f"{len(verdict['comparisons'])} comparisons; each interval at its Holm step level).", ""]
-    body = [[c["config_id"], str(c["n_shared"]), str(c["n_shared_questions"]), fmt(c["diff"]),
-             ci(c["ci_lo"], c["ci_hi"]), f"{100 * c['ci_level']:.3g}%", fmt(c["p_value"], 3), fmt(c["p_holm"], 3),
-             "yes" if c["distinguishable"] else "no"] for c in verdict["comparisons"]]
-    lines += table(["config", "shared nodes", "questions", "diff vs best", "CI", "level", "p", "p Holm",
-                    "distinguishable"], body)
-  power = verdict.get("power")
-  if power:
-    lines += ["", f"Power: top-two difference {fmt(power['diff'])} with bootstrap se {fmt(power['se'])} over "
-              f"{power['questions']} questions; questions for a 95% interval excluding 0 at this difference: "
-              f"{fmt(power['questions_needed_95'], 0)} (80% power: {fmt(power['questions_needed_80_power'], 0)})."]
-  return lines + [""]
+  """The decision section: the verdict line, the table of configurations against the best, power."""
+  lines = ["## Verdict", "", f"**{verdict['line']}**", "", decision.table_note(verdict), ""]
+  lines += table(decision.TABLE_HEADER, decision.table_rows(verdict))
+  power = decision.power_text(verdict.get("power"))
+  return lines + (["", power] if power else []) + [""]
 
 
 def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: dict | None = None,
@@ -72,7 +54,8 @@ def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: d
     lines += verdict_lines(verdict)
   lines += ["## Alignment and teacher advantage by configuration x correctness", "",
             "align = cos(g*, g_c) per node (> 0: the distillation update raises the student's success "
-            f"probability); means over nodes with a defined alignment, {pct} by cluster bootstrap over questions. "
+            f"probability); means over nodes with a defined alignment, {pct} by cluster bootstrap over questions; "
+            "questions (defined): questions with a defined alignment (the power rule's count). "
             "Teacher advantage = sum_k q_k P_succ(k) - V.", ""]
   configs = summary.drop_duplicates("config_id")
   lines += table(["config", "teacher", "context", "divergence"],
@@ -83,10 +66,10 @@ def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: d
     interval = ci(r["alignment_ci_lo"], r["alignment_ci_hi"]) + (" (indicative)" if r["underpowered"] else "")
     body.append([str(r["config_id"]), r["group"], str(r["n_nodes"]), str(r["n_defined"]), str(r["n_degenerate"]),
                  str(r["n_zero_distillation_gradient"]), str(r["n_context_unavailable"]), str(r["n_nan_other"]),
-                 str(r["n_questions"]), fmt(r["mean_alignment"]), interval, fmt(r["alignment_std"]),
+                 str(r["n_defined_questions"]), fmt(r["mean_alignment"]), interval, fmt(r["alignment_std"]),
                  fmt(r["mean_teacher_advantage"]), ci(r["teacher_advantage_ci_lo"], r["teacher_advantage_ci_hi"])])
   lines += table(["config", "group", "nodes", "defined", "degenerate", "zero grad", "no context", "other NaN",
-                  "questions", "mean align", pct, "std align", "teacher adv", pct], body)
+                  "questions (defined)", "mean align", pct, "std align", "teacher adv", pct], body)
   underpowered = summary[summary["underpowered"]]
   if len(underpowered):
     lines.append("")

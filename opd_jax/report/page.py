@@ -5,6 +5,7 @@ import html
 
 import pandas as pd
 
+from opd_jax.report import decision
 from opd_jax.report import router as rt
 from opd_jax.report.common import ci
 from opd_jax.report.common import fmt
@@ -45,36 +46,21 @@ def render_html(*, title: str, verdict: dict, summary: pd.DataFrame, figures: di
   parts = [f"<h1>{html.escape(title)}</h1>"]
   weak = "" if verdict.get("verdict") == "use" else " weak"
   parts.append(f'<h2>Verdict</h2><p class="verdict{weak}">{html.escape(verdict["line"])}</p>')
-  parts.append(f'<p class="note">target group: {html.escape(verdict["target"])} nodes; '
-               f'{100 * verdict["level"]:g}% cluster-bootstrap intervals over {verdict["n_questions"]} questions '
-               f'(n_boot={verdict["n_boot"]}, seed={verdict["seed"]}); groups with fewer than '
-               f'{verdict["min_nodes"]} defined nodes or {verdict["min_questions"]} questions are underpowered '
-               "(intervals indicative, no decision).</p>")
-  parts.append("<h2>Ranking</h2>" + _table(
-      ["config", "nodes", "questions", "mean alignment", "CI", "teacher advantage", "CI", "P(best)", "power"],
-      [[r["config_id"], r["n_defined"], r["n_questions"], fmt(r["mean_alignment"]), ci(r["ci_lo"], r["ci_hi"]),
-        fmt(r["mean_teacher_advantage"]), ci(r["advantage_ci_lo"], r["advantage_ci_hi"]), fmt(r["p_best"], 3),
-        "underpowered (indicative)" if r["underpowered"] else "ok"] for r in verdict["ranking"]]))
-  if verdict["comparisons"]:
-    parts.append(f"<h3>Paired differences against {html.escape(str(verdict['best']))}</h3>" + _table(
-        ["config", "shared nodes", "questions", "difference", "CI", "level", "p", "p (Holm)", "distinguishable"],
-        [[c["config_id"], c["n_shared"], c["n_shared_questions"], fmt(c["diff"]), ci(c["ci_lo"], c["ci_hi"]),
-          f"{100 * c['ci_level']:.3g}%", fmt(c["p_value"], 3), fmt(c["p_holm"], 3),
-          "yes" if c["distinguishable"] else "no"] for c in verdict["comparisons"]]))
-  if verdict.get("power"):
-    p = verdict["power"]
-    parts.append(f'<p class="note">questions to separate the top two at 95% (if the true difference is the '
-                 f'observed {fmt(p["diff"])}): {fmt(p["questions_needed_95"], 0)}; for 80% power: '
-                 f'{fmt(p["questions_needed_80_power"], 0)}; this study has {p["questions"]}.</p>')
+  note = html.escape(decision.table_note(verdict))
+  parts.append(f'<h2>Ranking: configurations against the best</h2><p class="note">{note}</p>'
+               + _table(decision.TABLE_HEADER, decision.table_rows(verdict)))
+  power = decision.power_text(verdict.get("power"))
+  if power:
+    parts.append(f'<p class="note">{html.escape(power)}</p>')
   if "alignment" in figures:
     parts.append("<h2>Alignment by configuration and group</h2>" + _img(figures["alignment"], "alignment"))
   rows = []
   for _, r in summary.iterrows():
-    rows.append([r["config_id"], r["group"], r["n_nodes"], r["n_defined"], r["n_questions"],
+    rows.append([r["config_id"], r["group"], r["n_nodes"], r["n_defined"], r["n_defined_questions"],
                  fmt(r["mean_alignment"]), ci(r["alignment_ci_lo"], r["alignment_ci_hi"])
                  + (" indicative" if r["underpowered"] else ""), fmt(r["mean_teacher_advantage"]),
                  fmt(r.get("mean_ceiling"), 3), fmt(r.get("mean_split_half_ceiling"), 3)])
-  parts.append(_table(["config", "group", "nodes", "defined", "questions", "mean alignment", "CI",
+  parts.append(_table(["config", "group", "nodes", "defined", "questions (defined)", "mean alignment", "CI",
                        "teacher advantage", "ceiling", "split-half"], rows))
   parts.append("<h2>Where it helps and hurts</h2>")
   for name, png in figures.items():

@@ -6,10 +6,12 @@ everywhere (Problem.fields and the entries kept for scoring).
 
 Answer format [ours]: reasoning-gym's own convention, `<answer>...</answer>` tags (its `extract_answer`), and
 its scorers take that extracted string (not the full response text): `score_answer(extracted, entry)`.
-- Numeric tasks (every gold answer is exactly one number, e.g. gsm_symbolic, basic_arithmetic, chain_sum): the
-  content of the last `<answer>` tag, canonical when it is exactly one number (`$1,000.00` -> `1000`), else as
-  written; with no tag, the numeric rules of `answers.extract_number` on the whole response (`####`, last
-  `\\boxed{}`, "answer is", last number). The scorer thus sees a clean number.
+- Numeric tasks (every gold answer is exactly one number, e.g. gsm_symbolic, basic_arithmetic, chain_sum):
+  `answers.extract_tagged_number`: the content of the last `<answer>` tag read as an answer statement (`x = 42`
+  and `12 + 30 = 42` -> `42`, `$1,000.00` -> `1000`; a hedge `2 or 3`, a fraction `1/3` or a list -> None, reward
+  0), as written when it holds no digit; with no tag, the numeric rules of `answers.extract_number` on the whole
+  response (`####`, last `\\boxed{}`, "answer is", last number). The scorer thus sees one clean number:
+  gsm_symbolic's reads the first number of what it gets, so `2 or 3` or `3/4` would reach it as 2 or 3.
 - Other tasks: the stripped content of the last `<answer>` tag, as written; None without one. Lists are not
   numbers (`answers.canonical_number`): spiral_matrix, arc_1d, path_star, string_splitting and string_synthesis,
   whose gold answers are space-separated numbers such as `2 1 5 1`, are not numeric tasks, and an answer
@@ -145,14 +147,6 @@ def _solution(name: str, entry: dict) -> str | None:
   return text
 
 
-def _numeric_extract(text: str) -> str | None:
-  """The last <answer> tag's content (canonical when it is one number), else extract_number(text)."""
-  tag = answers.answer_tag(text)
-  if tag is not None:
-    return answers.canonical_number(tag) or tag
-  return answers.extract_number(text)
-
-
 def _strip_random_id(entry: dict) -> dict:
   """A copy of a reasoning-gym entry without metadata["_rgid"]."""
   metadata = {k: v for k, v in entry.get("metadata", {}).items() if k != _RANDOM_ID}
@@ -232,4 +226,4 @@ def load(name: str, *, num_problems: int | None = None, seed: int = 0, config: d
     return dataset.score_answer(answer, entries[problem.id]) == 1.0
 
   return base.Task(name=f"reasoning_gym:{name}", problems=problems, template=base.check_template(template),
-                   extractor=_numeric_extract if numeric else answers.answer_tag, grader=grade)
+                   extractor=answers.extract_tagged_number if numeric else answers.answer_tag, grader=grade)

@@ -58,15 +58,24 @@ class Paired:
   before: float           # pass@1 before
   after: float            # pass@1 after
   diff: float             # mean paired difference
-  lo: float               # 95% interval of diff (paired t over questions; NaN with < 2 questions)
+  lo: float               # 95% interval of diff (paired t over questions, within [-1, 1]); NaN: not estimable
+                          # (< MIN_QUESTIONS questions, or every question changed alike while some rows changed)
   hi: float
   p_value: float          # two-sided paired t-test (scipy.stats.ttest_rel); NaN when every difference is 0
   n_questions: int
   n_changed_rows: int     # rows (question, sample) whose reward changed
 
 
+MIN_QUESTIONS = 5   # fewer held-out questions: no interval (as report/decision.py's comparisons)
+
+
 def paired_difference(before: np.ndarray, after: np.ndarray, level: float = 0.95) -> Paired:
   """The paired difference of two [Q, S] reward arrays sampled with the same keys.
+
+  The interval is the paired t interval over questions (scipy.stats.ttest_rel), cut to [-1, 1], the range a
+  difference of pass rates can take; NaN ("not estimable") with fewer than MIN_QUESTIONS questions (3 questions
+  gave +0.333 [-1.564, +2.231]), or when every question's difference is the same but some rewards changed (the
+  t interval would have zero width: false certainty). Nothing changed at all: the interval is [0, 0].
 
   Raises:
     ValueError: shapes differ.
@@ -77,11 +86,12 @@ def paired_difference(before: np.ndarray, after: np.ndarray, level: float = 0.95
   b, a = before.mean(axis=1), after.mean(axis=1)
   d = a - b
   lo = hi = p = float("nan")
-  if len(d) >= 2 and np.any(d != d[0]):
+  changed = int(np.sum(before != after))
+  if not changed:
+    lo = hi = 0.0
+  elif len(d) >= MIN_QUESTIONS and np.any(d != d[0]):
     test = scipy.stats.ttest_rel(a, b)
     ci = test.confidence_interval(level)
-    lo, hi, p = float(ci.low), float(ci.high), float(test.pvalue)
-  elif len(d) >= 2:                      # every question changed by the same amount (e.g. nothing changed)
-    lo = hi = float(d[0])
+    lo, hi, p = max(float(ci.low), -1.0), min(float(ci.high), 1.0), float(test.pvalue)
   return Paired(before=float(b.mean()), after=float(a.mean()), diff=float(d.mean()), lo=lo, hi=hi, p_value=p,
-                n_questions=len(d), n_changed_rows=int(np.sum(before != after)))
+                n_questions=len(d), n_changed_rows=changed)

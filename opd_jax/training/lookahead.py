@@ -76,7 +76,7 @@ def restricted_logp(trainable, base, tokens, pos, col, cands, *, graphdef, lora_
   Returns:
     fp32 [K] log-probs summing (in prob) to 1 over the valid slots; -inf at padding.
   """
-  params = lora.merge(base, trainable, scale=lora_scale) if lora_scale is not None else trainable
+  params = lora.adapt(base, trainable, scale=lora_scale) if lora_scale is not None else trainable
   model = decoder.merge(graphdef, params)
   h, _ = model.hidden_states(tokens, pos)
   logits = model.head(h[0, col])[:vocab_size]
@@ -336,7 +336,7 @@ def run(config, workdir: str) -> str:
   scale = la.lora.alpha / la.lora.rank if la.lora.rank > 0 else None
   trainable = (lora.init(base, jax.random.fold_in(jax.random.key(la.seed), 1), rank=la.lora.rank,
                          pattern=la.lora.targets) if scale is not None else base)
-  merge = jax.jit(lambda b, a: lora.merge(b, a, scale=scale)) if scale is not None else None
+  adapted = jax.jit(lambda b, a: lora.adapt(b, a, scale=scale)) if scale is not None else None
   step_kw = dict(graphdef=student.graphdef, lora_scale=scale, policy=policy,
                  vocab_size=student.config.real_vocab_size, normalize=bool(la.normalize))
   out_dir = pathlib.Path(workdir) / "lookahead"
@@ -363,7 +363,7 @@ def run(config, workdir: str) -> str:
                "rewards_changed": np.nan, "rerun_seconds": np.nan}
         if la.rerun_nodes < 0 or i < la.rerun_nodes:
           t1 = time.time()
-          model = dataclasses.replace(student, params=merge(base, new) if merge else new)
+          model = dataclasses.replace(student, params=adapted(base, new) if adapted else new)
           got = rerun(model, scfg, task, ref, K)
           ps = np.array([np.mean(x) if x else 0.0 for x in got])
           rec["rerun"] = float(np.sum(p_new * ps)) - rec["value"]               # (ii)

@@ -1,9 +1,9 @@
 """The OPD training loop (`python -m opd_jax.main --config=configs/opd_train.py`): sample, score, step, evaluate.
 
-Each step: the student (LoRA adapters merged) samples `rollouts_per_question` rollouts of `batch_questions`
-training questions with the study's sampler; the teacher configuration (`config.train.configuration`, the
-study's "teacher:context:divergence") reads them in its view; one optax step on the chunked OPD loss
-(training/step.py). Held-out pass@1 is measured before training and every `eval_every` steps with the same
+Each step: the student (with its LoRA adapters, `lora.adapt`) samples `rollouts_per_question` rollouts of
+`batch_questions` training questions with the study's sampler; the teacher configuration
+(`config.train.configuration`, the study's "teacher:context:divergence") reads them in its view; one optax step
+on the chunked OPD loss (training/step.py). Held-out pass@1 is measured before training and every `eval_every` steps with the same
 PRNG keys (common random numbers, training/evaluate.py), and reported as a paired difference with its interval.
 
 Everything random derives from (config.seed, step), so a run resumed from its last checkpoint (orbax,
@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from opd_jax import contexts
+from opd_jax import preflight
 from opd_jax import records
 from opd_jax import sampling
 from opd_jax import sharding
@@ -34,11 +35,14 @@ from opd_jax import stages
 from opd_jax import study
 from opd_jax.training import evaluate
 from opd_jax.training import lora
+from opd_jax.training import losses
 from opd_jax.training import state as state_lib
 from opd_jax.training import step as step_lib
 
 def validate(config) -> None:
-  """config.train errors that need no model (each names the field and the fix)."""
+  """config.train errors that need no model (each names the field and the fix; the optimizer's:
+  `preflight.validate_train`)."""
+  preflight.validate_train(config)
   t = config.train
   for f in ("steps", "batch_questions", "rollouts_per_question", "eval_questions", "eval_samples", "eval_every",
             "checkpoint_every", "chunk"):
@@ -53,8 +57,10 @@ def validate(config) -> None:
     raise ValueError(f"config.train.lora.rank must be >= 0 (0: full fine-tuning), got {t.lora.rank!r}")
   if t.lora.rank > 0 and not t.lora.alpha > 0:
     raise ValueError(f"config.train.lora.alpha must be > 0, got {t.lora.alpha!r}")
-  contexts.parse("train", t.configuration, field="config.train.configuration")
+  conf = contexts.parse("train", t.configuration, field="config.train.configuration")
   state_lib.OptimConfig(**t.optim.to_dict(), total_steps=t.steps)
+  losses.check_policies(preflight.policy(config), preflight.teacher_policy(config), divergence_spec(conf),
+                        field="config.train.configuration")
 
 
 def _identity_hash(config) -> str:
@@ -210,9 +216,11 @@ def run(config, workdir: str) -> str:
   step_fn = step_lib.make_train_step(
       tx, s_graph=student.graphdef, t_graph=None if teacher is None else teacher.graphdef, lora_scale=scale,
       divergence=divergence_spec(conf), chunk=t.chunk, vocab_size=student.config.real_vocab_size,
-      in_shardings=in_shardings, micro_batches=micro_batches, accumulate=t.optim.accumulate)
-  merge = jax.jit(lambda b, a: lora.merge(b, a, scale=scale)) if scale is not None else None
-  current = lambda: dataclasses.replace(student, params=merge(base, st["params"]) if merge else st["params"])
+      in_shardings=in_shardings, micro_batches=micro_batches, accumulate=t.optim.accumulate,
+      policy=preflight.policy(config), teacher_policy=preflight.teacher_policy(config))
+  # The student the adapters represent (bf16 matrices unmerged: lora.adapt), for sampling and evaluation.
+  adapted = jax.jit(lambda b, a: lora.adapt(b, a, scale=scale)) if scale is not None else None
+  current = lambda: dataclasses.replace(student, params=adapted(base, st["params"]) if adapted else st["params"])
 
   # --- Held-out evaluation (common random numbers) -------------------------------------------------------
   held = [pool[i] for i in data.held_out]
@@ -281,7 +289,8 @@ def run(config, workdir: str) -> str:
   records.atomic_write_json(out / "summary.json", summary)
   if t.export:
     from opd_jax.models import export  # pylint: disable=g-import-not-at-top
-    export.write_hf(current(), out / "export")
+    merged = lora.merge(base, st["params"], scale=scale) if scale is not None else st["params"]
+    export.write_hf(dataclasses.replace(student, params=merged), out / "export")   # plain weights: fp32 sum, one cast
   return summary["text"]
 
 
@@ -298,8 +307,10 @@ def _summary(config, conf, metrics, evals, before) -> dict:
           f"pass@1 before {before.mean():.3f}")
   if last:
     within = last["lo"] <= 0 <= last["hi"] if np.isfinite(last["lo"]) else True
-    text += (f", after {last['after']:.3f}: paired difference {last['diff']:+.3f} [{last['lo']:+.3f}, "
-             f"{last['hi']:+.3f}] over {last['n_questions']} questions x {config.train.eval_samples} samples"
+    ci = (f"[{last['lo']:+.3f}, {last['hi']:+.3f}]" if np.isfinite(last["lo"]) else
+          f"[interval not estimable: fewer than {evaluate.MIN_QUESTIONS} questions or no spread]")
+    text += (f", after {last['after']:.3f}: paired difference {last['diff']:+.3f} {ci} over "
+             f"{last['n_questions']} questions x {config.train.eval_samples} samples"
              f"{' (within noise)' if within else ''}")
   return {"text": text, "steps": len(metrics), "before": float(before.mean()), "last_eval": last,
           "configuration": config.train.configuration}

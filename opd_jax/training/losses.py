@@ -2,9 +2,19 @@
 
 Every divergence of the registry (`opd_jax/distillation.py`: reverse KL, forward KL, JSD_beta in GKD/TRL's
 convention, the sampled-token advantage of tinker-cookbook / Thinking Machines' OPD, the clipped reverse KL, the
-top-k reverse KL, and whatever a fork adds) is applied per response position t with p = softmax(student logits)
-and q = softmax(teacher logits) over the whole vocabulary (C(u) = V), so -d loss_t / d z_t is exactly
-`gradients.distillation_gradient(divergence, p_t, q_t, ...)` (tests/test_losses.py).
+top-k reverse KL, and whatever a fork adds) is applied per response position t over the whole vocabulary
+(C(u) = V) to the study's p and q (paper.md, "Policy"; one definition for the study, the trainer and the
+lookahead):
+
+  p_t = the student's sampled policy: `sampling.policy_logprobs(z_t, policy)` (softmax(z / T), then top-k /
+        top-p, renormalised; `preflight.policy(config)`),
+  q_t = the teacher at T_q: softmax(z_q / T_q), never truncated (`preflight.teacher_policy(config)`),
+
+both as log-probabilities (log_softmax in fp32): every log term of the loss is formed from them, never from
+probabilities, so a loss is exact in fp32 at any logit gap (`distillation` module docstring). The backward pass
+is the registry's direction g = -dLoss/du with respect to the policy's logits u = log p, taken back to the raw
+logits through the policy map: -dloss_t / dz_t = J^T g (for T = 1 without truncation exactly
+`gradients.distillation_gradient(divergence, p_t, q_t, ...)`; tests/test_losses.py).
 
 Memory: the output heads run inside a chunk of `chunk` positions (a `lax.scan` over chunks whose body is
 `jax.checkpoint`ed), so at most [B, chunk, V] logits exist at once, in the forward pass and in the backward pass
@@ -24,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from opd_jax import distillation
+from opd_jax import sampling
 
 Head = Callable[[jax.Array], jax.Array] | jax.Array
 
@@ -45,14 +56,44 @@ def _chunks(x: jax.Array, chunk: int) -> jax.Array:
   return jnp.moveaxis(x.reshape((b, n, chunk) + x.shape[2:]), 1, 0)
 
 
+def _unit(sp: sampling.SamplingParams | None) -> bool:
+  return sp is None or (sp.temperature == 1.0 and sp.top_k == 0 and sp.top_p >= 1.0)
+
+
+def _logprobs(z: jax.Array, sp: sampling.SamplingParams | None) -> jax.Array:
+  """log p of the policy `sp` at logits z [..., V] (None: temperature 1, no truncation)."""
+  return jax.nn.log_softmax(z, axis=-1) if _unit(sp) else sampling.policy_logprobs(z, sp)
+
+
+def check_policies(policy: sampling.SamplingParams | None, teacher_policy: sampling.SamplingParams | None,
+                   divergence: str, *, field: str = "divergence") -> None:
+  """Raises ValueError (one line, naming the fields) where the trainer's objective is undefined: a greedy
+  student policy (temperature 0: p is a point mass, no gradient), a truncated teacher, or the forward KL under a
+  truncated student policy (q puts mass on tokens p cannot draw: KL(q || p) = inf)."""
+  if policy is not None and policy.temperature == 0.0:
+    raise ValueError("config.sampling.temperature=0 (greedy): the policy is a point mass and its loss has no "
+                     "gradient; OPD trains a sampled policy: set config.sampling.temperature > 0")
+  if teacher_policy is not None and (teacher_policy.temperature <= 0 or not _unit(
+      sampling.SamplingParams(temperature=1.0, top_k=teacher_policy.top_k, top_p=teacher_policy.top_p))):
+    raise ValueError("the teacher q is softmax(z_q / T_q) with T_q > 0 and never truncated "
+                     "(config.scoring.teacher_temperature)")
+  name, _ = distillation.parse(divergence, where=field)
+  if name == "forward_kl" and policy is not None and (policy.top_k or policy.top_p < 1.0):
+    raise ValueError(f"{field}: forward_kl is infinite under a truncated policy (config.sampling.top_k="
+                     f"{policy.top_k}, top_p={policy.top_p}): the teacher puts mass on tokens the student cannot "
+                     "draw; set config.sampling.top_k=0 and top_p=1.0, or use reverse_kl or jsd")
+
+
 def token_losses(student_hidden: jax.Array, student_head: Head, teacher_hidden: jax.Array, teacher_head: Head,
                  tokens: jax.Array, *, divergence: str, chunk: int = 128, vocab_size: int | None = None,
-                 field: str = "divergence") -> jax.Array:
+                 field: str = "divergence", policy: sampling.SamplingParams | None = None,
+                 teacher_policy: sampling.SamplingParams | None = None) -> jax.Array:
   """Per-token OPD loss l_t = D(p_t, q_t) of a registered divergence, on the full vocabulary.
 
-  Position t's hidden states predict token `tokens[:, t]` (the caller shifts): p_t = softmax(student_head(
-  student_hidden[:, t])), q_t = softmax(teacher_head(teacher_hidden[:, t])), both in fp32, the teacher side
-  under stop-gradient (no gradient reaches the teacher, even when it shares the student's parameters).
+  Position t's hidden states predict token `tokens[:, t]` (the caller shifts): p_t = the policy's
+  distribution at student_head(student_hidden[:, t]), q_t = the teacher's at teacher_head(teacher_hidden[:, t])
+  (module docstring), both as fp32 log-probabilities, the teacher side under stop-gradient (no gradient
+  reaches the teacher, even when it shares the student's parameters).
 
   Args:
     student_hidden: [B, T, D] float final hidden states of the student (after its final norm).
@@ -66,13 +107,17 @@ def token_losses(student_hidden: jax.Array, student_head: Head, teacher_hidden: 
     vocab_size: keep only the first vocab_size logits on both sides (the tokenizer's real tokens when the two
       embeddings are padded to different sizes); None: both heads must give the same V.
     field: the config field named in errors (e.g. "config.train.divergence").
+    policy: the student's sampled policy p (static `sampling.SamplingParams`: temperature > 0, top-k, top-p);
+      None: softmax of the logits (temperature 1, no truncation).
+    teacher_policy: the teacher's q: `sampling.SamplingParams(temperature=T_q)` (never truncated); None: T_q 1.
   Returns:
     [B, T] per-token losses, float32 (float64 for float64 inputs); finite wherever the hidden states are.
   Raises:
     ValueError: unknown divergence or bad parameter (naming `field` and the registered names), chunk <= 0,
-      mismatched shapes, or vocabulary sizes that differ.
+      mismatched shapes, vocabulary sizes that differ, or policies without an objective (`check_policies`).
   """
   name, options = distillation.parse(divergence, where=field)
+  check_policies(policy, teacher_policy, divergence, field=field)
   div = distillation.REGISTRY[name]
   if not (isinstance(chunk, int) and chunk > 0):
     raise ValueError(f"chunk must be a positive int (positions per chunk), got {chunk!r}")
@@ -88,18 +133,25 @@ def token_losses(student_hidden: jax.Array, student_head: Head, teacher_hidden: 
     z = head(h).astype(jnp.promote_types(h.dtype, jnp.float32))
     return z if vocab_size is None else z[..., :vocab_size]
 
+  def value(lp, lq, y):                    # the registry's loss from log-probabilities
+    return div.loss(jnp.exp(lp), jnp.exp(lq), **options, **({"sampled_token": y} if div.sampled else {}),
+                    logp=lp, logq=lq)
+
   @jax.custom_vjp
-  def loss_of_logits(z, q, y):             # [B, C, V], [B, C, V], [B, C] -> [B, C]
-    return div.loss(jax.nn.softmax(z, axis=-1), q, **options, **({"sampled_token": y} if div.sampled else {}))
+  def loss_of_logits(z, lq, y):            # [B, C, V], [B, C, V], [B, C] -> [B, C]
+    return value(_logprobs(z, policy), lq, y)
 
-  def loss_fwd(z, q, y):
-    p = jax.nn.softmax(z, axis=-1)
-    return div.loss(p, q, **options, **({"sampled_token": y} if div.sampled else {})), (p, q, y)
+  def loss_fwd(z, lq, y):
+    lp = _logprobs(z, policy)
+    return value(lp, lq, y), (z, lq, y)
 
-  def loss_bwd(res, ct):                  # d loss / dz = -direction (closed form, else autodiff of the loss)
-    p, q, y = res
-    g = distillation.direction(name, p, q, sampled_token=y if div.sampled else None, **options)
-    return -ct[..., None] * g, jnp.zeros_like(q), None
+  def loss_bwd(res, ct):   # d loss / du = -direction at u = log p (closed form, else autodiff), then J^T to z
+    z, lq, y = res
+    lp, pull = jax.vjp(lambda z: _logprobs(z, policy), z)
+    g = distillation.direction(name, jnp.exp(lp), jnp.exp(lq), sampled_token=y if div.sampled else None,
+                               logp=lp, logq=lq, **options)
+    (dz,) = pull(-ct[..., None] * g)
+    return dz, jnp.zeros_like(lq), None
 
   loss_of_logits.defvjp(loss_fwd, loss_bwd)
 
@@ -110,7 +162,7 @@ def token_losses(student_hidden: jax.Array, student_head: Head, teacher_hidden: 
     if z.shape != zq.shape:
       raise ValueError(f"student and teacher logits differ in shape ({z.shape} vs {zq.shape}); pass "
                        "vocab_size= the tokenizer's real vocabulary size")
-    return loss_of_logits(z, jax.nn.softmax(zq, axis=-1), y)   # q computed as p is: bitwise p when zq == z
+    return loss_of_logits(z, _logprobs(zq, teacher_policy), y)   # as p is: bitwise p when zq == z, same policy
 
   if chunk >= t:                           # one chunk: no loop
     return step(student_hidden, teacher_hidden, tokens)
@@ -121,7 +173,8 @@ def token_losses(student_hidden: jax.Array, student_head: Head, teacher_hidden: 
 
 def opd_loss(student_hidden: jax.Array, student_head: Head, teacher_hidden: jax.Array, teacher_head: Head,
              tokens: jax.Array, mask: jax.Array, *, divergence: str, chunk: int = 128, vocab_size: int | None = None,
-             field: str = "divergence") -> jax.Array:
+             field: str = "divergence", policy: sampling.SamplingParams | None = None,
+             teacher_policy: sampling.SamplingParams | None = None) -> jax.Array:
   """The OPD training loss: mean over response tokens per sequence, then mean over the batch (tinker-cookbook's
   and TRL's GKD per-sequence normalisation [ours: the choice between the two common normalisations]).
 
@@ -129,8 +182,8 @@ def opd_loss(student_hidden: jax.Array, student_head: Head, teacher_hidden: jax.
   response token (a sequence without any contributes nothing; a batch without any gives 0).
 
   Args:
-    student_hidden, student_head, teacher_hidden, teacher_head, tokens, divergence, chunk, vocab_size, field: as
-      in `token_losses`.
+    student_hidden, student_head, teacher_hidden, teacher_head, tokens, divergence, chunk, vocab_size, field,
+      policy, teacher_policy: as in `token_losses`.
     mask: [B, T] bool or 0/1, True on response tokens (prompt and padding positions False).
   Returns:
     [] float scalar, the dtype of `token_losses`.
@@ -141,7 +194,8 @@ def opd_loss(student_hidden: jax.Array, student_head: Head, teacher_hidden: jax.
   if mask.shape != jnp.shape(tokens):
     raise ValueError(f"mask must have the shape of tokens [B, T] = {jnp.shape(tokens)}, got {mask.shape}")
   losses = token_losses(student_hidden, student_head, teacher_hidden, teacher_head, tokens, divergence=divergence,
-                        chunk=chunk, vocab_size=vocab_size, field=field)
+                        chunk=chunk, vocab_size=vocab_size, field=field, policy=policy,
+                        teacher_policy=teacher_policy)
   mask = mask.astype(bool)
   count = jnp.sum(mask, axis=-1)
   per_sequence = jnp.sum(jnp.where(mask, losses, 0.0), axis=-1) / jnp.maximum(count, 1)

@@ -10,8 +10,9 @@ the privileged context for a self-teacher). The hidden state at column P - 1 + t
 and `losses.opd_loss` reduces over the full vocabulary in chunks of positions (never a [B, T, V] array), the
 teacher side under stop-gradient.
 
-Trainable params: LoRA adapters (`lora.merge` inside the step; the base weights are an input, not updated) or
-the whole student state (full fine-tuning). The self-teacher is the current student (adapters merged) reading
+Trainable params: LoRA adapters (`lora.adapt` inside the step: merged in fp32, unmerged next to bf16 weights so
+no update rounds away; the base weights are an input, not updated) or the whole student state (full
+fine-tuning). The self-teacher is the current student (with its adapters) reading
 its privileged context: what the study diagnosed, as training moves it.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from opd_jax import sampling
 from opd_jax import scoring
 from opd_jax.models import decoder
 from opd_jax.training import lora
@@ -97,7 +99,9 @@ def _response_hidden(model: decoder.Decoder, tokens, pos, T: int, remat: bool = 
 
 
 def loss_fn(trainable, base, teacher_state, batch: Batch, *, s_graph, t_graph, lora_scale: float | None,
-            divergence: str, chunk: int, vocab_size: int | None, remat: bool = True) -> jax.Array:
+            divergence: str, chunk: int, vocab_size: int | None, remat: bool = True,
+            policy: sampling.SamplingParams | None = None,
+            teacher_policy: sampling.SamplingParams | None = None) -> jax.Array:
   """The OPD loss of one batch (`losses.opd_loss`: mean over response tokens, then over rollouts).
 
   Args:
@@ -108,15 +112,18 @@ def loss_fn(trainable, base, teacher_state, batch: Batch, *, s_graph, t_graph, l
     s_graph, t_graph: the student's and the external teacher's graphdefs (static).
     remat: recompute the student's layer activations in the backward pass (`Decoder.hidden_states`): memory of
       one layer's activations instead of all L, for one more forward.
+    policy, teacher_policy: the study's p and q (`preflight.policy`, `preflight.teacher_policy`: temperature,
+      top-k, top-p of the sampled policy; the teacher's T_q), as `losses.token_losses`; None: temperature 1.
   """
-  params = lora.merge(base, trainable, scale=lora_scale) if lora_scale is not None else trainable
+  params = lora.adapt(base, trainable, scale=lora_scale) if lora_scale is not None else trainable
   student = decoder.merge(s_graph, params)
   T = batch.response.shape[1]
   h_s = _response_hidden(student, batch.tokens_s, batch.pos_s, T, remat)
   teacher = student if teacher_state is None else decoder.merge(t_graph, teacher_state)
   h_t = jax.lax.stop_gradient(_response_hidden(teacher, batch.tokens_t, batch.pos_t, T))
   return losses.opd_loss(h_s, student.head, h_t, teacher.head, batch.response, batch.mask, divergence=divergence,
-                         chunk=chunk, vocab_size=vocab_size, field="config.train.divergence")
+                         chunk=chunk, vocab_size=vocab_size, field="config.train.divergence", policy=policy,
+                         teacher_policy=teacher_policy)
 
 
 def _micro(batch: Batch, k: int) -> Batch:
@@ -154,7 +161,9 @@ def _accumulated(grad, micro_batches: int):
 
 def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, lora_scale: float | None,
                     divergence: str, chunk: int, vocab_size: int | None, in_shardings: tuple | None = None,
-                    remat: bool = True, micro_batches: int = 1, accumulate: int = 1):
+                    remat: bool = True, micro_batches: int = 1, accumulate: int = 1,
+                    policy: sampling.SamplingParams | None = None,
+                    teacher_policy: sampling.SamplingParams | None = None):
   """A jitted `step(state, base, teacher_state, batch, apply=True) -> (state, metrics)`; `state`
   (`state.init_state`, with `accumulate`) is donated. metrics: {"loss", "grad_norm", "update_norm"} fp32 scalars
   (the loss before the update; update_norm 0 on a step that only accumulates).
@@ -169,13 +178,15 @@ def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, 
   of placed arrays; rows of the batch over "data"): the step is jitted with those explicit in-shardings and the
   state's as out-shardings (pjit), so the updated state stays where it was.
 
+  policy, teacher_policy: the p the rollouts were sampled from and the teacher's q (`loss_fn`).
+
   micro_batches: split the batch's B rows into this many micro-batches (B must be a multiple; on a mesh, of
   micro_batches x the "data" size) whose gradients are accumulated in fp32 before one optimizer update: the same
   update as one batch (up to round-off), with one micro-batch's activations in memory.
   """
   grad = _accumulated(jax.value_and_grad(functools.partial(
       loss_fn, s_graph=s_graph, t_graph=t_graph, lora_scale=lora_scale, divergence=divergence, chunk=chunk,
-      vocab_size=vocab_size, remat=remat)), micro_batches)
+      vocab_size=vocab_size, remat=remat, policy=policy, teacher_policy=teacher_policy)), micro_batches)
 
   def update(state, grads):
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])

@@ -1,0 +1,211 @@
+"""Calibration of the verdict (issue 25, item 9): its error rates on simulated node tables with a known truth.
+
+  PYTHONPATH=$PWD python benchmarks/verdict_calibration.py [--sims=1000] [--seed=0] [--cells=null,effect,sparse,missing]
+      [--questions=10,15,30,80] [--configs=2,3,6] [--check=2]               # ~4 min on the 2-core CPU at 1000 sims
+
+Model (the issue's audit): alignment[c, g, i] = mu_c + u_g + v_cg + w_gi + e_cgi with u_g ~ N(0, 0.3) (question),
+v_cg ~ N(0, s), s ~ U(0.3, 0.5) per simulation (configuration x question), w_gi ~ N(0, 0.5) (node, shared by the
+configurations), e_cgi ~ N(0, 0.4) (configuration noise: the paired node sd is 0.57); nodes per question uniform
+1-15 ("unif15") or geometric(0.1) capped at 40 ("geom40"). Ours: decision.compare_arrays, the numbers behind
+decision.decide (the first --check simulations of every cell also run decide() on the node table and must agree).
+Reference: the same paired difference with statsmodels OLS, cov_type="cluster" (CR1, t with G - 1 df), Holm over
+the K - 1 comparisons with the same best (the issue's audit reference; today's decide used bootstrap percentiles).
+
+One JSON line per cell:
+  null (K equal configurations): coverage (K = 2: the paired interval covers 0; K > 2: every "vs best" interval
+    covers 0), false_use (verdict "use"), fwer_flags (any comparison with the best flagged distinguishable),
+    fwer_pairs (any pair of the family), cr1_* the reference's;
+  effect (mu = 0.3, 0 or 0.3, 0.15, 0): power (verdict "use" of the true best), wrong_use, coverage of the true
+    difference by the best-vs-runner-up interval, best_set_coverage (the true best could be best), median
+    detectable difference, cr1_power;
+  sparse (A = B + 0.3 plus C equal to A but defined on 1 or 2 questions): C flagged, verdict underpowered, power
+    with and without C;
+  missing (B identical to A but missing on the 20% hardest questions): use, B chosen best, both could be best.
+The last line: the targets (coverage >= 0.93 at 10 questions and >= 0.94 from 15, false use <= 0.05 with 2
+configurations, FWER of the flags <= 0.05 with 3 and 6) with the worst cell of each, and the Monte Carlo standard
+error of a rate of 0.05 at --sims (a test exactly at its level reads above 0.05 in half the cells).
+"""
+import argparse
+import json
+import time
+
+import numpy as np
+import pandas as pd
+import statsmodels.api as sm
+
+from opd_jax import stats
+from opd_jax.report import decision
+
+
+def simulate(rng, mu, questions: int, nodes: str, *, sparse: dict | None = None, missing: bool = False):
+  """One node table: ([N, K] alignment, NaN where undefined; [N] question codes)."""
+  if nodes == "unif15":
+    n = rng.integers(1, 16, questions)
+  elif nodes == "geom40":
+    n = np.minimum(rng.geometric(0.1, questions), 40)
+  else:
+    raise ValueError(f"--nodes must be unif15 or geom40, got {nodes}")
+  k = len(mu)
+  q = np.repeat(np.arange(questions), n)
+  u = rng.normal(0, 0.3, questions)
+  v = rng.normal(0, rng.uniform(0.3, 0.5), (questions, k))
+  align = np.asarray(mu)[None] + u[q, None] + v[q] + rng.normal(0, 0.5, q.size)[:, None] + rng.normal(0, 0.4,
+                                                                                                       (q.size, k))
+  for c, kept in (sparse or {}).items():                                  # configuration c: the first `kept` questions
+    align[q >= kept, c] = np.nan
+  if missing:                                                             # B = A, undefined on the hardest 20%
+    hardest = np.argsort(u + v[:, 0])[:max(1, questions // 5)]
+    align[:, 1] = np.where(np.isin(q, hardest), np.nan, align[:, 0])
+  return align, q
+
+
+def cr1_reference(align, q, best, level=0.95):
+  """statsmodels CR1-t on each comparison (c - best) on shared nodes, Holm over the K - 1: (lo, hi, flags, use)."""
+  out = []
+  for c in range(align.shape[1]):
+    if c == best:
+      continue
+    d = align[:, c] - align[:, best]
+    ok = ~np.isnan(d)
+    if np.unique(q[ok]).size < 2:
+      out.append((np.nan, np.nan, np.nan))
+      continue
+    fit = sm.OLS(d[ok], np.ones((ok.sum(), 1))).fit(cov_type="cluster", cov_kwds={"groups": q[ok]}, use_t=True)
+    lo, hi = fit.conf_int(1 - level)[0]
+    out.append((lo, hi, float(fit.pvalues[0])))
+  lo, hi, p = (np.array(x) for x in zip(*out))
+  flags = np.zeros(p.shape, bool)
+  ok = ~np.isnan(p)
+  flags[ok] = stats.holm(p[ok]) <= 1 - level              # statsmodels' Holm calls gc.collect(): 0.1 s a call
+  return lo, hi, flags, bool(flags.all() and np.all(hi < 0))
+
+
+def as_nodes(align, q) -> pd.DataFrame:
+  """The node records decide() reads (incorrect rollouts, one per question)."""
+  n, k = align.shape
+  pos = np.concatenate([np.arange(c) for c in np.bincount(q)])
+  return pd.DataFrame({
+      "config_id": np.repeat([f"c{c}" for c in range(k)], n), "question_id": np.tile([f"q{x:03d}" for x in q], k),
+      "rollout_id": 0, "position": np.tile(pos, k), "teacher": "t", "context": "plain", "divergence": "reverse_kl",
+      "correct": False, "alignment": align.T.reshape(-1), "alignment_nan_reason": "", "degenerate": False,
+      "teacher_advantage": 0.0})
+
+
+def check(align, q, res):
+  """decide() on the node table agrees with compare_arrays (verdict, best, flags)."""
+  v = decision.decide(as_nodes(align, q), n_boot=20)
+  want = {f"c{c}": bool(res["distinguishable"][c, res["best"]]) for c in range(align.shape[1]) if c != res["best"]}
+  got = {c["config_id"]: c["distinguishable"] for c in v["comparisons"]}
+  if (v["verdict"], v["best"], got) != (res["verdict"], f"c{res['best']}", want):
+    raise AssertionError(f"decide() disagrees with compare_arrays: {v['verdict']} {v['best']} {got} vs "
+                         f"{res['verdict']} c{res['best']} {want}")
+
+
+def run_cell(kind, mu, questions, nodes, sims, rng, n_check, **sim_kw) -> dict:
+  start, rows = time.time(), []
+  k = len(mu)
+  for s in range(sims):
+    align, q = simulate(rng, mu, questions, nodes, **sim_kw)
+    res = decision.compare_arrays(align, q)
+    b, ru = res["best"], res["runner_up"]
+    others = [c for c in range(k) if c != b]
+    truth = np.asarray(mu, float)
+    true_best = int(np.argmax(truth))
+    covered = [res["ci_lo"][c, b] <= truth[c] - truth[b] <= res["ci_hi"][c, b]
+               for c in others if res["comparable"][c, b]]
+    lo, hi, flags, cr1_use = cr1_reference(align, q, b)
+    row = {"use": res["verdict"] == "use", "best": b, "underpowered": res["verdict"] == "underpowered",
+           "coverage": all(covered), "coverage_each": np.mean(covered) if covered else np.nan,
+           "fwer_flags": bool(res["distinguishable"][b].any()), "fwer_pairs": bool(res["distinguishable"].any()),
+           "best_set": bool(res["could_be_best"][true_best]),
+           "cr1_coverage": all(lo[i] <= truth[c] - truth[b] <= hi[i] for i, c in enumerate(others)),
+           "cr1_fwer_flags": bool(flags.any()), "cr1_use": cr1_use, "mde": np.nan}
+    if ru >= 0:
+      row["ru_covered"] = res["ci_lo"][b, ru] <= truth[b] - truth[ru] <= res["ci_hi"][b, ru]
+      if kind == "effect":
+        row["mde"] = stats.detectable_difference(res["se"][b, ru], res["df"][b, ru], alpha=1 - res["ci_level"])
+    if kind == "sparse":
+      row["sparse_flagged"] = bool(res["distinguishable"][2].any())
+      row["sparse_comparable"] = bool(res["comparable"][2].any())
+      alone = decision.compare_arrays(align[:, :2], q)
+      row["use_without"] = alone["verdict"] == "use" and alone["best"] == true_best
+    if kind == "missing":
+      row["both_best_set"] = bool(res["could_be_best"][:2].all())
+    if s < n_check:
+      check(align, q, res)
+    rows.append(row)
+  r = pd.DataFrame(rows)
+  out = {"cell": kind, "configs": k, "questions": questions, "nodes": nodes, "sims": sims}
+  if kind == "null":
+    out.update(coverage=r.coverage.mean(), false_use=r.use.mean(), fwer_flags=r.fwer_flags.mean(),
+               fwer_pairs=r.fwer_pairs.mean(), coverage_each=r.coverage_each.mean(),
+               cr1_coverage=r.cr1_coverage.mean(), cr1_false_use=r.cr1_use.mean(),
+               cr1_fwer_flags=r.cr1_fwer_flags.mean())
+  elif kind == "effect":
+    right = r.best == int(np.argmax(mu))
+    out.update(mu=list(mu), power=(r.use & right).mean(), wrong_use=(r.use & ~right).mean(),
+               coverage=r.ru_covered.mean(), best_set_coverage=r.best_set.mean(),
+               median_detectable=float(np.nanmedian(r.mde)), cr1_power=(r.cr1_use & right).mean())
+  elif kind == "sparse":
+    out.update(sparse_questions=sim_kw["sparse"][2], sparse_flagged=r.sparse_flagged.mean(),
+               sparse_comparable=r.sparse_comparable.mean(), underpowered=r.underpowered.mean(),
+               power=(r.use & (r.best == 0)).mean(), power_without=r.use_without.mean())
+  else:
+    out.update(false_use=r.use.mean(), b_chosen_best=(r.best == 1).mean(), both_best_set=r.both_best_set.mean())
+  out["seconds"] = round(time.time() - start, 1)
+  return {key: round(v, 4) if isinstance(v, float) else v for key, v in out.items()}
+
+
+def targets(lines: list[dict]) -> dict:
+  null = [x for x in lines if x["cell"] == "null"]
+  two = [x for x in null if x["configs"] == 2]
+  worst = lambda xs, key, f=min: f((x[key] for x in xs), default=None)  # noqa: E731
+  out = {"cell": "targets",
+         "coverage_10": worst([x for x in two if x["questions"] <= 10], "coverage"),
+         "coverage_15_plus": worst([x for x in two if x["questions"] >= 15], "coverage"),
+         "false_use_2": worst(two, "false_use", max),
+         "fwer_flags_3_6": worst([x for x in null if x["configs"] > 2], "fwer_flags", max)}
+  ok = {"coverage_10": lambda v: v >= 0.93, "coverage_15_plus": lambda v: v >= 0.94,
+        "false_use_2": lambda v: v <= 0.05, "fwer_flags_3_6": lambda v: v <= 0.05}
+  out["met"] = {k: (None if out[k] is None else bool(f(out[k]))) for k, f in ok.items()}
+  return out
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--sims", type=int, default=1000, help="simulations per cell")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--cells", default="null,effect,sparse,missing")
+  parser.add_argument("--questions", default="10,15,30,80")
+  parser.add_argument("--configs", default="2,3,6", help="numbers of equal configurations of the null cells")
+  parser.add_argument("--check", type=int, default=2, help="simulations per cell also run through decide()")
+  args = parser.parse_args()
+  kinds = args.cells.split(",")
+  qs = [int(x) for x in args.questions.split(",")]
+  lines = []
+
+  def emit(cell_seed, *a, **kw):
+    line = run_cell(*a, args.sims, np.random.default_rng([args.seed, *cell_seed]), args.check, **kw)
+    print(json.dumps(line), flush=True)
+    lines.append(line)
+
+  for nodes_i, nodes in enumerate(("unif15", "geom40")):
+    for g in qs:
+      if "null" in kinds:
+        for k in (int(x) for x in args.configs.split(",")):
+          emit((0, nodes_i, g, k), "null", [0.0] * k, g, nodes)
+      if "effect" in kinds:
+        for mu in ((0.3, 0.0), (0.3, 0.15, 0.0)):
+          emit((1, nodes_i, g, len(mu)), "effect", list(mu), g, nodes)
+  if "sparse" in kinds:
+    for kept in (1, 2):
+      emit((2, kept), "sparse", [0.3, 0.0, 0.3], 15, "geom40", sparse={2: kept})
+  if "missing" in kinds:
+    for g in (15, 30):
+      emit((3, g), "missing", [0.0, 0.0], g, "geom40", missing=True)
+  print(json.dumps({**targets(lines), "mc_se_at_0.05": round(float(np.sqrt(0.05 * 0.95 / args.sims)), 4)}),
+        flush=True)
+
+
+if __name__ == "__main__":
+  main()
