@@ -181,12 +181,12 @@ def _pages(workdir, nodes, notes, *, pages, colour_by, decode):
     return token_pages.write_pages(workdir, nodes, pd.DataFrame(), max_pages=0)
   tokens = token_pages.rollout_tokens(tokens, rollouts)
   try:
-    text = selected(read_records(workdir, "rollouts", columns=["question_id", "rollout_id", "text"]))
-    texts = {(q, int(r)): t for q, r, t in text.itertuples(index=False)}
-  except (FileNotFoundError, KeyError, ValueError):          # no rollout records, or no text column
-    texts = None
+    infos = selected(read_records(workdir, "rollouts"))
+    infos = infos[[c for c in token_pages.ROLLOUT_COLUMNS if c in infos.columns]]
+  except (FileNotFoundError, KeyError, ValueError):          # no rollout records
+    infos = None
   return token_pages.write_pages(workdir, nodes, tokens, max_pages=pages, colour_by=colour_by, decode=decode,
-                                 texts=texts)
+                                 rollouts=infos)
 
 
 def _where(nodes, lengths, decode, config, *, n_boot, seed, min_nodes, min_questions):

@@ -115,8 +115,8 @@ def render(table: pd.DataFrame, verdicts: list[dict]) -> str:
                f"nodes; means with {100 * verdicts[0]['level']:g}% cluster-bootstrap intervals over each study's "
                f"questions (n_boot={verdicts[0]['n_boot']}, seed={verdicts[0]['seed']}).</p>")
   parts.append("<h2>Verdicts</h2>" + page.table_html(
-      ["#", "study", "workdir", "verdict", "line"],
-      [[str(i), v["name"], v["workdir"], v["verdict"], v["line"]] for i, v in enumerate(verdicts)]))
+      ["#", "study", "workdir", "verdict", "verdict line"],
+      [[str(i), v["name"], v["workdir"], v["verdict"], v["line"]] for i, v in enumerate(verdicts)], cls="verdicts"))
   configs = list(pd.unique(table["config_id"]))
   header = ["config"] + [f"#{i} mean [CI]" for i in range(len(verdicts))] + [
       f"#{i} vs best [CI]" for i in range(len(verdicts))]

@@ -1,6 +1,8 @@
-"""Matplotlib figures of the report in one style: paper size, labelled axes with units, intervals drawn.
+"""Matplotlib figures of the report in one style: paper size, labelled axes with units, intervals drawn, legends
+outside the plotting area (constrained layout; `legend_overlaps` counts data points under a legend).
 
-Object API only (no pyplot, no global backend change); each function returns PNG bytes.
+Object API only (no pyplot, no global backend change); each public plot returns PNG bytes, its *_figure twin the
+Figure.
 """
 import io
 
@@ -19,15 +21,45 @@ def _figure(width: float, height: float):
   from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   with rc_context(STYLE):
-    fig = Figure(figsize=(width, height), dpi=120)
+    fig = Figure(figsize=(width, height), dpi=120, layout="constrained")
     FigureCanvasAgg(fig)
   return fig
+
+
+def _legend(fig, ax, where: str = "right"):
+  """One figure legend of `ax`'s series outside every axes: at the right (upper) or above them (centred)."""
+  handles, labels = ax.get_legend_handles_labels()
+  if handles:
+    if where == "right":
+      fig.legend(handles, labels, loc="outside right upper")
+    else:
+      fig.legend(handles, labels, loc="outside upper center", ncol=min(len(labels), 4))
+
+
+def legend_overlaps(fig) -> int:
+  """Data points (line vertices and errorbar segment ends, in display coordinates) inside any legend's box of the
+  drawn figure; 0 when every legend sits clear of the data."""
+  fig.canvas.draw()
+  renderer = fig.canvas.get_renderer()
+  legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+  boxes = [legend.get_window_extent(renderer) for legend in legends]
+  points = []
+  for ax in fig.axes:
+    for line in ax.lines:
+      xy = np.asarray(line.get_xydata(), np.float64)
+      if line.get_transform() == ax.transData and xy.size:      # data series (axhline: axes coordinates, skipped)
+        points.append(ax.transData.transform(xy[np.all(np.isfinite(xy), axis=1)]))
+    for collection in ax.collections:
+      for segment in getattr(collection, "get_segments", lambda: [])():
+        points.append(ax.transData.transform(np.asarray(segment, np.float64)))
+  points = np.concatenate([np.reshape(p, (-1, 2)) for p in points] + [np.zeros((0, 2))])
+  return int(sum(np.sum((points[:, 0] >= b.x0) & (points[:, 0] <= b.x1) & (points[:, 1] >= b.y0)
+                        & (points[:, 1] <= b.y1)) for b in boxes))
 
 
 def _png(fig) -> bytes:
   from matplotlib import rc_context  # pylint: disable=g-import-not-at-top
   with rc_context(STYLE):
-    fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
   return buffer.getvalue()
@@ -40,8 +72,13 @@ def _errorbar(ax, x, mean, lo, hi, **kw):
 
 
 def alignment_by_config(summary: pd.DataFrame) -> bytes:
-  """Mean alignment with its interval per configuration (x) and correctness group (marker); hollow markers for
-  underpowered groups."""
+  """alignment_figure as PNG bytes."""
+  return _png(alignment_figure(summary))
+
+
+def alignment_figure(summary: pd.DataFrame):
+  """Mean alignment with its interval per configuration (x) and correctness group (marker; legend at the
+  right)."""
   from matplotlib import rc_context  # pylint: disable=g-import-not-at-top
   configs = list(pd.unique(summary["config_id"]))
   with rc_context(STYLE):
@@ -59,8 +96,8 @@ def alignment_by_config(summary: pd.DataFrame) -> bytes:
     ax.set_ylabel(ALIGN_LABEL)
     level = float(summary["ci_level"].iloc[0])
     ax.set_title(f"alignment by configuration ({100 * level:g}% cluster-bootstrap CI over questions)")
-    ax.legend()
-    return _png(fig)
+    _legend(fig, ax, "right")
+    return fig
 
 
 SPLIT_LABELS = {"rel_position": "relative position in the response (decile of position / length)",
@@ -69,15 +106,20 @@ SPLIT_LABELS = {"rel_position": "relative position in the response (decile of po
 
 
 def where_split(table: pd.DataFrame, split: str) -> bytes:
+  """where_figure as PNG bytes."""
+  return _png(where_figure(table, split))
+
+
+def where_figure(table: pd.DataFrame, split: str):
   """Alignment (top) and teacher advantage (bottom) by bin of one split, incorrect (left) and correct (right)
-  rollouts, one series per configuration, with intervals."""
+  rollouts, one series per configuration, with intervals; the legend above the plots."""
   from matplotlib import rc_context  # pylint: disable=g-import-not-at-top
   sub = table[table["split"] == split]
   bins = list(pd.unique(sub["bin"]))
   configs = list(pd.unique(sub["config_id"]))
   width = 0.8 / max(len(configs), 1)
   with rc_context(STYLE):
-    fig = _figure(7.0, 4.6)
+    fig = _figure(7.0, 5.0)
     axes = fig.subplots(2, 2, sharex=True, sharey="row", squeeze=False)
     for col, group in enumerate(("incorrect", "correct")):
       for row, (metric, lo, hi, label) in enumerate((
@@ -97,17 +139,23 @@ def where_split(table: pd.DataFrame, split: str) -> bytes:
         if row == 0:
           ax.set_title(f"{group} rollouts")
     fig.supxlabel(SPLIT_LABELS.get(split, split), fontsize=8)
-    axes[0][1].legend(loc="best", ncol=2)
-    return _png(fig)
+    _legend(fig, axes[0][0], "above")
+    return fig
 
 
 def predictor_auroc(table: pd.DataFrame) -> bytes:
-  """AUROC for alignment > 0 of every predictor (y) per configuration (marker), with intervals."""
+  """predictor_figure as PNG bytes."""
+  return _png(predictor_figure(table))
+
+
+def predictor_figure(table: pd.DataFrame):
+  """AUROC for alignment > 0 of every predictor (y) per configuration (marker), with intervals; legend at the
+  right."""
   from matplotlib import rc_context  # pylint: disable=g-import-not-at-top
   predictors = list(pd.unique(table["predictor"]))
   configs = list(pd.unique(table["config_id"]))
   with rc_context(STYLE):
-    fig = _figure(5.5, max(2.5, 0.28 * len(predictors) + 1.0))
+    fig = _figure(6.5, max(2.5, 0.28 * len(predictors) + 1.0))
     ax = fig.add_subplot(1, 1, 1)
     step = 0.7 / max(len(configs), 1)
     for i, config_id in enumerate(configs):
@@ -121,5 +169,5 @@ def predictor_auroc(table: pd.DataFrame) -> bytes:
     ax.set_yticklabels(predictors)
     ax.set_xlabel("AUROC of the predictor for alignment > 0 (0.5 = no signal)")
     ax.set_ylabel("predictor")
-    ax.legend(loc="best", ncol=2)
-    return _png(fig)
+    _legend(fig, ax, "right")
+    return fig

@@ -7,7 +7,7 @@ import pandas as pd
 from opd_jax.records import PREDICTORS
 
 
-def _colour(value: float, scale: float) -> str:
+def colour(value: float, scale: float) -> str:
   """Red (< 0) to white to green (> 0) as an rgb() string; value / scale clipped to [-1, 1]."""
   t = float(np.clip(value / scale, -1.0, 1.0)) if scale > 0 else 0.0
   fade = int(round(255 * (1 - abs(t))))
@@ -58,7 +58,7 @@ def rollout_html(nodes: pd.DataFrame, tokens: pd.DataFrame, *, question_id: str,
 MAX_CANDIDATES_SHOWN = 8
 
 
-def _candidates_tip(node: pd.Series, decode) -> list[str]:
+def _candidates_tip(node: pd.Series, decode, *, head: str = "candidates (p, q, P_succ [95% Wilson]):") -> list[str]:
   """Hover lines for a node's candidates: token, p, q, P_succ [Wilson 95%] (largest p first, at most 8)."""
   if "candidates" not in node.index or node["candidates"] is None:
     return []
@@ -67,7 +67,7 @@ def _candidates_tip(node: pd.Series, decode) -> list[str]:
           ("p", "q", "p_succ", "p_succ_lo", "p_succ_hi")}
   get = lambda c, k: cols[c][k] if k < len(cols[c]) else np.nan
   order = sorted(range(len(cands)), key=lambda k: -np.nan_to_num(get("p", k), nan=-1.0))
-  lines = ["candidates (p, q, P_succ [95% Wilson]):"]
+  lines = [head]
   for k in order[:MAX_CANDIDATES_SHOWN]:
     lines.append(f"  {decode(int(cands[k]))!r} p={get('p', k):.3g} q={get('q', k):.3g} "
                  f"P_succ={get('p_succ', k):.3g} [{get('p_succ_lo', k):.3g}, {get('p_succ_hi', k):.3g}]")
@@ -104,10 +104,71 @@ def token_spans(toks: pd.DataFrame, at: pd.DataFrame, *, colour_by: str = "align
     if colour_by == "alignment":
       if position in at.index:
         a = at.loc[position, "alignment"]
-        style = "border:1px dashed grey" if pd.isna(a) else f"background:{_colour(a, scale)};font-weight:bold"
+        style = "border:1px dashed grey" if pd.isna(a) else f"background:{colour(a, scale)};font-weight:bold"
     elif np.isfinite(tok[colour_by]):
-      style = f"background:{_colour(tok[colour_by], scale)}"
+      style = f"background:{colour(tok[colour_by], scale)}"
     text = html.escape(decode(int(tok["token"])))
     title = html.escape("\n".join(["; ".join(tip)] + extra))
     spans.append(f'<span title="{title}" style="{style}">{text}</span>')
+  return spans
+
+
+def _node_style(a: float) -> str:
+  """CSS custom properties of a node coloured by alignment `a` (NaN: dashed outline)."""
+  if pd.isna(a):
+    return "1px dashed grey", "transparent", "normal"
+  return "none", colour(a, 1.0), "bold"
+
+
+def selector_spans(toks: pd.DataFrame, configs: list[tuple[str, pd.DataFrame]],
+                   views: list[tuple[str, pd.DataFrame]], *, colour_by: str, decode=None) -> list[str]:
+  """The response once: one `<span title=... style="--c0:...;--c1:...">text</span>` per position, carrying one
+  colour per option (CSS variables --c<i>, --w<i> (font weight), --d<i> (outline); token_pages' radio buttons
+  pick which one shows): options 0..len(configs)-1 colour the nodes of each configuration by alignment (see
+  rollout_html), the next ones every token by the predictor `colour_by` of each view (scaled by the largest
+  |finite value| of that view's row).
+
+  Args:
+    toks: the response's tokens (position, token), one row per position.
+    configs: (label, node rows of the configuration at this rollout, indexed by position).
+    views: (label, that view's token rows indexed by position, with the predictor columns).
+    colour_by: the predictor of the view options.
+    decode: token id -> text; default `[id]`.
+  Returns:
+    One span per row of `toks`; the title lists, per configuration, alignment, teacher advantage and V at nodes
+    (with the reason where undefined), the first node's candidates, and every view's predictors.
+  """
+  decode = decode or (lambda t: f"[{t}]")
+  scales = []
+  for _, rows in views:
+    finite = rows[colour_by].to_numpy(np.float64) if colour_by in rows.columns else np.array([])
+    finite = np.abs(finite[np.isfinite(finite)])
+    scales.append(float(finite.max()) if finite.size else 0.0)
+  spans = []
+  for _, tok in toks.iterrows():
+    position = int(tok["position"])
+    tip, extra, style = [f"position {position}"], [], []
+    for i, (label, at) in enumerate(configs):
+      if position not in at.index:
+        continue
+      node = at.loc[position]
+      line = (f"{label}: alignment={node['alignment']:.4g}, teacher advantage={node['teacher_advantage']:.4g}"
+              + (f", V={node['value']:.4g}" if "value" in at.columns else ""))
+      if pd.isna(node["alignment"]):
+        line += f" (undefined: {node['alignment_nan_reason']})"
+      tip.append(line)
+      if not extra:
+        extra = _candidates_tip(node, decode, head=f"candidates (p, q of {label}, P_succ [95% Wilson]):")
+      outline, background, weight = _node_style(node["alignment"])
+      style.append(f"--c{i}:{background};--w{i}:{weight};--d{i}:{outline}")
+    for j, (label, rows) in enumerate(views):
+      if position not in rows.index:
+        continue
+      row = rows.loc[position]
+      tip.append(f"{label}: " + "; ".join(f"{c}={row[c]:.4g}" for c in PREDICTORS if c in rows.columns))
+      if colour_by in rows.columns and np.isfinite(row[colour_by]):
+        style.append(f"--c{len(configs) + j}:{colour(row[colour_by], scales[j])}")
+    text = html.escape(decode(int(tok["token"])))
+    title = html.escape("\n".join(tip + extra))
+    spans.append(f'<span title="{title}" style="{";".join(style)}">{text}</span>')
   return spans
