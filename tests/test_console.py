@@ -71,7 +71,8 @@ def test_dry_run_of_a_task_switch_prints_the_template_and_the_cap():
   assert "max_new_tokens=256; contexts: student 4096 tokens" in out and "memory:   ~ " in out
   assert "R = 4 continuations/candidate" in out and "estimated wall time" in out
   # With the template and cap set too, nothing is reset and no note prints.
-  got = cli_batch.run_case({"argv": argv + ["--config.task.template={question}!", "--config.sampling.max_new_tokens=9"]})
+  got = cli_batch.run_case({"argv": [*argv, "--config.task.template={question}!",
+                                     "--config.sampling.max_new_tokens=9"]})
   assert got["code"] == 0 and "note:" not in got["stderr"] and "max_new_tokens=9;" in got["stdout"]
 
 
