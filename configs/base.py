@@ -63,7 +63,17 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   report.colour_by          predictor that colours the per-token pages' view rows (records.PREDICTORS)
   report.min_effect         smallest difference in mean alignment worth detecting (> 0): the verdict then says how
                             many questions would detect it with 80% power (0 = not asked)
-  logging.verbosity, logging.progress    (changing these does not change the run: resume allowed)
+  logging.progress          tqdm bars of every job (study, trainer, lookahead, report); False: none
+  logging.verbosity         1: INFO lines (stage times, absl/JAX logs) go to <workdir>/log.txt only, warnings print
+                            as `warning: ...`; 2: INFO lines on the console too (changing either field does not
+                            change the run: resume allowed)
+
+Switching the task (opd_jax/main.py, switch_task): task.template and sampling.max_new_tokens are chosen for the
+config's own task (task.name as its file sets it: teacher_sweep's answer-only arithmetic template, 16 tokens).
+`--config.task.name=<another>` resets each of them that is not also set on the command line to the default above
+(template "": the task's own, stating its answer format; max_new_tokens 256) and says so in one `note:` line on
+stderr; `--dry_run` prints the rendered first prompt and the caps (opd_jax/checklist.py). A config file's variant
+that switches the task sets both itself.
 """
 import ml_collections
 

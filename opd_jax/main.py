@@ -167,6 +167,50 @@ def with_configurations(config, items) -> None:
       config.configurations[name.strip()] = spec.strip()
 
 
+# Fields a config chooses for its own task (config.task.name as its file sets it): on another task (an override of
+# --config.task.name) each one that is not overridden too takes its default of configs/base.py.
+TASK_CHOSEN = ("task.template", "sampling.max_new_tokens")
+
+
+def switch_task(config, own_task: str, overrides) -> str | None:
+  """A task switch resets what the config chose for its own task (configs/base.py, "Switching the task").
+
+  When config.task.name differs from `own_task` (the config file's own task), each `TASK_CHOSEN` field not in
+  `overrides` and not at its default (configs/base.get_config: template "" = the task's own, stating its answer
+  format; max_new_tokens 256) is set to the default, in place.
+
+  Args:
+    own_task: config.task.name as the config file (and variant) set it, before the command line's overrides.
+    overrides: the dotted fields set on the command line (`task.template`, ...).
+  Returns:
+    The one `note:` line saying what was reset and how to choose it, or None when nothing was.
+  """
+  from configs import base  # pylint: disable=g-import-not-at-top  (the config files' own import)
+  if config.task.name == own_task:
+    return None
+  defaults, changed = base.get_config(), []
+  for field in TASK_CHOSEN:
+    group, name = field.split(".")
+    value, default = config[group][name], defaults[group][name]
+    if field not in overrides and value != default:
+      config[group][name] = default
+      changed.append(f"config.{field}={default!r} (was {value!r})")
+  if not changed:
+    return None
+  return (f"note: config.task.name={config.task.name!r} is not the config's own task {own_task!r}, whose template "
+          f"and token cap do not carry over: {', '.join(changed)}; set --config.{' and --config.'.join(TASK_CHOSEN)} "
+          "to choose them")
+
+
+def _own_task(config_flag) -> str | None:
+  """config.task.name as the config file (and variant) sets it, without the command line's overrides."""
+  try:
+    own = config_flags_lib.ConfigFileFlagParser(name="config").parse(config_flags.get_config_filename(config_flag))
+    return own.task.name
+  except Exception:  # pylint: disable=broad-except  (loaded once already: this only fails for a file without task)
+    return None
+
+
 def _files(workdir: pathlib.Path) -> set[pathlib.Path]:
   return {p.relative_to(workdir) for p in workdir.rglob("*")} if workdir.is_dir() else set()
 
@@ -174,12 +218,15 @@ def _files(workdir: pathlib.Path) -> set[pathlib.Path]:
 @contextlib.contextmanager
 def failed_start_undone(workdir, enabled: bool = True):
   """Run the block; when it raises (an error, Ctrl-C) having written no file in `workdir` but config.json (the
-  claim a study writes after its models load, or `record_train_config`'s), remove what it added: those files,
-  the folders it created, and the workdir itself (with the parents it created) when it did not exist before. A
-  failed start leaves no empty workdir behind; a run that wrote anything else keeps everything. Off for
-  multi-process runs (another process may be writing there).
+  claim a study writes after its models load, or `record_train_config`'s) and the log (stages.LOG_NAME), remove
+  what it added: those files (a log that existed is cut back to its size before), the folders it created, and the
+  workdir itself (with the parents it created) when it did not exist before. A failed start leaves no empty
+  workdir behind; a run that wrote anything else keeps everything. Off for multi-process runs (another process
+  may be writing there).
   """
   workdir = pathlib.Path(workdir)
+  log = workdir / stages.LOG_NAME
+  log_size = log.stat().st_size if log.is_file() else None
   root = None
   for d in (workdir, *workdir.parents):                   # the top-most folder this run would create
     if d.exists():
@@ -190,7 +237,12 @@ def failed_start_undone(workdir, enabled: bool = True):
     yield
   except BaseException:
     new = _files(workdir) - before
-    if enabled and workdir.is_dir() and all(p == pathlib.Path("config.json") or (workdir / p).is_dir() for p in new):
+    own = (pathlib.Path("config.json"), pathlib.Path(stages.LOG_NAME))
+    if enabled and workdir.is_dir() and all(p in own or (workdir / p).is_dir() for p in new):
+      stages.detach_log()
+      if log_size is not None:
+        with open(log, "r+b") as f:
+          f.truncate(log_size)
       for p in sorted(new, key=lambda p: len(p.parts), reverse=True):   # deepest first: files, then their folders
         q = workdir / p
         if not q.is_dir():
@@ -204,6 +256,19 @@ def failed_start_undone(workdir, enabled: bool = True):
           break
         d = d.parent
     raise
+
+
+def _log_to(workdir, multi_process: bool) -> None:
+  """INFO lines of this job into <workdir>/log.txt (log.<i>-of-<n>.txt per process of a multi-process run)."""
+  try:
+    pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
+  except OSError:
+    return                                                 # not a folder: the job's own checks say so
+  if multi_process:
+    import jax  # pylint: disable=g-import-not-at-top
+    stages.attach_log(workdir, f"log.{jax.process_index()}-of-{jax.process_count()}.txt")
+  else:
+    stages.attach_log(workdir)
 
 
 def record_train_config(workdir, config) -> None:
@@ -231,7 +296,13 @@ def main(argv):
     fail(stages.field_error("config.job", f"must be one of {JOBS}", job, choices=JOBS))
   _interrupted_line = INTERRUPTED_BY_JOB[job]
   multi_process = bool(_MULTIHOST.value or _COORDINATOR.value)
+  stages.console(progress=config.logging.progress, verbosity=config.logging.verbosity)
   summary, workdir = None, _WORKDIR.value
+  if job != "lookahead":                                   # a lookahead's task is its study's (config.json)
+    note = switch_task(config, _own_task(flags.FLAGS["config"]) or config.task.name,
+                       config_flags.get_override_values(flags.FLAGS["config"]))
+    if note:
+      print(note, file=sys.stderr, flush=True)
   try:
     with_configurations(config, _CONFIGURATION.value)
     # --- Distributed runtime and devices ----------------------------------------------------------------
@@ -256,6 +327,7 @@ def main(argv):
       preflight.check_train(config)                        # task, model specs, LoRA targets: before any load
       runs.check_workdir_for(workdir, config.to_dict(), "train")
       with failed_start_undone(workdir, enabled=not multi_process):
+        _log_to(workdir, multi_process)
         record_train_config(workdir, config)
         print(loop.run(config, workdir))
       return
@@ -265,6 +337,7 @@ def main(argv):
       from opd_jax.training import lookahead  # pylint: disable=g-import-not-at-top
       runs.check_workdir_for(workdir, config.to_dict(), "lookahead")
       with failed_start_undone(workdir, enabled=not multi_process):
+        _log_to(workdir, multi_process)
         print(lookahead.run(config, workdir))
       return
     # --- Plan, then run ----------------------------------------------------------------------------------
@@ -274,13 +347,15 @@ def main(argv):
       from opd_jax import costs  # pylint: disable=g-import-not-at-top
       costs.accelerator(_COST_MODEL.value)                 # a bad name fails before anything prints
     if _DRY_RUN.value:
-      print(preflight.plan(config).describe())
+      from opd_jax import checklist  # pylint: disable=g-import-not-at-top
+      print(checklist.describe(config))
       if _COST_MODEL.value:
         print(costs.describe(config, _COST_MODEL.value))
       return
     preflight.validate(config)
     runs.check_workdir_for(workdir, config.to_dict(), "study")
     with failed_start_undone(workdir, enabled=not multi_process):
+      _log_to(workdir, multi_process)
       summary = study.run(config, workdir)
   except KeyboardInterrupt:
     print(_interrupted_line, file=sys.stderr, flush=True)

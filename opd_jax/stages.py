@@ -1,12 +1,19 @@
-"""What a job says on stderr besides its results: a progress bar and a log line per stage, and the one `error:`
-line of a failure (`field_error`, `fail`: the one format of every entry point's config and flag errors).
+"""What a job says on stderr besides its results: a progress bar per stage, warnings, and the one `error:` line
+of a failure (`field_error`, `fail`: the one format of every entry point's config and flag errors).
+
+One console (`console`, called by every entry point): tqdm bars when `config.logging.progress` (every job: study,
+trainer, lookahead, and the report inside a study), warnings and errors as `warning: <message>` lines written
+between the bars, and absl/Python INFO lines (timestamps, thread ids) in `<workdir>/log.txt` (`attach_log`), not
+on the console (`config.logging.verbosity=2`: there too). `quiet_startup` (on `import opd_jax`) silences the
+startup chatter of the libraries: transformers' "PyTorch was not found" advisory and JAX's probe of a TPU
+("Unable to initialize backend 'tpu'") on machines without one; their other warnings are kept.
 
   with stages.bar("base rollouts", total=rows * max_new_tokens, unit="tok") as b:
     ...; b.update(n)
 
 Stages (study.py, models/checkpoints.py): model assembly and conversion (bytes, tensors), base rollouts (decoded
 tokens), scoring (rollouts x views), targeted continuations (decoded tokens), report. Bars are off when
-`ENABLED` is False (`config.logging.progress=False`, set by study.run); the log lines are always written.
+`ENABLED` is False (`config.logging.progress=False`); each stage's time is logged at INFO (log.txt).
 
   error: config.seed must be an integer >= 0, got -3
   error: --config.sampling.temprature=0.7: unknown config field 'config.sampling.temprature'; did you mean
@@ -14,8 +21,12 @@ tokens), scoring (rollouts x views), targeted continuations (decoded tokens), re
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import difflib
+import logging as pylogging
+import os
+import pathlib
 import re
 import sys
 import time
@@ -26,22 +37,129 @@ from absl import logging
 from tqdm import tqdm
 
 ENABLED = True
+LOG_NAME = "log.txt"
+
+
+def quiet_startup() -> None:
+  """Silence library startup chatter that says nothing about the run; call before transformers or jax start
+  (`import opd_jax` does). Environment defaults a user's own setting overrides: TRANSFORMERS_NO_ADVISORY_WARNINGS
+  (transformers' "PyTorch was not found" advisory: opd_jax uses its tokenizers only), TF_CPP_MIN_LOG_LEVEL=1
+  (TensorFlow's C++ INFO lines, when tfds imports it). JAX's "Unable to initialize backend 'tpu'" (its TPU probe,
+  on every machine without one) is dropped by a filter on that one message; JAX's other lines are kept."""
+  os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+  probe = pylogging.getLogger("jax._src.xla_bridge")
+  if not any(isinstance(f, _NoTpuProbe) for f in probe.filters):
+    probe.addFilter(_NoTpuProbe())
+
+
+class _NoTpuProbe(pylogging.Filter):
+  def filter(self, record: pylogging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Unable to initialize backend 'tpu'")
+
+
+class _BetweenBars:
+  """A stream writing through `tqdm.write` to the current sys.stderr: a line never lands inside a bar."""
+
+  def write(self, text: str) -> None:
+    if text:
+      tqdm.write(text, file=sys.stderr, end="")
+
+  def flush(self) -> None:
+    sys.stderr.flush()
+
+
+class _Buffer(pylogging.Handler):
+  """INFO records kept until `attach_log` writes them to the log file (the last 10,000)."""
+
+  def __init__(self):
+    super().__init__(pylogging.DEBUG)
+    self.records = collections.deque(maxlen=10_000)
+
+  def emit(self, record: pylogging.LogRecord) -> None:
+    self.records.append(record)
+
+
+_console: dict[str, pylogging.Handler] = {}      # "console", "buffer", "file": the handlers `console` installed
+
+
+def console(progress: bool = True, verbosity: int = 1) -> None:
+  """Set up the one console of a job (every entry point calls it once its flags are parsed).
+
+  Args:
+    progress: tqdm bars on (config.logging.progress; sets `ENABLED`).
+    verbosity: config.logging.verbosity: 2 also prints INFO lines on the console; otherwise they go to the log
+      file only (`attach_log`; kept in memory until then). Warnings and errors print as `warning: <message>`.
+  """
+  global ENABLED
+  ENABLED = bool(progress)
+  root = pylogging.getLogger()
+  for h in [*_console.values(), logging.get_absl_handler()]:
+    root.removeHandler(h)
+  _console.clear()
+  if logging.get_verbosity() < logging.INFO:
+    logging.set_verbosity(logging.INFO)
+  root.setLevel(min(root.level or pylogging.INFO, pylogging.INFO))   # INFO records are made (for the file)
+  out = pylogging.StreamHandler(_BetweenBars())
+  out.setLevel(pylogging.INFO if verbosity >= 2 else pylogging.WARNING)
+  out.setFormatter(pylogging.Formatter("%(levelname)s: %(message)s"))
+  out.addFilter(_lower_level)
+  _console.update(console=out, buffer=_Buffer())
+  root.addHandler(out)
+  root.addHandler(_console["buffer"])
+
+
+def _lower_level(record: pylogging.LogRecord) -> bool:
+  record.levelname = record.levelname.lower()
+  return True
+
+
+def attach_log(workdir, name: str = LOG_NAME) -> pathlib.Path | None:
+  """Append this job's INFO lines (absl's format: time, thread, file:line) to <workdir>/<name>, those logged
+  since `console` first. Returns the path, or None when the workdir is not a writable folder (the job's own
+  checks say so; the lines are dropped)."""
+  path = pathlib.Path(workdir) / name
+  detach_log()
+  try:
+    handler = pylogging.FileHandler(path, mode="a", encoding="utf-8")
+  except OSError:
+    return None
+  handler.setFormatter(logging.PythonFormatter())
+  buffer = _console.pop("buffer", None)
+  root = pylogging.getLogger()
+  if buffer is not None:
+    root.removeHandler(buffer)
+    for record in buffer.records:
+      if record.levelno >= pylogging.INFO:
+        handler.handle(record)
+  _console["file"] = handler
+  root.addHandler(handler)
+  return path
+
+
+def detach_log() -> None:
+  """Close the log file of `attach_log` (if any); later INFO lines are dropped."""
+  handler = _console.pop("file", None)
+  if handler is not None:
+    pylogging.getLogger().removeHandler(handler)
+    handler.close()
 
 
 @contextlib.contextmanager
 def bar(stage: str, total: float | None = None, unit: str = "it", unit_scale: bool = False):
-  """A tqdm bar for `stage` (closed on exit, even on error), then `INFO <stage>: <seconds> s`.
+  """A tqdm bar for `stage` (closed on exit, even on error), then `INFO <stage>: <seconds> s` (log.txt).
 
   Args:
     stage: what runs, e.g. "base rollouts".
-    total: the planned amount (an upper bound is fine: the bar is filled on a normal exit); None: no total.
+    total: the planned amount (an upper bound is fine: the bar is filled on a normal exit); None: no total (the
+      bar shows the elapsed time only).
     unit, unit_scale: tqdm's.
   Yields:
     the tqdm bar (call .update(n)); disabled bars accept .update too.
   """
   t0 = time.time()
   b = tqdm(total=total, desc=stage, unit=unit, unit_scale=unit_scale, disable=not ENABLED, leave=False,
-           dynamic_ncols=True)
+           dynamic_ncols=True, bar_format=None if total is not None else "{desc}: {elapsed}")   # no "0it"
   ok = False
   try:
     yield b

@@ -37,6 +37,7 @@ import pandas as pd
 from absl import logging
 from tqdm import tqdm
 
+from opd_jax import checklist
 from opd_jax import contexts
 from opd_jax import models
 from opd_jax import nodes
@@ -390,7 +391,7 @@ def run(config, workdir: str) -> str:
 
 def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> str:
   task, confs = preflight.check(config)                     # task, gold answers, context lengths: no model yet
-  print(preflight.plan(config).describe(), file=sys.stderr, flush=True)
+  print(checklist.describe(config, task), file=sys.stderr, flush=True)
   env = setup(config, task, confs)
   records.check_workdir(workdir, cfg)
   records.check_parts(workdir)

@@ -1,8 +1,10 @@
-"""python -m opd_jax.report --workdir=... [--target=incorrect] [--tokenizer=<HF folder>]: rebuilds the report.
+"""python -m opd_jax.report --workdir=... [--target=incorrect] [--tokenizer=<HF folder>]: rebuilds the report
+and prints the verdict, the alignment table and where summary.md, report.html and the records are.
 
 With several studies (--workdir repeated, or a glob such as --workdir='runs/*'), builds one comparison instead:
 `<out>/comparison.html` and `<out>/comparison.csv` (compare.write; --out is required). Errors print one line
 `error: ...` (opd_jax.stages.field_error's format, as `python -m opd_jax.main`) and exit 2."""
+import json
 import math
 import os
 import pathlib
@@ -15,6 +17,7 @@ from opd_jax import runs
 from opd_jax import stages
 from opd_jax.report import build
 from opd_jax.report import compare
+from opd_jax.report import console
 from opd_jax.report import token_pages
 
 flags.DEFINE_multi_string("workdir", None, "Study working directory holding records/nodes; repeat it (or pass a "
@@ -77,10 +80,19 @@ def token_decoder(name: str):
   return lambda t: tok.decode([t])
 
 
+def _progress(workdirs) -> bool:
+  """config.logging.progress of the (first) study's config.json: the report honours its run's flag."""
+  try:
+    return bool(json.loads((pathlib.Path(workdirs[0]) / "config.json").read_text())["logging"]["progress"])
+  except (OSError, ValueError, KeyError, TypeError, IndexError):
+    return True
+
+
 def main(argv) -> None:
   if len(argv) > 1:
     stages.fail(f"unexpected arguments {argv[1:]}; flags are --name=value, e.g. --workdir=runs/x (see --help)")
   f = flags.FLAGS
+  stages.console(progress=_progress(f.workdir))
   try:
     check_flags(f)
     workdirs = compare.expand(f.workdir)
@@ -97,12 +109,12 @@ def main(argv) -> None:
             f"{f.out}/comparison.csv")
       return
     decode = token_decoder(f.tokenizer) if f.tokenizer else None
-    markdown = build.write_summary(workdirs[0], n_boot=f.n_boot, seed=f.seed, target=f.target, plot=f.plot,
+    build.write_summary(workdirs[0], n_boot=f.n_boot, seed=f.seed, target=f.target, plot=f.plot,
                                    html=f.html, decode=decode, pages=f.pages, colour_by=f.colour_by,
                                    min_effect=f.min_effect)
   except (OSError, ValueError) as e:
     stages.fail(e)
-  print(markdown, end="")
+  print(console.results_text(workdirs[0]))        # the verdict, the table and where the files are (not summary.md)
 
 
 def parse_flags(argv):

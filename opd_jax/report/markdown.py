@@ -1,4 +1,5 @@
-"""summary.md: the verdict, then tables of a `summarize` result, the predictors and the oracle filter."""
+"""summary.md: the verdict first, then tables of a `summarize` result, the predictors, the oracle filter, and last
+the run's facts and config."""
 import pandas as pd
 
 from opd_jax.report import decision
@@ -38,18 +39,18 @@ def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: d
                     predictors: pd.DataFrame | None = None, router: dict | None = None) -> str:
   """Markdown of the report.
 
-  Sections: run facts (`meta`: key -> value; a dict value becomes a collapsed key/value list), the verdict
-  (`verdict`, decision.decide), mean alignment and teacher advantage per configuration x group with intervals
-  and node counts, one line "UNDERPOWERED: <config> / <group>: <reason>" per underpowered group (its interval is
-  indicative), the noise ceilings, Spearman and AUROC of each predictor with intervals (`predictors`,
-  predictors.predictor_table), the router (`router`, router.route), the oracle filter.
+  Sections: the verdict (`verdict`, decision.decide), mean alignment and teacher advantage per configuration x
+  group with intervals and node counts, one line "UNDERPOWERED: <config> / <group>: <reason>" per underpowered
+  group (its interval is indicative), the noise ceilings, Spearman and AUROC of each predictor with intervals
+  (`predictors`, predictors.predictor_table), the router (`router`, router.route), the oracle filter, and last
+  the run (`meta`: key -> value; a dict value, such as the config, becomes a collapsed key/value list).
 
   Returns:
     The markdown text, ending with a newline.
   """
   level = float(summary["ci_level"].iloc[0]) if len(summary) else 0.95
   pct = f"{100 * level:g}% CI"
-  lines = [f"# {title}", ""] + meta_lines(meta) + [""]
+  lines = [f"# {title}", ""]
   if verdict is not None:
     lines += verdict_lines(verdict)
   lines += ["## Alignment and teacher advantage by configuration x correctness", "",
@@ -114,4 +115,5 @@ def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: d
           for _, r in summary.iterrows()]
   lines += table(["config", "group", "nodes", "kept share", "kept mean", "gain", "net share", pct,
                   "positive-sum share"], body)
+  lines += ["", "## Run", ""] + meta_lines(meta)          # the run's facts, its config and manifest (collapsed)
   return "\n".join(lines) + "\n"

@@ -171,6 +171,7 @@ def run(config, workdir: str) -> str:
       error of the study's setup (models, task, contexts), before anything is trained.
   """
   validate(config)
+  stages.ENABLED = bool(config.logging.progress)       # the bars (one flag for every job: stages.console)
   t = config.train
   out = pathlib.Path(workdir) / "train"
   out.mkdir(parents=True, exist_ok=True)

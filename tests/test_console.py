@@ -1,0 +1,157 @@
+"""One console (issue 27, items 5 and 8): a task switch does not keep the config's template and token cap, the
+dry run shows them, bars follow config.logging.progress in every job, INFO lines go to <workdir>/log.txt, the
+libraries' startup chatter is silenced, the report CLI prints the verdict and the table, summary.md starts
+with the verdict."""
+import json
+import logging as pylogging
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+from absl import logging
+
+from configs import base
+from configs import opd_train
+from configs import teacher_sweep
+from opd_jax import checklist
+from opd_jax import main as cli
+from opd_jax import stages
+from opd_jax.report import console
+from opd_jax.training import loop
+from tests import cli_batch
+from tests import test_report
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+ABSL_PREFIX = re.compile(r"^[IWE]\d{4} ", re.M)
+
+
+@pytest.fixture(autouse=True)
+def _restore_console():
+  yield
+  stages.detach_log()
+  stages.ENABLED = True
+
+
+def test_switch_task_resets_what_the_config_chose_for_its_own_task():
+  config, defaults = teacher_sweep.get_config(), base.get_config()
+  own = config.task.name
+  assert config.task.template and config.sampling.max_new_tokens == 16      # what would carry over
+  config.task.name = "gsm8k"
+  note = cli.switch_task(config, own, overrides={"task.name": "gsm8k"})
+  assert config.task.template == defaults.task.template == ""
+  assert config.sampling.max_new_tokens == defaults.sampling.max_new_tokens == 256
+  assert note.startswith("note: ") and "\n" not in note and "(was 16)" in note and "--config.task.template" in note
+  # Fields set on the command line are the user's: kept, and the note names only the other one.
+  config = teacher_sweep.get_config()
+  config.task.name, config.task.template = "gsm8k", "{question} Answer:"
+  note = cli.switch_task(config, own, overrides={"task.name", "task.template"})
+  assert config.task.template == "{question} Answer:" and config.sampling.max_new_tokens == 256
+  assert "config.task.template=" not in note and "config.sampling.max_new_tokens=256" in note
+  # The config's own task (or a variant that sets both itself): nothing changes.
+  config = teacher_sweep.get_config("gsm")
+  assert cli.switch_task(config, config.task.name, overrides={}) is None and config.sampling.max_new_tokens == 256
+
+
+def test_dry_run_of_a_task_switch_prints_the_template_and_the_cap():
+  # The arithmetic config switched to the parity task: its 16-token cap and <answer> template must not show.
+  argv = ["--config=configs/teacher_sweep.py", "--config.task.name=synthetic:parity", "--config.task.num_problems=5",
+          "--config.student.name=random:0", "--config.configurations={'s': 'self:solution:reverse_kl'}",
+          "--dry_run"]
+  got = cli_batch.run_case({"argv": argv})
+  assert got["code"] == 0, got["stderr"]
+  out, err = got["stdout"], got["stderr"]
+  assert [l for l in err.splitlines() if l.startswith("note: ")] == [l for l in err.splitlines() if l.strip()]
+  assert "config.sampling.max_new_tokens=256 (was 16)" in err and "<answer>" not in out
+  task = __import__("opd_jax.tasks", fromlist=["x"]).load_task("synthetic:parity", num_problems=5, seed=0)
+  assert f"prompt:   {checklist.clip(task.prompt(task.problems[0]))!r}" in out   # the rendered first question
+  assert "task:     synthetic:parity: 5 questions in the pool, 10 studied" in out
+  assert "max_new_tokens=256; contexts: student 4096 tokens" in out and "memory:   ~ " in out
+  assert "R = 4 continuations/candidate" in out and "estimated wall time" in out
+  # With the template and cap set too, nothing is reset and no note prints.
+  got = cli_batch.run_case({"argv": [*argv, "--config.task.template={question}!",
+                                     "--config.sampling.max_new_tokens=9"]})
+  assert got["code"] == 0 and "note:" not in got["stderr"] and "max_new_tokens=9;" in got["stdout"]
+
+
+def test_clip_keeps_both_ends_on_one_line():
+  text = "Q" * 300 + "\nPut the answer in tags."
+  got = checklist.clip(text, 60)
+  assert len(got) == 60 and got.startswith("Q" * 27) and got.endswith("answer in tags.") and "\n" not in got
+
+
+def test_console_sends_info_to_the_log_file_and_warnings_between_bars(tmp_path, capsys):
+  stages.console(progress=False)
+  logging.info("before the log file")
+  path = stages.attach_log(tmp_path)
+  logging.info("stage x: 1.0 s")
+  logging.warning("few questions were informative")
+  pylogging.getLogger("jax._src.xla_bridge").info("Unable to initialize backend 'tpu': INTERNAL: no libtpu.so")
+  pylogging.getLogger("jax._src.xla_bridge").warning("a real JAX warning")
+  with stages.bar("report"), stages.bar("scoring", total=3) as b:
+    b.update(1)
+  stages.detach_log()
+  err = capsys.readouterr().err
+  assert err.splitlines() == ["warning: few questions were informative", "warning: a real JAX warning"]
+  assert not ABSL_PREFIX.search(err)
+  log = path.read_text()
+  for line in ("before the log file", "stage x: 1.0 s", "report: ", "scoring: ", "a real JAX warning"):
+    assert line in log
+  assert "Unable to initialize backend" not in log and len(ABSL_PREFIX.findall(log)) == log.count("\n")
+
+
+def test_bars_follow_the_progress_flag(capsys):
+  stages.console(progress=True)
+  with stages.bar("report"):
+    pass
+  err = capsys.readouterr().err
+  assert "report: 00:00" in err and "0it" not in err          # a bar without a total shows the time only
+  stages.console(progress=False)
+  with stages.bar("report"), stages.bar("scoring", total=3) as b:
+    b.update(3)
+  assert capsys.readouterr().err == ""
+
+
+def test_the_trainer_honours_progress_false(monkeypatch, tmp_path):
+  config = opd_train.get_config("smoke")
+  with config.unlocked():
+    config.logging.progress = False
+  stages.ENABLED = True
+
+  def stop(*args, **kwargs):
+    raise RuntimeError("stop before the models load")
+  monkeypatch.setattr(loop.study, "setup", stop)
+  with pytest.raises(RuntimeError, match="stop before"):
+    loop.run(config, str(tmp_path))
+  assert stages.ENABLED is False
+
+
+def test_startup_chatter_is_silenced_and_real_warnings_are_not():
+  code = ("import opd_jax.stages as s; s.console(progress=False); import transformers, jax; jax.devices(); "
+          "from absl import logging; logging.warning('kept')")
+  for argv in (["-c", code],):
+    run = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=60,
+                         check=False, env={**os.environ, "JAX_PLATFORMS": ""})
+    assert run.returncode == 0, run.stderr
+    assert "PyTorch was not found" not in run.stderr and "Unable to initialize backend" not in run.stderr
+    assert run.stderr.splitlines() == ["warning: kept"]
+
+
+def test_report_cli_prints_the_verdict_and_the_table_and_names_the_files(tmp_path):
+  workdir = tmp_path / "run"
+  test_report.write_parts(test_report.synthetic_nodes(), workdir)
+  (workdir / "config.json").write_text(json.dumps({"name": "smoke", "logging": {"progress": False}}))
+  run = subprocess.run([sys.executable, "-m", "opd_jax.report", f"--workdir={workdir}", "--n_boot=50", "--nohtml",
+                        "--noplot"], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+  assert run.returncode == 0, run.stderr
+  lines = run.stdout.splitlines()
+  assert len(lines) < 60 and run.stdout.strip() == console.results_text(workdir)
+  verdict = json.loads((workdir / "verdict.json").read_text())["line"]
+  assert lines[0] == verdict and f"summary: {workdir / 'summary.md'}" in lines[-1]
+  assert not ABSL_PREFIX.search(run.stderr) and "it/s" not in run.stderr
+  markdown = (workdir / "summary.md").read_text()
+  headings = [l for l in markdown.splitlines() if l.startswith("#")]
+  assert headings[0] == "# opd_jax summary: smoke" and headings[1] == "## Verdict" and headings[-1] == "## Run"
+  assert markdown.index("`name`: smoke") > markdown.index("## Run")              # the config last
