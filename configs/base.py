@@ -38,6 +38,11 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   budget.continuations_mean             adaptive: the question's budget, as mean continuations per candidate
   budget.adaptive_tolerance             adaptive: a node whose predicted 1 - cos(ĝ, g*) is <= this gets no more
                                         (0: spend the budget)
+  budget.continue_unsupported           False: candidates outside the sampled policy's support (p = 0 under
+                                        top-k / top-p) get no continuations (they cannot move V or g*; their
+                                        P_succ is NaN and the teacher advantage is taken over the candidates run,
+                                        q renormalised: records.CONVENTIONS); True: continue them too (the
+                                        teacher advantage over all of C(u)). No effect at top-k 0, top-p 1
   budget.student_top_k, budget.teacher_top_k   candidate set: sampled token + top-k of p + top-k of each q_c
   budget.branch_batch       continuations per decode call (fixed shape)
   budget.question_batch     questions whose base rollouts are sampled in one batch (question_batch x
@@ -96,7 +101,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.budget = dict(questions=4, rollouts_per_question=8, node_rollouts_per_question=2, nodes_per_rollout=4,
                   node_strategy="exponential", continuations_per_candidate=8, student_top_k=2, teacher_top_k=1,
                   branch_batch=64, question_batch=1, prefer_finished=False, adaptive=False,
-                  continuations_max=64, continuations_mean=8.0, adaptive_tolerance=0.0)
+                  continuations_max=64, continuations_mean=8.0, adaptive_tolerance=0.0,
+                  continue_unsupported=False)
   c.selection = "informative"
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0)
   c.mesh = dict(data=-1, model=1, rules=())

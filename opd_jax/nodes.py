@@ -123,6 +123,10 @@ def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response:
   succ, n = outcomes.successes, outcomes.n
   lo, hi = targeted.wilson_interval(succ, n)
   ps_all = targeted.p_succ(succ, n)
+  # A candidate not run (n = 0: outside the sampled policy's support) has no estimate: NaN in the records
+  # (records.CONVENTIONS["not run"]); the estimators read n = 0 as "no weight" (p = 0 there).
+  not_run = (cands >= 0) & (n == 0)
+  lo, hi, ps_rec = (np.where(not_run, np.nan, a) for a in (lo, hi, ps_all))
   noise = None
   for conf in confs:
     view = conf.scoring_key
@@ -135,7 +139,7 @@ def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response:
       return {**base, "position": int(t), "sampled_token": int(response[t]), "candidates": _ids(cands[m]),
               "successes": succ[m][valid].tolist(), "n": n[m][valid].tolist(),
               "rewards": [outcomes.replicates(m, k).tolist() for k in np.flatnonzero(valid)],
-              "p_succ": ps_all[m][valid].tolist(), "p_succ_lo": lo[m][valid].tolist(),
+              "p_succ": ps_rec[m][valid].tolist(), "p_succ_lo": lo[m][valid].tolist(),
               "p_succ_hi": hi[m][valid].tolist()}
 
     if q_at[view] is None:

@@ -55,6 +55,11 @@ CONVENTIONS = {
     "q": "scaled teacher softmax(z_q / T_q) restricted to C(u) and renormalised; never truncated",
     "tokens": "raw (T = 1, untruncated) log-probs and predictors of student and teacher",
     "estimators": "V, g*, g_D, alignment, teacher advantage and sampled_advantage use the node columns p and q",
+    "not run": "a candidate outside the sampled policy's support (p = 0 under top-k / top-p) gets no continuations "
+               "unless budget.continue_unsupported: its n is 0, rewards empty, p_succ, p_succ_lo, p_succ_hi NaN; "
+               "V, g*, alignment and degenerate use the candidates run (p = 0 gives it no weight); "
+               "teacher_advantage = sum_k q'_k P_succ(k) - V over the candidates run, q' = q renormalised there "
+               "(NaN when q has no mass on them), i.e. q's mass outside p's support is left out",
 }
 
 _PRED = "raw predictor (divergences.predictors, T = 1) of this (teacher, context) at the node's position"

@@ -149,7 +149,8 @@ class Outcomes:
     r < counts[m, k] (the rest, and padded slots, are 0).
   valid: bool [M, K] candidate slot is a real candidate (id >= 0).
   counts: int64 [M, K] replicates per candidate (None: R_max on every valid slot). Candidates may have
-    different counts (adaptive allocation); a valid slot has >= 1.
+    different counts (adaptive allocation); a valid slot has >= 1, except one that was not run (0: outside the
+    sampled policy's support, `estimate_successes`'s `run`).
   fixed: bool [M, K] or None: slots whose outcome is decided without sampling (`fixed_branches`). One
     continuation was run and its reward copied to every replicate, so estimates and split halves are exact.
   """
@@ -249,7 +250,8 @@ class Adaptive:
 def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float], prompt: Sequence[int],
                        rollouts: Sequence[tuple[int, Sequence[int], Sequence[int], np.ndarray]], *, R: int,
                        key: jax.Array, max_response_len: int, adaptive: Adaptive | None = None,
-                       probs: Sequence[np.ndarray] | None = None) -> list[Outcomes]:
+                       probs: Sequence[np.ndarray] | None = None,
+                       run: Sequence[np.ndarray] | None = None) -> list[Outcomes]:
   """Targeted continuations: force every candidate at every node of every given rollout, verify each.
 
   Uniform (adaptive None): R replicates per candidate. Adaptive: R per candidate in round 0, then rounds that
@@ -283,9 +285,13 @@ def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float
     adaptive: `Adaptive` settings, or None for uniform R.
     probs: per rollout, float [M, K] student probabilities on C(u) (any positive scale; renormalised over the
       valid slots): the allocator's p. Required when adaptive.
+    run: per rollout, bool [M, K]: the valid slots to continue (None: all). A valid slot left out gets no
+      continuation (n = 0, never fixed, never allocated): the study leaves out candidates outside the sampled
+      policy's support (p = 0 under top-k / top-p), which cannot move V or g* (`budget.continue_unsupported`).
+      The other slots' row ids and draws are unchanged. Adaptive: the budget is mean x the slots run.
   Returns:
-    One `Outcomes` per rollout: uniform: rewards [M, K, R], counts None; adaptive: rewards [M, K, r_max] and
-    the counts per candidate (R on a fixed slot); `fixed` set in both.
+    One `Outcomes` per rollout: uniform: rewards [M, K, R], counts None (every valid slot run) or R / 0 per
+    slot; adaptive: rewards [M, K, r_max] and the counts per candidate (R on a fixed slot); `fixed` set in both.
   Raises:
     ValueError: R <= 0, bad adaptive settings, missing probs, or too many branches for the row-id stride.
   """
@@ -304,21 +310,26 @@ def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float
     if c.size * stride >= ROLLOUT_STRIDE:
       raise ValueError(f"{c.shape[0]} nodes x {c.shape[1]} candidates x {stride} replicates exceeds "
                        f"{ROLLOUT_STRIDE} branches per rollout")
+  if run is not None and len(run) != len(rollouts):
+    raise ValueError(f"run needs one [M, K] mask per rollout, got {len(run)} for {len(rollouts)} rollouts")
+  go = [c >= 0 if run is None else (c >= 0) & np.asarray(g, bool).reshape(c.shape) for c, g in
+        zip(cands, cands if run is None else run)]
   outs = [np.zeros(c.shape + (stride,), np.int8) for c in cands]
-  counts = [np.where(c >= 0, R, 0).astype(np.int64) for c in cands]
+  counts = [np.where(g, R, 0).astype(np.int64) for g in go]
   stops = tuple(getattr(policy, "stop_ids", ()))
-  fixed = [fixed_branches(pos, c, stop_ids=stops, max_response_len=max_response_len)
-           for (_, _, pos, _), c in zip(rollouts, cands)]
+  fixed = [fixed_branches(pos, c, stop_ids=stops, max_response_len=max_response_len) & g
+           for (_, _, pos, _), c, g in zip(rollouts, cands, go)]
   todo = [(i, m, k, r) for i, c in enumerate(cands) for m in range(c.shape[0]) for k in range(c.shape[1])
-          if c[m, k] >= 0 for r in range(1 if fixed[i][m, k] else R)]
+          if go[i][m, k] for r in range(1 if fixed[i][m, k] else R)]
   _continue(policy, verify, prompt, rollouts, todo, outs, key=key, stride=stride,
             max_response_len=max_response_len)
   for o, f in zip(outs, fixed):
     o[f, :R] = o[f, :1]
   if adaptive is not None and cands:
-    _adaptive_rounds(policy, verify, prompt, rollouts, outs, counts, probs, fixed, adaptive, key=key,
+    _adaptive_rounds(policy, verify, prompt, rollouts, outs, counts, probs, fixed, adaptive, go, key=key,
                      max_response_len=max_response_len)
-  return [Outcomes(rewards=o, valid=c >= 0, counts=None if adaptive is None else n, fixed=f)
+  every = all(np.array_equal(g, c >= 0) for g, c in zip(go, cands))
+  return [Outcomes(rewards=o, valid=c >= 0, counts=None if adaptive is None and every else n, fixed=f)
           for o, c, n, f in zip(outs, cands, counts, fixed)]
 
 
@@ -338,13 +349,14 @@ def _continue(policy, verify, prompt, rollouts, todo, outs, *, key, stride, max_
     outs[i][m, k, r] = int(verify(new_response, finished) == 1.0)
 
 
-def _adaptive_rounds(policy, verify, prompt, rollouts, outs, counts, probs, fixed, adaptive, *, key,
+def _adaptive_rounds(policy, verify, prompt, rollouts, outs, counts, probs, fixed, adaptive, go, *, key,
                      max_response_len):
-  """Rounds after the first (`estimate_successes`): allocate over every node of every rollout together."""
+  """Rounds after the first (`estimate_successes`): allocate over every node of every rollout together; the
+  slots not run (go False) stay at 0."""
   K = max(c.shape[1] for c in counts)
   pad = lambda a, fill: np.concatenate([np.pad(x, [(0, 0), (0, K - x.shape[1])] + [(0, 0)] * (x.ndim - 2),
                                                constant_values=fill) for x in a])
-  valid = pad([np.asarray(c) >= 0 for _, _, _, c in rollouts], False)
+  valid = pad(go, False)
   exact = pad(fixed, False)
   p = pad([np.asarray(x, np.float64) for x in probs], 0.0)
   where = [(i, m) for i, c in enumerate(counts) for m in range(c.shape[0])]
@@ -381,7 +393,8 @@ def wilson_interval(successes, n, z: float = 1.959964) -> tuple[np.ndarray, np.n
 
 
 def p_succ(successes, n) -> np.ndarray:
-  """P_succ = successes / n (float64; 0 where n = 0, i.e. padded candidate slots)."""
+  """P_succ = successes / n (float64; 0 where n = 0: padded candidate slots and slots not run, which have p = 0
+  and so no weight in V or g*)."""
   s, n = np.asarray(successes, np.float64), np.asarray(n, np.float64)
   return np.where(n > 0, s / np.maximum(n, 1), 0.0)
 
@@ -389,10 +402,11 @@ def p_succ(successes, n) -> np.ndarray:
 def split_half_noise_ceiling(p: np.ndarray, outcomes: Outcomes) -> np.ndarray:
   """cos(g* from one half of the replicates, g* from the other), per node [M] (paper.md, "Where opd_jax goes
   further"). Each candidate's replicates split into its first and next floor(n_k / 2) (`Outcomes.half`), so
-  it is defined for unequal counts too. NaN where either half is degenerate or a valid candidate has n_k < 2.
+  it is defined for unequal counts too. NaN where either half is degenerate or a candidate that was run has
+  n_k = 1 (a slot not run, n_k = 0, has p = 0 and is left out).
   Recomputable from a node row: p and the per-candidate `rewards` lists."""
   gs = []
-  short = np.any(outcomes.valid & (outcomes.n < 2), axis=-1)
+  short = np.any(outcomes.n == 1, axis=-1)
   with jax.enable_x64(True):
     for which in (0, 1):
       s, n = outcomes.half(which)
@@ -410,7 +424,7 @@ class NodeEstimates:
   value: np.ndarray                # V = sum_k p_k P_succ(k)
   alignment: np.ndarray            # cos(g*, g_D); NaN when undefined
   nan_reason: np.ndarray           # object [M]: one of gradients.NAN_REASONS
-  teacher_advantage: np.ndarray    # sum_k q_k P_succ(k) - V
+  teacher_advantage: np.ndarray    # sum_k q_k P_succ(k) - V (q renormalised over the slots run: `node_estimates`)
   degenerate: np.ndarray           # bool, decided on the integer counts
   g_ideal: np.ndarray              # [M, K]
   g_distill: np.ndarray            # [M, K]
@@ -428,6 +442,12 @@ def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.nd
       parameter of another registered divergence (e.g. k=8), as in `contexts.TeacherConfig.options`.
     sampled_index: int [M] index in C(u) of the sampled token (needed by "sampled_token").
     advantage: float [M] full-vocabulary log q(y_t) - log p(y_t) (for "sampled_token"; optional).
+  Teacher advantage A = sum_k q_k P_succ(k) - V (paper.md, "Gradients") needs P_succ wherever q > 0. Where a
+  candidate with q > 0 was not run (n = 0 on a valid slot: outside the sampled policy's support, p = 0, so V and
+  g* do not need it) it is computed over the candidates run, q renormalised there [ours]:
+  A = sum_{k run} q_k P_succ(k) / sum_{k run} q_k - V; NaN when q has no mass on them. Every other node uses q
+  as is (bitwise the formula above).
+
   Returns:
     `NodeEstimates`. Alignment is NaN with a reason (`gradients.nan_reason`): "degenerate" when the counts make
     every P_succ equal (g* = 0), else "zero_distillation_gradient" when |g_D| < max(1e-12, 1e-5 |p|) (q = p on C(u) up to
@@ -437,6 +457,10 @@ def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.nd
   # fp32 cancellation would cost the alignment its second digit.
   p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
   ps = p_succ(successes, n)
+  ran = np.asarray(n) > 0
+  missing = np.any((q > 0) & ~ran, axis=-1, keepdims=True)      # some q mass on a slot not run
+  q_mass = np.sum(np.where(ran, q, 0.0), -1, keepdims=True)
+  q_adv = np.where(missing, np.where(ran, q, 0.0) / np.where(q_mass > 0, q_mass, 1.0), q)
   with jax.enable_x64(True):
     g_ideal = np.asarray(gradients.ideal_gradient(p, ps))
     g = np.asarray(gradients.distillation_gradient(
@@ -446,7 +470,8 @@ def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.nd
     code = np.asarray(gradients.nan_reason(degenerate, g_ideal, g, p))
     cos = np.where(code > 0, np.nan, np.asarray(gradients.alignment(g_ideal, g)))
     value = np.asarray(gradients.node_value(p, ps))
-    adv = np.asarray(gradients.teacher_advantage(p, q, ps))
+    adv = np.asarray(gradients.teacher_advantage(p, q_adv, ps))
+  adv = np.where(missing[..., 0] & (q_mass[..., 0] <= 0), np.nan, adv)
   reason = np.asarray(gradients.NAN_REASONS, object)[code]
   return NodeEstimates(p_succ=ps.astype(np.float64), value=value, alignment=cos, nan_reason=reason,
                        teacher_advantage=adv, degenerate=degenerate, g_ideal=g_ideal, g_distill=g)

@@ -166,3 +166,28 @@ def test_comparison_of_studies_cli_and_schema_refusal(tmp_path):
     compare.compare([str(a), str(old), str(b)], n_boot=10)
   with pytest.raises(ValueError, match="names no study directory"):
     compare.expand([str(tmp_path / "nothing*")])
+
+
+def test_oracle_gap_beside_its_permutation_null():
+  # Issue 25 item 5: with nothing to route (interchangeable configurations, a useless predictor) the observed
+  # oracle - router gap sits inside its null; with a planted crossing the router closes it far below the null.
+  nodes = crossing(0, n_questions=20)
+  rng = np.random.default_rng(1)
+  flat = nodes.assign(alignment=np.clip(rng.normal(0, 0.5, len(nodes)), -1, 1), kl_pq=rng.normal(size=len(nodes)))
+  flat.loc[flat.index[::13], "alignment"] = np.nan
+  r0 = router.route(flat, n_boot=50, seed=3, n_perm=40)
+  g0, gap0 = r0["gap_null"], r0["oracle_minus_router"]["diff"]
+  assert g0["q05"] <= gap0 <= g0["q95"] and g0["p_value"] > 0.05 and g0["mean"] > 0.2     # a big gap, all noise
+  assert "permuted within nodes" in r0["line"] and "null" in router.table_rows(r0)[-1][0]
+  r1 = router.route(nodes, n_boot=50, seed=3, n_perm=40)
+  assert r1["oracle_minus_router"]["diff"] < r1["gap_null"]["q05"] and r1["gap_null"]["p_value"] == 1 / 41
+  # the null by hand: one permutation (same generator), the router refit through the same folds
+  align = np.array([[0.1, np.nan, 0.3], [0.5, -0.2, 0.0], [np.nan, np.nan, 0.7], [0.2, 0.4, -0.1]])
+  perm = router.permute_within_nodes(align, np.random.default_rng(7))
+  np.testing.assert_array_equal(np.isnan(perm), np.isnan(align))
+  np.testing.assert_array_equal(np.sort(np.nan_to_num(perm, nan=9)), np.sort(np.nan_to_num(align, nan=9)))
+  feats, fold = rng.normal(size=(4, 3, 2)), np.array([0, 1, 0, 1])
+  perm = router.permute_within_nodes(align, np.random.default_rng(7))
+  choice = router._cv_choice(perm, feats, fold, 1.0)
+  want = np.mean(np.nanmax(align, 1) - perm[np.arange(4), choice])
+  np.testing.assert_allclose(router.gap_null(align, feats, fold, 1.0, n_perm=1, seed=7), [want])

@@ -5,7 +5,16 @@ candidate's replicates: it measures the reliability of an R/2 estimate, not of t
 at R = 8 its mean is ~0.57 while E cos(g*_R, g*) is ~0.80). `expected_cosine` is a direct estimate of
 E cos(g*_R, g*) instead: a parametric bootstrap from the node's counts, with P_succ shrunk towards 1/2 by the
 Jeffreys prior (posterior mean (s + 1/2) / (n + 1)), which undoes most of the optimism of plugging in the
-noisy P_succ (tests/test_report_stats.py checks it within 0.05 of the truth on the exact toy at R = 4, 8, 16).
+noisy P_succ. A node where every replicate of every candidate agrees (s_k in {0, n_k}: a forced stop token, the
+token cap, or P_succ near 0 or 1) is not shrunk: the draws then repeat the counts and the estimate is 1 (the
+shrinkage would invent noise the continuations never showed; at a fixed-outcome node the truth is 1).
+
+Measured error (benchmarks/ceiling_check.py: mean estimate - mean exact E cos(g*_R, g*) over a toy's nodes, at
+R = 4 / 8 / 16): project toy -0.022 / -0.027 / -0.035, peaked +0.000 / -0.012 / -0.009, parity (V = 3, mod 2)
+-0.108 / -0.094 / -0.050, flat (scale 1) +0.183 / +0.150 / +0.107; fixed-outcome nodes 0 (-0.002 to -0.179
+before the unanimous rule). Within 0.05 on the project's toy (tests/test_report_stats.py), not in general: the
+sign and size depend on the toy (the prior shrinks P_succ toward 1/2, not the spread of P_succ over C(u); flat
+toys, where |g*| is small, come out too high).
 An alignment averaged over nodes cannot exceed roughly this ceiling even for a perfect distillation direction.
 """
 import jax
@@ -18,10 +27,12 @@ PRIOR = 0.5   # Jeffreys: Beta(1/2, 1/2)
 
 
 def expected_cosine(p: np.ndarray, successes: np.ndarray, n: np.ndarray, *, n_sim: int = 200,
-                    seed: int = 0) -> np.ndarray:
+                    seed: int = 0, unanimous: bool = True) -> np.ndarray:
   """Direct noise ceiling: estimated E cos(g*_R, g*) at each of M nodes, float64 [M].
 
-  For node m: P~_k = (s_k + 1/2) / (n_k + 1); g~ = ideal_gradient(p, P~); n_sim draws s'_k ~ Binomial(n_k, P~_k)
+  For node m: P~_k = (s_k + 1/2) / (n_k + 1), or P~_k = s_k / n_k where every candidate run has s_k in
+  {0, n_k} and `unanimous` (no shrinkage-invented noise: the estimate is then 1 wherever g~ != 0; candidates
+  with n_k = 0, padding or not run, have no say); g~ = ideal_gradient(p, P~); n_sim draws s'_k ~ Binomial(n_k, P~_k)
   give g' = ideal_gradient(p, s' / n); the estimate is the mean of cos(g', g~) over the draws where g' != 0
   (a degenerate draw has no alignment, as in the records). gradients.ideal_gradient and gradients.alignment do
   the vector work (float64).
@@ -31,12 +42,16 @@ def expected_cosine(p: np.ndarray, successes: np.ndarray, n: np.ndarray, *, n_si
     successes, n: int [M, K] counts per candidate (n = 0 on padding).
     n_sim: parametric bootstrap draws per node.
     seed: numpy seed of the draws.
+    unanimous: False: shrink every node (the estimator before issue 25, for benchmarks/ceiling_check.py).
   Returns:
     float64 [M]; NaN where p is all 0 (unavailable) or every draw is degenerate.
   """
   p, s, n = (np.asarray(a, np.float64) for a in (p, successes, n))
   rng = np.random.default_rng(seed)
   shrunk = (s + PRIOR) / (n + 2 * PRIOR)
+  if unanimous:
+    agree = np.all((n == 0) | (s == 0) | (s == n), axis=-1, keepdims=True)
+    shrunk = np.where(agree, s / np.maximum(n, 1), shrunk)
   draws = rng.binomial(n.astype(np.int64)[None], shrunk[None], size=(n_sim, *p.shape)) / np.maximum(n, 1)[None]
   with jax.enable_x64(True):
     g_true = gradients.ideal_gradient(p, shrunk)

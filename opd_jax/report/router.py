@@ -6,6 +6,12 @@ Per configuration c, a logistic model of P(alignment_c > 0) from the predictors 
 (records.PREDICTORS of c's (teacher, context) view); each held-out node is routed to the configuration with
 the highest predicted probability among those with a defined alignment there. Nothing of the held-out
 questions enters the models (folds over question_id).
+
+The oracle - router gap is not headroom by itself: the per-node max of noisy alignments exceeds any routed
+choice even when there is nothing to route (issue 25: +0.467 with interchangeable configurations and useless
+predictors). `route` therefore reports it beside its permutation null: the same cross-validated pipeline refit
+on alignments permuted among the configurations defined at each node (a Fisher-Pitman randomisation test of
+"the configurations are interchangeable at each node": the oracle is unchanged, the router can learn nothing).
 """
 import math
 
@@ -90,9 +96,53 @@ def folds_by_question(questions: np.ndarray, n_folds: int, seed: int) -> np.ndar
   return fold_of_label[inverse]
 
 
+def _cv_choice(align: np.ndarray, feats: np.ndarray, fold: np.ndarray, l2: float) -> np.ndarray:
+  """int [N]: the routed configuration of each node (`route`'s protocol: per fold and configuration a logistic
+  model of alignment > 0 on the other folds' defined rows; the highest predicted probability among the defined
+  configurations wins, ties to the first)."""
+  score = np.full(align.shape, -np.inf)
+  for f in np.unique(fold):
+    test, train = fold == f, fold != f
+    for j in range(align.shape[1]):
+      fit = train & np.isfinite(align[:, j])
+      y = align[fit, j] > 0
+      todo = test & np.isfinite(align[:, j])
+      if not todo.any():
+        continue
+      if y.size == 0 or y.all() or not y.any():
+        score[todo, j] = y.mean() if y.size else 0.5
+      else:
+        score[todo, j] = _Model(feats[fit, j], y, l2).predict(feats[todo, j])
+  return np.argmax(score, axis=1)                         # first maximum: configuration order
+
+
+def permute_within_nodes(align: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+  """align [N, C] with each row's defined (finite) values shuffled among its defined slots (NaNs stay put)."""
+  out = align.copy()
+  for i in range(len(align)):
+    at = np.flatnonzero(np.isfinite(align[i]))
+    out[i, at] = align[i, rng.permutation(at)]
+  return out
+
+
+def gap_null(align: np.ndarray, feats: np.ndarray, fold: np.ndarray, l2: float, *, n_perm: int,
+             seed: int) -> np.ndarray:
+  """float [n_perm]: mean(oracle - router) over the nodes with the alignments permuted within nodes
+  (`permute_within_nodes`, np.random.default_rng(seed)) and the router refit on them (`_cv_choice`); features,
+  folds and the oracle (a per-node max) are unchanged."""
+  rng = np.random.default_rng(seed)
+  oracle = np.nanmax(align, axis=1)
+  out = np.empty(n_perm)
+  for b in range(n_perm):
+    perm = permute_within_nodes(align, rng)
+    choice = _cv_choice(perm, feats, fold, l2)
+    out[b] = np.mean(oracle - perm[np.arange(len(perm)), choice])
+  return out
+
+
 def route(nodes: pd.DataFrame, *, target: str = "incorrect", n_folds: int = 5, l2: float = 1.0,
           n_boot: int = 2000, seed: int = 0, level: float = 0.95, min_nodes: int = common.MIN_NODES,
-          min_questions: int = common.MIN_QUESTIONS) -> dict:
+          min_questions: int = common.MIN_QUESTIONS, n_perm: int = 100) -> dict:
   """Cross-validated router on the target group, with cluster-bootstrap intervals over questions.
 
   Protocol (the contract; tests recompute parts of it):
@@ -109,7 +159,11 @@ def route(nodes: pd.DataFrame, *, target: str = "incorrect", n_folds: int = 5, l
       over its defined routed nodes; best single: the configuration with the highest such mean (in-sample, so
       the comparison favours the baseline);
     - differences: router - best on the nodes where the best is defined, oracle - router on every routed node;
-      replicates from stats.ClusterBootstrap(every question of `nodes`, n_boot, seed); percentile intervals.
+      replicates from stats.ClusterBootstrap(every question of `nodes`, n_boot, seed); percentile intervals;
+    - the gap's null (`gap_null`, n_perm permutations, seed): oracle - router with the alignments permuted among
+      the defined configurations of each node and the router refit (nothing to route); its mean, 5% and 95%
+      quantiles, and the one-sided permutation p-value (1 + #{null <= observed}) / (1 + n_perm) of "the router
+      closes no more of the gap than routing with nothing to learn" (small: the router beats chance).
   Args:
     nodes: node records (common.check_nodes).
     target: the node group ("incorrect", "correct" or "all").
@@ -117,10 +171,12 @@ def route(nodes: pd.DataFrame, *, target: str = "incorrect", n_folds: int = 5, l
     l2: logistic penalty on the standardised predictors.
     n_boot, seed, level: the bootstrap (seed also fixes the folds).
     min_nodes, min_questions: the power rule (common.underpowered) on the routed nodes.
+    n_perm: permutations of the gap's null (0: none; the keys are then absent).
   Returns:
     A JSON-ready dict: target, n_folds, l2, predictors, n_nodes, n_questions, underpowered, rows (list of
     {name, kind ("router", "oracle" or "config"), n, mean, ci_lo, ci_hi, share_routed}), best (config id),
-    router_minus_best and oracle_minus_router ({n, diff, ci_lo, ci_hi, p_value}), line (a sentence); or
+    router_minus_best and oracle_minus_router ({n, diff, ci_lo, ci_hi, p_value}), gap_null ({n_perm,
+    mean, q05, q95, p_value}), line (a sentence); or
     {"line": ..., "rows": []} when fewer than two configurations or no predictor column.
   Raises:
     ValueError: bad nodes (common.check_nodes) or an unknown target.
@@ -157,20 +213,7 @@ def route(nodes: pd.DataFrame, *, target: str = "incorrect", n_folds: int = 5, l
     return out
   fold = folds_by_question(questions, n_folds, seed)
   out["n_folds"] = int(np.unique(fold).size)
-  score = np.full(align.shape, -np.inf)
-  for f in np.unique(fold):
-    test, train = fold == f, fold != f
-    for j in range(len(configs)):
-      fit = train & np.isfinite(align[:, j])
-      y = align[fit, j] > 0
-      todo = test & np.isfinite(align[:, j])
-      if not todo.any():
-        continue
-      if y.size == 0 or y.all() or not y.any():
-        score[todo, j] = y.mean() if y.size else 0.5
-      else:
-        score[todo, j] = _Model(feats[fit, j], y, l2).predict(feats[todo, j])
-  choice = np.argmax(score, axis=1)                       # first maximum: configuration order
+  choice = _cv_choice(align, feats, fold, l2)
   router = align[np.arange(len(align)), choice]
   oracle = np.nanmax(align, axis=1)
   defined = np.isfinite(align)
@@ -195,6 +238,17 @@ def route(nodes: pd.DataFrame, *, target: str = "incorrect", n_folds: int = 5, l
 
   out["router_minus_best"] = diff(router - align[:, best])      # NaN where the best is undefined
   out["oracle_minus_router"] = diff(oracle - router)
+  gap = out["oracle_minus_router"]["diff"]
+  null_text = ""
+  if n_perm > 0:
+    null = gap_null(align, feats, fold, l2, n_perm=n_perm, seed=seed)
+    out["gap_null"] = {"n_perm": int(n_perm), "mean": float(null.mean()), "q05": float(np.quantile(null, 0.05)),
+                       "q95": float(np.quantile(null, 0.95)),
+                       "p_value": float((1 + np.sum(null <= gap)) / (1 + n_perm))}
+    g = out["gap_null"]
+    null_text = (f" (with nothing to route, configurations permuted within nodes: {g['mean']:+.4f} on average, "
+                 f"90% of {n_perm} permutations in [{g['q05']:+.4f}, {g['q95']:+.4f}]; permutation p = "
+                 f"{g['p_value']:.3g} that the router closes no more of it than chance)")
   d = out["router_minus_best"]
   pct = f"{100 * level:g}%"
   weak = "UNDERPOWERED (indicative): " if out["underpowered"] else ""
@@ -203,7 +257,7 @@ def route(nodes: pd.DataFrame, *, target: str = "incorrect", n_folds: int = 5, l
                  f"router - {configs[best]} = {d['diff']:+.4f} [{d['ci_lo']:+.4f}, {d['ci_hi']:+.4f}] mean "
                  f"alignment on {target} nodes "
                  f"({pct} cluster bootstrap, {n_q} questions, {int(len(index))} nodes); the per-token oracle is "
-                 f"{out['oracle_minus_router']['diff']:+.4f} above the router")
+                 f"{gap:+.4f} above the router{null_text}")
   return out
 
 
@@ -221,6 +275,10 @@ def table_rows(result: dict) -> list[list[str]]:
     if key in result:
       d = result[key]
       body.append([label, str(d["n"]), common.fmt(d["diff"]), common.ci(d["ci_lo"], d["ci_hi"]), ""])
+  if "gap_null" in result:
+    g = result["gap_null"]
+    body.append([f"oracle - router, null (mean, 5-95%: {g['n_perm']} permutations within nodes; p = {g['p_value']:.3g})",
+                 str(result["oracle_minus_router"]["n"]), common.fmt(g["mean"]), common.ci(g["q05"], g["q95"]), ""])
   return body
 
 
