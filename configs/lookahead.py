@@ -9,7 +9,11 @@ The student, task, policy, seed and continuation budget are the study's (its con
 only config.lookahead: study_workdir, configurations (config ids; empty: all), max_nodes and rerun_nodes per
 configuration (-1: all; re-runs cost |C(u)| x R continuations per node), eta (the step's parameter norm, or the
 learning rate with normalize=False), lora.rank (0: every parameter), lora.alpha, lora.targets, seed (LoRA init).
-Outputs: <workdir>/lookahead/{nodes.csv,summary.csv,summary.md}.
+Outputs: <workdir>/lookahead/{nodes.csv,summary.csv,summary.md}. What they show: "gradient check" (the first-order
+prediction against the local change with P_succ fixed: confirms the gradient code at a small eta, not training);
+re-runs test a predicted change only where they changed a reward and their t interval over the R replicates is
+narrower than |predicted| (summary.md counts them); every sign agreement has a Wilson interval and a binomial
+p-value against chance (0.5). A test needs a larger eta (e.g. 0.1) and a study with more continuations.
 """
 import ml_collections
 

@@ -1,14 +1,19 @@
-"""One-step lookahead (training/lookahead.py): the first-order identity and the local change (i) against numpy."""
+"""One-step lookahead (training/lookahead.py): the first-order identity and the local change (i) against numpy (a
+gradient check), the re-run's paired interval against scipy, and the summary's wording and intervals."""
 import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
+from scipy import stats
 
+from configs import lookahead as cfg_lookahead
 from opd_jax import contexts
 from opd_jax import models
 from opd_jax import sampling
+from opd_jax import targeted
 from opd_jax.training import lookahead
 from opd_jax.training import lora
 
@@ -70,3 +75,52 @@ def test_local_change_matches_numpy_from_the_new_logits(setup):
     np.testing.assert_allclose(out["value"], v0, rtol=1e-5)
     np.testing.assert_allclose(out["local"], v1 - v0, rtol=1e-3, atol=1e-7)
     assert abs(out["local"]) > 1e-4 and np.all(np.asarray(new[next(iter(new))]["b"]) != 0)
+
+
+def test_rerun_interval_is_the_paired_t_interval():
+  rng = np.random.default_rng(0)
+  p, p_new = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
+  old, new = rng.integers(0, 2, (4, 16)), rng.integers(0, 2, (4, 16))
+  got = lookahead.rerun_interval(p, p_new, old.tolist(), new.tolist())
+  want = stats.ttest_rel(p_new @ new, p @ old).confidence_interval(0.95)     # replicate r paired across k
+  np.testing.assert_allclose([got["rerun_lo"], got["rerun_hi"]], [want.low, want.high], rtol=1e-10)
+  np.testing.assert_allclose(got["rerun_mean"], p_new @ new.mean(1) - p @ old.mean(1), rtol=1e-12)
+  assert got["rerun_R"] == 16
+  assert np.isnan(lookahead.rerun_interval(p, p_new, old[:, :1].tolist(), new[:, :1].tolist())["rerun_lo"])
+  ragged = old.tolist()
+  ragged[0] = ragged[0][:3]
+  assert np.isnan(lookahead.rerun_interval(p, p_new, ragged, new.tolist())["rerun_hi"])
+
+
+def _frame(rng, n=30):
+  """Synthetic lookahead rows: predicted and local agree (a passing gradient check); re-runs with changed rewards
+  agree with predicted on 12 of 21, and only a few have intervals narrower than |predicted|."""
+  pred = rng.choice([-1, 1], n) * rng.uniform(1e-4, 2e-4, n)
+  rerun = np.where(np.arange(n) < 12, pred, -pred) * 3
+  changed = (np.arange(n) < 21).astype(int)
+  half = np.where(np.arange(n) % 5 == 0, 1e-5, 1e-2)        # rows 0, 5, ..., 25 resolve
+  return pd.DataFrame(dict(config_id="c", divergence="reverse_kl", degenerate=False, grad_norm=1.0,
+                           predicted=pred, local=pred * 1.001, alignment=pred, rerun=rerun, rewards_changed=changed,
+                           rerun_halfwidth=half, rerun_lo=rerun - half, rerun_hi=rerun + half, seconds=0.1,
+                           rerun_seconds=0.2))
+
+
+def test_summary_reports_a_gradient_check_and_agreement_against_chance():
+  frame = _frame(np.random.default_rng(1))
+  summary = lookahead.summarise(frame)
+  row = summary.iloc[0]
+  assert not any("pred_vs_local" in c for c in summary.columns)
+  assert row["gradient_check_agree"] == 1.0 and row["gradient_check_n"] == 30 and row["chance"] == 0.5
+  assert row["changed_local_vs_rerun_n"] == 21 and row["changed_local_vs_rerun_agree"] == 12 / 21
+  lo, hi = targeted.wilson_interval(12, 21)
+  assert (row["changed_local_vs_rerun_lo"], row["changed_local_vs_rerun_hi"]) == (lo, hi) and lo < 0.5 < hi
+  np.testing.assert_allclose(row["changed_local_vs_rerun_p_chance"], stats.binomtest(12, 21, 0.5).pvalue)
+  # resolved: rows 0, 5, 10, 15, 20, 25; with changed rewards: 0, 5, 10, 15, 20; agreeing: 0, 5, 10.
+  assert (row["reruns_resolved"], row["reruns_resolved_changed"], row["pred_vs_rerun_resolved_n"]) == (6, 5, 5)
+  assert row["pred_vs_rerun_resolved_agree"] == 3 / 5
+  config = cfg_lookahead.get_config()
+  config.lookahead.study_workdir = "/study"
+  text = lookahead._summary_text(config, summary, frame)
+  assert "gradient check" in text and "does not test whether the step raises" in text
+  assert "chance (0.5)" in text and "p=" in text
+  assert "5 of 30 re-runs test the predicted change" in text

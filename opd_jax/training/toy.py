@@ -180,15 +180,18 @@ def opd_loss(table: jax.Array, q: jax.Array, *, divergence: str, beta: float = 0
   vocab, horizon = _horizon_of(jnp.shape(table))
   p = jax.nn.softmax(table, axis=-1)
   reach = jax.lax.stop_gradient(_reach(p, vocab, horizon))
+  return jnp.sum(reach * _divergence(divergence, p, q, beta, clip))
+
+
+def _divergence(divergence, p, q, beta, clip):
+  """D(p(u), q(u)) per node [N] (`gradients`' divergences)."""
   if divergence == "reverse_kl":
-    d = gradients.reverse_kl(p, q)
-  elif divergence == "forward_kl":
-    d = gradients.forward_kl(p, q)
-  elif divergence == "jsd":
-    d = gradients.jsd(p, q, beta)
-  else:
-    d = gradients.clipped_reverse_kl(p, q, clip)
-  return jnp.sum(reach * d)
+    return gradients.reverse_kl(p, q)
+  if divergence == "forward_kl":
+    return gradients.forward_kl(p, q)
+  if divergence == "jsd":
+    return gradients.jsd(p, q, beta)
+  return gradients.clipped_reverse_kl(p, q, clip)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,20 +252,26 @@ def teacher_table(teacher: Teacher, state: Exact, *, seed: int, scale: float = 1
 
 
 def predictors(reach, p, q, p_succ, *, divergence: str, beta: float = 0.5, clip: float | None = None,
-               degenerate=None) -> dict[str, float]:
-  """(a), its unweighted variant and (b) for one configuration (module docstring), in float64.
+               degenerate=None, nodes=None) -> dict[str, float]:
+  """(a), its variants, (b), the teacher advantage and divergence predictors of one configuration, in float64.
 
   Args:
     reach: [N] reach probabilities; p, q: [N, V] student / teacher; p_succ: [N, V] exact or estimated P_succ.
     divergence, beta, clip: as in `gradients.distillation_gradient`.
     degenerate: optional [N] bool (estimated P_succ: `gradients.is_degenerate` on the counts); default: P_succ
       equal on every token.
+    nodes: optional int [M] node indices of sampled rollouts (`sample_nodes`, repeats allowed): adds
+      "align_sampled", the plain mean of cos(g*, g_D) over those node instances where it is defined (a study's
+      estimate: the mean over the nodes of its rollouts).
   Returns:
     {"align": reach-weighted mean of cos(g*, g_D) over defined nodes (NaN if none; the paper's rule),
      "align_filled": the reach-weighted mean over all nodes with undefined ones counted as 0 (= align * defined:
      a node where the clip binds or q = p gets no update), "align_uniform": the plain mean over defined nodes,
      "first_order": sum_u reach^2 <g*, g_D>, "defined": the fraction of reach mass (over all depths) where the
-     alignment is defined}.
+     alignment is defined, "teacher_advantage": the reach-weighted mean over all nodes of
+     sum_k (q_k - p_k) P_succ(k) (`gradients.teacher_advantage`), "loss0": the OPD loss at the start,
+     sum_u reach D(p, q) (the configuration's divergence), "kl_pq" / "kl_qp": reach-weighted mean KL(p || q) /
+     KL(q || p) (the same for every divergence of a teacher)}.
   """
   _check_divergence(divergence)
   reach, p, q, p_succ = (np.asarray(x, np.float64) for x in (reach, p, q, p_succ))
@@ -273,13 +282,45 @@ def predictors(reach, p, q, p_succ, *, divergence: str, beta: float = 0.5, clip:
     g = np.asarray(gradients.distillation_gradient(divergence, p, q, beta=beta, clip=clip))
     code = np.asarray(gradients.nan_reason(np.asarray(degenerate), g_star, g, p))
     cos = np.asarray(gradients.alignment(g_star, g))
+    adv = np.asarray(gradients.teacher_advantage(p, q, p_succ))
+    loss = np.asarray(_divergence(divergence, p, q, beta, clip))
+    kl_pq, kl_qp = np.asarray(gradients.reverse_kl(p, q)), np.asarray(gradients.reverse_kl(q, p))
   ok = code == 0
-  mass = reach[ok].sum()
-  return dict(align=float(reach[ok] @ cos[ok] / mass) if mass > 0 else float("nan"),
-              align_filled=float(reach[ok] @ cos[ok] / reach.sum()),
-              align_uniform=float(cos[ok].mean()) if ok.any() else float("nan"),
-              first_order=float(np.sum(reach ** 2 * np.sum(g_star * g, axis=-1))),
-              defined=float(mass / reach.sum()))
+  mass, total = reach[ok].sum(), reach.sum()
+  out = dict(align=float(reach[ok] @ cos[ok] / mass) if mass > 0 else float("nan"),
+             align_filled=float(reach[ok] @ cos[ok] / total),
+             align_uniform=float(cos[ok].mean()) if ok.any() else float("nan"),
+             first_order=float(np.sum(reach ** 2 * np.sum(g_star * g, axis=-1))),
+             defined=float(mass / total), teacher_advantage=float(reach @ adv / total), loss0=float(reach @ loss),
+             kl_pq=float(reach @ kl_pq / total), kl_qp=float(reach @ kl_qp / total))
+  if nodes is not None:
+    keep = np.asarray(nodes)[ok[np.asarray(nodes)]]
+    out["align_sampled"] = float(cos[keep].mean()) if keep.size else float("nan")
+  return out
+
+
+def sample_nodes(probs, rollouts: int, *, seed) -> np.ndarray:
+  """The nodes a study scores: every prefix of `rollouts` rollouts y ~ the policy, int [rollouts * H] node
+  indices (depth-major within a rollout; repeats kept), drawn with np.random.default_rng(seed).
+
+  Args:
+    probs: [N, V] the policy's p(u) (`Exact.probs`).
+  Raises:
+    ValueError: if rollouts < 1.
+  """
+  if rollouts < 1:
+    raise ValueError(f"rollouts must be >= 1, got {rollouts}")
+  probs = np.asarray(probs, np.float64)
+  vocab, horizon = _horizon_of(probs.shape)
+  offsets, rng = _offsets(vocab, horizon), np.random.default_rng(seed)
+  c, out = np.zeros(rollouts, np.int64), []
+  for t in range(horizon):
+    node = offsets[t] + c
+    out.append(node)
+    cum = np.cumsum(probs[node], axis=-1)
+    k = np.minimum((rng.random(rollouts)[:, None] > cum).sum(-1), vocab - 1)   # inverse-CDF draw
+    c = c * vocab + k
+  return np.stack(out, -1).reshape(-1)
 
 
 def estimated_p_succ(p_succ: np.ndarray, R: int, *, seed) -> tuple[np.ndarray, np.ndarray]:
@@ -359,6 +400,7 @@ class ExperimentConfig:
   learning_rates: tuple[tuple[str, float], ...] = (("sgd", 1.0), ("adam", 0.05))
   rs: tuple[int, ...] = (4, 16, 64)
   r_draws: int = 1                                 # independent finite-R estimates per (student, R)
+  sample_rollouts: int = 16                        # rollouts whose H nodes the sampled estimate (align_S) scores
 
 
 def run_experiment(config: ExperimentConfig = ExperimentConfig()) -> pd.DataFrame:
@@ -367,7 +409,8 @@ def run_experiment(config: ExperimentConfig = ExperimentConfig()) -> pd.DataFram
   Returns:
     One row per configuration: seed, teacher, divergence, J0, and the keys of `predictors`,
     dJ_<opt>_<steps> for each optimizer and step count, align_R<R>_d<i> / first_order_R<R>_d<i> for each R
-    and draw i < r_draws.
+    and draw i < r_draws (finite R at every node, reach-weighted), align_S<R>_d<i> (a study's estimate: finite R
+    at the nodes of `sample_rollouts` sampled rollouts, `sample_nodes`, drawn anew per (seed, R, i)).
   """
   for d in config.divergences:
     _check_divergence(d)
@@ -380,6 +423,8 @@ def run_experiment(config: ExperimentConfig = ExperimentConfig()) -> pd.DataFram
       state = jax.tree.map(np.asarray, exact(jnp.asarray(table), jnp.asarray(reward)))
     estimates = {(R, i): estimated_p_succ(state.p_succ, R, seed=(R, seed, i))
                  for R in config.rs for i in range(config.r_draws)}
+    sampled = {(R, i): sample_nodes(state.probs, config.sample_rollouts, seed=(7, R, seed, i))
+               for R in config.rs for i in range(config.r_draws)}
     for teacher in config.teachers:
       q = teacher_table(teacher, state, seed=1000 + seed, scale=config.teacher_scale)
       for d in config.divergences:
@@ -387,8 +432,9 @@ def run_experiment(config: ExperimentConfig = ExperimentConfig()) -> pd.DataFram
         row = dict(seed=seed, teacher=teacher.name, divergence=d, J0=float(state.success),
                    **predictors(state.reach, state.probs, q, state.p_succ, **kw))
         for (R, i), (ps, degenerate) in estimates.items():
-          est = predictors(state.reach, state.probs, q, ps, degenerate=degenerate, **kw)
+          est = predictors(state.reach, state.probs, q, ps, degenerate=degenerate, nodes=sampled[(R, i)], **kw)
           row[f"align_R{R}_d{i}"], row[f"first_order_R{R}_d{i}"] = est["align"], est["first_order"]
+          row[f"align_S{R}_d{i}"] = est["align_sampled"]
         rows.append(row)
         tables.append(table)
         qs.append(q)
@@ -404,23 +450,91 @@ def run_experiment(config: ExperimentConfig = ExperimentConfig()) -> pd.DataFram
   return df
 
 
+def bootstrap_weights(df: pd.DataFrame, by: Sequence[str] = (), *, n_boot: int = 1000,
+                      seed: int = 0) -> np.ndarray:
+  """Multiplicities float64 [n_boot, len(df)] of each configuration in bootstrap replicates.
+
+  by = (): resample configurations (rows) as if independent, `stats.ClusterBootstrap` over the row index. by =
+  ("teacher",): resample the distinct teachers with replacement, every configuration of a drawn teacher comes
+  along (a cluster bootstrap). by = ("teacher", "seed"): teachers and seeds drawn independently (seed + j for
+  factor j), a configuration's multiplicity the product of its teacher's and its seed's (a two-way bootstrap).
+  """
+  if not by:
+    return stats.ClusterBootstrap(np.arange(len(df)), n_boot=n_boot, seed=seed).weights
+  w = np.ones((n_boot, len(df)))
+  for j, factor in enumerate(by):
+    boot = stats.ClusterBootstrap(df[factor].to_numpy(), n_boot=n_boot, seed=seed + j)
+    w = w * boot.weights[:, boot.index(df[factor].to_numpy())]
+  return w
+
+
+def rho_interval(x, y, weights: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+  """(rho, lo, hi): `stats.spearman` of x and y and the percentile interval of its replicates under `weights`
+  ([n_boot, len(x)] multiplicities, `bootstrap_weights`; `stats.weighted_spearman`)."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  reps = stats.weighted_spearman(x, y, weights)
+  return (stats.spearman(x, y), *stats.percentile_interval(reps, level))
+
+
 def spearman_table(df: pd.DataFrame, predictor_names: Sequence[str], targets: Sequence[str], *,
-                   n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> pd.DataFrame:
+                   n_boot: int = 1000, level: float = 0.95, seed: int = 0, by: Sequence[str] = ()) -> pd.DataFrame:
   """Spearman rho (`stats.spearman`, scipy.stats.spearmanr) of each predictor with each target over the
-  configurations, with a percentile bootstrap interval that resamples configurations (same resamples for
-  every pair). NaN predictor values drop their configuration from that pair.
+  configurations, with a percentile bootstrap interval (`bootstrap_weights(df, by)`: by = () resamples
+  configurations, ("teacher",) teachers; the same resamples for every pair). NaN predictor values drop their
+  configuration from that pair.
 
   Returns:
     Rows (predictor, target, rho, lo, hi, n).
   """
-  rng = np.random.default_rng(seed)
-  idx = rng.integers(0, len(df), size=(n_boot, len(df)))
+  weights = bootstrap_weights(df, by, n_boot=n_boot, seed=seed)
   rows = []
   for pred, target in itertools.product(predictor_names, targets):
     x, y = df[pred].to_numpy(np.float64), df[target].to_numpy(np.float64)
-    reps = [stats.spearman(x[i], y[i]) for i in idx]
-    lo, hi = stats.percentile_interval(reps, level)
-    rows.append(dict(predictor=pred, target=target, rho=stats.spearman(x, y), lo=lo, hi=hi,
+    rho, lo, hi = rho_interval(x, y, weights, level)
+    rows.append(dict(predictor=pred, target=target, rho=rho, lo=lo, hi=hi,
                      n=int(np.sum(~np.isnan(x) & ~np.isnan(y)))))
   return pd.DataFrame(rows)
 
+
+def beyond_sign(df: pd.DataFrame, target: str, predictor_names: Sequence[str], *, n_boot: int = 1000,
+                level: float = 0.95, seed: int = 0) -> dict:
+  """What each predictor says about `target` (a dJ column) beyond its sign, with teacher-resampled intervals.
+
+  Every interval resamples the 10 teachers (`bootstrap_weights(df, ("teacher",))`; "naive" ones resample
+  configurations, "teacher_seed" teachers and student seeds). Keys, per predictor x:
+    rho: (rho, lo, hi) of x with the target; rho_naive, rho_teacher_seed: the same rho, other intervals.
+    helpful: (rho, lo, hi) over the configurations with target > 0 (same teacher draws, restricted).
+    helpful_success: rho over the helpful configurations of the success-conditioned teachers alone (no interval:
+      4 teachers).
+  and "sign_only": (rho, lo, hi) of sign(target) with the target, the ceiling of a predictor that knows only
+  whether a configuration helps; "sign_then_<x>": the Spearman of the predictor that ranks by the sign first and
+  by x within it (sign(target) * 10 + rank share of x), and "gain_<x>": its difference from sign_only, paired
+  replicates: what x adds to the sign. n, n_helpful: configuration counts.
+  """
+  y = df[target].to_numpy(np.float64)
+  w = {k: bootstrap_weights(df, by, n_boot=n_boot, seed=seed)
+       for k, by in (("teacher", ("teacher",)), ("naive", ()), ("teacher_seed", ("teacher", "seed")))}
+  helpful = y > 0
+  success = df["teacher"].str.startswith("success").to_numpy()
+  sign = np.sign(y)
+  sign_reps = stats.weighted_spearman(sign, y, w["teacher"])
+  out = {"target": target, "n": int(len(y)), "n_helpful": int(helpful.sum()),
+         "sign_only": (stats.spearman(sign, y), *stats.percentile_interval(sign_reps, level))}
+  for name in predictor_names:
+    x = df[name].to_numpy(np.float64)
+    res = {"rho": rho_interval(x, y, w["teacher"], level), "rho_naive": rho_interval(x, y, w["naive"], level),
+           "rho_teacher_seed": rho_interval(x, y, w["teacher_seed"], level),
+           "helpful": rho_interval(x[helpful], y[helpful], w["teacher"][:, helpful], level),
+           "helpful_success": stats.spearman(x[helpful & success], y[helpful & success])}
+    finite = ~np.isnan(x)
+    share = np.full_like(x, np.nan)
+    share[finite] = stats.rankdata(x[finite]) / (finite.sum() + 1)              # in (0, 1): below the sign's step
+    combo = sign * 10.0 + share
+    combo_reps = stats.weighted_spearman(combo, y, w["teacher"])
+    res["sign_then"] = (stats.spearman(combo, y), *stats.percentile_interval(combo_reps, level))
+    keep = finite                                                                  # sign_only on the same rows
+    gain_reps = combo_reps - stats.weighted_spearman(sign[keep], y[keep], w["teacher"][:, keep])
+    res["gain"] = (res["sign_then"][0] - stats.spearman(sign[keep], y[keep]),
+                   *stats.percentile_interval(gain_reps, level))
+    out[name] = res
+  return out
