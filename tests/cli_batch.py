@@ -9,6 +9,7 @@ and ml_collections flags cannot be parsed twice in one process). "interrupt" mak
 KeyboardInterrupt (what SIGINT raises) as soon as it starts.
 """
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -23,20 +24,32 @@ def _interrupted(*args, **kwargs):
   raise KeyboardInterrupt
 
 
-def _child(case: dict) -> dict:
+def run_cli(argv: list[str], module: str = "main") -> dict:
+  """One command line of `opd_jax.main` (or of `opd_jax.report` with module "report") in this process, as the
+  shell would run it: {"code", "stdout", "stderr"}; an uncaught exception is code -1 with a "Traceback" line."""
   out, err, code = io.StringIO(), io.StringIO(), 0
-  if case.get("interrupt"):
-    study.run = _interrupted
-  sys.argv = ["opd_jax.main", *case["argv"]]        # ml_collections reads the overrides from sys.argv
+  sys.argv = [f"opd_jax.{module}", *argv]            # ml_collections reads the overrides from sys.argv
   with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
     try:
-      cli.main(cli.parse_flags(sys.argv))
+      if module == "report":
+        from absl import flags  # pylint: disable=g-import-not-at-top
+        delattr(flags.FLAGS, "workdir")                # main's flag; the report CLI defines its own
+        report_cli = importlib.import_module("opd_jax.report.__main__")
+        report_cli.main(report_cli.parse_flags(sys.argv))
+      else:
+        cli.main(cli.parse_flags(sys.argv))
     except SystemExit as e:
       code = e.code if isinstance(e.code, int) else 1
     except BaseException as e:  # pylint: disable=broad-except  (a traceback: the test reports it)
       code = -1
       err.write(f"Traceback (uncaught): {type(e).__name__}: {e}\n")
   return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def _child(case: dict) -> dict:
+  if case.get("interrupt"):
+    study.run = _interrupted
+  return run_cli(case["argv"])
 
 
 def run_case(case: dict) -> dict:

@@ -105,7 +105,7 @@ def test_cli_prints_the_table_for_smoke_and_one_line_errors(tmp_path):
   ok, bad, no_dry = json.loads((tmp_path / "out.json").read_text())
   assert ok["code"] == 0, ok["stderr"]
   lines = ok["stdout"].splitlines()
-  assert lines[0].startswith("planned:")
+  assert any(l.startswith("planned:") for l in lines) and lines[0].startswith("task:")   # the checklist first
   for stage in costs.STAGES + ("total",):
     assert any(l.split()[:1] == [stage] for l in lines), stage
   assert any(l.strip().startswith("hours per question:") for l in lines)

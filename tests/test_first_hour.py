@@ -7,9 +7,6 @@ under <root> (fabricated workdirs and model files: no study or trainer runs), th
 (`python -m opd_jax.main` or `python -m opd_jax.report`) in a forked child, two at a time, with every model load
 refused (`study.load_model` raises): a case that reached a load would show that error instead of its own.
 """
-import contextlib
-import importlib
-import io
 import json
 import os
 import pathlib
@@ -257,29 +254,13 @@ def _interrupted(*args, **kwargs):
 
 
 def _child(case: dict) -> dict:
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  from opd_jax import main as cli  # pylint: disable=g-import-not-at-top
   from opd_jax import study  # pylint: disable=g-import-not-at-top
   from opd_jax.training import loop  # pylint: disable=g-import-not-at-top
+  from tests import cli_batch  # pylint: disable=g-import-not-at-top
   study.load_model = _refuse_load
   if case["interrupt"] == "train":
     loop.run = _interrupted
-  out, err, code = io.StringIO(), io.StringIO(), 0
-  sys.argv = [f"opd_jax.{case['module']}", *case["argv"]]       # ml_collections reads the overrides from sys.argv
-  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    try:
-      if case["module"] == "report":
-        delattr(flags.FLAGS, "workdir")                          # main's flag; the report CLI defines its own
-        report_cli = importlib.import_module("opd_jax.report.__main__")
-        report_cli.main(report_cli.parse_flags(sys.argv))
-      else:
-        cli.main(cli.parse_flags(sys.argv))
-    except SystemExit as e:
-      code = e.code if isinstance(e.code, int) else 1
-    except BaseException as e:  # pylint: disable=broad-except  (a traceback: the test reports it)
-      code = -1
-      err.write(f"Traceback (uncaught): {type(e).__name__}: {e}\n")
-  return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+  return cli_batch.run_cli(case["argv"], case["module"])
 
 
 def run_batch(root: pathlib.Path, results_path: pathlib.Path, parallel: int = 2) -> None:

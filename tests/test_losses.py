@@ -186,9 +186,9 @@ def test_every_loss_and_direction_is_exact_in_fp32_at_any_logit_gap(gap):
 
 # ---- issue 26, item 4: the trainer's p and q are the study's (temperature, top-k, top-p; T_q) -----------------
 
-POLICIES = [sampling.SamplingParams(temperature=0.5), sampling.SamplingParams(temperature=0.7, top_k=4),
-            sampling.SamplingParams(temperature=1.3, top_p=0.8), sampling.SamplingParams(temperature=0.6, top_k=5,
-                                                                                          top_p=0.9)]
+# Top-p alone (the threshold search) and top-k then top-p; temperature alone: tests/test_training_loop.py.
+POLICIES = [sampling.SamplingParams(temperature=1.3, top_p=0.8),
+            sampling.SamplingParams(temperature=0.6, top_k=5, top_p=0.9)]
 
 
 @pytest.mark.parametrize("sp", POLICIES, ids=lambda sp: f"T{sp.temperature}-k{sp.top_k}-p{sp.top_p}")

@@ -237,3 +237,13 @@ def test_comparison_page_stars_only_comparable_distinguishable_configurations(tm
   page = (tmp_path / "out" / "comparison.html").read_text()
   assert page.count(" *</td>") == 1 and "not comparable (1 shared questions)" in page
   assert [v["verdict"] for v in verdicts] == ["underpowered", "use"]
+
+
+def test_intervals_stay_within_what_a_difference_of_cosines_can_be():
+  """5 shared questions with widely spread paired differences: the t interval (few df) is cut to [-2, 2]."""
+  q = np.repeat(np.arange(5), 2)
+  sign = np.repeat([1.0, -1.0, 1.0, -1.0, 1.0], 2)            # per question the paired difference is +-2
+  a = np.stack([sign, -sign], axis=1)
+  res = decision.compare_arrays(a, q.astype(str))
+  lo, hi = res["ci_lo"][0, 1], res["ci_hi"][0, 1]
+  assert -2.0 <= lo < hi <= 2.0 and (lo == -2.0 or hi == 2.0)

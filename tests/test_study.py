@@ -405,8 +405,13 @@ def test_tempered_nucleus_policy_p_and_scaled_q_match_an_independent_forward(tmp
     adv = np.log(qq[c[0]]) - np.log(pi[c[0]])
     assert abs(row.sampled_advantage - adv) < 1e-3
     ps = np.asarray(row.p_succ)
-    assert abs(row.value - p @ ps) < 2e-5 and abs(row.teacher_advantage - (q - p) @ ps) < 2e-5
-    g_star, g = p * (ps - p @ ps), _softmax_free(p, q, row.divergence, row.beta, row.clip, adv)
+    ran = ~np.isnan(ps)                   # candidates outside the nucleus (p = 0) get no continuations
+    assert np.all(ran | (p == 0)) and np.all(ran == (np.asarray(row.n) > 0))
+    value = p[ran] @ ps[ran]
+    q_ran = q[ran] / q[ran].sum() if not ran.all() else q      # teacher advantage on the candidates that ran
+    assert abs(row.value - value) < 2e-5 and abs(row.teacher_advantage - (q_ran @ ps[ran] - value)) < 2e-5
+    ps = np.where(ran, ps, 0.0)
+    g_star, g = p * (ps - value), _softmax_free(p, q, row.divergence, row.beta, row.clip, adv)
     if not np.isnan(row.alignment):
       cos = g_star @ g / (np.linalg.norm(g_star) * np.linalg.norm(g))
       assert abs(row.alignment - cos) < 1e-3, (row.config_id, row.alignment, cos)

@@ -284,24 +284,25 @@ main.run()
 """
 
 
-@pytest.mark.parametrize("exc,code,last", [("KeyboardInterrupt()", 130, "interrupted: "),
-                                           ("RuntimeError('disk on fire')", 2, "error: disk on fire")])
-def test_a_stop_right_after_a_save_keeps_that_checkpoint_and_says_where_a_rerun_resumes(tmp_path, exc, code, last):
+def test_a_stop_right_after_a_save_keeps_that_checkpoint_and_says_where_a_rerun_resumes(tmp_path):
   """Ctrl-C or an error right after step 2's save (async, in flight): the save completes before the exit, the
   message names step 2, and a rerun resumes from it (issue 26, item 2: the rerun resumed from step 1, or from
-  nothing, leaving `2.orbax-checkpoint-tmp`)."""
+  nothing, leaving `2.orbax-checkpoint-tmp`). Both stops run side by side, each in its own process and workdir."""
   env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
-  got = subprocess.run(_cmd(tmp_path, "-c", STOPPED.format(exc=exc)), env=env, capture_output=True, text=True,
-                       timeout=600)
-  assert got.returncode == code, got.stderr[-2000:]
-  lines = got.stderr.strip().splitlines()
-  assert lines[-1].startswith(last), lines[-3:]
-  assert "step 2's checkpoint is complete; a rerun of the same command resumes from step 2" in got.stderr
-  ckpt_dir = tmp_path / "train" / "checkpoints"
-  assert sorted(p.name for p in ckpt_dir.iterdir()) == ["1", "2"]        # no `.orbax-checkpoint-tmp` left
-  ck = state_lib.Checkpoints(ckpt_dir, identity={})
-  assert ck.latest_step() == 2 and int(ck.restore(None)[0]["step"]) == 2
-  ck.close()
+  cases = [("KeyboardInterrupt()", 130, "interrupted: "), ("RuntimeError('disk on fire')", 2, "error: disk on fire")]
+  procs = [subprocess.Popen(_cmd(tmp_path / f"w{i}", "-c", STOPPED.format(exc=exc)), env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i, (exc, _, _) in enumerate(cases)]
+  for i, (proc, (_, code, last)) in enumerate(zip(procs, cases)):
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == code, stderr[-2000:]
+    lines = stderr.strip().splitlines()
+    assert lines[-1].startswith(last), lines[-3:]
+    assert "step 2's checkpoint is complete; a rerun of the same command resumes from step 2" in stderr
+    ckpt_dir = tmp_path / f"w{i}" / "train" / "checkpoints"
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["1", "2"]        # no `.orbax-checkpoint-tmp` left
+    ck = state_lib.Checkpoints(ckpt_dir, identity={})
+    assert ck.latest_step() == 2 and int(ck.restore(None)[0]["step"]) == 2
+    ck.close()
 
 
 def test_bad_training_inputs_fail_in_one_line_before_anything_is_written(tmp_path):

@@ -39,7 +39,8 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
     - pair (i, j): the nodes where both are defined; diff[i, j] = their mean of a_i - a_j, with a CR2 standard
       error by question and Bell-McCaffrey df (stats.cr2_mean); comparable when they share >= min_shared_questions
       questions;
-    - the family: the m comparable pairs; each gets a t interval at level 1 - (1 - level) / m and a p-value,
+    - the family: the m comparable pairs; each gets a t interval at level 1 - (1 - level) / m (cut to [-2, 2],
+      what a difference of two cosines can be) and a p-value,
       Bonferroni-adjusted (statsmodels multipletests); distinguishable: adjusted p <= 1 - level (the interval
       excludes 0);
     - best: the most pairwise wins minus losses (sign of diff) over comparable pairs; ties: the larger sum of its
@@ -94,6 +95,7 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
   alpha = 1.0 - level
   ci_level = 1.0 - alpha / max(m, 1)
   lo, hi, p = stats.t_test(res.mean, res.se, res.df, ci_level)
+  lo, hi = np.maximum(lo, -2.0), np.minimum(hi, 2.0)    # a difference of two cosines lies in [-2, 2]
   p_adj = np.full(p.shape, np.nan)
   if m:
     p_adj[comparable] = multipletests(p[comparable], alpha=alpha, method="bonferroni")[1]
@@ -292,7 +294,9 @@ def power_text(power: dict | None) -> str:
     return f"Power: not estimable ({power['reason']})."
   text = (f"Power ({power['vs']} against the best, level {power['alpha']:.3g} per comparison): the smallest "
           f"difference detectable with {100 * power['power']:g}% power at this budget ({power['questions']} shared "
-          f"questions) is {power['detectable_difference']:.4f}")
+          f"questions) is {power['detectable_difference']:.4f}"
+          + (" (more than 2, the largest a difference of cosines can be: none is detectable)"
+             if power["detectable_difference"] > 2 else ""))
   if power["min_effect"] is not None:
     need = power["questions_needed"]
     text += (f"; to detect {power['min_effect']:g}: {need} questions ({power['more_questions']} more)"

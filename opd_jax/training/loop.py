@@ -201,6 +201,7 @@ def run(config, workdir: str) -> str:
   if ckpts.latest_step() is not None:   # onto this run's devices, whatever count saved it (restore_target)
     st, meta = ckpts.restore(state_lib.restore_target(fresh, base, mesh=mesh))
     metrics, evals = meta["metrics"], meta["evals"]
+    print(f"resumed from {ckpts.directory} step {int(st['step'])}", file=sys.stderr)
   else:
     st = fresh(base)
   teacher = None if conf.teacher == contexts.SELF else env.teacher(conf.teacher)
