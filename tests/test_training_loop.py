@@ -239,9 +239,17 @@ def _cmd(workdir, *prefix):
           f"--config={REPO / 'configs/opd_train.py'}:smoke", f"--workdir={workdir}", "--config.logging.progress=False"]
 
 
-def test_sigkilled_run_resumes_to_the_uninterrupted_params(tmp_path):
-  env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jc"),
-             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+@pytest.fixture(scope="module")
+def trainer_env(tmp_path_factory):
+  """The environment of the trainer smoke's subprocesses: one persistent XLA compilation cache for the module, so
+  only the first process compiles the smoke's programs (speed only: the results do not depend on it)."""
+  return dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu",
+              JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.mktemp("jax_cache")),
+              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+
+
+def test_sigkilled_run_resumes_to_the_uninterrupted_params(tmp_path, trainer_env):
+  env = trainer_env
   full = subprocess.Popen(_cmd(tmp_path / "full"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   killed = subprocess.run(_cmd(tmp_path / "cut", "-c", KILLED), env=env, capture_output=True, text=True, timeout=600)
   assert killed.returncode == -9, killed.stderr[-2000:]
@@ -284,11 +292,11 @@ main.run()
 """
 
 
-def test_a_stop_right_after_a_save_keeps_that_checkpoint_and_says_where_a_rerun_resumes(tmp_path):
+def test_a_stop_right_after_a_save_keeps_that_checkpoint_and_says_where_a_rerun_resumes(tmp_path, trainer_env):
   """Ctrl-C or an error right after step 2's save (async, in flight): the save completes before the exit, the
   message names step 2, and a rerun resumes from it (issue 26, item 2: the rerun resumed from step 1, or from
   nothing, leaving `2.orbax-checkpoint-tmp`). Both stops run side by side, each in its own process and workdir."""
-  env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
+  env = trainer_env
   cases = [("KeyboardInterrupt()", 130, "interrupted: "), ("RuntimeError('disk on fire')", 2, "error: disk on fire")]
   procs = [subprocess.Popen(_cmd(tmp_path / f"w{i}", "-c", STOPPED.format(exc=exc)), env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i, (exc, _, _) in enumerate(cases)]
