@@ -104,7 +104,7 @@ def compare(workdirs: list[str], *, target: str = "incorrect", n_boot: int = 200
 
 def render(table: pd.DataFrame, verdicts: list[dict]) -> str:
   """The comparison page: one verdict line per study, then configurations x studies (mean alignment [CI];
-  paired difference against the study's best [CI], Holm-adjusted)."""
+  paired difference against the study's best [CI], simultaneous over the comparable pairs)."""
   parts = ["<h1>opd_jax: comparison of studies</h1>"]
   bests = {v["best"] for v in verdicts if v["verdict"] == "use"}
   decided = sum(v["verdict"] == "use" for v in verdicts)
