@@ -318,8 +318,7 @@ def main(argv):
     workdir = workdir or os.path.join("runs", preflight.check_name(config.name))
     if job == "train":                                     # configs/opd_train.py: OPD training (opd_jax/training)
       from opd_jax.training import loop  # pylint: disable=g-import-not-at-top
-      preflight.validate_train(config)
-      loop.validate(config)
+      loop.validate(config)                                # config.train, the optimizer's too (validate_train)
       if _DRY_RUN.value:
         from opd_jax.training import costs as train_costs  # pylint: disable=g-import-not-at-top
         print(train_costs.describe(config, _COST_MODEL.value or "cpu"))

@@ -252,6 +252,25 @@ def config_hash(config_dict: dict) -> str:
   return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
 
 
+MISSING = object()   # a field one config dict has and the other lacks (`config_difference`)
+
+
+def config_difference(old: dict, new: dict, ignore: tuple[str, ...] = ()) -> list[str]:
+  """Dotted paths of the fields that differ between two config dicts, compared as JSON (a tuple equals its list),
+  leaves first where both sides are groups; `ignore` drops fields (and the groups' fields under them)."""
+  norm = lambda d: json.loads(json.dumps(d, sort_keys=True, default=str))
+  out = []
+
+  def walk(a, b, prefix):
+    if isinstance(a, dict) and isinstance(b, dict):
+      for k in sorted(set(a) | set(b)):
+        walk(a.get(k, MISSING), b.get(k, MISSING), f"{prefix}.{k}" if prefix else k)
+    elif a != b and not any(prefix == f or prefix.startswith(f + ".") for f in ignore):
+      out.append(prefix)
+  walk(norm(old), norm(new), "")
+  return out
+
+
 def check_workdir(workdir, config_dict: dict) -> None:
   """Claim `workdir` for this config (writes config.json), or refuse one written by another config (leaving it
   untouched). The progress to resume from is `runs.read_progress`'s.
@@ -265,10 +284,7 @@ def check_workdir(workdir, config_dict: dict) -> None:
   if cfg_path.exists():
     old = json.loads(cfg_path.read_text())
     if config_hash(old) != h:
-      as_json = lambda d: json.loads(json.dumps(d, sort_keys=True, default=str))   # a tuple equals its list
-      old_j, new_j = as_json(old), as_json(config_dict)
-      changed = sorted(k for k in set(old_j) | set(new_j)
-                       if k not in VOLATILE_FIELDS and old_j.get(k) != new_j.get(k))
+      changed = config_difference(old, config_dict, VOLATILE_FIELDS)
       raise ValueError(f"--workdir={workdir} holds a run of a different config (fields differ: "
                        f"{', '.join(changed) or 'nested values'}); pass a new --workdir or rerun with the "
                        "same config to resume")

@@ -242,26 +242,6 @@ def _check_study_config(workdir: pathlib.Path) -> None:
                      "made them is unknown; restore config.json, or pass a new --workdir")
 
 
-_MISSING = object()
-
-
-def config_difference(old: dict, new: dict, ignore: tuple[str, ...] = ()) -> list[str]:
-  """Dotted paths of the fields that differ between two config dicts, compared as JSON (a tuple equals its list),
-  leaves first where both sides are groups; `ignore` drops fields (and the groups' fields under them)."""
-  norm = lambda d: json.loads(json.dumps(d, sort_keys=True, default=str))
-  out = []
-
-  def walk(a, b, prefix):
-    if isinstance(a, dict) and isinstance(b, dict):
-      for k in sorted(set(a) | set(b)):
-        walk(a.get(k, _MISSING), b.get(k, _MISSING), f"{prefix}.{k}" if prefix else k)
-    elif a != b and not any(prefix == f or prefix.startswith(f + ".") for f in ignore):
-      out.append(prefix)
-  walk(norm(old), norm(new), "")
-  return out
-
-
-
 def check_workdir_for(workdir, config_dict: dict, job: str) -> None:
   """Refuse, before anything loads or is written, a workdir that cannot hold this run: outputs of another kind
   of job (a workdir holds one: `workdir_jobs`), damaged JSON (`check_json_files`), a study's outputs without
@@ -287,9 +267,9 @@ def check_workdir_for(workdir, config_dict: dict, job: str) -> None:
   if path.is_file():
     old = json.loads(path.read_text())
     ignore = tuple(records.VOLATILE_FIELDS) + RESUMABLE_FIELDS.get(job, ())
-    changed = config_difference(old, config_dict, ignore)
+    changed = records.config_difference(old, config_dict, ignore)
     if changed:
-      flat = lambda d, f: functools.reduce(lambda x, k: x.get(k, _MISSING) if isinstance(x, dict) else _MISSING,
+      flat = lambda d, f: functools.reduce(lambda x, k: x.get(k, records.MISSING) if isinstance(x, dict) else records.MISSING,
                                            f.split("."), d)
       shown = [f"config.{f}: {_short(flat(old, f))} -> {_short(flat(config_dict, f))}" for f in changed[:4]]
       more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
@@ -298,7 +278,7 @@ def check_workdir_for(workdir, config_dict: dict, job: str) -> None:
 
 
 def _short(value, width: int = 40) -> str:
-  if value is _MISSING:
+  if value is records.MISSING:
     return "(absent)"
   text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
   return text if len(text) <= width else text[:width - 3] + "..."

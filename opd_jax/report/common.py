@@ -12,6 +12,7 @@ REQUIRED_COLUMNS = ("config_id", "question_id", "rollout_id", "position", "teach
                     "correct", "alignment", "alignment_nan_reason", "degenerate", "teacher_advantage")
 MIN_NODES = 10       # fewer defined alignments in a group: underpowered
 MIN_QUESTIONS = 10   # fewer questions: underpowered (a 95% cluster interval over 3 questions covers ~71%)
+MIN_SHARED_QUESTIONS = 5   # fewer questions behind a paired difference: not comparable (no test, no veto)
 
 
 def check_nodes(nodes: pd.DataFrame) -> None:

@@ -26,7 +26,7 @@ from statsmodels.stats.multitest import multipletests
 from opd_jax import stats
 from opd_jax.report import common
 
-MIN_SHARED_QUESTIONS = 5   # fewer questions shared by two configurations: not comparable (no test, no veto)
+MIN_SHARED_QUESTIONS = common.MIN_SHARED_QUESTIONS   # pairs sharing fewer questions: not comparable
 POWER = 0.8                # the power of the detectable difference and of the questions needed
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import scipy.stats
 
 from opd_jax import sampling
+from opd_jax.report import common as report_common
 
 
 def eval_keys(seed: int, n_questions: int, samples: int) -> jax.Array:
@@ -66,7 +67,7 @@ class Paired:
   n_changed_rows: int     # rows (question, sample) whose reward changed
 
 
-MIN_QUESTIONS = 5   # fewer held-out questions: no interval (as report/decision.py's comparisons)
+MIN_QUESTIONS = report_common.MIN_SHARED_QUESTIONS   # fewer held-out questions: no interval (as the verdict)
 
 
 def paired_difference(before: np.ndarray, after: np.ndarray, level: float = 0.95) -> Paired:

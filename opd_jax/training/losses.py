@@ -73,8 +73,8 @@ def check_policies(policy: sampling.SamplingParams | None, teacher_policy: sampl
   if policy is not None and policy.temperature == 0.0:
     raise ValueError("config.sampling.temperature=0 (greedy): the policy is a point mass and its loss has no "
                      "gradient; OPD trains a sampled policy: set config.sampling.temperature > 0")
-  if teacher_policy is not None and (teacher_policy.temperature <= 0 or not _unit(
-      sampling.SamplingParams(temperature=1.0, top_k=teacher_policy.top_k, top_p=teacher_policy.top_p))):
+  if teacher_policy is not None and (teacher_policy.temperature <= 0 or teacher_policy.top_k
+                                     or teacher_policy.top_p < 1.0):
     raise ValueError("the teacher q is softmax(z_q / T_q) with T_q > 0 and never truncated "
                      "(config.scoring.teacher_temperature)")
   name, _ = distillation.parse(divergence, where=field)
