@@ -57,6 +57,12 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             p at nodes is the sampled policy (temperature, top-k, top-p); the tokens table holds
                             raw (T = 1) log-probs and predictors (manifest.json, "schema": "conventions")
   scoring.all_rollouts      score every rollout (True) or only node rollouts (False)
+  scoring.cross_tokenizer   a teacher whose tokenizer differs from the student's reads text (opd_jax/cross.py):
+                            mode "exact" (every teacher tokenization of a candidate's bytes whose path is within
+                            `prune` nats of the canonical one, at most max_tree_nodes teacher states per string;
+                            the left-out mass bounds the relative error, logged per question; prune=inf: all) |
+                            "canonical" (its canonical tokens only);
+                            force=True sends a same-tokenizer teacher that way too (the identity check)
   mesh.data, mesh.model     device mesh of one process (-1: all remaining devices)
   mesh.rules                logical-axis rules (MaxText style) placing params on the mesh: pairs (logical axis,
                             "data" | "model" | None) replacing the whole table; () = opd_jax.sharding.RULES.
@@ -104,7 +110,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   continuations_max=64, continuations_mean=8.0, adaptive_tolerance=0.0,
                   continue_unsupported=False)
   c.selection = "informative"
-  c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0)
+  c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0,
+                   cross_tokenizer=dict(mode="exact", prune=10.0, max_tree_nodes=512, force=False))
   c.mesh = dict(data=-1, model=1, rules=())
   c.report = dict(target="incorrect", pages=20, colour_by="kl_pq", min_effect=0.0)
   c.logging = dict(verbosity=1, progress=True)

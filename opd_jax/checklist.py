@@ -50,6 +50,7 @@ def _dtype(config) -> tuple[str, int]:
 def describe(config, task: Any = None) -> str:
   """The checklist of `config` (see the module docstring); `task`: the loaded task, else it is loaded here."""
   from opd_jax import costs  # pylint: disable=g-import-not-at-top  (imports jax)
+  preflight.classify_teachers(config)
   plan = preflight.plan(config)
   b, n_tok = config.budget, config.sampling.max_new_tokens
   lines, problem = [], None

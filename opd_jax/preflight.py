@@ -16,6 +16,8 @@ import struct
 from typing import Any, Mapping
 
 from opd_jax import contexts
+from opd_jax import cross_tree
+from opd_jax import cross_view
 from opd_jax import models
 from opd_jax import records
 from opd_jax import sampling
@@ -140,6 +142,16 @@ def validate(config) -> None:
   if config.selection not in ("informative", "all"):
     raise _bad("config.selection", "must be 'informative' or 'all'", config.selection,
                choices=("informative", "all"))
+  xt = config.scoring.cross_tokenizer
+  if xt.mode not in cross_tree.MODES:
+    raise _bad("config.scoring.cross_tokenizer.mode", f"must be one of {cross_tree.MODES}", xt.mode,
+               choices=cross_tree.MODES)
+  if isinstance(xt.prune, bool) or not isinstance(xt.prune, (int, float)) or not xt.prune > 0:
+    raise _bad("config.scoring.cross_tokenizer.prune", "must be a number > 0 (nats; inf: no pruning)", xt.prune)
+  if isinstance(xt.max_tree_nodes, bool) or not isinstance(xt.max_tree_nodes, int) or xt.max_tree_nodes < 1:
+    raise _bad("config.scoring.cross_tokenizer.max_tree_nodes", "must be an integer >= 1", xt.max_tree_nodes)
+  if not isinstance(xt.force, bool):
+    raise _bad("config.scoring.cross_tokenizer.force", "must be True or False", xt.force)
   if not 0.0 < config.scoring.beta < 1.0:
     raise _bad("config.scoring.beta", "must lie strictly inside (0, 1)", config.scoring.beta)
   policy(config)
@@ -198,6 +210,8 @@ class Plan:
   tokens_scored: int
   seconds: float
   load_compile_seconds: float = 0.0
+  cross_views: int = 0                  # views whose teacher reads text (`cross.py`), as far as checked
+  cross_strings: int = 0                # their strings asked of the teacher (tail + candidate), at most
 
   def describe(self) -> str:
     total = self.seconds + self.load_compile_seconds
@@ -208,6 +222,9 @@ class Plan:
         f"         {self.nodes} nodes x <= {self.candidates_per_node} candidates -> <= {self.continuations} "
         f"targeted continuations",
         f"         <= {self.tokens_generated:,} tokens generated, <= {self.tokens_scored:,} tokens scored",
+        *([f"         {self.cross_views} of the scorings read text (teachers of another tokenizer): + <= "
+           f"{self.cross_strings:,} strings asked of them, each a few teacher tokens off the cached response "
+           "(not in the estimate; benchmarks/cross_cost.py)"] if self.cross_views else []),
         f"         estimated wall time <= {when} (2-core CPU rates of the 0.5B student, cold cache: "
         f"{self.load_compile_seconds / 60:.1f} min of model loading and compiles; scale by model size and "
         "hardware)"])
@@ -236,7 +253,8 @@ def plan(config) -> Plan:
   rollouts = -(-q // b.question_batch) * b.question_batch * b.rollouts_per_question   # whole decode batches
   scored = q * (b.rollouts_per_question if config.scoring.all_rollouts else b.node_rollouts_per_question)
   nodes = q * b.node_rollouts_per_question * (n_tok if b.node_strategy == "all" else b.nodes_per_rollout)
-  cand = 1 + b.student_top_k + b.teacher_top_k * len(views)
+  cross = {v for v in views if v[0] != contexts.SELF and cross_view.reads_text(config, v[0])}
+  cand = 1 + b.student_top_k + b.teacher_top_k * (len(views) - len(cross))   # text views add no top-k
   cont = int(nodes * cand * (b.continuations_mean if b.get("adaptive", False) else b.continuations_per_candidate))
   gen = rollouts * n_tok + cont * n_tok // 2
   scored_tokens = scored * n_tok * len(views)
@@ -244,7 +262,9 @@ def plan(config) -> Plan:
   specs = {config.student.name} | {c.teacher for c in confs if c.teacher != contexts.SELF}
   kind = lambda spec: "random" if spec.startswith("random:") else "checkpoint"
   fixed = sum(LOAD_S[kind(m)] for m in specs) + 3 * COMPILE_S[kind(config.student.name)]
-  return Plan(q, rollouts, scored, len(views), nodes, cand, cont, gen, scored_tokens, secs, fixed)
+  strings = len(cross) * (scored * n_tok + nodes * cand)          # every position's token, every candidate
+  return Plan(q, rollouts, scored, len(views), nodes, cand, cont, gen, scored_tokens, secs, fixed, len(cross),
+              strings)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -299,6 +319,21 @@ def check_context(config, task, confs, tokenizer, limits: dict[str, int]) -> Non
                          f"more than its context ({limits[teacher]} tokens); {fix}, or drop that configuration")
 
 
+def classify_teachers(config) -> None:
+  """Find which teachers read text (`cross_view.cross_teacher`) from the checkpoints' headers, for `plan` (the dry run's
+  checklist; a run's `check` does it anyway). Errors are left to `check`."""
+  student = header(config.student.name, config)
+  for c in (contexts.parse(k, v) for k, v in config.configurations.items()):
+    if c.teacher == contexts.SELF or cross_view.checked(config, c.teacher) or student is None:
+      continue
+    try:
+      h = header(c.teacher, config)
+      if h is not None:
+        cross_view.cross_teacher(config, c.teacher, student[1], h[1], where=c.teacher)
+    except (ValueError, OSError):
+      pass
+
+
 def header(spec: str, config) -> tuple[int, Any] | None:
   """(context length, tokenizer) of a model spec without its weights: a random:<seed> model's
   (config.random_model.max_seq_len, the byte tokenizer), else the checkpoint's header where it is cheap to read
@@ -338,11 +373,12 @@ def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = F
   specs.update({conf.teacher: conf.teacher for conf in confs if conf.teacher != contexts.SELF})
   headers = {name: header(spec, config) for name, spec in specs.items()}
   student = headers[contexts.SELF]
-  for conf in confs:                           # the same tokenizer, decided on ids (models.tokenizer_differences)
+  for conf in confs:                    # the same tokenizer, or one the cross-tokenizer path reads (`cross_teacher`)
     h = headers.get(conf.teacher)
     if conf.teacher != contexts.SELF and h is not None and student is not None:
       where = (fields or {}).get(conf.config_id, f"config.configurations[{conf.config_id!r}]")
-      models.check_same_tokenizer(student[1], h[1], where=f"{where}: teacher {conf.teacher!r}")
+      cross_view.cross_teacher(config, conf.teacher, student[1], h[1], where=f"{where}: teacher {conf.teacher!r}",
+                    cross_ok=fields is None)
   if all(h is not None for h in headers.values()):     # else not cheap: `study.setup` checks after the load
     check_context(config, task, confs, student[1], {k: v[0] for k, v in headers.items()})
   if hand_off:

@@ -60,6 +60,15 @@ CONVENTIONS = {
                "V, g*, alignment and degenerate use the candidates run (p = 0 gives it no weight); "
                "teacher_advantage = sum_k q'_k P_succ(k) - V over the candidates run, q' = q renormalised there "
                "(NaN when q has no mass on them), i.e. q's mass outside p's support is left out",
+    "cross-tokenizer view": "a teacher with another tokenizer (or scoring.cross_tokenizer.force) reads text "
+                            "(opd_jax/cross.py): q(k) is the probability that its continuation of the node's text "
+                            "begins with k's bytes (scoring.cross_tokenizer.mode: exact over every teacher "
+                            "tokenization, or its canonical tokens), divided by that of the boundary's tail; its "
+                            "C(u) has no teacher top-k; q_mass is that mass on C(u); in tokens, logq is of the "
+                            "sampled token's text, logq_minus_logp and entropy_p are defined, the predictors "
+                            "comparing two distributions over one vocabulary (kl_pq, kl_qp, js, jsd_beta, tv, "
+                            "cosine, entropy_q, topk_overlap) are NaN; NaN q: more than "
+                            "scoring.cross_tokenizer.max_tree_nodes teacher states",
 }
 
 _PRED = "raw predictor (divergences.predictors, T = 1) of this (teacher, context) at the node's position"

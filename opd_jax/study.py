@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from opd_jax import checklist
 from opd_jax import contexts
+from opd_jax import cross_view
 from opd_jax import models
 from opd_jax import nodes
 from opd_jax import preflight
@@ -84,9 +85,13 @@ class Env:
   teachers: dict
   timings: dict
   mesh: Any = None                       # this process's ("data", "model") mesh; params are placed on it
+  cross: frozenset = frozenset()         # teachers read through text (`cross.py`): another tokenizer, or forced
 
   def teacher(self, name: str):
     return self.student if name == contexts.SELF else self.teachers[name]
+
+  def is_cross(self, view: nodes.View) -> bool:
+    return view[0] in self.cross
 
   def chat(self, message: str) -> list[int]:
     return contexts.study_chat(self.student.tokenizer, message, self.config)
@@ -100,17 +105,18 @@ def setup(config, task=None, confs=None) -> Env:
     task, confs = preflight.check(config)
   with stages.bar("loading models"):
     student = load_model(config.student.name, config)
-    teachers = {}
+    teachers, cross_names = {}, set()
     for c in confs:
       if c.teacher != contexts.SELF and c.teacher not in teachers:
         teachers[c.teacher] = load_model(c.teacher, config)
-        models.check_same_tokenizer(student.tokenizer, teachers[c.teacher].tokenizer,   # as loaded, after the
-                                    where=f"config.configurations[{c.config_id!r}]: teacher {c.teacher!r}")  # headers
+        if cross_view.cross_teacher(config, c.teacher, student.tokenizer, teachers[c.teacher].tokenizer,  # as loaded
+                                   where=f"config.configurations[{c.config_id!r}]: teacher {c.teacher!r}"):
+          cross_names.add(c.teacher)
   mesh = sharding.mesh_from_config(config)
   rules = sharding.rules_from_config(config)
   student = sharding.shard_model(student, mesh, rules)
   teachers = {name: sharding.shard_model(m, mesh, rules) for name, m in teachers.items()}
-  env = Env(config, task, confs, student, teachers, {"load_s": time.time() - t0}, mesh)
+  env = Env(config, task, confs, student, teachers, {"load_s": time.time() - t0}, mesh, frozenset(cross_names))
   limits = {contexts.SELF: student.config.max_seq_len, **{k: m.config.max_seq_len for k, m in teachers.items()}}
   preflight.check_context(config, task, confs, student.tokenizer, limits)
   return env
@@ -215,14 +221,19 @@ def score_views(env: Env, problem, prompt: list[int], views: list[nodes.View], v
         msg = contexts.context_message(ctx, env.task, problem, incorrect=incorrect, templates=c.contexts.templates)
         if msg is not None:
           rows.append(r)
-          t_prompts.append(env.chat(msg))
+          t_prompts.append(contexts.study_chat(env.teacher(teacher).tokenizer, msg, c))
       dense[view] = {}
       if rows:
         reuse = [h_p[r] for r in rows] if all(r in h_p for r in rows) else None
-        got = scoring.score(env.student, env.teacher(teacher), [prompt] * len(rows), t_prompts,
-                            [v.responses[r] for r in rows], chunk=c.scoring.chunk, top_k=c.scoring.top_k,
-                            beta=c.scoring.beta, return_hidden=True, student_hidden=reuse)
+        x = env.is_cross(view)            # the student's side only here; the teacher's after the nodes
+        got = scoring.score(env.student, env.student if x else env.teacher(teacher), [prompt] * len(rows),
+                            [prompt] * len(rows) if x else t_prompts, [v.responses[r] for r in rows],
+                            chunk=c.scoring.chunk, top_k=c.scoring.top_k, beta=c.scoring.beta, return_hidden=True,
+                            student_hidden=reuse)
         dense[view] = {r: {k: a[i] for k, a in got.items()} for i, r in enumerate(rows)}
+        if x:
+          for i, r in enumerate(rows):
+            dense[view][r].update(cross_view.pending(t_prompts[i]))
         for i, r in enumerate(rows):
           h_p.setdefault(r, got["h_p"][i])
       bar.update(len(scored))
@@ -255,11 +266,19 @@ def nodes_of(env: Env, views: list[nodes.View], node_rollouts: list[int], respon
       first = next(view for view in views if r in dense[view])
       positions = targeted.select_nodes(len(responses[r]), b.nodes_per_rollout, b.node_strategy,
                                         entropy=dense[first][r]["entropy_p"]).tolist()
-      teachers = {view: (env.teacher(view[0]), dense[view][r]["h_q"]) for view in views if r in dense[view]}
+      teachers = {view: (env.teacher(view[0]), dense[view][r]["h_q"]) for view in views
+                  if r in dense[view] and not env.is_cross(view)}
       inputs.append(nodes.NodeInputs(h_p[r], teachers, responses[r], positions))
-    at = nodes.at_nodes(env.student, inputs, views, student_top_k=b.student_top_k, teacher_top_k=b.teacher_top_k,
-                        policy=preflight.policy(c), teacher_policy=preflight.teacher_policy(c))
-  return dict(zip(node_rollouts, at))
+    shared = [view for view in views if not env.is_cross(view)]
+    at = dict(zip(node_rollouts, nodes.at_nodes(env.student, inputs, shared, student_top_k=b.student_top_k,
+                                                teacher_top_k=b.teacher_top_k, policy=preflight.policy(c),
+                                                teacher_policy=preflight.teacher_policy(c))))
+    for view in views:
+      if env.is_cross(view):
+        cross_view.score_view(env.student, env.teacher(view[0]), view, responses, dense, at,
+                              options=c.scoring.cross_tokenizer,
+                              teacher_temperature=preflight.teacher_policy(c).temperature)
+  return at
 
 
 def continuations(env: Env, index: int, problem, prompt: list[int], responses,

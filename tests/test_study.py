@@ -321,7 +321,9 @@ def test_bad_inputs_fail_in_one_clear_line_and_reruns_report_without_work(smoke,
   assert "WARNING: all" in (tmp_path / "nothing" / "summary.md").read_text()
 
 
-def test_tokenizer_mismatch_is_refused(monkeypatch, tmp_path):
+def test_another_tokenizer_reads_text_and_the_trainer_refuses_it(monkeypatch, tmp_path):
+  """A teacher whose tokenizer differs (one added special token) is a cross-tokenizer teacher of the study
+  (`cross_view.cross_teacher`); the trainer, whose loss sums over one vocabulary, refuses it before training."""
   from configs import smoke as smoke_config
   from opd_jax import study
   from opd_jax.models import tokenizer as tok_lib
@@ -336,9 +338,12 @@ def test_tokenizer_mismatch_is_refused(monkeypatch, tmp_path):
     return model
 
   monkeypatch.setattr(study, "load_model", load)
-  with pytest.raises(ValueError, match="tokenizer"):
-    study.run(smoke_config.get_config(), str(tmp_path / "w"))
-  assert not (tmp_path / "w" / "records").exists()
+  env = study.setup(smoke_config.get_config())
+  assert env.cross == {"random:1"} and env.is_cross(("random:1", "plain")) and not env.is_cross(("self", "plain"))
+  from opd_jax import cross_view  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="must share the tokenizer for the trainer"):
+    cross_view.cross_teacher(smoke_config.get_config(), "random:1", env.student.tokenizer,
+                             env.teachers["random:1"].tokenizer, where="config.train.configuration", cross_ok=False)
 
 
 def test_node_rollouts_balanced_and_prefer_finished_order():

@@ -158,16 +158,21 @@ def init_cache(config: Config, batch: int, size: int, dtype=jnp.float32) -> Cach
   return {"k": k, "v": v, "pos": jnp.full((batch, size), -1, jnp.int32), "end": jnp.zeros((), jnp.int32)}
 
 
-def with_prefix(cache: Cache, prefix: Cache, group: jax.Array) -> Cache:
+def with_prefix(cache: Cache, prefix: Cache, group: jax.Array, limit: jax.Array | None = None) -> Cache:
   """A cache whose rows also attend to a shared prefix (shared-prefix attention; `sampling.branch`).
 
   Args:
     cache: the rows' own cache (`init_cache`, B rows): their suffixes.
     prefix: {"k", "v": tuples of L [G, K, Sp, Dh], "pos": int32 [G, Sp]}: G prefixes held once (-1 = masked).
     group: int32 [B]: row b attends to prefix group[b] (and to its own slots), never to another group's.
+    limit: None, or int32 [B]: row b sees only the prefix slots at positions <= limit[b] (a branch off an
+      earlier point of its group's sequence, e.g. a teacher's tokenization of a node's text: `cross.py`).
   """
-  return {**cache, "prefix": {"k": tuple(prefix["k"]), "v": tuple(prefix["v"]), "pos": prefix["pos"]},
-          "group": group.astype(jnp.int32)}
+  out = {**cache, "prefix": {"k": tuple(prefix["k"]), "v": tuple(prefix["v"]), "pos": prefix["pos"]},
+         "group": group.astype(jnp.int32)}
+  if limit is not None:
+    out["limit"] = limit.astype(jnp.int32)
+  return out
 
 
 def map_cache_rows(fn, cache: Cache) -> Cache:
@@ -177,6 +182,8 @@ def map_cache_rows(fn, cache: Cache) -> Cache:
          "end": cache["end"]}
   if "prefix" in cache:
     out["prefix"], out["group"] = cache["prefix"], fn(cache["group"])
+  if "limit" in cache:
+    out["limit"] = fn(cache["limit"])
   return out
 
 
@@ -206,8 +213,9 @@ def _attention(q, k, v, q_pos, k_pos, prefix=None):
   """q [B, T, H, Dh]; k, v [B, K, S, Dh] (the cache's head-major layout: read without a transpose); q_pos [B, T];
   k_pos [B, S] -> [B, T, H, Dh].
 
-  prefix: None, or (kp, vp [G, K, Sp, Dh], p_pos [G, Sp], group int32 [B]): shared-prefix attention. Row b's
-  queries also attend to prefix group[b], held once for all its rows: one matmul of every query against the G
+  prefix: None, or (kp, vp [G, K, Sp, Dh], p_pos [G, Sp], group int32 [B][, limit int32 [B]]): shared-prefix
+  attention. Row b's queries also attend to prefix group[b] (its slots at positions <= limit[b] when given),
+  held once for all its rows: one matmul of every query against the G
   prefixes (FLOPs x G on the prefix, bytes once), the other groups' slots masked, and one softmax over the
   prefix's and the row's own visible slots together, merged by their common max (cascade attention: the same
   weights as attending to one concatenated cache, without concatenating).
@@ -223,11 +231,13 @@ def _attention(q, k, v, q_pos, k_pos, prefix=None):
     # -> [B, K, g, T, Dh], then the small transpose: XLA:CPU has no bf16 x bf16 -> f32 dot with "btkgd" out.
     out = jnp.einsum("bkgts,bksd->bkgtd", probs, v, preferred_element_type=jnp.float32)
     return out.transpose(0, 3, 1, 2, 4).reshape(B, T, H, Dh).astype(q.dtype)
-  kp, vp, p_pos, group = prefix
+  kp, vp, p_pos, group = prefix[:4]
   G = p_pos.shape[0]
   ps = jnp.einsum("btkgd,Gksd->bkgtGs", q, kp, preferred_element_type=jnp.float32) / jnp.sqrt(Dh)
   seen = ((group[:, None, None, None] == jnp.arange(G)[None, None, :, None]) & (p_pos[None, None] >= 0)
           & (p_pos[None, None] <= q_pos[:, :, None, None]))                          # [B, T, G, Sp]
+  if len(prefix) > 4:                                                              # a branch point per row
+    seen = seen & (p_pos[None, None] <= prefix[4][:, None, None, None])
   ps = jnp.where(seen[:, None, None], ps, _NEG)
   # One softmax over both parts, merged by their common max (cascade attention): no concatenated scores.
   m = jnp.maximum(jnp.max(ps, axis=(-2, -1)), jnp.max(scores, axis=-1))          # [B, K, g, T]
@@ -379,7 +389,8 @@ class Decoder(nnx.Module):
       pre = cache.get("prefix")
       ks, vs = [], []
       for i, block in enumerate(blocks):
-        layer_prefix = None if pre is None else (pre["k"][i], pre["v"][i], pre["pos"], cache["group"])
+        layer_prefix = None if pre is None else ((pre["k"][i], pre["v"][i], pre["pos"], cache["group"])
+                                                 + ((cache["limit"],) if "limit" in cache else ()))
         x, (k, v) = block(x, positions, (cache["k"][i], cache["v"][i]), k_pos, end, q_block, layer_prefix)
         ks.append(k)
         vs.append(v)

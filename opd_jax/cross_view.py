@@ -1,0 +1,119 @@
+"""A study's views whose teacher reads text (another tokenizer than the student's): which teachers, and their
+records (`cross.py` computes the teacher's probabilities).
+
+`cross_teacher` decides, per teacher, on ids (`models.tokenizer_differences`) or config.scoring.cross_tokenizer.
+force, and refuses what the text path cannot do; `score_view` fills a question's dense records and q at the
+nodes for one such view, after the nodes are chosen (`study.nodes_of`).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from absl import logging
+
+from opd_jax import cross
+from opd_jax import models
+from opd_jax.models import token_bytes
+
+_CROSS: dict[tuple[str, str], bool] = {}    # (student spec, teacher spec) -> reads text, as `cross_teacher` found
+
+
+def cross_teacher(config, spec: str, student_tokenizer, teacher_tokenizer, *, where: str,
+                  cross_ok: bool = True) -> bool:
+  """Whether a teacher reads other ids than the student (a cross-tokenizer teacher: `cross.py`), decided on ids
+  (`models.tokenizer_differences`) or forced by config.scoring.cross_tokenizer.force (the identity check).
+
+  Raises:
+    ValueError: the tokenizers differ where only the student's ids can serve (cross_ok False: the trainer,
+      whose loss sums over one vocabulary; a "flax:" teacher), or a tokenizer is not byte-level BPE
+      (`token_bytes.byte_vocab`); one line naming `where` and what differs.
+  """
+  diff = models.tokenizer_difference(student_tokenizer, teacher_tokenizer)
+  _CROSS[(config.student.name, spec)] = diff is not None or config.scoring.cross_tokenizer.force
+  if diff is None and not config.scoring.cross_tokenizer.force:
+    return False
+  what = diff or "config.scoring.cross_tokenizer.force is set"
+  if not cross_ok or spec.startswith("flax:"):
+    job = "the trainer's loss (a sum over one vocabulary)" if not cross_ok else "a flax: teacher"
+    raise ValueError(f"{where}: student and teacher must share the tokenizer for {job}: {what}. Teachers of "
+                     "another tokenizer are supported by the study (job 'study', HF folders, GGUF files and "
+                     "presets), not here")
+  for name, tok in (("student", student_tokenizer), ("teacher", teacher_tokenizer)):
+    try:
+      token_bytes.byte_vocab(tok)
+    except ValueError as e:
+      raise ValueError(f"{where}: the teacher reads other ids than the student ({what}), and the {name}'s "
+                       f"tokenizer cannot be read by bytes: {e}") from None
+  return True
+
+
+def checked(config, teacher: str) -> bool:
+  """Whether `cross_teacher` has decided this teacher of this config's student."""
+  return (config.student.name, teacher) in _CROSS
+
+
+def reads_text(config, teacher: str) -> bool:
+  """Whether `cross_teacher` found that this teacher of this config reads text (False if not checked yet)."""
+  return bool(_CROSS.get((config.student.name, teacher)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A study's cross-tokenizer view: its dense records and its q at the nodes.
+
+# Dense predictors that compare two distributions over one vocabulary: undefined across tokenizers (NaN in the
+# view's `tokens` rows; records.CONVENTIONS["cross-tokenizer view"]). entropy_p (the student's alone) and
+# logq_minus_logp (of the sampled token's text) are defined.
+UNDEFINED = ("kl_pq", "kl_qp", "js", "jsd_beta", "tv", "cosine", "entropy_q", "topk_overlap")
+
+
+def pending(teacher_prompt: Sequence[int]) -> dict:
+  """What the study keeps of a cross view's rollout until its nodes are known: the teacher's prompt ids."""
+  return {"t_prompt": list(teacher_prompt), "h_q": None}
+
+
+def score_view(student: Any, teacher: Any, view, responses, dense: dict, at: dict, *, options,
+               teacher_temperature: float) -> cross.Result | None:
+  """Fill one cross view's records of a question in place: dense[view][r] "logq" (raw, T = 1: log q of the
+  sampled token's text at every position), "logq_minus_logp", NaN for `UNDEFINED`; at[r].q_at[view] (the
+  scaled teacher's log q on C(u), config's teacher temperature; None where the view has no context).
+
+  Args:
+    dense: {view: {rollout: arrays}} of `study.score_views` (the view's rows hold `pending` and the student's
+      logp); at: {rollout: nodes.RolloutNodes} of the node rollouts; options: config.scoring.cross_tokenizer;
+      teacher_temperature: T_q of the scaled teacher at the nodes (`preflight.teacher_policy`).
+  """
+  xt, t_q = options, float(teacher_temperature)
+  temps = (1.0,) if t_q == 1.0 else (1.0, t_q)
+  rows = sorted(dense[view])
+  for a in at.values():
+    a.q_at[view] = None
+  if not rows:
+    return None
+  queries = []
+  for r in rows:
+    node = at.get(r)
+    slot = {} if node is None else {int(t): m for m, t in enumerate(node.positions)}
+    queries.append([(t, [int(k) for k in node.candidates[slot[t]] if k >= 0] if t in slot else [int(y)])
+                    for t, y in enumerate(responses[r])])
+  res = cross.candidate_logprobs(student, teacher, [dense[view][r]["t_prompt"] for r in rows],
+                           [responses[r] for r in rows], queries, temperatures=temps, mode=xt.mode,
+                           max_tree_nodes=xt.max_tree_nodes, prune=float(xt.prune))
+  logging.info("cross-tokenizer view %s: %d teacher states, %d branch rows, %d candidates over the state bound, "
+               "pruning's relative error <= %.1e", "/".join(view), res.states, res.branch_rows, res.too_many,
+               res.pruned_bound)
+  for i, r in enumerate(rows):
+    d = dense[view][r]
+    logq = np.array([q[0, 0] for q in res.logq[i]], np.float64)    # slot 0: the sampled token (C(u)'s first)
+    d["logq"] = logq.astype(np.float32)
+    d["logq_minus_logp"] = (logq - np.asarray(d["logp"], np.float64)).astype(np.float32)
+    for k in UNDEFINED:
+      d[k] = np.full(len(logq), np.nan, np.float32)
+    node = at.get(r)
+    if node is not None:
+      q_at = np.full(node.candidates.shape, -np.inf, np.float64)
+      for m, t in enumerate(node.positions):
+        vals = res.logq[i][int(t)][-1]
+        q_at[m, :len(vals)] = vals
+      node.q_at[view] = q_at
+  return res

@@ -1,0 +1,256 @@
+"""Teachers with another tokenizer (opd_jax/cross.py, cross_tree.py, models/token_bytes.py).
+
+References: a brute-force enumeration over the whole teacher vocabulary with full forwards (`models.logits`,
+no cache, no sorted spans, no shared prefix), in float64; the shared-tokenizer path (`nodes.at_nodes`) for the
+identity.
+"""
+import math
+
+import jax
+import numpy as np
+import pytest
+from tokenizers import AddedToken, Tokenizer, decoders, models as tk_models, pre_tokenizers, trainers
+
+from opd_jax import cross
+from opd_jax import cross_tree
+from opd_jax import cross_view
+from opd_jax import gradients
+from opd_jax import models
+from opd_jax import nodes
+from opd_jax import preflight
+from opd_jax import sampling
+from opd_jax import targeted
+from opd_jax.models import token_bytes
+from opd_jax.models import tokenizer as tokenizer_lib
+from configs import smoke
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CORPUS = ["The answer is 42. The answer is 1234.", "hello world, héllo wörld", "ab abc abcd 12 123",
+          "<answer>47</answer> <answer>105</answer>", "x = 12 + 30 = 42"] * 4
+
+
+def bpe_tokenizer(vocab_size: int = 300):
+  """A tiny byte-level BPE (GPT-2 alphabet, digits one by one like Qwen's split) with ChatML specials."""
+  tok = Tokenizer(tk_models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=False),
+                                               pre_tokenizers.ByteLevel(add_prefix_space=False)])
+  tok.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False,
+                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+  tok.train_from_iterator(CORPUS, trainer)
+  return tokenizer_lib.wrap(tok, bos=None, eos="<|im_end|>", pad="<|endoftext|>", unk=None,
+                            chat_template=tokenizer_lib.CHATML_TEMPLATE)
+
+
+def model(seed: int, tok):
+  cfg = models.Config(arch="qwen2", vocab_size=len(tok), d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                      head_dim=8, d_ff=64, qkv_bias=True, max_seq_len=512)
+  params = models.init_params(jax.random.key(seed), cfg, scale=0.1)
+  return models.with_layout(models.Model(config=cfg, params=params, tokenizer=tok,
+                                         stop_ids=(int(tok.eos_token_id),), name=f"r{seed}", sha256=None,
+                                         source="random"))
+
+
+@pytest.fixture(scope="module")
+def pair():
+  bpe = bpe_tokenizer()
+  return {"byte": model(0, models.byte_tokenizer()), "bpe": model(1, bpe)}
+
+
+_WIDTH = 96
+
+
+_SEEN: dict = {}
+
+
+def _next_logq(teacher, context: tuple[int, ...]) -> np.ndarray:
+  """float64 [V] log-probs after `context` by a full causal forward (right-padded to one width: one compile)."""
+  key = (id(teacher), context)
+  if key not in _SEEN:
+    row = np.zeros((1, _WIDTH), np.int32)
+    row[0, :len(context)] = context
+    z = np.asarray(models.logits(teacher, row), np.float64)[0, len(context) - 1]
+    _SEEN[key] = z - np.logaddexp.reduce(z)
+  return _SEEN[key]
+
+
+def reference(teacher, context: list[int], data: bytes, then) -> float:
+  """log P(the teacher's continuation of `context` begins with data [then one of `then`]), by enumeration."""
+  tv = token_bytes.byte_vocab(teacher.tokenizer)
+  logq = _next_logq(teacher, tuple(context))
+  if not data:
+    return 0.0 if then is None else np.logaddexp.reduce(logq[list(then)])
+  terms = []
+  for w, piece in enumerate(tv.pieces):
+    if not piece:
+      continue
+    if then is None and piece.startswith(data):
+      terms.append(logq[w])
+    elif data.startswith(piece) and (then is not None or len(piece) < len(data)):
+      terms.append(logq[w] + reference(teacher, context + [w], data[len(piece):], then))
+  return np.logaddexp.reduce(terms) if terms else -math.inf
+
+
+def canonical_reference(teacher, context, data: bytes, then) -> float:
+  tv = token_bytes.byte_vocab(teacher.tokenizer)
+  ids = tv.encode(data) + ([then[0]] if then else [])
+  return float(sum(_next_logq(teacher, tuple(context + ids[:i]))[w] for i, w in enumerate(ids)))
+
+
+@pytest.mark.parametrize("student_kind,teacher_kind", [("bpe", "byte"), ("byte", "bpe")])
+def test_candidates_against_enumeration(pair, student_kind, teacher_kind):
+  """Both modes against the references, at boundary cases: a candidate that merges with the text before it
+  ("ab" + "c"), a space-prefixed token, a multi-byte character cut between tokens (é, ö), the stop token, a
+  control token of the chat template (<|im_start|>), and positions right after a number's digits."""
+  student, teacher = pair[student_kind], pair[teacher_kind]
+  sv, tv = (token_bytes.byte_vocab(m.tokenizer) for m in (student, teacher))
+  text = "héllo wörld, ab abc 123".encode()
+  response = sv.encode(text) + [int(student.tokenizer.eos_token_id)]
+  if student_kind == "byte":                      # é and ö are two byte tokens each: a node between them
+    assert len(response) == len(text) + 1
+  prompt = models.chat_ids(teacher.tokenizer, [{"role": "user", "content": "Say it."}])
+  candidates = sorted({*response, *sv.encode(b"c"), *sv.encode(b" a"), *sv.encode(b"\xa9"),
+                       int(student.tokenizer.convert_tokens_to_ids("<|im_start|>"))})
+  positions = list(range(len(response)))
+  queries = [[(t, candidates) for t in positions]]
+  special = cross.specials(sv, tv, set(student.stop_ids), tuple(teacher.stop_ids))
+  roll = cross._rollout(sv, tv, response, special)   # pylint: disable=protected-access
+  for mode, ref in (("exact", reference), ("canonical", canonical_reference)):
+    got = cross.candidate_logprobs(student, teacher, [prompt], [response], queries, mode=mode, prune=math.inf)
+    assert got.too_many == 0 and got.pruned_bound == 0
+    for j, t in enumerate(positions):
+      b, tail = cross.boundary(tv, roll, t)
+      assert roll.text[:roll.offsets[t]].endswith(tail) and tv.decode(roll.ids[:b]) + tail == roll.text[:roll.offsets[t]]
+      context = prompt + roll.ids[:b]
+      denom = ref(teacher, context, tail, None)
+      for c, k in enumerate(candidates):
+        piece = sv.pieces[k]
+        then = special.get(k, ())
+        want = (ref(teacher, context, tail + piece, None) if piece is not None
+                else ref(teacher, context, tail, then) if then else -math.inf) - denom
+        have = got.logq[0][j][0, c]
+        if want == -math.inf:
+          assert have == -math.inf, (mode, t, k)
+        else:
+          assert abs(have - want) < 2e-5, (mode, t, k, have, want)
+
+
+def test_pruning_stays_within_its_bound(pair):
+  """The default pruning (10 nats below the canonical path) changes no log P by more than its reported bound."""
+  student, teacher = pair["byte"], pair["bpe"]
+  sv = token_bytes.byte_vocab(student.tokenizer)
+  response = sv.encode("abc héllo 12".encode())
+  prompt = models.chat_ids(teacher.tokenizer, [{"role": "user", "content": "Q"}])
+  queries = [[(t, [response[t]]) for t in range(len(response))]]
+  full = cross.candidate_logprobs(student, teacher, [prompt], [response], queries, prune=math.inf)
+  for prune in (10.0, 2.0):
+    cut = cross.candidate_logprobs(student, teacher, [prompt], [response], queries, prune=prune)
+    assert cut.states <= full.states
+    err = max(abs(a[0, 0] - b[0, 0]) for a, b in zip(cut.logq[0], full.logq[0]))
+    # log q = log P(tail + k) - log P(tail): each side off by at most log(1 + bound).
+    assert err <= 2 * math.log1p(cut.pruned_bound) + 1e-9, (prune, err, cut.pruned_bound)
+  assert cut.pruned_bound > 0 and cut.states < full.states         # 2 nats does cut here
+
+
+def test_exact_masses_sum_to_one_over_single_bytes(pair):
+  """Exact mode: the 256 one-byte strings and the stop token partition every continuation, so their q sum to 1
+  (a check of the definition that needs no reference)."""
+  student, teacher = pair["byte"], pair["bpe"]
+  sv = token_bytes.byte_vocab(student.tokenizer)
+  response = sv.encode(b"ab 12")
+  prompt = models.chat_ids(teacher.tokenizer, [{"role": "user", "content": "Q"}])
+  cands = [k for k in range(len(sv.pieces)) if sv.pieces[k] is not None] + [int(student.tokenizer.eos_token_id)]
+  got = cross.candidate_logprobs(student, teacher, [prompt], [response], [[(3, cands), (5 - 1, cands)]])
+  for q in got.logq[0]:
+    total = np.exp(np.logaddexp.reduce(q[0]))
+    # Special tokens other than the stop (<|im_start|>, <|endoftext|>) hold the rest of the mass.
+    assert 0.5 < total <= 1 + 1e-6
+
+
+def test_identity_with_the_same_tokenizer(pair):
+  """Two copies of one tokenizer: the cross path's q on C(u), alignment and teacher advantage equal the shared
+  path's (nodes.at_nodes from the scoring pass's hidden states) up to fp32 round-off of two programs."""
+  student = pair["byte"]
+  teacher = model(2, models.byte_tokenizer())
+  sv = token_bytes.byte_vocab(student.tokenizer)
+  responses = [sv.encode(b"The answer is 42.") + [258], sv.encode(b"x = 12 + 30")]
+  prompt = models.chat_ids(student.tokenizer, [{"role": "user", "content": "What is 12+30?"}])
+  from opd_jax import scoring  # pylint: disable=g-import-not-at-top
+  got = scoring.score(student, teacher, [prompt] * 2, [prompt] * 2, responses, chunk=8, return_hidden=True)
+  positions = [[1, 5, 14], [0, 4, 9]]
+  inputs = [nodes.NodeInputs(got["h_p"][i], {("t", "plain"): (teacher, got["h_q"][i])}, responses[i],
+                             positions[i]) for i in range(2)]
+  tp = sampling.SamplingParams(temperature=0.7)
+  at = nodes.at_nodes(student, inputs, [("t", "plain")], student_top_k=3, teacher_top_k=0,
+                      policy=sampling.SamplingParams(), teacher_policy=tp)
+  queries = [[(t, [int(k) for k in a.candidates[m] if k >= 0]) for m, t in enumerate(positions[i])]
+             for i, a in enumerate(at)]
+  res = cross.candidate_logprobs(student, teacher, [prompt] * 2, responses, queries, temperatures=(0.7,))
+  rng = np.random.default_rng(0)
+  for i, a in enumerate(at):
+    shared = np.asarray(a.q_at[("t", "plain")], np.float64)
+    mine = np.stack([q[0] for q in res.logq[i]])
+    slots = np.where(a.candidates >= 0, np.arange(a.candidates.shape[1]), -1)
+    q1, _ = gradients.restrict(shared, slots)
+    q2, _ = gradients.restrict(mine, slots)
+    assert np.max(np.abs(np.asarray(q1) - np.asarray(q2))) < 1e-5
+    p, _ = gradients.restrict(a.p_at, slots)
+    succ = rng.integers(0, 5, size=a.candidates.shape)
+    n = np.where(a.candidates >= 0, 4, 0)
+    est = [targeted.node_estimates(np.asarray(p, np.float64), np.asarray(q, np.float64), succ, n,
+                                   divergence="reverse_kl", sampled_index=np.zeros(len(p), np.int64),
+                                   advantage=np.zeros(len(p))) for q in (q1, q2)]
+    for f in ("alignment", "teacher_advantage"):
+      x, y = getattr(est[0], f), getattr(est[1], f)
+      assert np.allclose(x, y, atol=1e-5, equal_nan=True), f
+
+
+def test_a_cross_tokenizer_study_writes_its_records(tmp_path):
+  """The smoke study with its external teacher forced through text: records with q on C(u), alignment, the
+  sampled token's advantage, and NaN for the predictors that need one vocabulary."""
+  import pandas as pd  # pylint: disable=g-import-not-at-top
+  from opd_jax import study  # pylint: disable=g-import-not-at-top
+  config = smoke.get_config()
+  config.configurations = {"external": "random:1:plain:reverse_kl"}
+  config.budget.questions = 1
+  config.budget.teacher_top_k = 0
+  config.scoring.cross_tokenizer.force = True
+  config.logging.progress = False
+  study.run(config, str(tmp_path))
+  n = pd.read_parquet(tmp_path / "records" / "nodes")
+  t = pd.read_parquet(tmp_path / "records" / "tokens")
+  assert len(n) and n.q.map(len).gt(0).all() and n.alignment.notna().any()
+  assert np.isfinite(t.logq).all() and t.kl_pq.isna().all() and t.cosine.isna().all()
+  assert np.allclose(t.logq_minus_logp, t.logq - t.logp, atol=1e-5)
+
+
+def test_refusals_name_the_field():
+  """What the cross path does not support is refused in one line before any weights load."""
+  config = smoke.get_config()
+  byte = models.byte_tokenizer()
+  bpe = bpe_tokenizer()
+  assert cross_view.cross_teacher(config, "t", byte, bpe, where="w") is True
+  assert cross_view.cross_teacher(config, "t", byte, models.byte_tokenizer(), where="w") is False
+  with pytest.raises(ValueError, match="trainer"):
+    cross_view.cross_teacher(config, "t", byte, bpe, where="config.train.configuration", cross_ok=False)
+  with pytest.raises(ValueError, match="flax"):
+    cross_view.cross_teacher(config, "flax:m:f", byte, bpe, where="w")
+  word = Tokenizer(tk_models.WordLevel({"▁a": 0, "<unk>": 1}, unk_token="<unk>"))
+  word.add_special_tokens([AddedToken("<|im_end|>", special=True)])
+  sp = tokenizer_lib.wrap(word, bos=None, eos="<|im_end|>", pad=None, unk="<unk>", chat_template=None)
+  with pytest.raises(ValueError, match="byte alphabet"):
+    cross_view.cross_teacher(config, "t", byte, sp, where="w")
+  config.scoring.cross_tokenizer.mode = "greedy"
+  with pytest.raises(ValueError, match="cross_tokenizer.mode"):
+    preflight.validate(config)
+
+
+def test_tree_bound_gives_nan_not_a_wrong_number(pair):
+  student, teacher = pair["byte"], pair["bpe"]
+  sv = token_bytes.byte_vocab(student.tokenizer)
+  response = sv.encode(b"abcdabcd")
+  prompt = models.chat_ids(teacher.tokenizer, [{"role": "user", "content": "Q"}])
+  got = cross.candidate_logprobs(student, teacher, [prompt], [response], [[(7, [response[7]])]], max_tree_nodes=2)
+  assert got.too_many == 1 and np.isnan(got.logq[0][0][0, 0])
+  with pytest.raises(cross_tree.TooManyStates):
+    cross_tree.needed(token_bytes.byte_vocab(teacher.tokenizer), b"abcdabcd", None, mode="exact", max_nodes=2)
