@@ -1,17 +1,18 @@
 """Teachers with another tokenizer: per-token diagnosis across model families (opd_jax/cross.py).
 
-  python -m opd_jax.main --config=configs/cross_tokenizer.py            # Qwen 0.5B student, SmolLM2 teacher
-  python -m opd_jax.main --config=configs/cross_tokenizer.py:reverse    # SmolLM2 student, Qwen 0.5B teacher
+  python -m opd_jax.main --config=configs/cross_tokenizer.py            # Qwen 0.5B student, SmolLM2 teacher: 3.3 min
+  python -m opd_jax.main --config=configs/cross_tokenizer.py:reverse    # SmolLM2 student, Qwen 0.5B teacher: 5.3 min*
   ... --config.scoring.cross_tokenizer.mode=canonical                    # the canonical-tokens approximation
 
 The default study's task, template and node choice (configs/teacher_sweep.py) at a small budget, with a
 teacher of another tokenizer: SmolLM2-135M-Instruct (49,152 ids) for the Qwen2.5-Coder-0.5B-Instruct student
 (151,665 real ids), and the other way round (on sums of two one-digit numbers, which the 135M gets right about
-20% of the time: `benchmarks/task_probe.py`; it gets none of the default's sums right). Next to it, a teacher of the student's own tokenizer as a
-reference (the 1.5B external teacher; in `:reverse` the SmolLM2 student with the reference solution). Each
-candidate's teacher probability is the probability that the teacher's continuation of the node's text begins
-with the candidate's bytes (exact over every teacher tokenization, or its canonical tokens). Runtimes on a
-2-core CPU: docs/results.md ("Teachers with another tokenizer").
+20% of the time: `benchmarks/task_probe.py`; it gets none of the default's sums right). Next to it, a teacher
+of the student's own tokenizer as a reference (the 1.5B external teacher; in `:reverse` the SmolLM2 student
+with the reference solution). Each candidate's teacher probability is the probability that the teacher's
+continuation of the node's text begins with the candidate's bytes (exact over every teacher tokenization, or
+its canonical tokens). Runtimes: a 2-core CPU, warm model cache; * with another study on the cores
+(docs/results.md, "Teachers with another tokenizer").
 """
 from configs import teacher_sweep
 

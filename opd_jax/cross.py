@@ -17,7 +17,8 @@ candidate cannot change the teacher's tokens before it); the tail, the bytes bet
 asked about together with the candidate and divided out.
 
 Result per position and candidate: log q(k | x) = log P(tail + k) - log P(tail) (`cross_tree.log_prob`), in
-nats, float64, per teacher temperature (softmax(z / T) at every teacher state). Special tokens (`specials`): the student's stop tokens are the teacher's stop ids, another control token is
+nats, float64, per teacher temperature (softmax(z / T) at every teacher state). Special tokens (`specials`):
+the student's stop tokens are the teacher's stop ids, another control token is
 the teacher's token of the same text if it has one (read in the prefix, asked for as a candidate), else it
 writes nothing in the prefix and has log q = -inf as a candidate (the teacher cannot write another model's
 control token); -inf also for bytes the teacher cannot write. NaN: more teacher states than
@@ -394,7 +395,8 @@ class _Teacher:
         group[n], limit[n] = r, self.P[r] + b + on - 1
       h, k_new, v_new = _branch_pass(teacher.params, self.prefix, tuple(k_own), tuple(v_own), pos_own, tok, pos,
                                      group, limit, graphdef=teacher.graphdef)
-      h, k_new, v_new = np.asarray(h), np.stack([np.asarray(x) for x in k_new]), np.stack([np.asarray(x) for x in v_new])
+      h = np.asarray(h)
+      k_new, v_new = np.stack([np.asarray(x) for x in k_new]), np.stack([np.asarray(x) for x in v_new])
       for n, (i, r, b, path, _, _) in enumerate(rows):
         hs[i] = h[n]
         self.kv[(r, b, path)] = (k_new[:, n], v_new[:, n])

@@ -122,7 +122,8 @@ def test_candidates_against_enumeration(pair, student_kind, teacher_kind):
       assert got.branch_rows > 0
     for j, t in enumerate(positions):
       b, tail = cross.boundary(tv, roll, t)
-      assert roll.text[:roll.offsets[t]].endswith(tail) and tv.decode(roll.ids[:b]) + tail == roll.text[:roll.offsets[t]]
+      text = roll.text[:roll.offsets[t]]
+      assert text.endswith(tail) and tv.decode(roll.ids[:b]) + tail == text
       context = prompt + roll.ids[:b]
       denom = ref(teacher, context, tail, None)
       for c, k in enumerate(candidates):
