@@ -144,8 +144,8 @@ def candidate_logprobs(student: Any, teacher: Any, teacher_prompts: Sequence[Seq
   special = specials(sv, tv, set(int(i) for i in student.stop_ids), tuple(int(i) for i in teacher.stop_ids))
   rolls = [_rollout(sv, tv, resp, special) for resp in responses]
   # Phase 1: the strings of every query, and the teacher states they need.
-  strings: dict[tuple, float] = {}                                   # (rollout, b, data, then) -> log P
-  plan = []                                                          # [rollout][query] (b, tail, targets)
+  strings: dict[tuple, None] = {}                                    # (rollout, b, data, then), in order
+  plan = []                                                          # [rollout][query] (b, targets)
   for r, (roll, qs) in enumerate(zip(rolls, queries)):
     rows = []
     for t, cands in qs:
@@ -161,7 +161,7 @@ def candidate_logprobs(student: Any, teacher: Any, teacher_prompts: Sequence[Seq
       rows.append((b, targets))
       for tg in targets:
         if tg is not None:
-          strings.setdefault((r, b) + tg, math.nan)
+          strings.setdefault((r, b) + tg, None)
     plan.append(rows)
   ev = _Teacher(teacher, tv, teacher_prompts, rolls, strings, temperatures, batch_rows)
   # Phase 2: the canonical tokens' states of every string (both modes: in exact mode they give each string a
@@ -328,7 +328,7 @@ class _Teacher:
                                        graphdef=teacher.graphdef)
     self.h_full = np.asarray(h_full)
     self.counts = {"branch_rows": 0, "branch_tokens": 0, "prefix_tokens": int(p_tokens.size + r_tokens.size),
-                   "teacher_calls": 1}
+                   "teacher_calls": 1, "head_calls": 0}
 
   def stats(self) -> dict:
     return dict(self.counts)
@@ -408,7 +408,7 @@ class _Teacher:
       hb = np.zeros((_bucket(len(chunk)), D), hs.dtype)
       hb[:len(chunk)] = hs[start:start + len(chunk)]
       lq = np.asarray(_log_softmax(teacher.params, hb, graphdef=teacher.graphdef, temperatures=self.temperatures))
-      self.counts["head_calls"] = self.counts.get("head_calls", 0) + 1
+      self.counts["head_calls"] += 1
       for j, s in enumerate(chunk):
         keys = self._keys(*s)
         per_t = [cross_tree.reduce(lq[i, j], keys, self.tv.order) for i in range(len(self.temperatures))]

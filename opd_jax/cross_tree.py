@@ -20,8 +20,9 @@ Then q(k | u) = P(tail + k) / P(tail): P(tail) is common to every candidate of t
 renormalisation over C(u); it is kept so that the mass covered is a probability (exact: P(tail + k) / P(tail)
 is the byte-level conditional probability that the teacher writes k next).
 
-The walk is written once and run twice: first with a recorder (which teacher states and which sums over their
-next-token distribution it needs), then with the values (log q at those states, computed by `cross.py`).
+The exact sum is written once (`step`: what one teacher state reads and its children; `log_prob` walks it):
+`needed` runs it with a recorder (which teacher states and which sums over their next-token distribution a
+string needs), `cross.py` walks it level by level with pruning, then `log_prob` sums the values it computed.
 A key is ("ids", ids) (logsumexp of log q over the ids) or ("span", lo, hi) (over `ByteVocab.order[lo:hi]`,
 the ids whose bytes start with a given string).
 """
@@ -128,16 +129,10 @@ def reduce(logq: np.ndarray, keys, order: np.ndarray) -> dict[Key, float]:
       if sorted_logq is None:
         sorted_logq = logq[order]
       vals = sorted_logq[key[1]:key[2]]
-    out[key] = logsumexp(np.asarray(vals, np.float64))
+    out[key] = logsumexp(vals)
   return out
 
 
 def logsumexp(values) -> float:
   """log(sum(exp(values))) in float64; -inf for none (or all -inf)."""
-  a = np.asarray(values, np.float64)
-  if a.size == 0:
-    return -math.inf
-  m = float(np.max(a))
-  if m == -math.inf:
-    return -math.inf
-  return m + math.log(float(np.sum(np.exp(a - m))))
+  return float(np.logaddexp.reduce(np.asarray(values, np.float64)))

@@ -16,7 +16,7 @@ from opd_jax import cross
 from opd_jax import models
 from opd_jax.models import token_bytes
 
-_CROSS: dict[tuple[str, str], bool] = {}    # (student spec, teacher spec) -> reads text, as `cross_teacher` found
+_CROSS: dict[tuple[str, str, bool], bool] = {}   # (student spec, teacher spec, force) -> reads text (`cross_teacher`)
 
 
 def cross_teacher(config, spec: str, student_tokenizer, teacher_tokenizer, *, where: str,
@@ -30,7 +30,7 @@ def cross_teacher(config, spec: str, student_tokenizer, teacher_tokenizer, *, wh
       (`token_bytes.byte_vocab`); one line naming `where` and what differs.
   """
   diff = models.tokenizer_difference(student_tokenizer, teacher_tokenizer)
-  _CROSS[(config.student.name, spec)] = diff is not None or config.scoring.cross_tokenizer.force
+  _CROSS[_key(config, spec)] = diff is not None or config.scoring.cross_tokenizer.force
   if diff is None and not config.scoring.cross_tokenizer.force:
     return False
   what = diff or "config.scoring.cross_tokenizer.force is set"
@@ -48,14 +48,18 @@ def cross_teacher(config, spec: str, student_tokenizer, teacher_tokenizer, *, wh
   return True
 
 
+def _key(config, teacher: str) -> tuple[str, str, bool]:
+  return config.student.name, teacher, bool(config.scoring.cross_tokenizer.force)
+
+
 def checked(config, teacher: str) -> bool:
   """Whether `cross_teacher` has decided this teacher of this config's student."""
-  return (config.student.name, teacher) in _CROSS
+  return _key(config, teacher) in _CROSS
 
 
 def reads_text(config, teacher: str) -> bool:
   """Whether `cross_teacher` found that this teacher of this config reads text (False if not checked yet)."""
-  return bool(_CROSS.get((config.student.name, teacher)))
+  return bool(_CROSS.get(_key(config, teacher)))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -97,8 +101,8 @@ def score_view(student: Any, teacher: Any, view, responses, dense: dict, at: dic
     queries.append([(t, [int(k) for k in node.candidates[slot[t]] if k >= 0] if t in slot else [int(y)])
                     for t, y in enumerate(responses[r])])
   res = cross.candidate_logprobs(student, teacher, [dense[view][r]["t_prompt"] for r in rows],
-                           [responses[r] for r in rows], queries, temperatures=temps, mode=xt.mode,
-                           max_tree_nodes=xt.max_tree_nodes, prune=float(xt.prune))
+                                 [responses[r] for r in rows], queries, temperatures=temps, mode=xt.mode,
+                                 max_tree_nodes=xt.max_tree_nodes, prune=float(xt.prune))
   logging.info("cross-tokenizer view %s: %d teacher states, %d branch rows, %d candidates over the state bound, "
                "pruning's relative error <= %.1e", "/".join(view), res.states, res.branch_rows, res.too_many,
                res.pruned_bound)

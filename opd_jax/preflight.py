@@ -347,7 +347,7 @@ def header(spec: str, config) -> tuple[int, Any] | None:
 _handoff: dict[str, tuple] = {}     # config JSON -> (task, confs) of a check made for a run about to start
 
 
-def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = False):
+def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = False, cross_ok: bool = True):
   """Everything checkable before any model loads (seconds): config, model specs (`check_model`), task and gold
   answers, configurations against the task, and the context lengths from the checkpoints' headers where they
   are cheap to read (`models.checkpoints.peek`; otherwise `study.setup` checks them after the load).
@@ -355,6 +355,7 @@ def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = F
   Args:
     fields: config id -> the config field that names the configuration in errors (default
       config.configurations['<id>']; the trainer's is config.train.configuration).
+    cross_ok: a teacher of another tokenizer may read text (the study); False: refused (the trainer).
     hand_off: keep the result for the next check of an equal config, which returns it without redoing the work
       (once): `check_train`'s, for the trainer's own `study.setup`.
   Returns:
@@ -378,7 +379,7 @@ def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = F
     if conf.teacher != contexts.SELF and h is not None and student is not None:
       where = (fields or {}).get(conf.config_id, f"config.configurations[{conf.config_id!r}]")
       cross_view.cross_teacher(config, conf.teacher, student[1], h[1], where=f"{where}: teacher {conf.teacher!r}",
-                    cross_ok=fields is None)
+                    cross_ok=cross_ok)
   if all(h is not None for h in headers.values()):     # else not cheap: `study.setup` checks after the load
     check_context(config, task, confs, student[1], {k: v[0] for k, v in headers.items()})
   if hand_off:
@@ -531,7 +532,7 @@ def check_train(config):
   study = config.copy_and_resolve_references()
   with study.unlocked():
     study.configurations = {"train": t.configuration}
-  task, confs = check(study, fields={"train": "config.train.configuration"}, hand_off=True)
+  task, confs = check(study, fields={"train": "config.train.configuration"}, hand_off=True, cross_ok=False)
   pool = len(task.problems)
   if t.eval_questions >= pool:
     raise _bad("config.train.eval_questions", f"must be < the task's pool of {pool} questions (the rest are "

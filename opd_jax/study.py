@@ -97,7 +97,7 @@ class Env:
     return contexts.study_chat(self.student.tokenizer, message, self.config)
 
 
-def setup(config, task=None, confs=None) -> Env:
+def setup(config, task=None, confs=None, *, cross_ok: bool = True) -> Env:
   """Validate, load the task (unless given, with its parsed configurations: `preflight.check`) and every model, check
   tokenizers and context lengths (clear errors before any work)."""
   t0 = time.time()
@@ -110,7 +110,8 @@ def setup(config, task=None, confs=None) -> Env:
       if c.teacher != contexts.SELF and c.teacher not in teachers:
         teachers[c.teacher] = load_model(c.teacher, config)
         if cross_view.cross_teacher(config, c.teacher, student.tokenizer, teachers[c.teacher].tokenizer,  # as loaded
-                                   where=f"config.configurations[{c.config_id!r}]: teacher {c.teacher!r}"):
+                                    where=f"config.configurations[{c.config_id!r}]: teacher {c.teacher!r}",
+                                    cross_ok=cross_ok):
           cross_names.add(c.teacher)
   mesh = sharding.mesh_from_config(config)
   rules = sharding.rules_from_config(config)
