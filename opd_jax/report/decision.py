@@ -16,6 +16,11 @@ what it says, with few questions and a best chosen from the data (benchmarks/ver
     probability >= level);
   - power: the smallest difference detectable with 80% power at this budget, and the questions a smallest effect
     of interest (min_effect) needs; "not estimable" when the data cannot say.
+Issue 33: with a `sequential.Design` the study looks after blocks of questions; each look's intervals are at the
+level the design's alpha spending gives that look (sequential.nominal_alpha), the verdict says whether it is
+decided ("use" one configuration, or "equivalent" within the margin) or the study goes on, and the power statement
+averages over the sampling error of the estimated standard error (stats.expected_t_power). Without a design the
+outputs are those of issue 25.
 """
 import math
 
@@ -25,6 +30,7 @@ from statsmodels.stats.multitest import multipletests
 
 from opd_jax import stats
 from opd_jax.report import common
+from opd_jax.report import sequential
 
 MIN_SHARED_QUESTIONS = common.MIN_SHARED_QUESTIONS   # pairs sharing fewer questions: not comparable
 POWER = 0.8                # the power of the detectable difference and of the questions needed
@@ -32,7 +38,8 @@ POWER = 0.8                # the power of the detectable difference and of the q
 
 def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = common.MIN_NODES,
                    min_questions: int = common.MIN_QUESTIONS,
-                   min_shared_questions: int = MIN_SHARED_QUESTIONS) -> dict:
+                   min_shared_questions: int = MIN_SHARED_QUESTIONS, design: sequential.Design | None = None,
+                   look: int | None = None, final: bool = False) -> dict:
   """Every pairwise paired comparison of K configurations, the best, its confidence set and the verdict's code.
 
   Protocol (the contract of `decide`; tests and the calibration benchmark recompute it):
@@ -54,6 +61,10 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
       < min_questions questions with one: common.underpowered, or no configuration is comparable with it);
       "use" (each comparable configuration is distinguishable from the best and behind it); else
       "indistinguishable" (also when a single configuration has data).
+  With a design (sequential.Design) at look `look`: each pair's interval is at level 1 - nominal alpha of that
+  look (sequential.nominal_alpha with the m pairs: the design's spending of alpha / m), p_adjusted = min(1, p
+  (1 - level) / nominal alpha) (so distinguishable is still p_adjusted <= 1 - level: the interval excludes 0),
+  and sequential.read adds the decision. A one-look design gives the fixed design's numbers exactly.
 
   Args:
     align: [N, K] float, alignment of configuration k at node n (NaN: undefined).
@@ -61,13 +72,19 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
     level: the family-wise confidence level.
     min_nodes, min_questions: the power rule of the best (common.underpowered).
     min_shared_questions: the comparability rule of a pair.
+    design: the sequential design, or None (the fixed design of issue 25); its alpha must be 1 - level.
+    look: the look number, 1 .. len(design.looks) (None: 1); only with a design.
+    final: this look is the last (the pool of questions ran out before the cap): it spends all alpha left.
   Returns:
     dict of numpy arrays: n_defined, n_questions [K] (questions with a defined node), mean [K], underpowered [K],
     n_shared, n_shared_questions, comparable, diff, se, df, ci_lo, ci_hi, p_value, p_adjusted, distinguishable
     [K, K] (row minus column; NaN off the family), m, ci_level, best (int or -1), order [K], could_be_best [K],
-    runner_up (int or -1: the comparable configuration closest to the best), verdict (str).
+    runner_up (int or -1: the comparable configuration closest to the best), verdict (str); with a design also
+    look, nominal_alpha (per pair at this look), alpha_spent (the family's, by this look), last (bool),
+    equivalent [K, K], decision ("use", "equivalent", "continue", "cap"), decided, stop (sequential.read).
   Raises:
-    ValueError: shapes do not match, or level outside (0, 1).
+    ValueError: shapes do not match, level outside (0, 1) or not 1 - design.alpha, a look without a design or
+      outside the design's looks.
   """
   align = np.asarray(align, np.float64)
   questions = np.asarray(questions).astype(np.int64)
@@ -75,6 +92,13 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
     raise ValueError(f"align must be [N, K] and questions [N], got {align.shape} and {questions.shape}")
   if not 0.0 < level < 1.0:
     raise ValueError(f"level must lie in (0, 1), got {level}; e.g. 0.95")
+  if design is None and (look is not None or final):
+    raise ValueError(f"look={look} and final={final} need a design (sequential.Design)")
+  if design is not None:
+    look = 1 if look is None else look
+    design.fractions(look, final)                                               # raises for a bad look
+    if not math.isclose(level, 1.0 - design.alpha):
+      raise ValueError(f"level must be 1 - design.alpha = {1.0 - design.alpha:g} with a design, got {level}")
   n, k = align.shape
   onehot = np.zeros((n, int(questions.max()) + 1 if n else 0))
   onehot[np.arange(n), questions] = 1.0
@@ -93,11 +117,15 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
   comparable = res.n_clusters >= min_shared_questions
   m = int(comparable.sum())
   alpha = 1.0 - level
-  ci_level = 1.0 - alpha / max(m, 1)
+  sequential_looks = design is not None and design.n_looks > 1
+  nominal = sequential.nominal_alpha(design, look, pairs=m, final=final) if sequential_looks else alpha / max(m, 1)
+  ci_level = 1.0 - nominal
   lo, hi, p = stats.t_test(res.mean, res.se, res.df, ci_level)
   lo, hi = np.maximum(lo, -2.0), np.minimum(hi, 2.0)    # a difference of two cosines lies in [-2, 2]
   p_adj = np.full(p.shape, np.nan)
-  if m:
+  if m and sequential_looks:
+    p_adj[comparable] = np.minimum(1.0, p[comparable] * alpha / nominal)
+  elif m:
     p_adj[comparable] = multipletests(p[comparable], alpha=alpha, method="bonferroni")[1]
 
   def square(upper, lower, fill=np.nan):
@@ -129,7 +157,7 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
   out["could_be_best"] = has & ~beaten
   if best < 0:
     out.update(order=np.arange(k), runner_up=-1, verdict="no_data")
-    return out
+    return _read_look(out, design, look, final, nominal)
   with_best = out["comparable"][best]
   rest = sorted((c for c in range(k) if c != best),
                 key=lambda c: (not has[c], not with_best[c],
@@ -148,6 +176,16 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
     out["verdict"] = "use"
   else:
     out["verdict"] = "indistinguishable"
+  return _read_look(out, design, look, final, nominal)
+
+
+def _read_look(out: dict, design: sequential.Design | None, look: int | None, final: bool, nominal: float) -> dict:
+  """compare_arrays' output with the design's fields (unchanged without a design)."""
+  if design is None:
+    return out
+  last = final or look == design.n_looks
+  out.update(look=look, nominal_alpha=nominal, alpha_spent=sequential.alpha_spent(design, look, final=final),
+             last=last, **sequential.read(out, margin=design.margin, last=last))
   return out
 
 
@@ -166,7 +204,8 @@ def node_matrix(rows: pd.DataFrame, configs: list) -> tuple[np.ndarray, np.ndarr
 
 def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000, seed: int = 0,
            level: float = 0.95, min_nodes: int = common.MIN_NODES, min_questions: int = common.MIN_QUESTIONS,
-           min_effect: float | None = None) -> dict:
+           min_effect: float | None = None, design: sequential.Design | None = None, look: int | None = None,
+           final: bool = False) -> dict:
   """Ranks the configurations on the target group and decides whether the best one is distinguishable.
 
   The comparisons, the best, its confidence set and the verdict follow `compare_arrays` on the target group's
@@ -176,13 +215,29 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
   at the family's per-pair level (1 - level) / m: the smallest difference detectable with 80% power at this budget
   (stats.detectable_difference) and, given min_effect, the questions needed (stats.questions_needed).
 
+  With a design (issue 33), the study loop calls this after each block of questions with look = 1, 2, ... and
+  stops when `stop` is true (decided, or the last look):
+    design = sequential.Design(looks=(10, 20, 40, 80))
+    for look, n in enumerate(design.looks, 1):
+      ...select questions up to n, score them...
+      verdict = decide(nodes, target=..., design=design, look=look, final=<the pool ran out>)
+      if verdict["stop"]: break
+  The comparisons are compare_arrays' at that look's level; `decision` is "use" (one configuration could be
+  best), "equivalent" (every pair of those that could be best is within +-margin: any of them), "continue", or
+  "cap" (the last look, undecided); the power statement is at the level of the design's last look, averaged over
+  the sampling error of the standard error (stats.detectable_difference and questions_needed with se_df), and
+  min_effect is the design's margin.
+
   Args:
     nodes: node records (common.check_nodes).
     target: "incorrect" (default: where OPD is meant to help), "correct" or "all".
     n_boot, seed: the descriptive bootstrap intervals of each configuration's means.
     level: family-wise confidence level of the comparisons (and level of the descriptive intervals).
     min_nodes, min_questions: the power rule of the best.
-    min_effect: the smallest difference in mean alignment worth detecting (> 0), or None.
+    min_effect: the smallest difference in mean alignment worth detecting (> 0), or None; with a design: None
+      or design.margin.
+    design, look, final: the sequential design, the look number (1-based) and whether the pool of questions ran
+      out at this look (compare_arrays); None: the fixed design, outputs exactly those of issue 25.
   Returns:
     A JSON-ready dict: target, level, n_boot, seed, min_nodes, min_questions, min_shared_questions, min_effect,
     n_questions (questions with a defined alignment on the target group), method, family_size (m), ci_level;
@@ -193,19 +248,28 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
     p_adjusted, distinguishable, underpowered); power (vs, diff (best - runner-up), se, df, questions, alpha,
     power, detectable_difference, min_effect, questions_needed, more_questions, estimable, reason; None without
     data); best, runner_up, best_set, not_comparable, verdict ("use", "indistinguishable", "underpowered",
-    "no_data"), line (the sentence).
+    "no_data"), line (the sentence). With a design also: look, looks, margin, nominal_alpha, alpha_spent,
+    spending, decision, decided, stop, equivalent (the configurations named by an "equivalent" decision, else []),
+    undecided (config_id, vs, questions_needed (to detect the margin with 80% expected power; None when not
+    estimable): the comparisons with the best that block a decision), and each comparison's `equivalent`.
   Raises:
-    ValueError: bad nodes (common.check_nodes), an unknown target, level outside (0, 1) or min_effect <= 0.
+    ValueError: bad nodes (common.check_nodes), an unknown target, level outside (0, 1), min_effect <= 0, or a
+      design that disagrees with level or min_effect (compare_arrays).
   """
   common.check_nodes(nodes)
   if min_effect is not None and not min_effect > 0:
     raise ValueError(f"min_effect must be > 0 (a difference in mean alignment) or None, got {min_effect}")
+  if design is not None:
+    if min_effect is not None and not math.isclose(min_effect, design.margin):
+      raise ValueError(f"min_effect must be None or design.margin = {design.margin:g} with a design, got {min_effect}")
+    min_effect = design.margin
   in_target = common.group_mask(nodes, target)
   target_rows = nodes[in_target]
   rows = target_rows[target_rows["alignment"].notna().to_numpy()]
   configs = list(pd.unique(nodes["config_id"]))
   align, questions, labels = node_matrix(rows, configs)
-  res = compare_arrays(align, questions, level=level, min_nodes=min_nodes, min_questions=min_questions)
+  res = compare_arrays(align, questions, level=level, min_nodes=min_nodes, min_questions=min_questions,
+                       design=design, look=look, final=final)
   out = {"target": target, "level": level, "n_boot": n_boot, "seed": seed, "min_nodes": min_nodes,
          "min_questions": min_questions, "min_shared_questions": MIN_SHARED_QUESTIONS, "min_effect": min_effect,
          "n_questions": int(labels.size), "family_size": res["m"], "ci_level": res["ci_level"],
@@ -229,7 +293,7 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
   if b < 0:
     out.update(verdict="no_data", best=None, runner_up=None, best_set=[], not_comparable=[],
                line=f"no configuration has a defined alignment on {target} nodes: nothing to decide")
-    return out
+    return _with_design(out, res, design, configs, b) if design is not None else out
   for c in res["order"][1:]:
     under = common.underpowered(int(res["n_shared"][c, b]), int(res["n_shared_questions"][c, b]),
                                 min_nodes=min_nodes, min_questions=min_questions)
@@ -242,8 +306,64 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
   out.update(verdict=res["verdict"], best=configs[b], runner_up=configs[ru] if ru >= 0 else None,
              best_set=[configs[c] for c in res["order"] if res["could_be_best"][c]],
              not_comparable=[c["config_id"] for c in out["comparisons"] if not c["comparable"]])
-  out["power"] = _power(res, b, ru, configs, level, min_effect)
+  out["power"] = _power(res, b, ru, configs, level, min_effect,
+                        None if design is None else _final_alpha(design, res["m"], level))
   out["line"] = _line(out, target)
+  return out if design is None else _with_design(out, res, design, configs, b)
+
+
+def _final_alpha(design: sequential.Design, m: int, level: float) -> float:
+  """The per-pair level of the design's last look (the level the cap decides at; one look: compare_arrays')."""
+  if design.n_looks == 1:
+    return (1.0 - level) / max(m, 1)
+  return sequential.nominal_alpha(design, design.n_looks, pairs=m)
+
+
+def _with_design(out: dict, res: dict, design: sequential.Design, configs: list, b: int) -> dict:
+  """decide's output with the sequential fields and line (see decide)."""
+  out.update(look=res["look"], looks=list(design.looks), spending=design.spending, margin=design.margin,
+             nominal_alpha=res["nominal_alpha"],
+             alpha_spent=res["alpha_spent"], decision=res["decision"], decided=res["decided"], stop=res["stop"],
+             equivalent=[], undecided=[])
+  look_text = (f"look {res['look']} of {design.n_looks}"
+               + (f" ({design.looks[res['look'] - 1]} questions)" if design.looks else " (fixed design)")
+               + (", the last: the pool of questions ran out" if res["last"] and res["look"] < design.n_looks else ""))
+  if b < 0:
+    out["line"] = f"{look_text}, {res['decision']}: {out['line']}"
+    return out
+  index = {c: i for i, c in enumerate(configs)}
+  alpha = _final_alpha(design, res["m"], out["level"])
+  for c in out["comparisons"]:
+    i = index[c["config_id"]]
+    c["equivalent"] = bool(res["equivalent"][i, b])
+    if res["could_be_best"][i] and not c["equivalent"]:
+      need = stats.questions_needed(design.margin, c["se"], c["df"], c["n_shared_questions"], alpha=alpha,
+                                    power=POWER, se_df=c["df"]) if c["comparable"] else math.nan
+      out["undecided"].append({"config_id": c["config_id"], "vs": c["vs"],
+                               "questions_needed": math.ceil(need) if math.isfinite(need) else None})
+  members = [configs[c] for c in res["order"] if res["could_be_best"][c]]
+  if res["decision"] == "equivalent":
+    out["equivalent"] = members
+  family = f"simultaneous over every look: alpha spent {out['alpha_spent']:.3g} of {design.alpha:g}"
+  if res["decision"] == "use":
+    out["line"] = f"{look_text}, decided: {out['line']}; {family}"
+  elif res["decision"] == "equivalent":
+    behind = [c["config_id"] for c in out["comparisons"] if c["config_id"] not in members and c["comparable"]]
+    out["line"] = (f"{look_text}, decided: equivalent within +-{design.margin:g} on {out['target']} nodes: "
+                   f"{', '.join(members)} (use any of them: every pair of them within the margin; "
+                   + (f"{', '.join(behind)} distinguishably behind; " if behind else "")
+                   + f"{100 * out['level']:g}% simultaneous intervals over "
+                   f"{_count(out['family_size'], 'pairwise comparison')}, paired on shared nodes, CR2 by question, "
+                   f"{family})")
+  else:
+    need = [f"{u['config_id']} (" + (f"~{u['questions_needed']} questions to detect {design.margin:g}"
+                                     if u["questions_needed"] is not None else "not comparable yet"
+                                     if not next(c for c in out["comparisons"]
+                                                 if c["config_id"] == u["config_id"])["comparable"]
+                                     else "not estimable") + ")" for u in out["undecided"]]
+    what = "continue" if res["decision"] == "continue" else "cap reached, undecided"
+    out["line"] = (f"{look_text}, {what}: " + (f"undecided against {configs[b]}: {', '.join(need)}; "
+                                               if need else "") + f"{out['line']}; {family}")
   return out
 
 
@@ -259,12 +379,17 @@ def _short(n_defined: int, n_questions: int, min_nodes: int, min_questions: int)
   return "; ".join(parts)
 
 
-def _power(res: dict, b: int, ru: int, configs: list, level: float, min_effect: float | None) -> dict:
-  """Power of the best against the runner-up at the family's per-pair level (see decide)."""
-  alpha = (1.0 - level) / max(res["m"], 1)
+def _power(res: dict, b: int, ru: int, configs: list, level: float, min_effect: float | None,
+           alpha: float | None = None) -> dict:
+  """Power of the best against the runner-up at the family's per-pair level (see decide). alpha given (a design):
+  at that level, averaged over the sampling error of se (se_df = df; stats.expected_t_power)."""
+  expected = alpha is not None
+  alpha = (1.0 - level) / max(res["m"], 1) if alpha is None else alpha
   out = {"vs": configs[ru] if ru >= 0 else None, "alpha": alpha, "power": POWER, "min_effect": min_effect,
          "diff": math.nan, "se": math.nan, "df": math.nan, "questions": 0, "detectable_difference": math.nan,
          "questions_needed": None, "more_questions": None, "estimable": False, "reason": ""}
+  if expected:
+    out["expected"] = True            # power averaged over the sampling error of se (stats.expected_t_power)
   if ru < 0:
     out["reason"] = f"no configuration shares {MIN_SHARED_QUESTIONS} questions with {configs[b]}"
     return out
@@ -278,9 +403,10 @@ def _power(res: dict, b: int, ru: int, configs: list, level: float, min_effect: 
     out["reason"] = f"{df:.2g} degrees of freedom (< 1)"
   else:
     out["estimable"] = True
-    out["detectable_difference"] = stats.detectable_difference(se, df, alpha=alpha, power=POWER)
+    se_df = df if expected else None
+    out["detectable_difference"] = stats.detectable_difference(se, df, alpha=alpha, power=POWER, se_df=se_df)
     if min_effect is not None:
-      need = stats.questions_needed(min_effect, se, df, g, alpha=alpha, power=POWER)
+      need = stats.questions_needed(min_effect, se, df, g, alpha=alpha, power=POWER, se_df=se_df)
       out["questions_needed"] = math.ceil(need) if math.isfinite(need) else None
       out["more_questions"] = max(0, math.ceil(need) - g) if math.isfinite(need) else None
   return out
@@ -293,7 +419,9 @@ def power_text(power: dict | None) -> str:
   if not power["estimable"]:
     return f"Power: not estimable ({power['reason']})."
   text = (f"Power ({power['vs']} against the best, level {power['alpha']:.3g} per comparison): the smallest "
-          f"difference detectable with {100 * power['power']:g}% power at this budget ({power['questions']} shared "
+          f"difference detectable with {100 * power['power']:g}% "
+          + ("expected power (averaged over the error of the estimated se) " if power.get("expected") else "power ")
+          + f"at this budget ({power['questions']} shared "
           f"questions) is {power['detectable_difference']:.4f}"
           + (" (more than 2, the largest a difference of cosines can be: none is detectable)"
              if power["detectable_difference"] > 2 else ""))
@@ -332,7 +460,8 @@ def _line(out: dict, target: str) -> str:
   tied = [c["config_id"] for c in comps if c["comparable"] and not c["distinguishable"]]
   ahead = [c["config_id"] for c in comps if c["comparable"] and c["distinguishable"] and c["diff"] > 0]
   p = out["power"]
-  mde = f"; detectable with 80% power at this budget: {p['detectable_difference']:.4f}" if p["estimable"] else ""
+  mde = (f"; detectable with 80% {'expected ' * bool(p.get('expected'))}power at this budget: "
+         f"{p['detectable_difference']:.4f}" if p["estimable"] else "")
   why = ([f"{best} is not distinguishable from {', '.join(tied)}"] if tied else []) + (
       [f"{', '.join(ahead)} distinguishably ahead of {best} on their shared nodes"] if ahead else [])
   return (f"no decision on {target} nodes: {'; '.join(why)} ({lead}; {family}); could be best: "
@@ -354,6 +483,7 @@ def table_rows(verdict: dict) -> list[list[str]]:
     else:
       status = ("distinguishable" if c["distinguishable"] else "not distinguishable") if c["comparable"] else (
           f"not comparable (< {verdict['min_shared_questions']} shared questions)")
+      status += f"; equivalent within +-{verdict['margin']:g}" if c.get("equivalent") else ""
       cells = [str(c["n_shared"]), str(c["n_shared_questions"]), common.fmt(c["diff"]),
                common.ci(c["ci_lo"], c["ci_hi"]), common.fmt(c["p_adjusted"], 3), status]
     rule = "no defined alignment" if not r["n_defined"] else f"indicative: {r['short']}" if r["short"] else ""
@@ -368,6 +498,12 @@ def table_note(verdict: dict) -> str:
   family = (f"each CI at {100 * verdict['ci_level']:.4g}%, so {lvl} simultaneous over all "
             f"{_count(m, 'comparable pair')} of configurations (Bonferroni: it holds for a best chosen from the "
             f"data); p (adjusted) = min(1, {m} p)" if m else "no pair is comparable, so nothing is tested")
+  if m and len(verdict.get("looks") or ()) > 1:
+    family = (f"each CI at {100 * verdict['ci_level']:.4g}%, this look's level in a sequential design spending "
+              f"{100 - 100 * verdict['level']:g}% / {m} per pair over looks at {verdict['looks']} questions "
+              f"({verdict['spending']} alpha spending), so {lvl} simultaneous over all {_count(m, 'comparable pair')}"
+              f" and every look; p (adjusted) = min(1, p {1 - verdict['level']:g} / "
+              f"{1 - verdict['ci_level']:.3g}); equivalent: the CI inside +-{verdict['margin']:g}")
   return (f"Configurations on {verdict['target']} nodes ({verdict['n_questions']} questions with a defined "
           f"alignment), the best first, then by their paired difference against it. diff vs best = mean of "
           f"(configuration - best) over the nodes both define (paired), with a CR2 cluster-robust standard error by "

@@ -1,0 +1,209 @@
+"""A group-sequential design for the decision (issue 33): look after blocks of questions, stop once decided.
+
+The study looks at the data when looks[0], looks[1], ... questions are selected and stops at the first look whose
+verdict is decided (decision.decide with `design` and `look`), or at the last look (the cap). Optional stopping
+does not inflate the error rates because each look's intervals are repeated confidence intervals (Jennison &
+Turnbull 1989, JRSS B 51(3); Jennison & Turnbull 2000, Group Sequential Methods, ch. 9): their levels come from
+an alpha-spending function, so that over all looks together each pair's intervals all hold with probability
+>= 1 - alpha / m, and, Bonferroni over the m comparable pairs as in the fixed design, every interval of every
+look holds with probability >= 1 - alpha. Every claim read from them inherits that:
+  - distinguishable: the interval excludes 0;
+  - equivalent within the margin: the interval lies inside (-margin, +margin) (interval inclusion, the two
+    one-sided tests of Schuirmann 1987, J. Pharmacokinet. Biopharm. 15(6); read from the same simultaneous family,
+    their joint error is the family's non-coverage);
+  - "use X": X is the only configuration that could be best; "equivalent": every pair of the configurations that
+    could be best is equivalent (so any of them is within the margin of the true best, which the set holds).
+
+Spending (Lan & DeMets 1983, Biometrika 70(3)): alpha*(t) over the information fraction t_k = looks[k] / looks[-1]
+(the share of the planned questions; the last look, or a look declared final because the pool ran out, is t = 1
+and spends all that is left). O'Brien-Fleming type alpha*(t) = 2 - 2 Phi(z_{1 - alpha / 2} / sqrt(t)) (the
+default: almost nothing spent early, so the last look's level is close to the fixed design's and the cap costs
+little power) or Pocock type alpha*(t) = alpha log(1 + (e - 1) t). The two-sided boundaries c_k on |Z_k| solve
+P(|Z_1| < c_1, ..., |Z_{k-1}| < c_{k-1}, |Z_k| >= c_k) = alpha*(t_k) - alpha*(t_{k-1}) for cumulative z statistics
+with corr(Z_i, Z_j) = sqrt(t_i / t_j), by recursive numerical integration on a grid (Armitage, McPherson & Rowe
+1969, JRSS A 132(2); Jennison & Turnbull 2000, ch. 19), deterministic (no Monte Carlo). Each look's z boundary is
+used as a t quantile at the pair's Bell-McCaffrey df by matching its tail probability: the interval at look k is
+the t interval at level 1 - 2 (1 - Phi(c_k)) (Jennison & Turnbull 2000, section 3.8, for t statistics).
+
+The default margin, MARGIN = 0.05 in mean alignment (a difference of two per-node cosines): the paper's whole mean
+alignment on incorrect rollouts is about 0.05 (paper.md), so a smaller difference between two configurations is
+smaller than the signal the study exists to find; in the one-hour study (docs/results.md) the same context under
+three divergences, one update to within its noise, differed by 0.003 and 0.022, and the contexts by about 0.055.
+It is a choice of scale, not a measured change of a training outcome.
+"""
+import dataclasses
+import functools
+import math
+
+import numpy as np
+from scipy import optimize
+from scipy import stats as sp_stats
+
+MARGIN = 0.05            # the default equivalence margin in mean alignment (see the module docstring)
+SPENDING = ("obrien_fleming", "pocock")
+_GRID_STEP = 0.01        # grid spacing of the recursive integration, in z units
+_Z_MAX = 12.0            # the continuation region is cut to |z| <= _Z_MAX (P(|Z| > 12) ~ 4e-33)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Design:
+  """A group-sequential design (see the module docstring).
+
+  Attributes:
+    looks: the numbers of selected questions at which the study looks, ascending; the last is the cap. () or one
+      look: the fixed design (today's decide()).
+    alpha: the family-wise error rate over every comparable pair and every look, in (0, 1).
+    margin: the equivalence margin in mean alignment (> 0; MARGIN).
+    spending: "obrien_fleming" (Lan-DeMets O'Brien-Fleming type) or "pocock" (Lan-DeMets Pocock type).
+  Raises:
+    ValueError: looks not strictly ascending positive integers, alpha outside (0, 1), margin <= 0, an unknown
+      spending.
+  """
+  looks: tuple[int, ...] = ()
+  alpha: float = 0.05
+  margin: float = MARGIN
+  spending: str = "obrien_fleming"
+
+  def __post_init__(self):
+    looks = tuple(self.looks)
+    if any(int(x) != x or x < 1 for x in looks) or any(b <= a for a, b in zip(looks, looks[1:])):
+      raise ValueError(f"Design.looks must be ascending positive integers (questions), got {self.looks}")
+    object.__setattr__(self, "looks", tuple(int(x) for x in looks))
+    if not 0.0 < self.alpha < 1.0:
+      raise ValueError(f"Design.alpha must lie in (0, 1), got {self.alpha}; e.g. 0.05")
+    if not (math.isfinite(self.margin) and self.margin > 0):
+      raise ValueError(f"Design.margin must be > 0 (a difference in mean alignment), got {self.margin}")
+    if self.spending not in SPENDING:
+      raise ValueError(f"Design.spending must be one of {SPENDING}, got {self.spending!r}")
+
+  @property
+  def n_looks(self) -> int:
+    return max(len(self.looks), 1)
+
+  def fractions(self, look: int, final: bool = False) -> tuple[float, ...]:
+    """Information fractions t_1 .. t_look of looks 1 .. look (1-based); t_look = 1 at the last look or when
+    `final` (the pool ran out: spend what is left). Raises ValueError for a look outside 1 .. n_looks."""
+    if not 1 <= look <= self.n_looks:
+      raise ValueError(f"look must be in 1 .. {self.n_looks} (the look number), got {look}")
+    if look == self.n_looks or final:
+      return tuple(x / self.looks[-1] for x in self.looks[:look - 1]) + (1.0,)
+    return tuple(x / self.looks[-1] for x in self.looks[:look])
+
+
+def spent(t, alpha: float, spending: str = "obrien_fleming") -> np.ndarray:
+  """alpha*(t): the two-sided error spent by information fraction t in [0, 1] (Lan & DeMets 1983); alpha*(1) =
+  alpha, alpha*(0) = 0. O'Brien-Fleming type 2 - 2 Phi(z_{1 - alpha / 2} / sqrt(t)); Pocock type
+  alpha log(1 + (e - 1) t). float64 array of t's shape."""
+  t = np.clip(np.asarray(t, np.float64), 0.0, 1.0)
+  if spending == "obrien_fleming":
+    with np.errstate(divide="ignore"):
+      return np.where(t >= 1.0, alpha, 2.0 * sp_stats.norm.sf(sp_stats.norm.isf(alpha / 2.0) / np.sqrt(t)))
+  if spending == "pocock":
+    return np.where(t >= 1.0, alpha, alpha * np.log1p((math.e - 1.0) * t))
+  raise ValueError(f"spending must be one of {SPENDING}, got {spending!r}")
+
+
+def _simpson(n: int) -> np.ndarray:
+  w = np.ones(n)
+  w[1:-1:2], w[2:-1:2] = 4.0, 2.0
+  return w / 3.0
+
+
+@functools.lru_cache(maxsize=256)
+def boundaries(fractions: tuple[float, ...], alpha: float, spending: str = "obrien_fleming") -> np.ndarray:
+  """Two-sided z boundaries c_1 .. c_K of a design spending alpha*(t) at information fractions t_1 < ... < t_K.
+
+  Solves P(no crossing before k, |Z_k| >= c_k) = alpha*(t_k) - alpha*(t_{k-1}) look by look (module docstring):
+  the sub-density of Z_{k-1} on its continuation region (-c, c) is carried on a grid of step 0.01 with Simpson
+  weights; Z_k given Z_{k-1} = u is N(u sqrt(t_{k-1} / t_k), 1 - t_{k-1} / t_k); the crossing probability is in
+  closed form given the grid, and c_k is its root (brentq). A look that spends nothing has c_k = inf.
+
+  Args:
+    fractions: information fractions, strictly ascending in (0, 1].
+    alpha: the error to spend, in (0, 1) (per pair: the family's alpha / m).
+    spending: "obrien_fleming" or "pocock".
+  Returns:
+    float64 [K] boundaries (read-only; cached). K = 1 and t = 1: z_{1 - alpha / 2}.
+  Raises:
+    ValueError: fractions not ascending in (0, 1], or alpha outside (0, 1).
+  """
+  t = np.asarray(fractions, np.float64)
+  if t.ndim != 1 or t.size == 0 or np.any(np.diff(t) <= 0) or t[0] <= 0 or t[-1] > 1:
+    raise ValueError(f"fractions must be strictly ascending in (0, 1], got {fractions}")
+  if not 0.0 < alpha < 1.0:
+    raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+  increments = np.diff(spent(t, alpha, spending), prepend=0.0)
+  c = np.empty(t.size)
+  z = w = None                                         # grid and sub-density x Simpson weights of the last look
+  for k, inc in enumerate(increments):
+    if k == 0:
+      c[0] = sp_stats.norm.isf(inc / 2.0) if inc > 0 else np.inf
+      cross = None
+    else:
+      r, s = math.sqrt(t[k - 1] / t[k]), math.sqrt(1.0 - t[k - 1] / t[k])
+
+      def cross(ck, z=z, w=w, r=r, s=s):
+        return float(w @ (sp_stats.norm.sf((ck - r * z) / s) + sp_stats.norm.cdf((-ck - r * z) / s)))
+
+      if inc <= 0:
+        c[k] = np.inf
+      else:
+        hi = 1.0
+        while cross(hi) > inc:
+          hi *= 2.0
+        c[k] = optimize.brentq(lambda x: cross(x) - inc, 0.0, hi, xtol=1e-12, rtol=1e-12)
+    if k == t.size - 1:
+      break
+    edge = min(c[k], _Z_MAX)
+    n = 2 * math.ceil(edge / _GRID_STEP) + 1                 # odd: Simpson
+    grid = np.linspace(-edge, edge, n)
+    if k == 0:
+      dens = sp_stats.norm.pdf(grid)
+    else:
+      r, s = math.sqrt(t[k - 1] / t[k]), math.sqrt(1.0 - t[k - 1] / t[k])
+      dens = sp_stats.norm.pdf((grid[:, None] - r * z[None, :]) / s) @ w / s
+    z, w = grid, dens * _simpson(n) * (grid[1] - grid[0])
+  c.setflags(write=False)
+  return c
+
+
+def nominal_alpha(design: Design, look: int, *, pairs: int = 1, final: bool = False) -> float:
+  """The two-sided nominal level of each pair's test at `look` (1-based): 2 (1 - Phi(c_look)) of the boundaries
+  spending design.alpha / pairs (Bonferroni over the comparable pairs); the pair's interval at that look is the t
+  interval at level 1 - nominal_alpha (module docstring). One look: exactly design.alpha / pairs (the fixed
+  design). `final`: this look is the last one (the pool ran out), it spends all that is left.
+  Raises ValueError for a look outside 1 .. design.n_looks."""
+  per_pair = design.alpha / max(int(pairs), 1)
+  fractions = design.fractions(look, final)
+  if len(fractions) == 1 and fractions[0] == 1.0:
+    return per_pair
+  return float(2.0 * sp_stats.norm.sf(boundaries(fractions, per_pair, design.spending)[-1]))
+
+
+def alpha_spent(design: Design, look: int, *, final: bool = False) -> float:
+  """The family's error spent by `look` (1-based) inclusive: alpha*(t_look) (all of design.alpha at the last or a
+  final look)."""
+  return float(spent(design.fractions(look, final)[-1], design.alpha, design.spending))
+
+
+def read(res: dict, *, margin: float, last: bool) -> dict:
+  """The decision read from one look's comparisons (decision.compare_arrays' arrays at this look's level).
+
+  equivalent[i, j]: comparable and the interval of i - j inside (-margin, +margin). decision: "use" (the verdict is
+  "use" and the best is the only configuration that could be best), "equivalent" (two or more could be best and
+  every pair of them is equivalent), else "cap" at the last look and "continue" before it. "underpowered" and
+  "no_data" verdicts never decide.
+  Returns:
+    {"equivalent": bool [K, K], "decision": str, "decided": bool, "stop": bool (decided or last)}.
+  """
+  lo, hi = np.nan_to_num(res["ci_lo"], nan=-np.inf), np.nan_to_num(res["ci_hi"], nan=np.inf)
+  equivalent = res["comparable"] & (lo > -margin) & (hi < margin)
+  members = np.flatnonzero(res["could_be_best"])
+  decision = "cap" if last else "continue"
+  if res["verdict"] == "use" and members.tolist() == [res["best"]]:
+    decision = "use"
+  elif res["verdict"] not in ("underpowered", "no_data") and members.size > 1 and all(
+      equivalent[i, j] for i in members for j in members if i != j):
+    decision = "equivalent"
+  decided = decision in ("use", "equivalent")
+  return {"equivalent": equivalent, "decision": decision, "decided": decided, "stop": decided or last}
