@@ -46,6 +46,7 @@ Issue 33 (--cells=sequential,planted; not in the default cells):
 """
 import argparse
 import json
+import math
 import time
 
 import numpy as np
@@ -235,7 +236,7 @@ def run_sequential(mu, nodes, sims, rng, design, fixed_grid: bool = True) -> dic
          "mean_questions": r.questions.mean(), "fixed_questions": fixed_questions,
          "ratio": r.questions.mean() / fixed_questions if fixed_questions > 0 else float("nan"),
          "fixed_right": dict(zip(map(str, grid), np.round(fixed, 4).tolist())), "seconds": round(time.time() - start, 1)}
-  return {key: round(v, 4) if isinstance(v, float) else v for key, v in out.items()}
+  return {key: (None if math.isnan(v) else round(v, 4)) if isinstance(v, float) else v for key, v in out.items()}
 
 
 def run_planted(questions, nodes, sims, rng) -> dict:
