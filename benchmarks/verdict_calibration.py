@@ -235,7 +235,8 @@ def run_sequential(mu, nodes, sims, rng, design, fixed_grid: bool = True) -> dic
          "false_use_at": {str(k): int(v) for k, v in r.questions[r.false_use].value_counts().sort_index().items()},
          "mean_questions": r.questions.mean(), "fixed_questions": fixed_questions,
          "ratio": r.questions.mean() / fixed_questions if fixed_questions > 0 else float("nan"),
-         "fixed_right": dict(zip(map(str, grid), np.round(fixed, 4).tolist())), "seconds": round(time.time() - start, 1)}
+         "fixed_right": dict(zip(map(str, grid), np.round(fixed, 4).tolist())),
+         "seconds": round(time.time() - start, 1)}
   return {key: (None if math.isnan(v) else round(v, 4)) if isinstance(v, float) else v for key, v in out.items()}
 
 

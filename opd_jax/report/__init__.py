@@ -10,6 +10,7 @@ Reads `<workdir>/records/nodes/part-*.parquet` (one part per question, from ever
   summary    summarize: configuration x group counts, means, cluster intervals, oracle filter;
   decision   decide: paired comparisons on shared nodes (CR2 t, Bonferroni over every comparable pair), the
              configurations that could be best, the detectable difference, the verdict (verdict.json);
+  sequential the group-sequential design of decide (issue 33): looks, alpha spending, use / equivalent / continue;
   where      alignment and teacher advantage by position, entropy, argmax, token kind;
   predictors Spearman / AUROC with intervals, predictor filter vs oracle filter;
   router     route: per-token choice of configuration from the predictors, cross-validated by question;
