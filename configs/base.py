@@ -48,6 +48,11 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   budget.question_batch     questions whose base rollouts are sampled in one batch (question_batch x
                             rollouts_per_question rows: larger batches use the hardware better; a block may
                             sample questions that are never needed once budget.questions are selected)
+  budget.looks              the sequential design (opd_jax/looks.py): question counts at which the study looks at its
+                            verdict and stops once it is decided (one configuration could be best, or all that
+                            could be are equivalent within report.min_effect), e.g. (10, 20, 40); budget.questions
+                            is the cap and the last look; error rates hold over the looks (alpha spending,
+                            opd_jax/report/sequential.py). () = the fixed design: every question, one verdict
   selection                 "informative" (questions with both a correct and an incorrect rollout) | "all"
   scoring.chunk             response positions per chunk of the divergence reduction
   scoring.top_k             k of the top-k overlap predictor
@@ -109,6 +114,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   branch_batch=64, question_batch=1, prefer_finished=False, adaptive=False,
                   continuations_max=64, continuations_mean=8.0, adaptive_tolerance=0.0,
                   continue_unsupported=False)
+  c.budget.looks = ()
   c.selection = "informative"
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0,
                    cross_tokenizer=dict(mode="exact", prune=10.0, max_tree_nodes=512, force=False))

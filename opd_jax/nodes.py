@@ -128,6 +128,10 @@ def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response:
   not_run = (cands >= 0) & (n == 0)
   lo, hi, ps_rec = (np.where(not_run, np.nan, a) for a in (lo, hi, ps_all))
   noise = None
+  fixed = np.zeros(n.shape, bool) if outcomes.fixed is None else outcomes.fixed
+  spent = np.where(fixed, np.minimum(n, 1), n).sum(-1)                # continuations run per node
+  tokens = getattr(outcomes, "tokens", None)
+  spent_tokens = np.full(len(positions), -1, np.int64) if tokens is None else np.asarray(tokens, np.int64).sum(-1)
   for conf in confs:
     view = conf.scoring_key
     base = {"question_id": question_id, "rollout_id": rollout_id, "config_id": conf.config_id,
@@ -140,7 +144,8 @@ def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response:
               "successes": succ[m][valid].tolist(), "n": n[m][valid].tolist(),
               "rewards": [outcomes.replicates(m, k).tolist() for k in np.flatnonzero(valid)],
               "p_succ": ps_rec[m][valid].tolist(), "p_succ_lo": lo[m][valid].tolist(),
-              "p_succ_hi": hi[m][valid].tolist()}
+              "p_succ_hi": hi[m][valid].tolist(), "continuations": int(spent[m]),
+              "continuation_tokens": int(spent_tokens[m])}
 
     if q_at[view] is None:
       for m, t in enumerate(positions):

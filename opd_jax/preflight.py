@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from opd_jax import contexts
 from opd_jax import cross_tree
 from opd_jax import cross_view
+from opd_jax import looks
 from opd_jax import models
 from opd_jax import records
 from opd_jax import sampling
@@ -136,6 +137,7 @@ def validate(config) -> None:
                  f"[{b.continuations_per_candidate}, {b.continuations_max}] with adaptive=True", b.continuations_mean)
     if not b.adaptive_tolerance >= 0:
       raise _bad("config.budget.adaptive_tolerance", "must be >= 0", b.adaptive_tolerance)
+  looks.validate(config)
   if config.budget.node_strategy not in targeted.STRATEGIES:
     raise _bad("config.budget.node_strategy", f"must be one of {targeted.STRATEGIES}", config.budget.node_strategy,
                choices=targeted.STRATEGIES)

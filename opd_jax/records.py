@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from opd_jax import divergences
 from opd_jax import gradients
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 TABLES = ("rollouts", "tokens", "nodes")
 # Per-token and per-node predictor columns (paper.md, "Divergence predictors"), computed by
 # `divergences.predictors` (whose module holds the tuple next to the code that computes each).
@@ -117,6 +117,9 @@ _COLUMNS = {
         ("successes", _LIST(pa.int64()), "successful continuations per candidate"),
         ("n", _LIST(pa.int64()), "continuations run per candidate (may differ between candidates)"),
         ("rewards", _LIST(_LIST(pa.int8())), "per candidate, the 0/1 reward of each continuation, in order"),
+        ("continuations", pa.int64(), "targeted continuations run at the node, every candidate (a fixed branch "
+         "once: its outcome is decided without sampling)"),
+        ("continuation_tokens", pa.int64(), "tokens sampled by the node's continuations (-1: not counted)"),
         ("p_succ", _LIST(pa.float64()), "P_succ = successes / n per candidate; empty if unavailable"),
         ("p_succ_lo", _LIST(pa.float64()), "95% Wilson lower bound of each P_succ"),
         ("p_succ_hi", _LIST(pa.float64()), "95% Wilson upper bound of each P_succ"),

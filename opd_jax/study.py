@@ -40,6 +40,7 @@ from tqdm import tqdm
 from opd_jax import checklist
 from opd_jax import contexts
 from opd_jax import cross_view
+from opd_jax import looks
 from opd_jax import models
 from opd_jax import nodes
 from opd_jax import preflight
@@ -86,6 +87,11 @@ class Env:
   timings: dict
   mesh: Any = None                       # this process's ("data", "model") mesh; params are placed on it
   cross: frozenset = frozenset()         # teachers read through text (`cross.py`): another tokenizer, or forced
+  work: dict = dataclasses.field(default_factory=dict)   # what this session spent (`count`; manifest "work")
+
+  def count(self, **amounts) -> None:
+    for k, v in amounts.items():
+      self.work[k] = self.work.get(k, 0) + int(v)
 
   def teacher(self, name: str):
     return self.student if name == contexts.SELF else self.teachers[name]
@@ -166,6 +172,7 @@ def base_rollouts(env: Env, block: list[int]) -> list[sampling.Samples]:
     out = sampling.sample(env.student, [p for p in prompts for _ in range(n)], keys=keys, progress=bar.update,
                           max_new_tokens=c.sampling.max_new_tokens, temperature=c.sampling.temperature,
                           top_p=c.sampling.top_p, top_k=c.sampling.top_k)
+  env.count(base_rollouts=len(out.lengths), base_rollout_tokens=np.sum(out.lengths))
   return [sampling.Samples(*(a[j * n:(j + 1) * n] for a in (out.tokens, out.logprobs, out.lengths, out.finished)))
           for j in range(len(block))]
 
@@ -232,6 +239,7 @@ def score_views(env: Env, problem, prompt: list[int], views: list[nodes.View], v
                             chunk=c.scoring.chunk, top_k=c.scoring.top_k, beta=c.scoring.beta, return_hidden=True,
                             student_hidden=reuse)
         dense[view] = {r: {k: a[i] for k, a in got.items()} for i, r in enumerate(rows)}
+        env.count(scored_tokens=sum(len(v.responses[r]) for r in rows))
         if x:
           for i, r in enumerate(rows):
             dense[view][r].update(cross_view.pending(t_prompts[i]))
@@ -306,10 +314,13 @@ def continuations(env: Env, index: int, problem, prompt: list[int], responses,
   with _timed(env, "continuations_s"), stages.bar("targeted continuations", total=int(branches * n_tok),
                                                   unit="tok") as bar:
     continuer.progress = bar.update
-    return targeted.estimate_successes(
+    outcomes = targeted.estimate_successes(
         continuer, reward, prompt, [(r, responses[r], a.positions, a.candidates) for r, a in at.items()],
         R=b.continuations_per_candidate, key=jax.random.fold_in(_question_key(env, index), 1),
         max_response_len=n_tok, adaptive=adaptive, probs=[np.exp(a.p_at) for a in at.values()], run=run)
+  env.count(continuations=sum(o.continuations for o in outcomes),
+            continuation_tokens=sum(int(np.sum(o.tokens)) for o in outcomes if getattr(o, "tokens", None) is not None))
+  return outcomes
 
 
 def choose_node_rollouts(env: Env, v: Verified) -> list[int]:
@@ -361,15 +372,17 @@ def _token_text(tokenizer):
   return None if tokenizer is None else (lambda t: tokenizer.decode([int(t)]))
 
 
-def finish(workdir, *, rebuild: bool = True, tokenizer=None, options=None) -> str:
+def finish(workdir, *, rebuild: bool = True, tokenizer=None, options=None, seq=None) -> str:
   """Check the parts, rebuild the summary (`report.write_summary`, with the student's `tokenizer` for the split
   by token kind; unless rebuild is False: a read-only finished workdir keeps its summary) and warn on stderr and
-  in summary.md when nothing was measured (`report.diagnose`). Returns the summary markdown."""
+  in summary.md when nothing was measured (`report.diagnose`); `seq`: a sequential study's {design, look, final}
+  (`looks.report_look`). Returns the summary markdown."""
   workdir = pathlib.Path(workdir)
   records.check_parts(workdir)
   if rebuild:
     with stages.bar("report"):
-      markdown = report.write_summary(str(workdir), decode=_token_text(tokenizer), **dict(options or {}))
+      markdown = report.write_summary(str(workdir), decode=_token_text(tokenizer), **dict(options or {}),
+                                      **(seq or {}))
   else:
     markdown = (workdir / "summary.md").read_text() if (workdir / "summary.md").is_file() else ""
   warning = report.diagnose(records.read_table(workdir, "nodes"))
@@ -400,13 +413,15 @@ def run(config, workdir: str) -> str:
   if (workdir / "config.json").exists():
     records.check_workdir(workdir, cfg)                                  # refuse before loading anything
   pi, pc = runs.process_index(), runs.process_count()
+  looks.check(config, pc)
   if runs.is_complete(workdir, pc):
     logging.info("%s holds a complete run of this config: nothing to run, no model loaded", workdir)
     print(f"complete: {workdir} holds a finished run of this config (nothing to run)", file=sys.stderr)
     if pi != 0:
       return ""
     found = preflight.header(config.student.name, config)     # the tokenizer without weights, where cheap
-    return finish(workdir, rebuild=writable, tokenizer=found and found[1], options=config.report)
+    return finish(workdir, rebuild=writable, tokenizer=found and found[1], options=config.report,
+                  seq=looks.report_look(config, runs.read_progress(workdir, 0, pc)))
   if not writable:
     raise ValueError(f"--workdir={workdir} is not writable; pass a writable directory")
   with runs.workdir_lock(workdir, pi):
@@ -424,13 +439,18 @@ def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> s
   if pi != 0:
     return ""
   selected = [q for s in states for q in s["selected"]]
+  work = {}
+  for s in states:                                          # every process's spending, summed
+    for k, v in (s.get("work") or {}).items():
+      work[k] = work.get(k, 0) + int(v)
   write_manifest(env, cfg, workdir, processed=sum(len(s["processed"]) for s in states), selected=len(selected),
-                 timings=timings)
+                 timings=timings, work=work, taken=states[0].get("looks") if looks.is_sequential(config) else None)
   if not selected:
     raise ValueError(f"no question of the pool ({len(env.task.problems)}) was informative (both a correct and "
                      "an incorrect rollout); raise config.task.num_problems or config.budget.rollouts_per_question"
                      ", or set config.selection='all'")
-  return finish(workdir, tokenizer=env.student.tokenizer, options=config.report)
+  return finish(workdir, tokenizer=env.student.tokenizer, options=config.report,
+                seq=looks.report_look(config, states[0]))
 
 
 def run_questions(env: Env, workdir: pathlib.Path, config_hash: str, pi: int, pc: int) -> dict[str, float]:
@@ -442,24 +462,49 @@ def run_questions(env: Env, workdir: pathlib.Path, config_hash: str, pi: int, pc
   progress = runs.read_progress(workdir, pi, pc)            # progress.json, or progress.<i>-of-<n>.json
   processed, selected = list(progress["processed"]), list(progress["selected"])
   before = dict(progress.get("timings_s") or {})           # stage times of earlier sessions of this run
+  spent = dict(progress.get("work") or {})                  # and what they spent (Env.count)
 
   def timings():
     return {k: round(before.get(k, 0.0) + env.timings.get(k, 0.0), 3) for k in sorted(set(before) | set(env.timings))}
 
+  def work():
+    return {k: spent.get(k, 0) + env.work.get(k, 0) for k in sorted(set(spent) | set(env.work))}
+
   done = set(processed)
   quota = runs.question_quota(config.budget.questions, pi, pc)
+  taken = list(progress.get("looks") or [])                 # the sequential design's looks (looks.py)
+
+  def save(**kw):
+    state = {"processed": processed, "selected": selected, "timings_s": timings(), "work": work()}
+    runs.write_progress(workdir, {**state, **({"looks": taken} if looks.is_sequential(config) else {})}, pi, pc,
+                        **kw)
+
+  def look() -> bool:
+    """Takes the looks `selected` has reached (in order); True once one decided the verdict."""
+    for k in looks.pending(config, selected, taken):
+      taken.append(looks.take(workdir, config, selected, k))
+      logging.info("%s", taken[-1]["line"])
+      print(f"look {k} of {len(looks.schedule(config))} ({taken[-1]['questions']} questions): "
+            f"{'decided (' + taken[-1]['decision'] + '), stopping' if taken[-1]['decided'] else 'not decided, going on'}",
+            file=sys.stderr)
+      save()
+      if taken[-1]["decided"]:
+        return True
+    return looks.stopped(taken) is not None
+
   bar = tqdm(total=quota, initial=len(selected), desc="questions", unit="q",
              disable=not config.logging.progress or quota <= 1)     # one question: the stage bars show progress
   try:
     mine, G = runs.split_questions(range(len(env.task.problems)), pi, pc), config.budget.question_batch
+    stop = look()                                           # a resumed run takes the looks it had not taken
     for block in (mine[s:s + G] for s in range(0, len(mine), G)):   # fixed blocks: resuming changes no batch
-      if len(selected) >= quota:
+      if stop or len(selected) >= quota:
         break
       if all(env.task.problems[i].id in done for i in block):
         continue
       for index, out in zip(block, base_rollouts(env, block)):
         problem = env.task.problems[index]
-        if len(selected) >= quota:
+        if stop or len(selected) >= quota:
           break
         if problem.id in done:
           continue
@@ -470,16 +515,16 @@ def run_questions(env: Env, workdir: pathlib.Path, config_hash: str, pi: int, pc
           selected.append(problem.id)
           bar.update(1)
         processed.append(problem.id)
-        runs.write_progress(workdir, {"processed": processed, "selected": selected, "timings_s": timings()}, pi, pc)
+        save()
+        stop = look()
   except Exception as e:
     if pc > 1:                                             # the other processes stop waiting and raise too
       runs.write_progress(workdir, {"processed": processed, "selected": selected}, pi, pc,
                           error=f"{type(e).__name__}: {e}")
     raise
   bar.close()
-  runs.write_progress(workdir, {"processed": processed, "selected": selected, "timings_s": timings()}, pi, pc,
-                      done=True)
-  if len(selected) < quota:
+  save(done=True)
+  if len(selected) < quota and not stop:
     logging.warning("only %d of this process's %d questions (config.budget.questions=%d over %d processes) were "
                     "informative in its share of the pool of %d", len(selected), quota, config.budget.questions,
                     pc, len(env.task.problems))
@@ -487,9 +532,11 @@ def run_questions(env: Env, workdir: pathlib.Path, config_hash: str, pi: int, pc
 
 
 def write_manifest(env: Env, cfg: dict, workdir: pathlib.Path, *, processed: int, selected: int,
-                   timings: dict[str, float]) -> None:
-  """<workdir>/manifest.json: schema, config hash, versions, seed, devices and mesh, models, counts, timings,
-  the policies and the schema's column docs (records.describe_schema)."""
+                   timings: dict[str, float], work: dict[str, int], taken: list | None = None) -> None:
+  """<workdir>/manifest.json: schema, config hash, versions, seed, devices and mesh, models, counts, timings
+  (seconds per stage), work (base rollouts and their tokens, scored tokens, continuations and their tokens, over
+  every session and process of the run), the sequential design's looks taken (`looks.py`; absent for the fixed
+  design), the policies and the schema's column docs (records.describe_schema)."""
   devices = jax.devices()
   manifest = {
       "schema_version": records.SCHEMA_VERSION, "config_hash": records.config_hash(cfg),
@@ -497,9 +544,9 @@ def write_manifest(env: Env, cfg: dict, workdir: pathlib.Path, *, processed: int
       "platform": devices[0].platform, "mesh_shape": runs.describe(env.mesh),
       "models": {m.name: {"sha256": m.sha256, "source": m.source, "dtype": str(m.dtype)}
                  for m in [env.student, *env.teachers.values()]},
-      "questions_processed": processed, "questions_selected": selected, "timings_s": timings,
+      "questions_processed": processed, "questions_selected": selected, "timings_s": timings, "work": work,
       "policy": {"student": dataclasses.asdict(preflight.policy(env.config)),
                  "teacher": dataclasses.asdict(preflight.teacher_policy(env.config))},
-      "schema": records.describe_schema(),
+      "schema": records.describe_schema(), **({"looks": taken} if taken is not None else {}),
   }
   records.atomic_write_json(workdir / "manifest.json", manifest)

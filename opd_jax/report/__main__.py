@@ -4,6 +4,7 @@ and prints the verdict, the alignment table and where summary.md, report.html an
 With several studies (--workdir repeated, or a glob such as --workdir='runs/*'), builds one comparison instead:
 `<out>/comparison.html` and `<out>/comparison.csv` (compare.write; --out is required). Errors print one line
 `error: ...` (opd_jax.stages.field_error's format, as `python -m opd_jax.main`) and exit 2."""
+import dataclasses
 import json
 import math
 import os
@@ -11,7 +12,9 @@ import pathlib
 
 from absl import app
 from absl import flags
+import ml_collections
 
+from opd_jax import looks
 from opd_jax import records
 from opd_jax import runs
 from opd_jax import stages
@@ -88,6 +91,22 @@ def _progress(workdirs) -> bool:
     return True
 
 
+def _sequential(workdir, margin: float) -> dict:
+  """A sequential study's {design, look, final} (`looks.report_look`, from its config.json and progress.json;
+  {} for the fixed design or without those files). --min_effect > 0 reads the same repeated intervals at another
+  margin (they cover at every look whatever the margin, so the equivalence read from them keeps its level)."""
+  workdir = pathlib.Path(workdir)
+  try:
+    config = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text()))
+    progress = json.loads((workdir / "progress.json").read_text())
+  except (OSError, ValueError):
+    return {}
+  seq = looks.report_look(config, progress)
+  if seq and margin > 0:
+    seq["design"] = dataclasses.replace(seq["design"], margin=margin)
+  return seq
+
+
 def main(argv) -> None:
   if len(argv) > 1:
     stages.fail(f"unexpected arguments {argv[1:]}; flags are --name=value, e.g. --workdir=runs/x (see --help)")
@@ -110,8 +129,8 @@ def main(argv) -> None:
       return
     decode = token_decoder(f.tokenizer) if f.tokenizer else None
     build.write_summary(workdirs[0], n_boot=f.n_boot, seed=f.seed, target=f.target, plot=f.plot,
-                                   html=f.html, decode=decode, pages=f.pages, colour_by=f.colour_by,
-                                   min_effect=f.min_effect)
+                        html=f.html, decode=decode, pages=f.pages, colour_by=f.colour_by,
+                        min_effect=f.min_effect, **_sequential(workdirs[0], f.min_effect))
   except (OSError, ValueError) as e:
     stages.fail(e)
   print(console.results_text(workdirs[0]))        # the verdict, the table and where the files are (not summary.md)

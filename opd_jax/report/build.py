@@ -80,7 +80,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
                   min_questions: int = common.MIN_QUESTIONS, target: str = "incorrect", plot: bool = True,
                   html: bool = True, decode=None, n_boot_predictors: int = 200,
                   pages: int = token_pages.DEFAULT_PAGES, colour_by: str = token_pages.DEFAULT_COLOUR_BY,
-                  min_effect: float = 0.0) -> str:
+                  min_effect: float = 0.0, design=None, look: int | None = None, final: bool = False) -> str:
   """Rebuilds the report files of `<workdir>` from its node records (and rollouts, config.json, manifest.json).
 
   Files: summary.md (markdown, returned), summary.csv (summary.summarize), verdict.json (decision.decide on
@@ -92,6 +92,9 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
     workdir: the study's working directory (holds records/nodes).
     n_boot, seed, min_nodes, min_questions: intervals and the power rule (summary.summarize, decision.decide).
     target: the decision's node group: "incorrect" (default), "correct" or "all".
+    design, look, final: a sequential study's design (`sequential.Design`), the look its verdict is read at
+      (1-based) and whether that look was final (the pool ran out): decision.decide's; None: the fixed design.
+      With a design the margin is design.margin and min_effect is not read.
     min_effect: the smallest difference of interest (> 0): the verdict adds the questions needed to detect it
       with 80% power (decision.decide); 0: not asked.
     plot: write alignment.png and link it from the markdown.
@@ -112,8 +115,10 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   if {"p", "successes", "n"} <= set(nodes.columns):
     nodes = nodes.assign(ceiling=ceiling.node_ceilings(nodes, seed=seed))
   summary = summ.summarize(nodes, n_boot=n_boot, seed=seed, min_nodes=min_nodes, min_questions=min_questions)
+  seq = {} if design is None else {"design": design, "look": look, "final": final, "level": 1.0 - design.alpha}
   verdict = decision.decide(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
-                            min_questions=min_questions, min_effect=min_effect or None)
+                            min_questions=min_questions,
+                            min_effect=(min_effect or None) if design is None else design.margin, **seq)
   predictor_rows = why.predictor_table(nodes, n_boot=n_boot_predictors, seed=seed)
   routed = rt.route(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes, min_questions=min_questions)
   verdict = {**verdict, "router": routed}

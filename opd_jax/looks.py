@@ -1,0 +1,115 @@
+"""The sequential study (issue 33, item 2): look at the verdict after blocks of questions, stop once it is decided.
+
+`budget.looks = (n_1, ..., n_K)`: the study looks when it has selected n_k questions (ascending); the cap
+`budget.questions` is always the last look (appended when missing). At look k the verdict is
+`decision.decide(..., design=design(config), look=k)` on the records of the first n_k selected questions (pool
+order, so a look sees the same questions in a resumed run as in an uninterrupted one); the study stops when it is
+decided (`verdict["decided"]`: one configuration could be best, or every one that could be is equivalent to it
+within the margin `report.min_effect`), else goes on to the next look. The error rates hold over every look
+taken (alpha spending: report/sequential.py). `budget.looks = ()` is the fixed design: one look, at the cap, and
+records exactly as before.
+
+Each look taken is kept in the progress file (`progress["looks"]`: look, questions, decided, decision, line),
+written with the question that reached it; a run killed between a question's records and its look takes the look
+on resume (the records are the same, so is the look). A decided look marks the run done.
+
+One process only: with several processes the questions of a look would depend on how fast each process runs;
+`check` refuses it before any model loads.
+"""
+from __future__ import annotations
+
+import pathlib
+
+from opd_jax import records
+from opd_jax import stages
+from opd_jax.report import decision
+from opd_jax.report import sequential
+
+
+MIN_LOOK = 2              # below the power rule's 10 questions a look never decides (it is underpowered)
+
+
+def schedule(config) -> tuple[int, ...]:
+  """The question counts at which the study looks, ascending, the cap `budget.questions` last ((cap,) for the
+  fixed design)."""
+  cap = int(config.budget.questions)
+  looks = sorted({int(n) for n in tuple(config.budget.get("looks", ()) or ()) if int(n) < cap})
+  return tuple(looks) + (cap,)
+
+
+def is_sequential(config) -> bool:
+  return len(schedule(config)) > 1
+
+
+def design(config) -> sequential.Design:
+  """The sequential design of a study config (`sequential.Design`): its looks, alpha = 5%, and the equivalence
+  margin `report.min_effect` (`sequential.MARGIN` when 0)."""
+  return sequential.Design(looks=schedule(config), margin=float(config.report.min_effect) or sequential.MARGIN)
+
+
+def check(config, process_count: int) -> None:
+  """Refuses a sequential study across processes (ValueError with the fix), before any model loads."""
+  if is_sequential(config) and process_count > 1:
+    raise ValueError(stages.field_error(
+        "config.budget.looks", f"needs one process, got {process_count} (a look's questions would depend on the "
+        "processes' speed)", tuple(config.budget.looks), fix="set --config.budget.looks='()' to run the fixed "
+        "design across processes"))
+
+
+def validate(config) -> None:
+  """budget.looks: question counts >= MIN_LOOK, strictly increasing, each <= budget.questions (ValueError in
+  `stages.field_error`'s format)."""
+  looks = config.budget.get("looks", ())
+  fix = ("e.g. --config.budget.looks='(10, 20, 40)' with budget.questions=80 (the cap is the last look), or () "
+         "for the fixed design")
+  if not isinstance(looks, (tuple, list)) or not all(isinstance(n, int) and not isinstance(n, bool) for n in looks):
+    raise ValueError(stages.field_error("config.budget.looks", "must be a tuple of question counts", looks, fix=fix))
+  if list(looks) != sorted(set(looks)) or any(n < MIN_LOOK or n > config.budget.questions for n in looks):
+    raise ValueError(stages.field_error(
+        "config.budget.looks", f"must be strictly increasing counts in [{MIN_LOOK}, budget.questions = "
+        f"{config.budget.questions}]", tuple(looks), fix=fix))
+
+
+def verdict(nodes, config, look: int, final: bool = False, **kwargs) -> dict:
+  """decision.decide at `look` (1-based) of the config's design on `nodes` (its target group and margin)."""
+  d = design(config)
+  return decision.decide(nodes, target=config.report.target, level=1.0 - d.alpha, min_effect=d.margin, design=d,
+                         look=look, final=final, **kwargs)
+
+
+def take(workdir: pathlib.Path, config, selected: list[str], look: int) -> dict:
+  """Look `look` (1-based): the verdict on the first schedule(config)[look - 1] selected questions; returns the
+  progress entry {look, questions, decided, decision, line}."""
+  n = schedule(config)[look - 1]
+  nodes = records.read_table(workdir, "nodes")
+  nodes = nodes[nodes["question_id"].isin(set(selected[:n]))].reset_index(drop=True)
+  v = verdict(nodes, config, look, n_boot=200)          # the bootstrap intervals are descriptive: few suffice
+  return {"look": look, "questions": n, "decided": bool(v["decided"]), "decision": v["decision"], "line": v["line"]}
+
+
+def pending(config, selected: list[str], taken: list[dict]) -> list[int]:
+  """Looks (1-based) that `selected` has reached and that were not taken yet, in order; the cap's excluded (the
+  last look is the report itself)."""
+  done = {t["look"] for t in taken}
+  return [k + 1 for k, n in enumerate(schedule(config)[:-1]) if n <= len(selected) and k + 1 not in done]
+
+
+def stopped(taken: list[dict]) -> dict | None:
+  """The decided look that stopped the study, or None."""
+  return next((t for t in taken if t["decided"]), None)
+
+
+def report_look(config, progress: dict) -> dict:
+  """The design arguments of a finished run's report (`report.write_summary`): {} for the fixed design, else
+  {design, look, final}: the look that stopped it; the last look when it reached the cap; else (the pool ran out
+  first) the look after the ones taken, final, spending what is left."""
+  if not is_sequential(config):
+    return {}
+  taken, n = list(progress.get("looks") or []), len(progress.get("selected") or [])
+  stop = stopped(taken)
+  if stop is not None:
+    return {"design": design(config), "look": stop["look"], "final": False}
+  K = len(schedule(config))
+  if n >= schedule(config)[-1]:
+    return {"design": design(config), "look": K, "final": False}
+  return {"design": design(config), "look": min(len(taken) + 1, K), "final": True}
