@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import integrate
 from scipy import stats as sp_stats
 import statsmodels.api as sm
 
@@ -197,11 +198,13 @@ def test_power_is_the_detectable_difference_and_the_questions_for_min_effect():
   v = decision.decide(nodes, n_boot=100, min_effect=0.05)
   p, c = v["power"], v["comparisons"][0]
   assert p["estimable"] and p["se"] == c["se"] and p["questions"] == 20 and p["alpha"] == pytest.approx(0.05)
-  # The detectable difference is the true difference the test rejects with 80% probability (noncentral t).
-  c_crit = sp_stats.t.ppf(0.975, p["df"])
+  # The detectable difference is the planted difference the test rejects with 80% probability on average over
+  # the sampling error of se (se^2 / se_hat^2 ~ chi2_df / df; noncentral t), by quadrature here.
+  c_crit, df = sp_stats.t.ppf(0.975, p["df"]), p["df"]
   nc = p["detectable_difference"] / p["se"]
-  np.testing.assert_allclose(sp_stats.nct.sf(c_crit, p["df"], nc) + sp_stats.nct.cdf(-c_crit, p["df"], nc), 0.8,
-                             atol=1e-6)
+  power = lambda x: (sp_stats.nct.sf(c_crit, df, nc * np.sqrt(x / df))
+                     + sp_stats.nct.cdf(-c_crit, df, nc * np.sqrt(x / df))) * sp_stats.chi2.pdf(x, df)
+  np.testing.assert_allclose(integrate.quad(power, 0, sp_stats.chi2.isf(1e-12, df), limit=200)[0], 0.8, atol=1e-4)
   assert p["questions_needed"] > 20 and p["more_questions"] == p["questions_needed"] - 20
   assert "to detect 0.05:" in decision.power_text(p)
   with pytest.raises(ValueError, match="min_effect"):

@@ -381,15 +381,15 @@ def _short(n_defined: int, n_questions: int, min_nodes: int, min_questions: int)
 
 def _power(res: dict, b: int, ru: int, configs: list, level: float, min_effect: float | None,
            alpha: float | None = None) -> dict:
-  """Power of the best against the runner-up at the family's per-pair level (see decide). alpha given (a design):
-  at that level, averaged over the sampling error of se (se_df = df; stats.expected_t_power)."""
-  expected = alpha is not None
+  """Power of the best against the runner-up at the family's per-pair level (alpha given: a design's level at this
+  look), averaged over the sampling error of se (se_df = df; stats.expected_t_power: issue 33 item 3, planting the
+  reported difference is detected with 80% power at 10 questions too, benchmarks/verdict_calibration.py
+  --cells=planted)."""
   alpha = (1.0 - level) / max(res["m"], 1) if alpha is None else alpha
   out = {"vs": configs[ru] if ru >= 0 else None, "alpha": alpha, "power": POWER, "min_effect": min_effect,
          "diff": math.nan, "se": math.nan, "df": math.nan, "questions": 0, "detectable_difference": math.nan,
          "questions_needed": None, "more_questions": None, "estimable": False, "reason": ""}
-  if expected:
-    out["expected"] = True            # power averaged over the sampling error of se (stats.expected_t_power)
+  out["expected"] = True              # power averaged over the sampling error of se (stats.expected_t_power)
   if ru < 0:
     out["reason"] = f"no configuration shares {MIN_SHARED_QUESTIONS} questions with {configs[b]}"
     return out
@@ -403,7 +403,7 @@ def _power(res: dict, b: int, ru: int, configs: list, level: float, min_effect: 
     out["reason"] = f"{df:.2g} degrees of freedom (< 1)"
   else:
     out["estimable"] = True
-    se_df = df if expected else None
+    se_df = df
     out["detectable_difference"] = stats.detectable_difference(se, df, alpha=alpha, power=POWER, se_df=se_df)
     if min_effect is not None:
       need = stats.questions_needed(min_effect, se, df, g, alpha=alpha, power=POWER, se_df=se_df)
