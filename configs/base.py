@@ -34,8 +34,22 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   budget.adaptive                       False: R continuations at every candidate; True: R in round 0, then rounds
                                         placed where they most lower the predicted 1 - cos(ĝ, g*) of their node
                                         (targeted.estimate_successes; records keep each candidate's n)
-  budget.continuations_max              adaptive: most continuations per candidate (R_max, the row-id stride)
-  budget.continuations_mean             adaptive: the question's budget, as mean continuations per candidate
+  budget.allocation                     uniform | weighted | adaptive (budget.adaptive=True reads as adaptive):
+                                        uniform: R continuations at every candidate; weighted: one round, a
+                                        node's continuations_mean x candidates split by p and q alone (Neyman
+                                        on the derivatives of alignment and teacher advantage with respect to
+                                        P_succ; allocation.weighted_counts), so every P_succ stays unbiased;
+                                        candidates below allocation_min_mass get none (docs/results.md,
+                                        "Adaptive continuations"); R is then unused
+  budget.allocation_minimum             weighted: continuations of every candidate run (2: the split-half noise
+                                        ceiling stays defined)
+  budget.allocation_min_mass            weighted: a candidate whose p and every q (on C(u)) are below this gets
+                                        no continuations unless it is one of the node's two largest (P_succ NaN
+                                        in the records; V, g*, alignment over the candidates run, p
+                                        renormalised; records.CONVENTIONS "not run"); 0: run every candidate
+  budget.continuations_max              adaptive, weighted: most continuations per candidate (R_max, the row-id
+                                        stride)
+  budget.continuations_mean             adaptive, weighted: the budget, as mean continuations per candidate
   budget.adaptive_tolerance             adaptive: a node whose predicted 1 - cos(ĝ, g*) is <= this gets no more
                                         (0: spend the budget)
   budget.continue_unsupported           False: candidates outside the sampled policy's support (p = 0 under
@@ -113,7 +127,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   node_strategy="exponential", continuations_per_candidate=8, student_top_k=2, teacher_top_k=1,
                   branch_batch=64, question_batch=1, prefer_finished=False, adaptive=False,
                   continuations_max=64, continuations_mean=8.0, adaptive_tolerance=0.0,
-                  continue_unsupported=False)
+                  continue_unsupported=False, allocation="uniform", allocation_minimum=2,
+                  allocation_min_mass=0.01)
   c.budget.looks = ()
   c.selection = "informative"
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0,

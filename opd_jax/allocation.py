@@ -122,3 +122,108 @@ def allocate(p: np.ndarray, successes: np.ndarray, n: np.ndarray, valid: np.ndar
     version[m] += 1
     push(heap, m)
   return n - start
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Weighted allocation (issue 33, item 1): a fixed design from p and q, before any continuation [ours].
+
+def weights(p: np.ndarray, qs, valid: np.ndarray) -> np.ndarray:
+  """Each candidate's share of the verdict's sensitivity to its P_succ, float64 [M, K] (0 off `valid`).
+
+  The verdict reads, per configuration c, the alignment cos(g*, g_c) and the teacher advantage
+  A_c = sum_k q_k P_succ(k) - V (paper.md, "Gradients"). Their derivatives with respect to P_succ(k) are
+    dg*/dP_k = J_k = p_k (e_k - p)                      (through g* = p (P_succ - V));
+    d cos/dP_k = J_k . (u_c - cos u*) / |g*|,  |.| <= |J_k| / |g*|   (u = unit vectors; 1/|g*| is shared by the
+                                                        node's candidates, so within a node it weighs as |J_k|);
+    dA_c/dP_k = q_k - p_k.
+  A statistic T's variance is sum_k (dT/dP_k)^2 sigma_k^2 / n_k; the sum over statistics is smallest at
+  n_k ∝ sigma_k sqrt(sum_T (dT/dP_k)^2) (Neyman allocation), and sigma_k <= 1/2 is unknown before sampling, so
+    w_k^2 = 1/2 |J_k|^2 / sum_j |J_j|^2 + 1/2 mean_c (q_ck - p_k)^2 / sum_j (q_cj - p_j)^2,
+  each statistic normalised over the node so that alignment and the teachers' advantages count equally (a
+  term whose denominator is 0, e.g. q_c = p, is left out of its mean; with none left, alignment alone).
+  |J_k|^2 = p_k^2 ((1 - p_k)^2 + sum_j p_j^2 - p_k^2).
+
+  Args:
+    p: float [M, K] student probabilities on C(u) (any positive scale: renormalised over `valid` here).
+    qs: sequence of float [M, K] teacher probabilities on C(u), one per view (renormalised likewise; NaN reads
+      as 0). May be empty.
+    valid: bool [M, K] the candidates that may be continued.
+  Returns:
+    float64 [M, K] in [0, 1]; sum_k w_k^2 = 1 on a node where some term is defined, else 0.
+  """
+  valid = np.asarray(valid, bool)
+
+  def norm(x):
+    x = np.where(valid, np.nan_to_num(np.asarray(x, np.float64)), 0.0)
+    return x / np.where(x.sum(-1, keepdims=True) > 0, x.sum(-1, keepdims=True), 1.0)
+
+  def share(x):
+    tot = x.sum(-1, keepdims=True)
+    return x / np.where(tot > 0, tot, 1.0), tot[..., 0] > 0
+
+  p = norm(p)
+  j2, has_j = share(p * p * ((1 - p) ** 2 + np.sum(p * p, -1, keepdims=True) - p * p))
+  adv, count = np.zeros_like(p), np.zeros(p.shape[:-1])
+  for q in qs:
+    a, has = share((norm(q) - p) ** 2)
+    adv, count = adv + a, count + has
+  adv = adv / np.maximum(count, 1)[..., None]
+  terms = has_j.astype(np.float64) + (count > 0)          # statistics with a defined share (j2, adv are 0 else)
+  return np.sqrt((j2 + adv) / np.maximum(terms, 1)[..., None])
+
+
+def weighted_counts(p: np.ndarray, qs, valid: np.ndarray, *, mean: float, minimum: int, r_max: int,
+                    min_mass: float, fixed: np.ndarray | None = None) -> np.ndarray:
+  """Continuations per candidate of the weighted design, int64 [M, K] (0: not run), from p and q only.
+
+  Per node: N = round(mean x valid candidates) replicates in all (the uniform budget at R = mean). A candidate
+  is kept when its p or some q_c is >= min_mass (renormalised over `valid`; the two of largest max(p_k, q_ck),
+  so that g* stays defined, and every fixed slot are always kept); a kept fixed slot (its outcome is decided without sampling, run once) gets `minimum`; the
+  other kept slots get n_k = clip(c w_k, minimum, r_max) with c such that the node sums to N (`weights`'
+  Neyman allocation with a floor and a cap), rounded to integers by largest remainders. A design fixed by p and
+  q, never by outcomes, so every P^_k = s_k / n_k stays exactly unbiased.
+
+  Args:
+    p, qs, valid: as `weights`.
+    mean: budget per valid candidate (>= minimum).
+    minimum: continuations of every kept candidate (2 keeps the split-half noise ceiling defined).
+    r_max: most continuations of one candidate (>= mean).
+    min_mass: drop threshold on max(p_k, max_c q_ck) (0: keep every valid candidate).
+    fixed: bool [M, K] or None (`targeted.fixed_branches`).
+  Returns:
+    int64 [M, K]: >= minimum on kept slots, 0 elsewhere; sum <= N per node (less only where caps bind).
+  Raises:
+    ValueError: minimum < 1, or not minimum <= mean <= r_max, or min_mass outside [0, 1).
+  """
+  if minimum < 1 or not minimum <= mean <= r_max or not 0 <= min_mass < 1:
+    raise ValueError(f"weighted allocation needs 1 <= minimum <= mean <= r_max and 0 <= min_mass < 1, got "
+                     f"minimum={minimum}, mean={mean}, r_max={r_max}, min_mass={min_mass}")
+  valid = np.asarray(valid, bool)
+  fixed = np.zeros(valid.shape, bool) if fixed is None else np.asarray(fixed, bool) & valid
+  pn = np.where(valid, np.asarray(p, np.float64), 0.0)
+  pn = pn / np.where(pn.sum(-1, keepdims=True) > 0, pn.sum(-1, keepdims=True), 1.0)
+  mass = pn.copy()
+  for q in qs:
+    q = np.where(valid, np.nan_to_num(np.asarray(q, np.float64)), 0.0)
+    mass = np.maximum(mass, q / np.where(q.sum(-1, keepdims=True) > 0, q.sum(-1, keepdims=True), 1.0))
+  rank = np.argsort(np.argsort(-np.where(valid, mass, -1.0), -1, kind="stable"), -1, kind="stable")
+  top = valid & (rank < 2)                                 # two candidates at least: g* needs two to be defined
+  kept = valid & ((mass >= min_mass) | top | fixed)
+  w = np.where(kept & ~fixed, weights(pn, qs, valid), 0.0)
+  w = np.where(kept & ~fixed & (w.sum(-1, keepdims=True) <= 0), 1.0, w)      # no information: uniform
+  budget = np.round(mean * valid.sum(-1)) - minimum * fixed.sum(-1)
+  open_ = kept & ~fixed
+  lo, hi = np.zeros(budget.shape), np.full(budget.shape, 1e12)
+  fill = lambda c: np.where(open_, np.clip(c[..., None] * w, minimum, r_max), 0.0)
+  for _ in range(100):                                     # bisection on c: sum_k clip(c w_k) is monotone
+    mid = 0.5 * (lo + hi)
+    low = fill(mid).sum(-1) < budget
+    lo, hi = np.where(low, mid, lo), np.where(low, hi, mid)
+  x = fill(hi)
+  n = np.floor(x + 1e-9)
+  short = np.maximum(np.minimum(budget, x.sum(-1).round()) - n.sum(-1), 0).astype(np.int64)
+  order = np.argsort(-np.where(open_ & (n < r_max), x - n, -1.0), axis=-1, kind="stable")
+  extra = np.zeros(n.shape)
+  np.put_along_axis(extra, order, (np.arange(n.shape[-1]) < short[..., None]).astype(float), -1)
+  n = n + np.where(open_, extra, 0.0)
+  return np.where(fixed & kept, minimum, n).astype(np.int64)

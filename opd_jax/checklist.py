@@ -83,8 +83,12 @@ def describe(config, task: Any = None) -> str:
   lines.append(f"caps:     max_new_tokens={n_tok}; contexts: {', '.join(limits)} tokens"
                + (f"; question 1's prompt {prompt_tokens} tokens" if prompt_tokens is not None else "")
                + (" (truncated responses graded)" if config.task.grade_truncated else ""))
-  r = (f"R adaptive: {b.continuations_per_candidate} then up to {b.continuations_max} (mean "
-       f"{b.continuations_mean:g})" if b.get("adaptive", False) else f"R = {b.continuations_per_candidate}")
+  how = preflight.allocation(config)
+  r = {"adaptive": f"R adaptive: {b.continuations_per_candidate} then up to {b.continuations_max} (mean "
+                   f"{b.continuations_mean:g})",
+       "weighted": f"R weighted by p and q: mean {b.continuations_mean:g}, >= {b.get('allocation_minimum', 2)} per "
+                   f"candidate run, <= {b.continuations_max}",
+       "uniform": f"R = {b.continuations_per_candidate}"}[how]
   lines.append(f"budget:   {b.rollouts_per_question} rollouts/question ({b.node_rollouts_per_question} with nodes x "
                f"{b.nodes_per_rollout} nodes, {b.node_strategy}), <= {plan.candidates_per_node} candidates/node, "
                f"{r} continuations/candidate; {len(confs)} configurations")

@@ -123,8 +123,9 @@ def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response:
   succ, n = outcomes.successes, outcomes.n
   lo, hi = targeted.wilson_interval(succ, n)
   ps_all = targeted.p_succ(succ, n)
-  # A candidate not run (n = 0: outside the sampled policy's support) has no estimate: NaN in the records
-  # (records.CONVENTIONS["not run"]); the estimators read n = 0 as "no weight" (p = 0 there).
+  # A candidate not run (n = 0: outside the sampled policy's support, or left out by weighted allocation) has no
+  # estimate: NaN in the records (records.CONVENTIONS["not run"]); the estimators impute it
+  # (targeted.estimator_p_succ).
   not_run = (cands >= 0) & (n == 0)
   lo, hi, ps_rec = (np.where(not_run, np.nan, a) for a in (lo, hi, ps_all))
   noise = None

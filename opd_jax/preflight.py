@@ -131,7 +131,25 @@ def validate(config) -> None:
                fix="lower it, or raise config.budget.rollouts_per_question")
   if not isinstance(b.get("adaptive", False), bool):
     raise _bad("config.budget.adaptive", "must be True or False", b.adaptive)
-  if b.get("adaptive", False):
+  how = b.get("allocation", "uniform")
+  if how not in ALLOCATIONS:
+    raise _bad("config.budget.allocation", f"must be one of {ALLOCATIONS}", how, choices=ALLOCATIONS)
+  if b.get("adaptive", False) and how == "weighted":
+    raise _bad("config.budget.allocation", "cannot be 'weighted' with budget.adaptive=True", how,
+               fix="set budget.adaptive=False, or budget.allocation='adaptive'")
+  if how == "weighted":
+    minimum = b.get("allocation_minimum", 2)
+    if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 1:
+      raise _bad("config.budget.allocation_minimum", "must be an integer >= 1 (2 keeps the noise ceiling defined)",
+                 minimum)
+    if not minimum <= b.continuations_mean <= b.continuations_max:
+      raise _bad("config.budget.continuations_mean", f"must lie in [allocation_minimum, continuations_max] = "
+                 f"[{minimum}, {b.continuations_max}] with allocation='weighted'", b.continuations_mean)
+    min_mass = b.get("allocation_min_mass", 0.01)
+    if isinstance(min_mass, bool) or not isinstance(min_mass, (int, float)) or not 0 <= min_mass < 1:
+      raise _bad("config.budget.allocation_min_mass", "must be a number in [0, 1) (0: run every candidate)",
+                 min_mass)
+  if allocation(config) == "adaptive":
     if not b.continuations_per_candidate <= b.continuations_mean <= b.continuations_max:
       raise _bad("config.budget.continuations_mean", f"must lie in [continuations_per_candidate, continuations_max] = "
                  f"[{b.continuations_per_candidate}, {b.continuations_max}] with adaptive=True", b.continuations_mean)
@@ -181,6 +199,16 @@ def _check_dtype(config) -> None:
   if dtype not in ("", "float32") and randoms:
     raise _bad("config.student.dtype", f"applies to checkpoints only; {randoms[0]!r} runs in float32", dtype,
                fix="leave it '' or 'float32' with random:<seed> models")
+
+
+ALLOCATIONS = ("uniform", "weighted", "adaptive")
+
+
+def allocation(config) -> str:
+  """How targeted continuations are allocated: config.budget.allocation, where budget.adaptive=True (the
+  older switch) reads as "adaptive"."""
+  b = config.budget
+  return "adaptive" if b.get("adaptive", False) else b.get("allocation", "uniform")
 
 
 def policy(config) -> sampling.SamplingParams:
@@ -257,7 +285,7 @@ def plan(config) -> Plan:
   nodes = q * b.node_rollouts_per_question * (n_tok if b.node_strategy == "all" else b.nodes_per_rollout)
   cross = {v for v in views if v[0] != contexts.SELF and cross_view.reads_text(config, v[0])}
   cand = 1 + b.student_top_k + b.teacher_top_k * (len(views) - len(cross))   # text views add no top-k
-  cont = int(nodes * cand * (b.continuations_mean if b.get("adaptive", False) else b.continuations_per_candidate))
+  cont = int(nodes * cand * (b.continuations_per_candidate if allocation(config) == "uniform" else b.continuations_mean))
   gen = rollouts * n_tok + cont * n_tok // 2
   scored_tokens = scored * n_tok * len(views)
   secs = gen / DECODE_TOKENS_PER_S + scored_tokens / SCORE_TOKENS_PER_S

@@ -56,8 +56,10 @@ CONVENTIONS = {
     "tokens": "raw (T = 1, untruncated) log-probs and predictors of student and teacher",
     "estimators": "V, g*, g_D, alignment, teacher advantage and sampled_advantage use the node columns p and q",
     "not run": "a candidate outside the sampled policy's support (p = 0 under top-k / top-p) gets no continuations "
-               "unless budget.continue_unsupported: its n is 0, rewards empty, p_succ, p_succ_lo, p_succ_hi NaN; "
-               "V, g*, alignment and degenerate use the candidates run (p = 0 gives it no weight); "
+               "unless budget.continue_unsupported, nor (budget.allocation='weighted') one whose p and every q are "
+               "below budget.allocation_min_mass: its n is 0, rewards empty, p_succ, p_succ_lo, p_succ_hi NaN; "
+               "V, g*, alignment and degenerate use the candidates run (p renormalised over them: "
+               "targeted.estimator_p_succ; no change where p = 0); "
                "teacher_advantage = sum_k q'_k P_succ(k) - V over the candidates run, q' = q renormalised there "
                "(NaN when q has no mass on them), i.e. q's mass outside p's support is left out",
     "cross-tokenizer view": "a teacher with another tokenizer (or scoring.cross_tokenizer.force) reads text "

@@ -293,7 +293,7 @@ def nodes_of(env: Env, views: list[nodes.View], node_rollouts: list[int], respon
 def continuations(env: Env, index: int, problem, prompt: list[int], responses,
                   at: dict[int, nodes.RolloutNodes]) -> list[targeted.Outcomes]:
   """Targeted continuations of every (node, candidate) of the question's node rollouts (in `at`'s order), each
-  verified: R per candidate, or adaptive (config.budget). Rollout r draws from fold_in(key_question, 1).
+  verified: R per candidate, weighted by p and q, or adaptive (config.budget.allocation). Rollout r draws from fold_in(key_question, 1).
   Candidates outside the sampled policy's support (log p = -inf under top-k / top-p) get none unless
   budget.continue_unsupported (they cannot move V or g*; records.CONVENTIONS, "not run")."""
   c, b, n_tok = env.config, env.config.budget, env.config.sampling.max_new_tokens
@@ -305,19 +305,24 @@ def continuations(env: Env, index: int, problem, prompt: list[int], responses,
     return env.task.rollout_reward(problem, env.student.tokenizer.decode(resp, skip_special_tokens=True),
                                    finished=finished, grade_truncated=c.task.grade_truncated)
 
+  how = preflight.allocation(c)
   adaptive = (targeted.Adaptive(r_max=b.continuations_max, mean=b.continuations_mean, tolerance=b.adaptive_tolerance)
-              if b.get("adaptive", False) else None)
+              if how == "adaptive" else None)
+  weighted = (targeted.Weighted(r_max=b.continuations_max, mean=b.continuations_mean,
+                                minimum=b.get("allocation_minimum", 2), min_mass=b.get("allocation_min_mass", 0.01))
+              if how == "weighted" else None)
   run = None if b.get("continue_unsupported", False) else [(a.candidates >= 0) & (a.p_at > -np.inf)
                                                             for a in at.values()]
   slots = sum(int(g.sum()) for g in (run if run is not None else [a.candidates >= 0 for a in at.values()]))
-  branches = slots * (b.continuations_mean if adaptive else b.continuations_per_candidate)
+  branches = slots * (b.continuations_per_candidate if how == "uniform" else b.continuations_mean)
   with _timed(env, "continuations_s"), stages.bar("targeted continuations", total=int(branches * n_tok),
                                                   unit="tok") as bar:
     continuer.progress = bar.update
     outcomes = targeted.estimate_successes(
         continuer, reward, prompt, [(r, responses[r], a.positions, a.candidates) for r, a in at.items()],
         R=b.continuations_per_candidate, key=jax.random.fold_in(_question_key(env, index), 1),
-        max_response_len=n_tok, adaptive=adaptive, probs=[np.exp(a.p_at) for a in at.values()], run=run)
+        max_response_len=n_tok, adaptive=adaptive, probs=[np.exp(a.p_at) for a in at.values()], run=run,
+        weighted=weighted, teacher_probs=[[np.exp(q) for q in a.q_at.values() if q is not None] for a in at.values()])
   env.count(continuations=sum(o.continuations for o in outcomes),
             continuation_tokens=sum(int(np.sum(o.tokens)) for o in outcomes if getattr(o, "tokens", None) is not None))
   return outcomes

@@ -247,14 +247,32 @@ class Adaptive:
   growth: float = 0.5
 
 
+@dataclasses.dataclass(frozen=True)
+class Weighted:
+  """Weighted allocation of targeted continuations (`estimate_successes`, `allocation.weighted_counts`): one
+  round whose counts per candidate follow from p and q alone, so every P^_k stays exactly unbiased.
+
+  r_max: most replicates per candidate (`budget.continuations_max`); also the row-id stride (as `Adaptive`).
+  mean: replicates per valid candidate, the node's budget (`budget.continuations_mean`).
+  minimum: replicates of every kept candidate (`budget.allocation_minimum`).
+  min_mass: a candidate whose p and every q are below it is not run unless needed (`budget.allocation_min_mass`).
+  """
+  r_max: int
+  mean: float
+  minimum: int = 2
+  min_mass: float = 0.01
+
+
 def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float], prompt: Sequence[int],
                        rollouts: Sequence[tuple[int, Sequence[int], Sequence[int], np.ndarray]], *, R: int,
                        key: jax.Array, max_response_len: int, adaptive: Adaptive | None = None,
                        probs: Sequence[np.ndarray] | None = None,
-                       run: Sequence[np.ndarray] | None = None) -> list[Outcomes]:
+                       run: Sequence[np.ndarray] | None = None, weighted: Weighted | None = None,
+                       teacher_probs: Sequence[Sequence[np.ndarray]] | None = None) -> list[Outcomes]:
   """Targeted continuations: force every candidate at every node of every given rollout, verify each.
 
-  Uniform (adaptive None): R replicates per candidate. Adaptive: R per candidate in round 0, then rounds that
+  Uniform (adaptive and weighted None): R replicates per candidate. Weighted: one round, the counts of
+  `allocation.weighted_counts` from probs and teacher_probs (R unused). Adaptive: R per candidate in round 0, then rounds that
   each add at most adaptive.growth x what was spent so far, placed by
   `allocation.allocate` on the (node, candidate) pairs whose next replicates most lower the predicted
   1 - cos(ĝ, g*) of their node, until round(adaptive.mean x valid candidates) continuations are spent, every
@@ -270,6 +288,8 @@ def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float
   candidate (round 0, a fixed design: `Outcomes.replicates(m, k)[:R]`), hence g* = p (P^ - V^) and the teacher
   advantage from them (linear in P^), and each later round's batch mean given that the batch was run (its
   draws are fresh). Cosines (alignment, noise ceiling) are nonlinear and biased at any R, uniform or not.
+  Weighted allocation reads no outcome (its counts are a function of p and q), so every P^ it returns is exactly
+  unbiased; a candidate it does not run has n = 0 (`node_estimates` imputes it, a bias bounded by its mass).
 
   Args:
     policy: the student (`ModelPolicy`) or the toy; continuations use the student in its own context.
@@ -284,20 +304,31 @@ def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float
     max_response_len: the base rollouts' token cap; continuations share it (response length <= cap).
     adaptive: `Adaptive` settings, or None for uniform R.
     probs: per rollout, float [M, K] student probabilities on C(u) (any positive scale; renormalised over the
-      valid slots): the allocator's p. Required when adaptive.
+      valid slots): the allocator's p. Required when adaptive or weighted.
+    weighted: `Weighted` settings, or None (not with adaptive).
+    teacher_probs: per rollout, a list of float [M, K] teacher probabilities on C(u), one per view (weighted's
+      q; None: none).
     run: per rollout, bool [M, K]: the valid slots to continue (None: all). A valid slot left out gets no
       continuation (n = 0, never fixed, never allocated): the study leaves out candidates outside the sampled
       policy's support (p = 0 under top-k / top-p), which cannot move V or g* (`budget.continue_unsupported`).
       The other slots' row ids and draws are unchanged. Adaptive: the budget is mean x the slots run.
   Returns:
     One `Outcomes` per rollout: uniform: rewards [M, K, R], counts None (every valid slot run) or R / 0 per
-    slot; adaptive: rewards [M, K, r_max] and the counts per candidate (R on a fixed slot); `fixed` set in both.
+    slot; adaptive: rewards [M, K, r_max] and the counts per candidate (R on a fixed slot); weighted: rewards
+    [M, K, r_max] and its counts (0 on a candidate not run); `fixed` set in all.
   Raises:
-    ValueError: R <= 0, bad adaptive settings, missing probs, or too many branches for the row-id stride.
+    ValueError: R <= 0, bad adaptive or weighted settings, both, missing probs, or too many branches for the
+      row-id stride.
   """
   if R <= 0:
     raise ValueError(f"budget.continuations_per_candidate must be > 0, got {R}")
   stride = R
+  if weighted is not None:
+    stride = weighted.r_max
+    if adaptive is not None:
+      raise ValueError("estimate_successes takes adaptive or weighted allocation, not both")
+    if probs is None or len(probs) != len(rollouts):
+      raise ValueError("weighted continuations need probs: the student's p on C(u), one [M, K] per rollout")
   if adaptive is not None:
     stride = adaptive.r_max
     if adaptive.r_max < R or not adaptive.mean >= R or adaptive.unit < 1 or adaptive.tolerance < 0:
@@ -315,21 +346,30 @@ def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float
   go = [c >= 0 if run is None else (c >= 0) & np.asarray(g, bool).reshape(c.shape) for c, g in
         zip(cands, cands if run is None else run)]
   outs = [np.zeros(c.shape + (stride,), np.int8) for c in cands]
-  counts = [np.where(g, R, 0).astype(np.int64) for g in go]
   stops = tuple(getattr(policy, "stop_ids", ()))
   fixed = [fixed_branches(pos, c, stop_ids=stops, max_response_len=max_response_len) & g
            for (_, _, pos, _), c, g in zip(rollouts, cands, go)]
+  if weighted is None:
+    counts = [np.where(g, R, 0).astype(np.int64) for g in go]
+  else:
+    qs = teacher_probs if teacher_probs is not None else [[] for _ in rollouts]
+    counts = [allocation.weighted_counts(pr, q, g, mean=weighted.mean, minimum=weighted.minimum, r_max=weighted.r_max,
+                                         min_mass=weighted.min_mass, fixed=f)
+              for pr, q, g, f in zip(probs, qs, go, fixed)]
+    go = [n > 0 for n in counts]
+    fixed = [f & g for f, g in zip(fixed, go)]
   todo = [(i, m, k, r) for i, c in enumerate(cands) for m in range(c.shape[0]) for k in range(c.shape[1])
-          if go[i][m, k] for r in range(1 if fixed[i][m, k] else R)]
+          if go[i][m, k] for r in range(1 if fixed[i][m, k] else counts[i][m, k])]
   _continue(policy, verify, prompt, rollouts, todo, outs, key=key, stride=stride,
             max_response_len=max_response_len)
-  for o, f in zip(outs, fixed):
-    o[f, :R] = o[f, :1]
+  for o, f, n in zip(outs, fixed, counts):
+    o[f] = np.where(np.arange(stride) < n[f][:, None], o[f][:, :1], 0)
   if adaptive is not None and cands:
     _adaptive_rounds(policy, verify, prompt, rollouts, outs, counts, probs, fixed, adaptive, go, key=key,
                      max_response_len=max_response_len)
   every = all(np.array_equal(g, c >= 0) for g, c in zip(go, cands))
-  return [Outcomes(rewards=o, valid=c >= 0, counts=None if adaptive is None and every else n, fixed=f)
+  uniform = adaptive is None and weighted is None
+  return [Outcomes(rewards=o, valid=c >= 0, counts=None if uniform and every else n, fixed=f)
           for o, c, n, f in zip(outs, cands, counts, fixed)]
 
 
@@ -399,18 +439,36 @@ def p_succ(successes, n) -> np.ndarray:
   return np.where(n > 0, s / np.maximum(n, 1), 0.0)
 
 
+def estimator_p_succ(p: np.ndarray, successes, n) -> np.ndarray:
+  """The P_succ that V, g* and alignment read, float64 [M, K]: `p_succ`, except on a slot with p > 0 that was
+  not run (n = 0: left out by weighted allocation), which gets the node value over the slots run,
+  V_run = sum_{k run} p_k P^_k / sum_{k run} p_k [ours]. Then V = V_run (p renormalised over the slots run), g*
+  is 0 on the slot, and the estimators' error from leaving it out is at most its p mass m (|V - V_run| =
+  m |P_succ(k) - V_run| <= m). Bitwise `p_succ` where no slot with p > 0 is left out (uniform runs)."""
+  p = np.asarray(p, np.float64)
+  ps, ran = p_succ(successes, n), np.asarray(n) > 0
+  gap = (p > 0) & ~ran
+  if not gap.any():
+    return ps
+  w = np.where(ran, p, 0.0)
+  ref = np.take_along_axis(ps, np.argmax(w, -1)[..., None], -1)         # centred: exact when P^ is constant
+  mass = w.sum(-1, keepdims=True)
+  v_run = ref + np.sum(w * (ps - ref), -1, keepdims=True) / np.where(mass > 0, mass, 1.0)
+  return np.where(gap, v_run, ps)
+
+
 def split_half_noise_ceiling(p: np.ndarray, outcomes: Outcomes) -> np.ndarray:
   """cos(g* from one half of the replicates, g* from the other), per node [M] (paper.md, "Where opd_jax goes
   further"). Each candidate's replicates split into its first and next floor(n_k / 2) (`Outcomes.half`), so
   it is defined for unequal counts too. NaN where either half is degenerate or a candidate that was run has
-  n_k = 1 (a slot not run, n_k = 0, has p = 0 and is left out).
+  n_k = 1 (a slot not run, n_k = 0, is imputed as in `estimator_p_succ`).
   Recomputable from a node row: p and the per-candidate `rewards` lists."""
   gs = []
   short = np.any(outcomes.n == 1, axis=-1)
   with jax.enable_x64(True):
     for which in (0, 1):
       s, n = outcomes.half(which)
-      g = np.asarray(gradients.ideal_gradient(np.asarray(p, np.float64), p_succ(s, n)))
+      g = np.asarray(gradients.ideal_gradient(np.asarray(p, np.float64), estimator_p_succ(p, s, n)))
       bad = np.asarray(gradients.is_degenerate(s, n)) | short
       gs.append((g, bad))
     cos = np.asarray(gradients.alignment(gs[0][0], gs[1][0]), np.float64)
@@ -420,7 +478,7 @@ def split_half_noise_ceiling(p: np.ndarray, outcomes: Outcomes) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class NodeEstimates:
   """Estimates at M nodes for one configuration (arrays [M] unless stated; computed in float64)."""
-  p_succ: np.ndarray               # [M, K]
+  p_succ: np.ndarray               # [M, K] (`estimator_p_succ`: imputed on a slot with p > 0 not run)
   value: np.ndarray                # V = sum_k p_k P_succ(k)
   alignment: np.ndarray            # cos(g*, g_D); NaN when undefined
   nan_reason: np.ndarray           # object [M]: one of gradients.NAN_REASONS
@@ -442,11 +500,14 @@ def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.nd
       parameter of another registered divergence (e.g. k=8), as in `contexts.TeacherConfig.options`.
     sampled_index: int [M] index in C(u) of the sampled token (needed by "sampled_token").
     advantage: float [M] full-vocabulary log q(y_t) - log p(y_t) (for "sampled_token"; optional).
-  Teacher advantage A = sum_k q_k P_succ(k) - V (paper.md, "Gradients") needs P_succ wherever q > 0. Where a
-  candidate with q > 0 was not run (n = 0 on a valid slot: outside the sampled policy's support, p = 0, so V and
-  g* do not need it) it is computed over the candidates run, q renormalised there [ours]:
+  A candidate not run (n = 0 on a valid slot: outside the sampled policy's support, p = 0, or left out by
+  weighted allocation, p and every q below its min_mass) has no P^: V, g* and alignment read
+  `estimator_p_succ` (V over the candidates run, p renormalised there; the slot's g* component 0; no change when
+  p = 0 there). Teacher advantage A = sum_k q_k P_succ(k) - V (paper.md, "Gradients") needs P_succ wherever q > 0:
+  where a candidate with q > 0 was not run it is computed over the candidates run, q renormalised there [ours]:
   A = sum_{k run} q_k P_succ(k) / sum_{k run} q_k - V; NaN when q has no mass on them. Every other node uses q
-  as is (bitwise the formula above).
+  as is (bitwise the formula above). Leaving out p mass m and q mass m_q moves V by at most m and A by at most
+  m + m_q.
 
   Returns:
     `NodeEstimates`. Alignment is NaN with a reason (`gradients.nan_reason`): "degenerate" when the counts make
@@ -456,7 +517,7 @@ def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.nd
   # float64: near-degenerate nodes have g* components far below P_succ's scale (P_succ - V ~ 1e-7), where
   # fp32 cancellation would cost the alignment its second digit.
   p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
-  ps = p_succ(successes, n)
+  ps = estimator_p_succ(p, successes, n)
   ran = np.asarray(n) > 0
   missing = np.any((q > 0) & ~ran, axis=-1, keepdims=True)      # some q mass on a slot not run
   q_mass = np.sum(np.where(ran, q, 0.0), -1, keepdims=True)

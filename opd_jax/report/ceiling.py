@@ -32,7 +32,8 @@ def expected_cosine(p: np.ndarray, successes: np.ndarray, n: np.ndarray, *, n_si
 
   For node m: P~_k = (s_k + 1/2) / (n_k + 1), or P~_k = s_k / n_k where every candidate run has s_k in
   {0, n_k} and `unanimous` (no shrinkage-invented noise: the estimate is then 1 wherever g~ != 0; candidates
-  with n_k = 0, padding or not run, have no say); g~ = ideal_gradient(p, P~); n_sim draws s'_k ~ Binomial(n_k, P~_k)
+  with n_k = 0, padding or not run, have no say: p is taken over the candidates run, as
+  `targeted.estimator_p_succ` does); g~ = ideal_gradient(p, P~); n_sim draws s'_k ~ Binomial(n_k, P~_k)
   give g' = ideal_gradient(p, s' / n); the estimate is the mean of cos(g', g~) over the draws where g' != 0
   (a degenerate draw has no alignment, as in the records). gradients.ideal_gradient and gradients.alignment do
   the vector work (float64).
@@ -47,6 +48,9 @@ def expected_cosine(p: np.ndarray, successes: np.ndarray, n: np.ndarray, *, n_si
     float64 [M]; NaN where p is all 0 (unavailable) or every draw is degenerate.
   """
   p, s, n = (np.asarray(a, np.float64) for a in (p, successes, n))
+  if np.any((n == 0) & (p > 0)):                   # candidates left out by weighted allocation: p over the run
+    p = np.where(n > 0, p, 0.0)
+    p = p / np.where(p.sum(-1, keepdims=True) > 0, p.sum(-1, keepdims=True), 1.0)
   rng = np.random.default_rng(seed)
   shrunk = (s + PRIOR) / (n + 2 * PRIOR)
   if unanimous:

@@ -395,8 +395,8 @@ def run(config, workdir: str) -> str:
   """The lookahead of config.lookahead over a finished study; returns summary.md's text.
 
   Raises:
-    ValueError: a bad config.lookahead field, no study there, an unknown configuration name, or an adaptive
-      study with re-runs (only uniform continuations are re-run).
+    ValueError: a bad config.lookahead field, no study there, an unknown configuration name, or an adaptive or
+      weighted study with re-runs (only uniform continuations are re-run).
   """
   validate(config)
   la = config.lookahead
@@ -408,9 +408,9 @@ def run(config, workdir: str) -> str:
   if unknown:
     raise ValueError(f"config.lookahead.configurations names {unknown}, not configurations of the study "
                      f"({[c.config_id for c in confs]})")
-  if la.rerun_nodes and scfg.budget.get("adaptive", False):
-    raise ValueError("config.lookahead.rerun_nodes: the study used adaptive continuations; re-runs support uniform "
-                     "ones only: set config.lookahead.rerun_nodes=0")
+  if la.rerun_nodes and preflight.allocation(scfg) != "uniform":
+    raise ValueError(f"config.lookahead.rerun_nodes: the study used {preflight.allocation(scfg)} continuations; "
+                     "re-runs support uniform ones only: set config.lookahead.rerun_nodes=0")
   frame_nodes, refs = load_nodes(la.study_workdir)
   K = candidate_width(scfg, confs)
   env = study.setup(scfg, task, [])                   # the student only: q comes from the records
