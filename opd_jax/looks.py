@@ -100,16 +100,15 @@ def stopped(taken: list[dict]) -> dict | None:
 
 
 def report_look(config, progress: dict) -> dict:
-  """The design arguments of a finished run's report (`report.write_summary`): {} for the fixed design, else
-  {design, look, final}: the look that stopped it; the last look when it reached the cap; else (the pool ran out
+  """The design arguments of a finished run's report (`report.write_summary`): {design, look, final}. The fixed
+  design is one look (its verdict reads equivalence within the margin too, at the fixed design's level); a
+  sequential one's: the look that stopped it; the last look when it reached the cap; else (the pool ran out
   first) the look after the ones taken, final, spending what is left."""
-  if not is_sequential(config):
-    return {}
-  taken, n = list(progress.get("looks") or []), len(progress.get("selected") or [])
+  d, taken = design(config), list(progress.get("looks") or [])
   stop = stopped(taken)
   if stop is not None:
-    return {"design": design(config), "look": stop["look"], "final": False}
-  K = len(schedule(config))
-  if n >= schedule(config)[-1]:
-    return {"design": design(config), "look": K, "final": False}
-  return {"design": design(config), "look": min(len(taken) + 1, K), "final": True}
+    return {"design": d, "look": stop["look"], "final": False}
+  K = d.n_looks
+  if K == 1 or len(progress.get("selected") or []) >= d.looks[-1]:
+    return {"design": d, "look": K, "final": False}
+  return {"design": d, "look": min(len(taken) + 1, K), "final": True}

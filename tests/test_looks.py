@@ -43,7 +43,8 @@ def test_pending_stopped_and_the_reports_look():
   # The pool ran out after look 1: the next look is final and spends what is left.
   assert {k: v for k, v in looks.report_look(c, {"selected": ["q"] * 13, "looks": taken}).items() if k != "design"} \
       == {"look": 2, "final": True}
-  assert looks.report_look(_config(questions=40), {"selected": ["q"] * 40}) == {}
+  fixed = looks.report_look(_config(questions=40), {"selected": ["q"] * 12})     # one look, whatever was selected
+  assert (fixed["look"], fixed["final"], fixed["design"].n_looks) == (1, False, 1)
 
 
 @pytest.fixture(scope="module")

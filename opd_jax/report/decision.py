@@ -325,8 +325,9 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
              nominal_alpha=res["nominal_alpha"],
              alpha_spent=res["alpha_spent"], decision=res["decision"], decided=res["decided"], stop=res["stop"],
              equivalent=[], undecided=[])
-  look_text = (f"look {res['look']} of {design.n_looks}"
-               + (f" ({design.looks[res['look'] - 1]} questions)" if design.looks else " (fixed design)")
+  one = design.n_looks == 1                  # the fixed design: no look to name, no spending to report
+  look_text = ("fixed design" if one else f"look {res['look']} of {design.n_looks}"
+               + f" ({design.looks[res['look'] - 1]} questions)"
                + (", the last: the pool of questions ran out" if res["last"] and res["look"] < design.n_looks else ""))
   if b < 0:
     out["line"] = f"{look_text}, {res['decision']}: {out['line']}"
@@ -344,26 +345,26 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
   members = [configs[c] for c in res["order"] if res["could_be_best"][c]]
   if res["decision"] == "equivalent":
     out["equivalent"] = members
-  family = f"simultaneous over every look: alpha spent {out['alpha_spent']:.3g} of {design.alpha:g}"
+  family = "" if one else f"simultaneous over every look: alpha spent {out['alpha_spent']:.3g} of {design.alpha:g}"
   if res["decision"] == "use":
-    out["line"] = f"{look_text}, decided: {out['line']}; {family}"
+    out["line"] = f"{look_text}, decided: {out['line']}" + (f"; {family}" if family else "")
   elif res["decision"] == "equivalent":
     behind = [c["config_id"] for c in out["comparisons"] if c["config_id"] not in members and c["comparable"]]
     out["line"] = (f"{look_text}, decided: equivalent within +-{design.margin:g} on {out['target']} nodes: "
                    f"{', '.join(members)} (use any of them: every pair of them within the margin; "
                    + (f"{', '.join(behind)} distinguishably behind; " if behind else "")
                    + f"{100 * out['level']:g}% simultaneous intervals over "
-                   f"{_count(out['family_size'], 'pairwise comparison')}, paired on shared nodes, CR2 by question, "
-                   f"{family})")
+                   f"{_count(out['family_size'], 'pairwise comparison')}, paired on shared nodes, CR2 by question"
+                   + (f", {family})" if family else ")"))
   else:
     need = [f"{u['config_id']} (" + (f"~{u['questions_needed']} questions to detect {design.margin:g}"
                                      if u["questions_needed"] is not None else "not comparable yet"
                                      if not next(c for c in out["comparisons"]
                                                  if c["config_id"] == u["config_id"])["comparable"]
                                      else "not estimable") + ")" for u in out["undecided"]]
-    what = "continue" if res["decision"] == "continue" else "cap reached, undecided"
+    what = "continue" if res["decision"] == "continue" else "undecided" if one else "cap reached, undecided"
     out["line"] = (f"{look_text}, {what}: " + (f"undecided against {configs[b]}: {', '.join(need)}; "
-                                               if need else "") + f"{out['line']}; {family}")
+                                               if need else "") + out["line"] + (f"; {family}" if family else ""))
   return out
 
 
