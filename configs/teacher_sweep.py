@@ -16,8 +16,15 @@ generated expression (opd_jax/tasks/generators.py, `expression_solution`); the s
 equations. The nodes are mostly the answer's digits. The CPU budget is a small sample: read its intervals, not
 its point estimates. `:gsm` is the previous default (gsm_symbolic, GSM8K templates with worked solutions,
 256-token responses: one informative question, 4 defined nodes per configuration, every group UNDERPOWERED).
-`:hour` is the default at 8x the questions and 3x R (docs/results.md: its verdict and table). `:paper` is the
-paper-scale budget for Qwen3 HF folders on accelerators.
+`:hour` is the default at up to 8x the questions and 3x R (docs/results.md: its verdict and table), looking at
+its verdict at 20, 40 and 60 questions and stopping once it is decided. `:paper` is the paper-scale budget for
+Qwen3 HF folders on accelerators.
+
+Capping a study (docs/results.md, "The sequential study"): `budget.questions` is the cap;
+`--config.budget.looks='(20, 40, 60)'` looks at the verdict after those many questions and stops once it is
+decided (one configuration could be best, or every one that could is within `report.min_effect`, default 0.05, of
+the others), with error rates that hold over the looks; `--config.budget.allocation=weighted
+--config.budget.continuations_mean=2` spends 2 continuations per candidate on average, split by p and q.
 """
 from configs import base
 
@@ -81,6 +88,7 @@ def get_config(arg: str | None = None):
     config.task.num_problems = 280
     config.budget.questions = 80
     config.budget.continuations_per_candidate = 12
+    config.budget.looks = (20, 40, 60)           # the sequential design: stop once decided (cap 80)
   elif arg == "paper":
     config.name = "teacher_sweep_paper"
     config.student.name = "/data/Qwen3-1.7B"                      # an HF folder (config.json, safetensors)
