@@ -242,6 +242,7 @@ class Plan:
   load_compile_seconds: float = 0.0
   cross_views: int = 0                  # views whose teacher reads text (`cross.py`), as far as checked
   cross_strings: int = 0                # their strings asked of the teacher (tail + candidate), at most
+  design: tuple[str, ...] = ()          # the work-saving designs' expected work beside the fixed design's bound
 
   def describe(self) -> str:
     total = self.seconds + self.load_compile_seconds
@@ -255,6 +256,7 @@ class Plan:
         *([f"         {self.cross_views} of the scorings read text (teachers of another tokenizer): + <= "
            f"{self.cross_strings:,} strings asked of them, each a few teacher tokens off the cached response "
            "(not in the estimate; benchmarks/cross_cost.py)"] if self.cross_views else []),
+        *(f"         {line}" for line in self.design),
         f"         estimated wall time <= {when} (2-core CPU rates of the 0.5B student, cold cache: "
         f"{self.load_compile_seconds / 60:.1f} min of model loading and compiles; scale by model size and "
         "hardware)"])
@@ -294,7 +296,20 @@ def plan(config) -> Plan:
   fixed = sum(LOAD_S[kind(m)] for m in specs) + 3 * COMPILE_S[kind(config.student.name)]
   strings = len(cross) * (scored * n_tok + nodes * cand)          # every position's token, every candidate
   return Plan(q, rollouts, scored, len(views), nodes, cand, cont, gen, scored_tokens, secs, fixed, len(cross),
-              strings)
+              strings, _design_lines(config, nodes * cand))
+
+
+def _design_lines(config, slots: int) -> tuple[str, ...]:
+  """What the work-saving designs of issue 33 expect to spend, beside the fixed design's bound (Plan.design)."""
+  b, out = config.budget, []
+  how = allocation(config)
+  if how != "uniform":
+    out.append(f"{how} allocation: {b.continuations_mean:g} continuations per candidate on average (the fixed "
+               f"design's R = {b.continuations_per_candidate}: <= {slots * b.continuations_per_candidate} "
+               "continuations)")
+  if looks.is_sequential(config):
+    out.append(looks.expected_text(config))
+  return tuple(out)
 
 
 # ----------------------------------------------------------------------------------------------------------
