@@ -46,6 +46,7 @@ from opd_jax import contexts
 from opd_jax import divergences
 from opd_jax import flops
 from opd_jax import hlo_bytes
+from opd_jax import looks
 from opd_jax import preflight
 from opd_jax import sampling
 from opd_jax import scoring
@@ -535,6 +536,7 @@ def describe(config, name: str) -> str:
                  "ideal device (no communication)")
     lines.append(f"  hours per question: {total.acc_s / plan.questions / 3600:.3g} on {where} "
                  f"({total.acc_s / 3600:.3g} h for {plan.questions} questions)")
+    lines += _design_hours(config, work, total.acc_s / plan.questions / 3600, chip, chips, where)
     lines.append(measured_line(cs, name, chip, chips, per=plan.questions))
     need = _peak_bytes(cs, 2)
     if need > chips * chip.hbm_bytes:
@@ -544,6 +546,24 @@ def describe(config, name: str) -> str:
   lines.append(f"  lengths {work.source}; contrastive also + the response cap; continuations average half the "
                "cap in full batches, each step reading the suffix written so far (2/3 of the mean length)")
   return "\n".join(lines)
+
+
+def _design_hours(config, work: Work, per_q: float, chip, chips: int, where: str) -> list[str]:
+  """The fixed design's hours per question beside the configured design's (issue 33, item 5): continuations at
+  the design's count (preflight.plan), and for a sequential study the questions it is expected to run, from the
+  verdict's calibration (looks.MEASURED_STOP), per question of the cap. [] for the fixed design."""
+  if preflight.allocation(config) == "uniform" and not looks.is_sequential(config):
+    return []
+  fixed = config.copy_and_resolve_references()
+  fixed.budget.allocation, fixed.budget.adaptive, fixed.budget.looks = "uniform", False, ()
+  bound = cost(calls(fixed, work=work), chip, chips).acc_s / preflight.plan(fixed).questions / 3600
+  out = [f"  the fixed design (uniform R = {config.budget.continuations_per_candidate}, every question): {bound:.3g} h "
+         f"per question on {where}; this design: {per_q:.3g} h per question run"]
+  if looks.is_sequential(config):
+    lo, hi = looks.MEASURED_STOP[0.5][0], looks.MEASURED_STOP[0.0][1]
+    out.append(f"  sequential: {lo * per_q:.3g}-{hi * per_q:.3g} h per question of the cap on the expected work "
+               f"(it stopped at {lo:.2f}-{hi:.2f} of the cap in the verdict's calibration: looks.MEASURED_STOP)")
+  return out
 
 
 def measured_line(cs: list[Call], name: str, chip: Accelerator, chips: int, per: int = 0) -> str:
