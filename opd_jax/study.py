@@ -291,7 +291,8 @@ def continuations(env: Env, index: int, problem, prompt: list[int], responses,
   c, b, n_tok = env.config, env.config.budget, env.config.sampling.max_new_tokens
   sp = preflight.policy(c)
   continuer = targeted.ModelPolicy(env.student, batch_size=b.branch_batch, temperature=sp.temperature,
-                                   top_p=sp.top_p, top_k=sp.top_k)
+                                   top_p=sp.top_p, top_k=sp.top_k,
+                                   answer_span=env.task.answer_span if b.get("stop_at_answer", False) else None)
 
   def reward(resp, finished):
     return env.task.rollout_reward(problem, env.student.tokenizer.decode(resp, skip_special_tokens=True),
