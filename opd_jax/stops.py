@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import jax
 import numpy as np
+
+_CACHE: dict = {}   # id(tokenizer) -> (tokenizer, {(span, vocab_size): (host table, device table)})
 
 
 def _advance(pattern: bytes, i: int, byte: int) -> int:
@@ -82,3 +85,17 @@ def states(table: np.ndarray, tokens: Sequence[int]) -> np.ndarray:
   for i, t in enumerate(tokens):
     out[i + 1] = table[out[i], t]
   return out
+
+
+def tokenizer_table(tokenizer, span: tuple[str, str], vocab_size: int) -> tuple[np.ndarray, jax.Array]:
+  """`span_table` of a byte-level tokenizer (`token_bytes.byte_vocab`), on the host and on the default device,
+  cached per tokenizer object, span and vocab_size."""
+  hit = _CACHE.get(id(tokenizer))
+  if hit is None or hit[0] is not tokenizer:
+    hit = _CACHE[id(tokenizer)] = (tokenizer, {})
+  key = (tuple(span), int(vocab_size))
+  if key not in hit[1]:
+    from opd_jax.models import token_bytes  # pylint: disable=g-import-not-at-top
+    host = span_table(token_bytes.byte_vocab(tokenizer).pieces, key[0], key[1])
+    hit[1][key] = (host, jax.device_put(host))
+  return hit[1][key]

@@ -113,57 +113,47 @@ def test_table_matches_the_byte_reference_on_split_tags():
   assert seen > 20
 
 
-def test_branch_stops_at_the_answer_like_a_full_decode_cut_on_the_host(model):
+def test_model_policy_stops_where_the_full_response_closes_its_answer(model):
+  """On device (ModelPolicy -> sampling.branch -> decode) against the host reference: the full continuation
+  (no stop; draws are keyed per row and step) cut after the token that closes the first answer span of the
+  response (prefix and forced token included), graded finished. Batches of 8 rows: no compaction, one shape."""
   table = stops.span_table(PIECES, SPAN, 48)
+  with_stop = targeted.ModelPolicy(model, batch_size=8, answer_span=SPAN)
+  with_stop._table = (table, jax.device_put(table))                  # PIECES: the test model has no tokenizer
+  plain = targeted.ModelPolicy(model, batch_size=8, answer_span=SPAN)
+  never = np.zeros_like(table)                                       # never closes: the full decode, compiled once
+  plain._table = (never, jax.device_put(never))
   prompt = [11, 12, 13]
   responses = [[1, 11, 12, 15, 10, 14], [3, 5, 6, 11, 7, 8, 9], [14, 14, 14]]
-  cache = sampling.prefill_sequences(model, [prompt + r for r in responses])
   rows = [(b, t, f) for b, r in enumerate(responses) for t in (0, len(r) // 2, len(r) - 1) for f in (1, 2, 7, 16)]
-  # The shapes of `targeted.ModelPolicy` at max_response_len 9 and batch 64 (one set of compiles for both tests):
-  # segments of 4 steps, so the automaton's states cross a segment and a compaction.
-  kw = dict(base_rows=[b for b, _, _ in rows], prefix_lens=[len(prompt) + t for _, t, _ in rows],
-            forced_tokens=[f for _, _, f in rows], key=jax.random.key(3), max_new_tokens=8,
-            row_ids=list(range(len(rows))), segment=4, pad_to=64)
-  full = sampling.branch(model, cache, **kw)
-  cache = sampling.prefill_sequences(model, [prompt + r for r in responses])
-  start = [int(table[stops.states(table, responses[b])[t], f]) for b, t, f in rows]
-  cut = sampling.branch(model, cache, **kw, span_states=start, span_table=table)
+  args = (prompt, responses, [b for b, _, _ in rows], [t for _, t, _ in rows], [f for _, _, f in rows])
+  kw = dict(key=jax.random.key(3), row_ids=list(range(len(rows))), max_response_len=13)   # segments of 4 steps
+  full, cut = plain.continue_branches(*args, **kw), with_stop.continue_branches(*args, **kw)
   stopped = 0
-  for j, (b, t, f) in enumerate(rows):
-    head = responses[b][:t] + [f]
-    cont = full.tokens[j, :full.lengths[j]].tolist()
-    i = first_done(table, head + cont)                                 # the reference: cut the full response
-    if i is None:
-      n, fin = full.lengths[j], full.finished[j]
-    else:
-      n, fin = max(i + 1 - len(head), 0), True
+  for (b, t, f), (resp, fin), got in zip(rows, full, cut):
+    i = first_done(table, resp)
+    if i is not None:
+      resp, fin = resp[:max(i + 1, t + 1)], True
       stopped += 1
-    assert cut.lengths[j] == n and cut.finished[j] == fin, (j, head, cont, i)
-    np.testing.assert_array_equal(cut.tokens[j, :n], full.tokens[j, :n])
-    np.testing.assert_allclose(cut.logprobs[j, :n], full.logprobs[j, :n], atol=1e-5)
-  assert 5 < stopped < len(rows) and (full.lengths > 4).any()
+    assert got == (resp, fin)
+  assert 5 < stopped < len(rows) and max(len(r) - t for (r, _), (_, t, _) in zip(full, rows)) > 6
 
 
-def test_model_policy_counts_tokens_and_stops(model):
-  table = stops.span_table(PIECES, SPAN, 48)
-  policy = targeted.ModelPolicy(model, batch_size=64, answer_span=SPAN)
-  policy._table = (table, jax.device_put(table))                     # PIECES: the test model has no tokenizer
-  seen = []
+def test_outcomes_count_generated_tokens():
+  class Fixed:                                   # continues with (row id % 5) tokens
+    stop_ids = (9,)
 
-  class Recorded(targeted.ModelPolicy):
-    def continue_branches(self, prompt, responses, bases, positions, forced, **kw):
-      out = super().continue_branches(prompt, responses, bases, positions, forced, **kw)
-      seen.extend(len(r) - int(t) - 1 for (r, _), t in zip(out, positions))
-      return out
+    def continue_branches(self, prompt, responses, bases, positions, forced, *, key, row_ids, max_response_len):
+      return [(list(responses[b][:t]) + [f] + ([] if f in self.stop_ids else [3] * (r % 5)), True)
+              for b, t, f, r in zip(bases, positions, forced, row_ids)]
 
-  plain = Recorded(model, batch_size=64)
-  prompt, response = [11, 12], [1, 11, 12, 3, 4, 14, 13, 13]
-  rollouts = [(0, response, np.array([1, 3]), np.array([[12, 2, -1], [7, 11, 14]]))]
-  verify = lambda r, finished: float(finished and "42" in text_of(r))
-  kw = dict(R=3, key=jax.random.key(5), max_response_len=9)
-  got = targeted.estimate_successes(policy, verify, prompt, rollouts, **kw)[0]
-  ref = targeted.estimate_successes(plain, verify, prompt, rollouts, **kw)[0]
-  assert got.tokens.dtype == np.int64 and got.tokens.shape == (2, 3)
-  assert ref.tokens.sum() == sum(seen) and ref.tokens[0, 2] == 0     # every branch counted; padding 0
-  assert np.all(got.tokens <= ref.tokens) and got.tokens.sum() < ref.tokens.sum()
-  assert got.tokens[0, 1] == 0                                       # a forced </answer> closes it: no decode
+  cands = np.array([[4, 9, -1], [5, 6, 7]])
+  rollouts = [(0, [1, 2, 3, 4], np.array([1, 2]), cands)]
+  out = targeted.estimate_successes(Fixed(), lambda r, f: 1.0, [0], rollouts, R=3, key=jax.random.key(0),
+                                    max_response_len=8)[0]
+  ids = lambda m, k: [(m * 3 + k) * 3 + r for r in range(3)]
+  want = np.array([[sum(i % 5 for i in ids(m, k)) for k in range(3)] for m in range(2)])
+  want[0, 1] = 0                                 # a forced stop: fixed, run once, its continuation is empty
+  want[0, 2] = 0                                 # padding
+  np.testing.assert_array_equal(out.tokens, want)
+  assert out.tokens.dtype == np.int64
