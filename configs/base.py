@@ -47,7 +47,8 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             answer span (Task.answer_span: reasoning_gym's <answer></answer>) a continuation also
                             stops, finished, where its first answer tag closes, graded on the text up to there: the
                             full response's reward unless it would have written a second closed tag or run into
-                            the cap (then 0) after it (opd_jax/stops.py; docs measured in the issue-33 notes)
+                            the cap (then 0) after it (opd_jax/stops.py; docs/performance.md, "Stopping
+                            continuations at the answer")
   budget.student_top_k, budget.teacher_top_k   candidate set: sampled token + top-k of p + top-k of each q_c
   budget.branch_batch       continuations per decode call (fixed shape)
   budget.question_batch     questions whose base rollouts are sampled in one batch (question_batch x
