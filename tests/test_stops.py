@@ -157,3 +157,12 @@ def test_outcomes_count_generated_tokens():
   want[0, 2] = 0                                 # padding
   np.testing.assert_array_equal(out.tokens, want)
   assert out.tokens.dtype == np.int64
+
+
+def test_tokenizer_table_is_the_span_table_built_once():
+  tok = models.byte_tokenizer()
+  host, device = stops.tokenizer_table(tok, SPAN, 264)               # a model vocabulary padded past the tokenizer
+  np.testing.assert_array_equal(host, stops.span_table(token_bytes.byte_vocab(tok).pieces, SPAN, 264))
+  np.testing.assert_array_equal(np.asarray(device), host)
+  assert np.array_equal(host[:, 259:], np.tile(np.arange(host.shape[0])[:, None], (1, 5)))   # padding keeps
+  assert stops.tokenizer_table(tok, SPAN, 264)[0] is host
