@@ -57,6 +57,12 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                                         P_succ is NaN and the teacher advantage is taken over the candidates run,
                                         q renormalised: records.CONVENTIONS); True: continue them too (the
                                         teacher advantage over all of C(u)). No effect at top-k 0, top-p 1
+  budget.stop_at_answer     False: continuations run to their stop token or the cap; True: on tasks with an
+                            answer span (Task.answer_span: reasoning_gym's <answer></answer>) a continuation also
+                            stops, finished, where its first answer tag closes, graded on the text up to there: the
+                            full response's reward unless it would have written a second closed tag or run into
+                            the cap (then 0) after it (opd_jax/stops.py; docs/performance.md, "Stopping
+                            continuations at the answer")
   budget.student_top_k, budget.teacher_top_k   candidate set: sampled token + top-k of p + top-k of each q_c
   budget.branch_batch       continuations per decode call (fixed shape)
   budget.question_batch     questions whose base rollouts are sampled in one batch (question_batch x
@@ -128,7 +134,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   branch_batch=64, question_batch=1, prefer_finished=False, adaptive=False,
                   continuations_max=64, continuations_mean=8.0, adaptive_tolerance=0.0,
                   continue_unsupported=False, allocation="uniform", allocation_minimum=2,
-                  allocation_min_mass=0.01)
+                  allocation_min_mass=0.01, stop_at_answer=False)
   c.budget.looks = ()
   c.selection = "informative"
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0,

@@ -75,7 +75,8 @@ class Samples:
   logprobs: float32 [B, N] log-prob of each sampled token under the sampled policy (`policy_logprobs`;
             0 after stop).
   lengths:  int32 [B] number of tokens generated, the stop token included.
-  finished: bool [B] True when a stop token was sampled (False when the token cap was hit).
+  finished: bool [B] True when a stop token was sampled, or the answer closed under `branch`'s answer stop
+            (False when the token cap was hit).
   """
   tokens: np.ndarray
   logprobs: np.ndarray
@@ -226,11 +227,11 @@ def early_exit_default() -> bool:
   return jax.default_backend() == "cpu"
 
 
-@sharding.sharded_jit(in_specs=(PARAMS, CACHE, ROWS, ROWS, ROWS, ROWS, ROWS, REPLICATED),
-                      out_specs=(ROWS, ROWS, ROWS, ROWS, CACHE, ROWS, ROWS),
+@sharding.sharded_jit(in_specs=(PARAMS, CACHE, ROWS, ROWS, ROWS, ROWS, ROWS, REPLICATED, ROWS, REPLICATED),
+                      out_specs=(ROWS, ROWS, ROWS, ROWS, CACHE, ROWS, ROWS, ROWS),
                       static_argnames=("graphdef", "sp", "max_new_tokens", "stop_ids", "pad_id", "early_exit"),
                       donate_argnums=(1, 2))
-def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, graphdef,
+def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, span=None, table=None, *, graphdef,
            sp: SamplingParams, max_new_tokens: int, stop_ids: tuple[int, ...], pad_id: int = 0,
            early_exit: bool = True):
   """Sample up to N = max_new_tokens tokens per row on device.
@@ -246,12 +247,16 @@ def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, g
     done: bool [B] rows that must not generate (e.g. a forced stop token); they return length 0.
     caps: int32 [B] per-row token caps <= N (default N): a row stops, unfinished, after caps[b] tokens.
     start: int32 [] index of the first step in the rows' random streams (a later segment of the same rows).
+    span, table: optional answer stop (`opd_jax.stops`): int32 [B] each row's automaton state and the automaton
+      int8 [S, V]; a row stops, finished, at the token that takes it to the last state (its first answer span
+      closed). None: stop ids and caps only.
     early_exit: static. True: stop the loop once every row has stopped or reached its cap (a data-dependent
       condition, `early_exit_default` on CPU); False: run exactly N steps (a known trip count: no host sync per
       step on accelerators; rows that stopped write masked slots).
   Returns:
     tokens int32 [B, N], logprobs fp32 [B, N], lengths int32 [B], finished bool [B], and the state to
-    continue from: final cache, next-token logits fp32 [B, V], next positions int32 [B].
+    continue from: final cache, next-token logits fp32 [B, V], next positions int32 [B], automaton states int32 [B]
+    (the `span` given, or zeros).
   """
   B = logits.shape[0]
   model = decoder.merge(graphdef, params)
@@ -260,13 +265,14 @@ def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, g
   out_lp = jnp.zeros((B, max_new_tokens), jnp.float32)
 
   caps = jnp.full((B,), max_new_tokens, jnp.int32) if caps is None else jnp.minimum(caps, max_new_tokens)
+  span = jnp.zeros((B,), jnp.int32) if span is None else span.astype(jnp.int32)
 
   def cond(state):
-    i, _, _, _, lengths, stopped, _, _ = state
+    i, _, _, _, lengths, stopped, _, _, _ = state
     return (i < max_new_tokens) & ~jnp.all(stopped | (lengths >= caps))
 
   def body(state):
-    i, cache, logits, pos, lengths, stopped, toks, lps = state
+    i, cache, logits, pos, lengths, stopped, toks, lps, span = state
     active = ~stopped & (lengths < caps)
     step_keys = jax.vmap(lambda k: jax.random.fold_in(k, start + i))(keys)
     tok, lp = _draw(logits, step_keys, sp)
@@ -275,19 +281,23 @@ def decode(params, cache, logits, next_pos, keys, done, caps=None, start=0, *, g
     lps = jax.lax.dynamic_update_slice(lps, jnp.where(active, lp, 0.0)[:, None], (0, i))
     lengths = lengths + active.astype(jnp.int32)
     stopped = stopped | (active & jnp.any(tok[:, None] == stops[None, :], axis=-1))
+    if table is not None:                                              # one gather per row: the answer closed?
+      span = jnp.where(active, table[span, tok].astype(jnp.int32), span)
+      stopped = stopped | (active & (span == table.shape[0] - 1))
     feed_pos = jnp.where(active, pos, -1)                              # inactive rows write masked slots
     new_logits, cache = model(tok[:, None], feed_pos[:, None], cache)
-    return i + 1, cache, new_logits[:, 0], pos + 1, lengths, stopped, toks, lps
+    return i + 1, cache, new_logits[:, 0], pos + 1, lengths, stopped, toks, lps, span
 
   state = (jnp.zeros((), jnp.int32), cache, logits, next_pos.astype(jnp.int32), jnp.zeros((B,), jnp.int32),
-           done, out_tok, out_lp)
+           done, out_tok, out_lp, span)
   if early_exit:
     state = jax.lax.while_loop(cond, body, state)
   else:                                                                # a known trip count
     state = jax.lax.fori_loop(0, max_new_tokens, lambda _, st: body(st), state)
-  _, cache, logits, pos, lengths, finished, toks, lps = state
-  # `finished` is set only by a stop token (sampled, or forced before the call): rows that hit a cap are not.
-  return toks, lps, lengths, finished, cache, logits, pos
+  _, cache, logits, pos, lengths, finished, toks, lps, span = state
+  # `finished` is set only by a stop token or a closed answer span (sampled, or forced before the call): rows
+  # that hit a cap are not.
+  return toks, lps, lengths, finished, cache, logits, pos, span
 
 
 @sharding.sharded_jit(in_specs=(CACHE,), out_specs=CACHE, static_argnames=("slots",))
@@ -312,7 +322,7 @@ def _take_rows(rows, cache, logits, next_pos, keys):
 
 
 def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, graphdef, sp, max_new_tokens,
-                       stop_ids, pad_id, segment, min_rows, progress=None, early_exit=None):
+                       stop_ids, pad_id, segment, min_rows, progress=None, early_exit=None, span=None, table=None):
   """`decode` in segments of `segment` steps; once at most half of a batch's rows are still generating, the
   live rows move to a batch half as large (down to `min_rows`), so rows that stopped early cost nothing.
   The cache grows as the rows generate (`_cache_slots`: a multiple of GROW slots, up to its `end` + N): a
@@ -322,12 +332,14 @@ def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, gra
   A row's tokens depend only on its own key (step i of its stream is step i whatever the segment), so the
   output equals one `decode` call up to float round-off of the smaller batches. Returns numpy tokens [B, N],
   logprobs [B, N], lengths [B], finished [B] as `decode`. `progress(n)` (optional) is called after each segment
-  with the number of tokens it decoded (a stage bar's update).
+  with the number of tokens it decoded (a stage bar's update). `span` (int32 [B] automaton states) and `table`
+  (int8 [S, V], on device): `decode`'s answer stop; each row's state is kept across segments.
   """
   B, N = logits.shape[0], max_new_tokens
   toks, lps = np.full((B, N), pad_id, np.int32), np.zeros((B, N), np.float32)
   lengths, finished = np.zeros(B, np.int32), np.asarray(done).copy()
   caps = np.full(B, N, np.int32) if caps is None else np.minimum(np.asarray(caps), N).astype(np.int32)
+  spans = None if table is None else np.asarray(span, np.int32).copy()
   slots = np.arange(B)                                   # original row of each slot of the current batch
   live = np.ones(B, bool)                                # slot holds a real row (not a filler)
   mesh = sharding.mesh_of(params)
@@ -343,11 +355,14 @@ def _decode_compacting(params, cache, logits, next_pos, keys, done, caps, *, gra
     stopped = ~live | finished[slots]
     # Early exit: every segment has one shape (rows stop at their caps); else exactly the steps left (the last
     # segment never runs past the cap, so the cache needs no room beyond it).
-    seg = decode(params, cache, logits, next_pos, keys, stopped, rem, np.int32(start), graphdef=graphdef, sp=sp,
+    seg = decode(params, cache, logits, next_pos, keys, stopped, rem, np.int32(start),
+                 None if table is None else spans[slots], table, graphdef=graphdef, sp=sp,
                  max_new_tokens=segment if early_exit else steps, stop_ids=stop_ids, pad_id=pad_id,
                  early_exit=early_exit)
     t, lp, n, f = (np.asarray(a) for a in seg[:4])
-    cache, logits, next_pos = seg[4:]
+    cache, logits, next_pos = seg[4:7]
+    if table is not None:
+      spans[slots[live]] = np.asarray(seg[7])[live]
     end = int(cache["end"])
     real = slots[live]
     toks[real, start:start + steps], lps[real, start:start + steps] = t[live, :steps], lp[live, :steps]
@@ -510,7 +525,8 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
            forced_tokens: Sequence[int], key: jax.Array, max_new_tokens: int, row_ids: Sequence[int],
            caps: Sequence[int] | None = None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
            stop_ids=None, pad_id: int = 0, pad_to: int = 1, segment: int = SEGMENT,
-           min_rows: int = MIN_ROWS, progress=None, early_exit: bool | None = None) -> Samples:
+           min_rows: int = MIN_ROWS, progress=None, early_exit: bool | None = None,
+           span_states: Sequence[int] | None = None, span_table=None) -> Samples:
   """Continue base rollouts from prefix positions with forced first tokens (targeted rollouts).
 
   Branch j reads base row `base_rows[j]` of `base_cache` (from `prefill_sequences`) truncated to its first
@@ -521,6 +537,10 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
   from scratch with the prompt `sequence[:prefix_len] + [forced]` and the same key and row id (up to float
   round-off in the logits). Rows are padded to at least `pad_to` (fixed-size callers compile once); rows that
   stopped leave the batch every `segment` steps, as in `sample` (`progress` and `early_exit` as there).
+
+  Answer stop (optional, `opd_jax.stops`): `span_table` int8 [S, V] (numpy or on device) and `span_states[j]`,
+  branch j's automaton state after its prefix and forced token; branch j stops, finished, at the token that
+  closes its first answer span (at once, length 0, when its state is already the last one).
 
   One copy of each node's prefix serves all its branches: the G distinct (base row, prefix length) pairs of the
   call are gathered once into a shared prefix [G, K, Sp, Dh] per layer (G rounded up to a power of two; Sp the
@@ -564,8 +584,16 @@ def branch(model, base_cache, *, base_rows: Sequence[int], prefix_lens: Sequence
       model.params, base_cache, node_row, node_cut, group, cut, forced, graphdef=model.graphdef,
       slots=_cache_slots(1 + min(segment, max_new_tokens), max_new_tokens + 1), prefix_slots=prefix_slots,
       stop_ids=stop)
-  out = _decode_compacting(model.params, cache, logits, next_pos, keys, np.asarray(done), row_caps,
+  done = np.asarray(done)
+  span = None
+  if span_table is not None:
+    if span_states is None or len(span_states) != nb:
+      raise ValueError(f"span_table needs span_states, one per branch ({nb})")
+    span = fill(span_states, 0)
+    span_table = jnp.asarray(span_table)
+    done = done | (span == span_table.shape[0] - 1)                   # the prefix already closed its answer
+  out = _decode_compacting(model.params, cache, logits, next_pos, keys, done, row_caps,
                            graphdef=model.graphdef, sp=sp, max_new_tokens=max_new_tokens, stop_ids=stop,
                            pad_id=pad_id, segment=segment, min_rows=min_rows, progress=progress,
-                           early_exit=early_exit)
+                           early_exit=early_exit, span=span, table=span_table)
   return Samples(*(a[:nb] for a in out))

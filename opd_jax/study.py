@@ -299,7 +299,8 @@ def continuations(env: Env, index: int, problem, prompt: list[int], responses,
   c, b, n_tok = env.config, env.config.budget, env.config.sampling.max_new_tokens
   sp = preflight.policy(c)
   continuer = targeted.ModelPolicy(env.student, batch_size=b.branch_batch, temperature=sp.temperature,
-                                   top_p=sp.top_p, top_k=sp.top_k)
+                                   top_p=sp.top_p, top_k=sp.top_k,
+                                   answer_span=env.task.answer_span if b.get("stop_at_answer", False) else None)
 
   def reward(resp, finished):
     return env.task.rollout_reward(problem, env.student.tokenizer.decode(resp, skip_special_tokens=True),
@@ -324,7 +325,7 @@ def continuations(env: Env, index: int, problem, prompt: list[int], responses,
         max_response_len=n_tok, adaptive=adaptive, probs=[np.exp(a.p_at) for a in at.values()], run=run,
         weighted=weighted, teacher_probs=[[np.exp(q) for q in a.q_at.values() if q is not None] for a in at.values()])
   env.count(continuations=sum(o.continuations for o in outcomes),
-            continuation_tokens=sum(int(np.sum(o.tokens)) for o in outcomes if getattr(o, "tokens", None) is not None))
+            continuation_tokens=sum(int(np.sum(o.tokens)) for o in outcomes if o.tokens is not None))
   return outcomes
 
 

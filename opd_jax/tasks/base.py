@@ -44,12 +44,19 @@ class Task:
       so literal braces such as `\\boxed{}` need no escaping).
     extractor: response text -> extracted answer string, or None when the response has no answer.
     grader: (problem, extracted answer) -> whether it is correct. Called only with a non-None answer.
+    answer_span: (open, close), e.g. ("<answer>", "</answer>"), when a response that holds a closed span
+      `open ... close` is graded on its first such span alone whenever the text after it holds no other closed
+      span; None otherwise (the grader may read anything up to the stop token: gsm8k, math500, tfds). Continuations
+      may stop where it closes (config.budget.stop_at_answer, `opd_jax.stops`): the text cut there gets the reward
+      of the full response unless the full response would have written a second closed span or run into the token
+      cap without a stop token (it then gets 0 unless grade_truncated); `answer_closed` finds the cut.
   """
   name: str
   problems: list[Problem]
   template: str
   extractor: Callable[[str], str | None]
   grader: Callable[[Problem, str], bool]
+  answer_span: tuple[str, str] | None = None
 
   def __post_init__(self):
     check_template(self.template)
@@ -77,6 +84,17 @@ class Task:
     if answer is None:
       return 0.0
     return 1.0 if self.grader(problem, answer) else 0.0
+
+  def answer_closed(self, response_text: str) -> int | None:
+    """The end of the first closed answer span of `response_text` (the leftmost `open`, then the first `close`
+    that starts at or after its end: characters [0, end) are the text a stop at the answer keeps), or None (no
+    closed span, or no `answer_span`)."""
+    if self.answer_span is None:
+      return None
+    open_, close = self.answer_span
+    start = response_text.find(open_)
+    end = -1 if start < 0 else response_text.find(close, start + len(open_))
+    return None if end < 0 else end + len(close)
 
   def rollout_reward(self, problem: Problem, response_text: str, *, finished: bool, grade_truncated: bool) -> float:
     """The reward of a sampled response (rollout or continuation): `reward`, but 0.0 for a response cut at the

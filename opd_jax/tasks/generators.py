@@ -44,6 +44,9 @@ from opd_jax.tasks import answers
 from opd_jax.tasks import base
 
 TEMPLATE = "{question}\nPut only the final answer inside <answer></answer> tags."
+# Both extractors read the last closed `<answer>` tag when there is one (`answers.answer_tag`), so a response
+# holding one closed tag is graded on it alone: `base.Task.answer_span`.
+ANSWER_SPAN = ("<answer>", "</answer>")
 DEFAULT_NUM_PROBLEMS = 100
 _RANDOM_ID = "_rgid"
 # Datasets whose score_answer gives 1.0 to wrong answers (reasoning-gym 0.1.19), so a reward of 1 would not mean
@@ -226,4 +229,5 @@ def load(name: str, *, num_problems: int | None = None, seed: int = 0, config: d
     return dataset.score_answer(answer, entries[problem.id]) == 1.0
 
   return base.Task(name=f"reasoning_gym:{name}", problems=problems, template=base.check_template(template),
-                   extractor=answers.extract_tagged_number if numeric else answers.answer_tag, grader=grade)
+                   extractor=answers.extract_tagged_number if numeric else answers.answer_tag, grader=grade,
+                   answer_span=ANSWER_SPAN)
