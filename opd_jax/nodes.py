@@ -131,8 +131,8 @@ def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response:
   noise = None
   fixed = np.zeros(n.shape, bool) if outcomes.fixed is None else outcomes.fixed
   spent = np.where(fixed, np.minimum(n, 1), n).sum(-1)                # continuations run per node
-  tokens = getattr(outcomes, "tokens", None)
-  spent_tokens = np.full(len(positions), -1, np.int64) if tokens is None else np.asarray(tokens, np.int64).sum(-1)
+  spent_tokens = (np.full(len(positions), -1, np.int64) if outcomes.tokens is None
+                  else np.asarray(outcomes.tokens, np.int64).sum(-1))
   for conf in confs:
     view = conf.scoring_key
     base = {"question_id": question_id, "rollout_id": rollout_id, "config_id": conf.config_id,
