@@ -63,6 +63,9 @@ def get_config(arg: str | None = None):
   config.budget.teacher_top_k = 1
   config.budget.branch_batch = 64
   config.budget.question_batch = 8               # base rollouts of 8 questions per decode batch (64 rows)
+  # Continuations stop where their first <answer> tag closes (12.7% of the default's continuation tokens, no reward
+  # changed: docs/performance.md, "Stopping continuations at the answer").
+  config.budget.stop_at_answer = True
   if arg == "gsm":
     # The previous default: gsm_symbolic (GSM8K templates with worked solutions), 256-token responses. One
     # informative question, one correct and one incorrect node rollout, the 3 most uncertain tokens of each,
