@@ -1,6 +1,7 @@
 """Train state, optimizer and orbax checkpoints (opd_jax.training.state)."""
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -113,3 +114,41 @@ def test_a_checkpoint_restores_on_another_device_count(tmp_path, saved_on, resto
     np.testing.assert_array_equal(restored[k], saved[k])
   assert np.any(saved[saved.files[1]] != 0)                              # a moment the update moved
   assert out["restore"][1].strip() == ("['one']" if restored_on == 1 else "[('data', 'model')]")
+
+
+STOPPED_AFTER_SAVE = '''
+import sys, jax.numpy as jnp
+from opd_jax.training import state as state_lib
+how, directory = sys.argv[1], sys.argv[2]
+if how == "with":
+  with state_lib.Checkpoints(directory, identity={"config_hash": "h"}) as ck:
+    ck.save(7, {"step": jnp.int32(7), "w": jnp.arange(64.0)}, {"cursor": 7})
+    raise ValueError("boom")
+ck = state_lib.Checkpoints(directory, identity={"config_hash": "h"})
+ck.save(7, {"step": jnp.int32(7), "w": jnp.arange(64.0)}, {"cursor": 7})   # no wait, no close
+if how == "error":
+  raise RuntimeError("boom")
+if how == "exit":
+  sys.exit(3)
+raise KeyboardInterrupt
+'''
+
+
+def test_a_save_in_flight_survives_an_error_exit_or_interrupt_without_wait(tmp_path):
+  """Issue 34, item 5: a program that saves step 7 and then dies of an uncaught error, sys.exit or Ctrl-C
+  without waiting (a fork's own loop) still ends with step 7 complete on disk and no orbax tmp folder; so does
+  an exception leaving a `with Checkpoints(...)` block. Each case in its own interpreter, side by side."""
+  repo = str(pathlib.Path(__file__).resolve().parents[1])
+  env = dict(os.environ, PYTHONPATH=repo, JAX_PLATFORMS="cpu")
+  cases = {"error": 1, "exit": 3, "interrupt": -signal.SIGINT, "with": 1}   # Python dies of SIGINT on Ctrl-C
+  procs = {how: subprocess.Popen([sys.executable, "-c", STOPPED_AFTER_SAVE, how, str(tmp_path / how)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for how in cases}
+  for how, rc in cases.items():
+    _, err = procs[how].communicate(timeout=300)
+    assert procs[how].returncode == rc, err[-2000:]
+    assert sorted(p.name for p in (tmp_path / how).iterdir()) == ["7"], how      # no `7.orbax-checkpoint-tmp`
+    ck = state_lib.Checkpoints(tmp_path / how, identity={"config_hash": "h"})
+    st, meta = ck.restore(None)
+    ck.close()
+    assert int(st["step"]) == 7 and meta["cursor"] == 7, how
+    np.testing.assert_array_equal(st["w"], np.arange(64.0))

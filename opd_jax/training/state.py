@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging as logging_lib
 import pathlib
+import threading
 from typing import Any
 
 import jax
@@ -122,6 +123,11 @@ class Checkpoints:
     identity: what must match on resume, e.g. {"config_hash": ..., "base_model": sha256}; stored in every
       checkpoint's meta and compared by `restore`.
     keep: how many checkpoints to keep (>= 1).
+
+  A save is never lost to how the program ends: `close` (or leaving a `with Checkpoints(...) as ckpts:` block,
+  also on an exception) waits for the saves in flight, and so does the interpreter's exit for an instance with
+  saves in flight that nobody waited for (an uncaught error, KeyboardInterrupt or sys.exit right after `save`
+  still ends with that step on disk, no `<step>.orbax-checkpoint-tmp` left). Only SIGKILL or os._exit lose it.
   """
 
   def __init__(self, directory: str | pathlib.Path, *, identity: dict[str, str], keep: int = 2):
@@ -137,6 +143,7 @@ class Checkpoints:
   def save(self, step: int, state: State, meta: dict[str, Any]) -> None:
     """Start an async save of `state` and `meta` (JSON: e.g. the data cursor) at `step`."""
     meta = {**meta, "identity": self.identity}
+    _wait_at_exit(self)
     self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                      meta=ocp.args.JsonSave(meta)))
 
@@ -164,9 +171,35 @@ class Checkpoints:
   def wait(self) -> int | None:
     """Wait for the saves in flight (async) to be complete on disk; the newest complete step, or None."""
     self._manager.wait_until_finished()
+    _IN_FLIGHT.discard(self)
     return self._manager.latest_step()
 
   def close(self) -> None:
     """Wait for pending async saves, then release the manager."""
-    self._manager.wait_until_finished()
+    self.wait()
     self._manager.close()
+
+  def __enter__(self) -> Checkpoints:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+
+_IN_FLIGHT: set[Checkpoints] = set()   # instances that saved since their last wait (strong refs: kept alive)
+_HOOKED = []
+
+
+def _wait_at_exit(ckpts: Checkpoints) -> None:
+  """Make the interpreter's exit wait for `ckpts`' saves. The hook runs before threads are joined
+  (threading's own exit hooks, as concurrent.futures uses): a plain `atexit` hook runs after, when orbax's
+  executors refuse the save's last work ("cannot schedule new futures after interpreter shutdown")."""
+  _IN_FLIGHT.add(ckpts)
+  if not _HOOKED:                       # registered after orbax's executors: threading runs its hooks in reverse
+    threading._register_atexit(_wait_in_flight)  # pylint: disable=protected-access
+    _HOOKED.append(True)
+
+
+def _wait_in_flight() -> None:
+  for ckpts in list(_IN_FLIGHT):
+    ckpts.wait()
