@@ -7,8 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
@@ -27,27 +25,43 @@ def test_split_questions_round_robin_and_quotas():
     runs.split_questions(ids, 3, 3)
 
 
-def test_progress_files_and_waiting_for_all_processes(tmp_path):
+class _Clock:
+  """A fake `time` for runs.wait_for_processes: monotonic() reads it, sleep(s) advances it and calls on_sleep."""
+
+  def __init__(self):
+    self.now, self.sleeps, self.on_sleep = 0.0, [], None
+
+  def monotonic(self):
+    return self.now
+
+  def sleep(self, s):
+    self.sleeps.append(s)
+    self.now += s
+    if self.on_sleep:
+      self.on_sleep()
+
+
+def test_progress_files_and_waiting_for_all_processes(tmp_path, monkeypatch):
   assert runs.progress_path(tmp_path, 0, 1).name == "progress.json"
   assert runs.wait_for_processes(tmp_path / "single", 1) == [{}]       # one process waits for nobody
   assert runs.read_progress(tmp_path, 1, 3) == {"processed": [], "selected": [], "done": False}
   runs.write_progress(tmp_path, {"processed": ["q0"], "selected": ["q0"]}, 0, 3, done=True)
   runs.write_progress(tmp_path, {"processed": ["q1"], "selected": []}, 1, 3)
   assert runs.read_progress(tmp_path, 1, 3)["processed"] == ["q1"]
+  clock = _Clock()                                   # the waiting runs on a fake clock: no wall time, no race
+  monkeypatch.setattr(runs, "time", clock)
   with pytest.raises(TimeoutError, match=r"processes \[1, 2\] of 3"):
     runs.wait_for_processes(tmp_path, 3, timeout_s=0.2, poll_s=0.05)
+  assert 0.2 < clock.now <= 0.3 and set(clock.sleeps) == {0.05}     # polled until the timeout, then gave up
 
-  def finish_later():
-    time.sleep(0.3)
-    runs.write_progress(tmp_path, {"processed": ["q1"], "selected": []}, 1, 3, done=True)
-    runs.write_progress(tmp_path, {"processed": ["q2"], "selected": ["q2"]}, 2, 3, done=True)
+  def finish():                                      # the other processes finish during the third poll's sleep
+    if len(clock.sleeps) == 3:
+      runs.write_progress(tmp_path, {"processed": ["q1"], "selected": []}, 1, 3, done=True)
+      runs.write_progress(tmp_path, {"processed": ["q2"], "selected": ["q2"]}, 2, 3, done=True)
 
-  thread = threading.Thread(target=finish_later)
-  start = time.monotonic()
-  thread.start()
+  clock.sleeps, clock.on_sleep = [], finish
   states = runs.wait_for_processes(tmp_path, 3, timeout_s=20, poll_s=0.05)
-  thread.join()
-  assert time.monotonic() - start >= 0.3
+  assert clock.sleeps == [0.05] * 3                  # it waited for them, and returned at the first poll after
   assert [s["processed"] for s in states] == [["q0"], ["q1"], ["q2"]] and all(s["done"] for s in states)
   runs.write_progress(tmp_path, {"processed": [], "selected": []}, 2, 3, error="OOM on question q5")
   with pytest.raises(RuntimeError, match="process 2 of 3 failed: OOM on question q5"):

@@ -4,7 +4,6 @@ import json
 import re
 import string
 import threading
-import time
 import warnings
 
 import pytest
@@ -171,23 +170,27 @@ def test_reasoning_gym_deterministic_gold_1_wrong_0(name):
 
 def test_grading_off_the_main_thread_has_a_timeout_that_works(monkeypatch):
   """math-verify times out by SIGALRM (main thread only), and a power tower holds the GIL: off the main thread a
-  grade runs in a worker process, ends after OFF_MAIN_TIMEOUT seconds uncredited, and the next grade still works
-  (issue 26, "Also")."""
-  monkeypatch.setattr(answers, "OFF_MAIN_TIMEOUT", 4.0)
+  grade runs in a worker process, ends after OFF_MAIN_TIMEOUT seconds uncredited (its worker terminated), and the
+  next grade still works (issue 26, "Also"). No wall-clock bound (issue 34, item 8): the tower never finishes, so
+  a short timeout must be the path it takes, and the answers that finish get a generous one, however loaded."""
   got = {}
 
   def grade():
-    got["half"] = answers.math_equal("\\frac{1}{2}", "0.5")               # starts the worker (spawn)
-    t = time.perf_counter()
+    monkeypatch.setattr(answers, "OFF_MAIN_TIMEOUT", 300.0)             # includes starting the worker (spawn)
+    got["half"] = answers.math_equal("\\frac{1}{2}", "0.5")
+    got["pool"] = answers._POOL                                          # pylint: disable=protected-access
+    monkeypatch.setattr(answers, "OFF_MAIN_TIMEOUT", 1.0)
     got["tower"] = answers.math_equal("1", "9^{9^{9^{9}}}")                 # hangs in math-verify / sympy
-    got["tower_s"] = time.perf_counter() - t
+    got["replaced"] = answers._POOL is not got["pool"]                   # pylint: disable=protected-access
+    monkeypatch.setattr(answers, "OFF_MAIN_TIMEOUT", 300.0)
     got["after"] = (answers.math_equal("2", "2"), answers.math_equal("2", "3"), answers.parse_math("3") != [])
 
   th = threading.Thread(target=grade, daemon=True)     # a regression must fail the test, not hang the suite
   th.start()
-  th.join(120)
+  th.join(900)
   assert not th.is_alive()
-  assert got["half"] is True and got["tower"] is False and 4.0 <= got["tower_s"] < 30, got
+  assert got["half"] is True and got["pool"] is not None, got
+  assert got["tower"] is False and got["replaced"], got                # the timeout path: worker dropped, uncredited
   assert got["after"] == (True, False, True)
 
 
@@ -331,10 +334,13 @@ def test_reasoning_gym_config_changes_ids():
 
 
 def test_load_task_errors(shared_data, tmp_path):
-  with pytest.raises(ValueError, match=r"unknown task 'gsm9k'.*gsm8k, math500, reasoning_gym:<dataset>"):
+  with pytest.raises(ValueError, match=r"unknown task 'gsm9k'; known: ") as e:      # names in any order
     tasks.load_task("gsm9k")
-  with pytest.raises(ValueError, match=r"unknown reasoning-gym dataset 'nope'.*chain_sum"):
+  assert set(str(e.value).split("known: ")[1].split(", ")) == set(tasks.KNOWN_TASKS)
+  assert {"gsm8k", "math500", "reasoning_gym:<dataset>"} <= set(tasks.KNOWN_TASKS)
+  with pytest.raises(ValueError, match=r"unknown reasoning-gym dataset 'nope'.*; known: ") as e:
     tasks.load_task("reasoning_gym:nope")
+  assert "chain_sum" in str(e.value).split("known: ")[1].split(", ")
   missing = tmp_path / "gsm8k_test.jsonl"
   with pytest.raises(FileNotFoundError, match=re.escape(str(missing)) + ".*grade-school-math"):
     tasks.load_task("gsm8k", path=missing)
