@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from typing import Any
 
 import transformers
@@ -214,10 +215,47 @@ def chat_ids(tokenizer, messages: list[dict[str, str]], *, add_generation_prompt
     messages: [{"role": ..., "content": ...}, ...].
     add_generation_prompt: end with the assistant turn's header (the model answers next).
     chat_kwargs: extra template flags, e.g. enable_thinking=False for Qwen3.
+
+  Message contents are data, never control tokens: text that spells a special token (`<|im_end|>` in a rollout
+  shown in a teacher's context) encodes as its characters, and only the template's own special tokens are
+  special. Contents without such text render exactly as the template text tokenized whole.
+
+  Raises:
+    ValueError: a content spells a special token and the template does not write contents verbatim (then its
+      own special tokens cannot be told from the content's).
   """
-  text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                       **chat_kwargs)
-  return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+  render = lambda msgs: tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                                      **chat_kwargs)
+  text = render(messages)
+  specials = sorted({t.content for t in tokenizer.added_tokens_decoder.values() if t.special}, key=len, reverse=True)
+  if not any(sp in str(m.get("content") or "") for m in messages for sp in specials):
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+  # Render with placeholders to tell the template's special tokens from the contents', then split the text at the
+  # template's only (as a tokenizer splits at added tokens) and encode the pieces between them as plain text.
+  marks = [f"\ue000{i}\ue001" for i in range(len(messages))]
+  shown = render([{**m, "content": k} for m, k in zip(messages, marks)])
+  parts = re.split("(" + "|".join(map(re.escape, marks)) + ")", shown)
+  contents = {k: str(m.get("content") or "") for m, k in zip(messages, marks)}
+  if "".join(contents.get(p, p) for p in parts) != text:
+    raise ValueError("the chat template changes message contents, so text in them that spells a special token "
+                     f"({', '.join(specials)}) cannot be kept as data; remove it from the message")
+  split = re.compile("(" + "|".join(map(re.escape, specials)) + ")")
+  items = []                                     # plain-text runs and the template's special tokens, in order
+  for p in parts:
+    for q in [contents[p]] if p in contents else split.split(p):
+      if p not in contents and q in specials:
+        items.append((q,))
+      elif items and isinstance(items[-1], str):
+        items[-1] += q
+      else:
+        items.append(q)
+  ids = []
+  for item in items:
+    if isinstance(item, tuple):
+      ids.append(tokenizer.convert_tokens_to_ids(item[0]))
+    elif item:
+      ids += tokenizer(item, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+  return ids
 
 
 # ---------------------------------------------------------------------------------------- same token ids or not
