@@ -120,7 +120,7 @@ def test_use_equivalent_continue_and_cap_on_constructed_tables():
   need = v["undecided"][0]["questions_needed"]
   want = stats.questions_needed(0.05, v["comparisons"][0]["se"], v["comparisons"][0]["df"], 20,
                                 alpha=sequential.nominal_alpha(design, 3), se_df=v["comparisons"][0]["df"])
-  assert need == math.ceil(want) > 40 and f"(~{need} questions to detect 0.05)" in v["line"]
+  assert need == math.ceil(want) > 40 and f"(~{need} questions to detect 0.05 at the last look's level)" in v["line"]
   assert v["line"].startswith("look 2 of 3 (20 questions), continue: undecided against ")
   last = decision.decide(calibration.as_nodes(align, q), n_boot=20, design=design, look=3)
   assert (last["decision"], last["decided"], last["stop"], last["alpha_spent"]) == ("cap", False, True, 0.05)

@@ -357,7 +357,8 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
                    f"{_count(out['family_size'], 'pairwise comparison')}, paired on shared nodes, CR2 by question"
                    + (f", {family})" if family else ")"))
   else:
-    need = [f"{u['config_id']} (" + (f"~{u['questions_needed']} questions to detect {design.margin:g}"
+    at = "" if one else " at the last look's level"
+    need = [f"{u['config_id']} (" + (f"~{u['questions_needed']} questions to detect {design.margin:g}{at}"
                                      if u["questions_needed"] is not None else "not comparable yet"
                                      if not next(c for c in out["comparisons"]
                                                  if c["config_id"] == u["config_id"])["comparable"]
