@@ -178,7 +178,8 @@ def weighted_counts(p: np.ndarray, qs, valid: np.ndarray, *, mean: float, minimu
 
   Per node: N = round(mean x valid candidates) replicates in all (the uniform budget at R = mean). A candidate
   is kept when its p or some q_c is >= min_mass (renormalised over `valid`; the two of largest max(p_k, q_ck),
-  so that g* stays defined, and every fixed slot are always kept); a kept fixed slot (its outcome is decided without sampling, run once) gets `minimum`; the
+  so that g* stays defined, and every fixed slot are always kept); a kept fixed slot (its outcome is decided
+  without sampling, run once) gets `minimum`; the
   other kept slots get n_k = clip(c w_k, minimum, r_max) with c such that the node sums to N (`weights`'
   Neyman allocation with a floor and a cap), rounded to integers by largest remainders. A design fixed by p and
   q, never by outcomes, so every P^_k = s_k / n_k stays exactly unbiased.

@@ -129,8 +129,7 @@ def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response:
   not_run = (cands >= 0) & (n == 0)
   lo, hi, ps_rec = (np.where(not_run, np.nan, a) for a in (lo, hi, ps_all))
   noise = None
-  fixed = np.zeros(n.shape, bool) if outcomes.fixed is None else outcomes.fixed
-  spent = np.where(fixed, np.minimum(n, 1), n).sum(-1)                # continuations run per node
+  spent = outcomes.runs.sum(-1)                                       # continuations run per node
   spent_tokens = (np.full(len(positions), -1, np.int64) if outcomes.tokens is None
                   else np.asarray(outcomes.tokens, np.int64).sum(-1))
   for conf in confs:

@@ -290,7 +290,8 @@ def plan(config) -> Plan:
   nodes = q * b.node_rollouts_per_question * (n_tok if b.node_strategy == "all" else b.nodes_per_rollout)
   cross = {v for v in views if v[0] != contexts.SELF and cross_view.reads_text(config, v[0])}
   cand = 1 + b.student_top_k + b.teacher_top_k * (len(views) - len(cross))   # text views add no top-k
-  cont = int(nodes * cand * (b.continuations_per_candidate if allocation(config) == "uniform" else b.continuations_mean))
+  per_candidate = b.continuations_per_candidate if allocation(config) == "uniform" else b.continuations_mean
+  cont = int(nodes * cand * per_candidate)
   gen = rollouts * n_tok + cont * n_tok // 2
   scored_tokens = scored * n_tok * len(views)
   secs = gen / DECODE_TOKENS_PER_S + scored_tokens / SCORE_TOKENS_PER_S

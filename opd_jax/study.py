@@ -293,7 +293,8 @@ def nodes_of(env: Env, views: list[nodes.View], node_rollouts: list[int], respon
 def continuations(env: Env, index: int, problem, prompt: list[int], responses,
                   at: dict[int, nodes.RolloutNodes]) -> list[targeted.Outcomes]:
   """Targeted continuations of every (node, candidate) of the question's node rollouts (in `at`'s order), each
-  verified: R per candidate, weighted by p and q, or adaptive (config.budget.allocation). Rollout r draws from fold_in(key_question, 1).
+  verified: R per candidate, weighted by p and q, or adaptive (config.budget.allocation). Rollout r draws from
+  fold_in(key_question, 1).
   Candidates outside the sampled policy's support (log p = -inf under top-k / top-p) get none unless
   budget.continue_unsupported (they cannot move V or g*; records.CONVENTIONS, "not run")."""
   c, b, n_tok = env.config, env.config.budget, env.config.sampling.max_new_tokens
@@ -490,9 +491,9 @@ def run_questions(env: Env, workdir: pathlib.Path, config_hash: str, pi: int, pc
     for k in looks.pending(config, selected, taken):
       taken.append(looks.take(workdir, config, selected, k))
       logging.info("%s", taken[-1]["line"])
-      print(f"look {k} of {len(looks.schedule(config))} ({taken[-1]['questions']} questions): "
-            f"{'decided (' + taken[-1]['decision'] + '), stopping' if taken[-1]['decided'] else 'not decided, going on'}",
-            file=sys.stderr)
+      t = taken[-1]
+      what = f"decided ({t['decision']}), stopping" if t["decided"] else "not decided, going on"
+      print(f"look {k} of {len(looks.schedule(config))} ({t['questions']} questions): {what}", file=sys.stderr)
       save()
       if taken[-1]["decided"]:
         return True

@@ -187,7 +187,11 @@ class Outcomes:
   @property
   def continuations(self) -> int:
     """Continuations actually run: n per slot, 1 on a fixed slot."""
-    return _runs(self.n, self.fixed)
+    return int(self.runs.sum())
+
+  @property
+  def runs(self) -> np.ndarray:        # int64 [M, K]: continuations run per slot (`_run_counts`)
+    return _run_counts(self.n, self.fixed)
 
   @property
   def n(self) -> np.ndarray:           # int64 [M, K]
@@ -216,9 +220,14 @@ class Outcomes:
     return self._sum(lo, lo + h), h
 
 
+def _run_counts(n: np.ndarray, fixed: np.ndarray | None) -> np.ndarray:
+  """Continuations run for replicate counts n [M, K], per slot: n, at most 1 on a fixed slot."""
+  return n if fixed is None else np.where(fixed, np.minimum(n, 1), n)
+
+
 def _runs(n: np.ndarray, fixed: np.ndarray | None) -> int:
-  """Continuations run for replicate counts n [M, K]: n per slot, at most 1 on a fixed slot."""
-  return int(n.sum() if fixed is None else np.where(fixed, np.minimum(n, 1), n).sum())
+  """Continuations run for replicate counts n [M, K], in total (`_run_counts`)."""
+  return int(_run_counts(n, fixed).sum())
 
 
 def fixed_branches(positions: np.ndarray, candidates: np.ndarray, *, stop_ids: Sequence[int],
@@ -297,8 +306,8 @@ def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float
   """Targeted continuations: force every candidate at every node of every given rollout, verify each.
 
   Uniform (adaptive and weighted None): R replicates per candidate. Weighted: one round, the counts of
-  `allocation.weighted_counts` from probs and teacher_probs (R unused). Adaptive: R per candidate in round 0, then rounds that
-  each add at most adaptive.growth x what was spent so far, placed by
+  `allocation.weighted_counts` from probs and teacher_probs (R unused). Adaptive: R per candidate in round 0, then
+  rounds that each add at most adaptive.growth x what was spent so far, placed by
   `allocation.allocate` on the (node, candidate) pairs whose next replicates most lower the predicted
   1 - cos(ĝ, g*) of their node, until round(adaptive.mean x valid candidates) continuations are spent, every
   node meets adaptive.tolerance or every candidate has r_max. Each round's branches (every rollout, node,
@@ -372,8 +381,8 @@ def estimate_successes(policy: Policy, verify: Callable[[list[int], bool], float
         zip(cands, cands if run is None else run)]
   outs = [np.zeros(c.shape + (stride,), np.int8) for c in cands]
   generated = [np.zeros(c.shape, np.int64) for c in cands]
-  stops = tuple(getattr(policy, "stop_ids", ()))
-  fixed = [fixed_branches(pos, c, stop_ids=stops, max_response_len=max_response_len) & g
+  stop_ids = tuple(getattr(policy, "stop_ids", ()))
+  fixed = [fixed_branches(pos, c, stop_ids=stop_ids, max_response_len=max_response_len) & g
            for (_, _, pos, _), c, g in zip(rollouts, cands, go)]
   if weighted is None:
     counts = [np.where(g, R, 0).astype(np.int64) for g in go]

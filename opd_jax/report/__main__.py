@@ -93,8 +93,9 @@ def _progress(workdirs) -> bool:
 
 def _sequential(workdir, margin: float) -> dict:
   """A study's {design, look, final} (`looks.report_look`, from its config.json and progress.json; {} without
-  those files: the fixed design without an equivalence margin). --min_effect > 0 reads the same repeated intervals at another
-  margin (they cover at every look whatever the margin, so the equivalence read from them keeps its level)."""
+  those files: the fixed design without an equivalence margin). --min_effect > 0 reads the same repeated
+  intervals at another margin (they cover at every look whatever the margin, so the equivalence read from them
+  keeps its level)."""
   workdir = pathlib.Path(workdir)
   try:
     config = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text()))
