@@ -52,6 +52,7 @@ from opd_jax import scoring
 from opd_jax import sharding
 from opd_jax import stages
 from opd_jax import targeted
+from opd_jax.tasks import grading
 
 # ----------------------------------------------------------------------------------------------------------
 # Loading: the models, on this process's mesh.
@@ -382,7 +383,8 @@ def _token_text(tokenizer):
 def finish(workdir, *, rebuild: bool = True, tokenizer=None, options=None, seq=None) -> str:
   """Check the parts, rebuild the summary (`report.write_summary`, with the student's `tokenizer` for the split
   by token kind; unless rebuild is False: a read-only finished workdir keeps its summary) and warn on stderr and
-  in summary.md when nothing was measured (`report.diagnose`); `seq`: a sequential study's {design, look, final}
+  in summary.md when nothing was measured (`report.diagnose`) or grades timed out or failed
+  (`report.grading_warning`, from manifest.json's work counts); `seq`: a sequential study's {design, look, final}
   (`looks.report_look`). Returns the summary markdown."""
   workdir = pathlib.Path(workdir)
   records.check_parts(workdir)
@@ -392,12 +394,15 @@ def finish(workdir, *, rebuild: bool = True, tokenizer=None, options=None, seq=N
                                       **(seq or {}))
   else:
     markdown = (workdir / "summary.md").read_text() if (workdir / "summary.md").is_file() else ""
-  warning = report.diagnose(records.read_table(workdir, "nodes"))
-  if warning:
+  manifest = workdir / "manifest.json"
+  work = (json.loads(manifest.read_text()).get("work") or {}) if manifest.is_file() else {}
+  warnings = [w for w in (report.diagnose(records.read_table(workdir, "nodes")), report.grading_warning(work)) if w]
+  for warning in warnings:
     print(warning, file=sys.stderr)
     if rebuild:
       markdown += f"\n**{warning}**\n"
-      records.atomic_write_bytes(workdir / "summary.md", markdown)
+  if warnings and rebuild:
+    records.atomic_write_bytes(workdir / "summary.md", markdown)
   return markdown
 
 
@@ -515,7 +520,9 @@ def run_questions(env: Env, workdir: pathlib.Path, config_hash: str, pi: int, pc
           break
         if problem.id in done:
           continue
+        before = grading.failures()
         tables = process_question(env, index, problem, out)
+        env.count(**grading.since(before))                # grades that timed out or failed: manifest "work"
         if tables is not None:
           for name in records.TABLES:
             records.write_part(workdir, name, problem.id, tables[name], config_hash=config_hash)
@@ -541,7 +548,8 @@ def run_questions(env: Env, workdir: pathlib.Path, config_hash: str, pi: int, pc
 def write_manifest(env: Env, cfg: dict, workdir: pathlib.Path, *, processed: int, selected: int,
                    timings: dict[str, float], work: dict[str, int], taken: list | None = None) -> None:
   """<workdir>/manifest.json: schema, config hash, versions, seed, devices and mesh, models, counts, timings
-  (seconds per stage), work (base rollouts and their tokens, scored tokens, continuations and their tokens, over
+  (seconds per stage), work (base rollouts and their tokens, scored tokens, continuations and their tokens, and
+  the grades that timed out or failed, grades_timed_out and grades_errored (opd_jax/tasks/grading.py), over
   every session and process of the run), the sequential design's looks taken (`looks.py`; absent for the fixed
   design), the policies and the schema's column docs (records.describe_schema)."""
   devices = jax.devices()

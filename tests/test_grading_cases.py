@@ -1,4 +1,5 @@
-"""Grading cases (issue 26, item 3, "Answers misread"): the reward of natural answer statements, per grader.
+"""Grading cases (issue 26, item 3, "Answers misread"; issue 34, item 2): the reward of natural answer statements,
+per grader, and tests of each kind of misreading over generated families (not only the listed cases).
 
 Each case is (gold, response, expected reward) and says why; both directions: answers that must be credited
 (true positives) and answers that must not be (hedges, an operand or numerator instead of the result, a value
@@ -10,10 +11,18 @@ grade-school-math (`#### x`), lm-evaluation-harness gsm8k / gsm8k-cot ("strict-m
 after "The answer is", "flexible-extract" the last number), the MATH `is_equiv` tests of hendrycks/math (units,
 `\\$`, `10\\%` = 10, `\\tfrac`, `1/2`), math-verify's tests (last `=` counts, percent, sets), the answer parser of
 ZubinGou/math-evaluation-harness (unit words, `x =` prefixes), reasoning-gym's gsm_symbolic scorer (first number
-of the extracted string), and hedged answers rewarded in RL (Liuziyu77/Visual-RFT#79: `A or B or C`).
+of the extracted string), and hedged answers rewarded in RL (Liuziyu77/Visual-RFT#79: `A or B or C`). Issue 34
+added: a restated unit or a check after the value (lm-eval #3214 / PR#3254, #4038; verifiers PR#1336), compound
+quantities ("7 dollars and 50 cents"), MATH's box forms (`\\boxed 5`, `\\fbox`) and empty boxes after the answer
+(lm-eval PR#3775, PR#3192 / #2552; Math-Verify#44), and exact rationals where math-verify's tolerance equates
+1/2^99 with 1/2^98. `test_case_table_rates` prints the false-credit and false-refusal rates of every table.
 """
+import fractions
 import json
+import math
+import re
 
+import math_verify
 import pytest
 
 from opd_jax import tasks
@@ -51,6 +60,20 @@ GSM8K_CREDITED = [
     ("190", "He would get $30 + $160 or $190.", "an 'or' after an expression restates its value"),
     ("60", "She saved 210/350 = 0.60 or 60% off.", "0.60 or 60%: one value twice"),
     ("25", "The area is 25 m^2.", "a unit with an exponent"),
+    ("5", "The answer is 5 km = 5000 m.", "a restatement in another unit after '=' is not the answer"),
+    ("2.5", "The answer is 2.5 hours = 150 minutes.", "a restatement in minutes"),
+    ("7.5", "The answer is $7.50 = 750 cents.", "a restatement in cents"),
+    ("0.5", "The answer is 1/2 = 50%.", "a restatement as a percent"),
+    ("18", "The answer is 18 = 9 + 9.", "a check after the value"),
+    ("18", "#### 18 = 9 + 9", "a check after ####"),
+    ("18", "So she has 18 = 9 + 9 eggs.", "a check after the last number's value"),
+    ("5", "\\boxed{5\\text{ km} = 5000\\text{ m}}", "a restatement in the box"),
+    ("5", "So the distance is $\\boxed 5$.", "MATH's unbraced box"),
+    ("5", "The answer is \\fbox{5}.", "an \\fbox"),
+    ("7", "So the total is \\boxed{7}.\nAnswer format: \\boxed{}", "an empty box after the answer"),
+    ("7.5", "The answer is 7 dollars and 50 cents = $7.50.", "a compound quantity, then its value"),
+    ("90", "It took 1 hour and 30 minutes = 90 minutes.", "the value of a compound quantity"),
+    ("12", "The answer is 12 apples and she has 3 left.", "a clause after the value, not a second quantity"),
 ]
 
 GSM8K_REFUSED = [
@@ -85,6 +108,18 @@ GSM8K_REFUSED = [
     ("30", "The answer is 2:30 pm.", "a time is not one number"),
     ("2", "The answer is \\sqrt{2}.", "the argument of a root"),
     ("2", "The answer is 2\\pi.", "a product with a symbol"),
+    ("5000", "The answer is 5 km = 5000 m.", "the restated value, not the one stated"),
+    ("150", "The answer is 2.5 hours = 150 minutes.", "the restated value"),
+    ("9", "The answer is 18 = 9 + 9.", "an operand of the check"),
+    ("7", "The answer is 7 dollars and 50 cents.", "a part of a compound quantity: never 7"),
+    ("50", "He paid 7 dollars and 50 cents.", "the last part of a compound quantity"),
+    ("7.5", "The answer is 7 dollars and 50 cents.", "parts are never added up: a correct 7.50 refused"),
+    ("5", "The answer is 5 feet 3 inches.", "a compound length"),
+    ("3", "The answer is 2 bolts and 3 bolts.", "a list of one unit"),
+    ("5", "The answer is x + 5.", "an operand of an expression"),
+    ("3", "x - 3 = y", "an operand, no result"),
+    ("22", "The answer is 22/7 ≈ 3.14.", "the approximation is not the value"),
+    ("7", "\\boxed{7} is wrong. The answer is \\boxed{8}. Answer format: \\boxed{}", "the last non-empty box decides"),
 ]
 
 
@@ -145,6 +180,8 @@ RG_CREDITED = [
     ("<answer>\n{g}\n</answer>", "line breaks in the tag"),
     ("<answer>The answer is {g}.</answer>", "a sentence in the tag"),
     ("<answer>{g}/1</answer>", "a fraction equal to the gold"),
+    ("<answer>{g} = {a} + {b}</answer>", "a check after the value in the tag"),
+    ("<answer>{g}</answer>\nFormat: <answer></answer>", "an empty tag after the answer"),
 ]
 
 RG_REFUSED = [
@@ -157,6 +194,8 @@ RG_REFUSED = [
     ("<answer>{g} + 1</answer>", "an unfinished expression"),
     ("The answer is {g} or {g1}.", "untagged hedge"),
     ("<answer>{a}</answer>\nThe answer is {a} + {b} = {g}.", "the tag decides over the text"),
+    ("<answer>{g} dollars and 50 cents</answer>", "a compound quantity"),
+    ("<answer>{g} + 1 = {g1}</answer>", "an operand of the equation"),
 ]
 
 
@@ -197,6 +236,17 @@ MATH_CASES = [
     ("3", "\\boxed{[2, 3]}", 0.0, "an interval"),
     ("3", "\\boxed{\\pm 3}", 0.0, "two values"),
     ("12", "\\boxed{12 + 30 = 42}", 0.0, "an operand of the equation"),
+    ("5", "so $\\boxed 5$", 1.0, "MATH's unbraced box (its last_boxed_only_string; math-verify reads 5)"),
+    ("5", "\\fbox{5}", 1.0, "an \\fbox"),
+    ("7", "so \\boxed{7}.\nAnswer format: \\boxed{}", 1.0, "an empty box after the answer hides nothing"),
+    ("\\frac{1}{2}", "\\boxed{\\dfrac12}", 1.0, "MATH's is_equiv: dfrac and a bare frac"),
+    ("5", "\\boxed{\\$5}", 1.0, "a dollar sign"),
+    ("\\frac{1}{2^{99}}", "\\boxed{\\frac{2}{2^{100}}}", 1.0, "equal exactly"),
+    ("\\frac{1}{2^{99}}", "\\boxed{\\frac{1}{2^{98}}}", 0.0, "exact: math-verify's tolerance equated them"),
+    ("\\frac{1}{2004!}", "\\boxed{\\frac{1}{2006!}}", 0.0, "exact factorials"),
+    ("1", "\\boxed{\\frac{2005!}{2005 \\cdot 2004!}}", 1.0, "an exact quotient of factorials"),
+    ("10^{20}", "\\boxed{100000000000000000001}", 0.0, "exact large integers"),
+    ("\\frac{3}{7}", "\\boxed{0.428571}", 0.0, "a rounded decimal is not the fraction"),
 ]
 
 
@@ -213,3 +263,138 @@ def math500(tmp_path_factory):
 def test_math500_cases(math500, gold, response, expected, why):
   task, by_gold = math500
   assert task.reward(by_gold[gold], response) == expected, why
+
+
+def test_case_table_rates(gsm8k, gsm_symbolic, math500, capsys):
+  """Every case of the tables above, graded once more: the rates of false credits (a refused case rewarded) and
+  false refusals (a credited case not rewarded), printed; both must be 0."""
+  rows = []                                     # (table, why, expected, got)
+  task, by_gold = gsm8k
+  rows += [("gsm8k", why, 1.0, task.reward(by_gold[g], r)) for g, r, why in GSM8K_CREDITED]
+  rows += [("gsm8k", why, 0.0, task.reward(by_gold[g], r)) for g, r, why in GSM8K_REFUSED]
+  task, problem, values = gsm_symbolic
+  rows += [("gsm_symbolic", why, 1.0, task.reward(problem, t.format(**values))) for t, why in RG_CREDITED]
+  rows += [("gsm_symbolic", why, 0.0, task.reward(problem, t.format(**values))) for t, why in RG_REFUSED]
+  task, by_gold = math500
+  rows += [("math500", why, e, task.reward(by_gold[g], r)) for g, r, e, why in MATH_CASES]
+  refused, credited = [r for r in rows if r[2] == 0.0], [r for r in rows if r[2] == 1.0]
+  false_credits, false_refusals = [r for r in refused if r[3] == 1.0], [r for r in credited if r[3] == 0.0]
+  with capsys.disabled():
+    print(f"\ngrading case table: {len(rows)} cases; false credits {len(false_credits)} of {len(refused)} "
+          f"({len(false_credits) / len(refused):.1%}); false refusals {len(false_refusals)} of {len(credited)} "
+          f"({len(false_refusals) / len(credited):.1%})")
+  assert not false_credits and not false_refusals, (false_credits, false_refusals)
+
+
+# ----- kinds (issue 34, item 2): each misreading over a generated family; the right value is known by construction
+
+CONVERSIONS = [  # a value, its unit, the same quantity restated in another unit, that unit
+    ("5", "km", "5000", "m"), ("2.5", "hours", "150", "minutes"), ("3", "feet", "36", "inches"),
+    ("$7.50", "", "750", "cents"), ("2", "kg", "2000", "g"), ("1.5", "gallons", "6", "quarts"),
+    ("0.25", "", "25", "%"), ("3", "weeks", "21", "days"), ("22/7", "", "3.14", "≈")]
+FORMS = [  # a statement s in a response, and the extractor that reads it
+    ("The answer is {s}.", answers.extract_number), ("#### {s}", answers.extract_number),
+    ("So the result is \\boxed{{{s}}}.", answers.extract_number),
+    ("<answer>{s}</answer>", answers.extract_tagged_number),
+    ("Altogether that makes {s}.", answers.extract_number)]   # no statement: the last number's sentence
+
+
+def _value(written: str) -> fractions.Fraction:
+  """The exact value of a number as this module writes it ("$7.50", "22/7")."""
+  return fractions.Fraction(written.replace("$", ""))
+
+
+def _reads(extract, text: str) -> fractions.Fraction | None:
+  got = extract(text)
+  return None if got is None else _value(got)
+
+
+@pytest.mark.parametrize("form, extract", FORMS, ids=[f[0].split("{")[0].strip() or "tag" for f in FORMS])
+def test_a_restatement_or_a_check_after_the_value_is_not_the_value(form, extract):
+  """"v u = w u2" (the same quantity in another unit, or after ≈) states v, never w; "v = a + b" (a check)
+  states v, never a or b; and an equation's result still decides ("a + b = v")."""
+  for v, unit, w, unit2 in CONVERSIONS:
+    if extract is answers.extract_tagged_number and "/" in v:
+      continue                                  # a tag gives a numeric scorer finite decimals only
+    sign = "≈" if unit2 == "≈" else "="
+    stated = f"{v} {unit} {sign} {w} {'' if sign == '≈' else unit2}".replace("  ", " ").replace(" %", "%")
+    text = form.format(s=stated)
+    assert _reads(extract, text) == _value(v), text
+  for v in (18, 42, 100, 7):
+    a, b = v // 3, v - v // 3
+    for stated in (f"{v} = {a} + {b}", f"{v} = {a} + {b} = {v}", f"{a} + {b} = {v}", f"x = {a} + {b} = {v}",
+                   f"{a} + {b} = {v} = {b} + {a}", f"{v} apples = {a} + {b} apples"):
+      text = form.format(s=stated)
+      assert _reads(extract, text) == v, text
+
+
+PARTS = [("7", "dollars", "50", "cents"), ("2", "hours", "30", "minutes"), ("5", "feet", "3", "inches"),
+         ("3", "pounds", "4", "ounces"), ("1", "minute", "15", "seconds"), ("2", "meters", "40", "centimeters"),
+         ("2", "weeks", "3", "days"), ("2", "bolts", "3", "bolts"), ("$7", "", "50", "cents")]
+
+
+@pytest.mark.parametrize("form, extract", FORMS, ids=[f[0].split("{")[0].strip() or "tag" for f in FORMS])
+def test_the_parts_of_a_quantity_are_never_one_of_its_numbers(form, extract):
+  """"7 dollars and 50 cents" is 7.50, and "2 bolts and 3 bolts" two quantities: no number of them is the answer,
+  and none is added up (no answer), whatever joins them."""
+  for x, unit, y, unit2 in PARTS:
+    for join in (" and ", ", ", " ", ", and "):
+      text = form.format(s=f"{x} {unit}{join}{y} {unit2}".replace("  ", " "))
+      assert extract(text) is None, text
+
+
+def _math_reference(text: str) -> str | None:
+  """hendrycks/math's reading of a box (`last_boxed_only_string`, then `remove_boxed`), in our words: after the
+  last "\\boxed " up to the next "$"; else the last \\boxed (else \\fbox) with balanced braces."""
+  if "\\boxed " in text:
+    return text.split("\\boxed ")[-1].split("$")[0]
+  start = text.rfind("\\boxed")
+  start = text.rfind("\\fbox") if start < 0 else start
+  depth, first = 0, None
+  for j in range(max(start, 0), len(text)):
+    if text[j] == "{":
+      depth, first = depth + 1, j if first is None else first
+    elif text[j] == "}":
+      depth -= 1
+      if depth == 0:
+        return text[first + 1:j]
+  return None
+
+
+def test_boxes_read_as_math_writes_them_and_an_empty_box_hides_nothing():
+  """Every box form around a known content, with an earlier box and with an empty box (an answer-format reminder)
+  after it: `last_boxed` reads the content; where hendrycks/math's reading applies (one box), it agrees."""
+  contents = ["5", "\\frac{1}{2}", "x^{2}+1", "2, 3", "\\{1, 2\\}"]
+  boxes = ["\\boxed{{{c}}}", "\\boxed {{{c}}}", "\\fbox{{{c}}}", "$\\boxed {c}$", "\\[\\boxed{{{c}}}\\]"]
+  for c in contents:
+    for box in boxes:
+      if box.startswith("$") and re.search(r"[\s,$]", c):
+        continue                                # an unbraced box holds one word
+      for before in ("", "First \\boxed{9} was wrong. "):
+        for after in ("", " Answer format: \\boxed{}.", "\n\\boxed{ }", " (\\fbox{})"):
+          text = f"{before}So {box.format(c=c)}.{after}"
+          assert answers.last_boxed(text).strip() == c, text
+          if not before and not after and box != "\\boxed {{{c}}}":
+            assert _math_reference(text).strip() == c, text
+  assert answers.last_boxed("\\boxed{}") is None and answers.last_boxed("\\boxed{5} \\boxed{6") is None
+
+
+def test_exact_numbers_compare_exactly():
+  """Powers, factorials and fractions of integers against their exact values (Python's Fraction): math_equal is
+  their equality, where math-verify alone equates 1/2^99 with 1/2^98 (its evalf chops the difference)."""
+  groups = [[(f"\\frac{{1}}{{2^{{{k}}}}}", fractions.Fraction(1, 2**k)),
+             (f"\\frac{{1}}{{2^{{{k + 1}}}}}", fractions.Fraction(1, 2**(k + 1))),
+             (f"\\frac{{2}}{{2^{{{k + 1}}}}}", fractions.Fraction(2, 2**(k + 1))),
+             (f"2^{{-{k + 1}}}", fractions.Fraction(1, 2**(k + 1)))] for k in (40, 99)]
+  groups += [[(f"\\frac{{1}}{{{n}!}}", fractions.Fraction(1, math.factorial(n))),
+              (f"\\frac{{1}}{{{n + 2}!}}", fractions.Fraction(1, math.factorial(n + 2))),
+              (f"\\frac{{{n + 1} \\cdot {n + 2}}}{{{n + 2}!}}", fractions.Fraction(1, math.factorial(n)))]
+             for n in (30, 2004)]
+  groups += [[("10^{20}", fractions.Fraction(10**20)), ("100000000000000000001", fractions.Fraction(10**20 + 1)),
+              ("\\frac{10^{40}}{10^{20}}", fractions.Fraction(10**20))]]
+  for group in groups:
+    for i, (a, va) in enumerate(group):
+      for b, vb in group[i:]:
+        assert answers.math_equal(a, b) == (va == vb), (a, b)
+  parse = lambda s: math_verify.parse(f"\\boxed{{{s}}}")
+  assert math_verify.verify(parse("\\frac{1}{2^{99}}"), parse("\\frac{1}{2^{98}}"))   # the kind is real

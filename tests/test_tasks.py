@@ -3,7 +3,6 @@ import decimal
 import json
 import re
 import string
-import threading
 import warnings
 
 import pytest
@@ -52,7 +51,7 @@ def test_numeric_extraction_cases(gold, response, expected):
 def test_extract_number_returns_canonical_strings():
   assert answers.extract_number("a profit of $70,000.") == "70000"
   assert answers.extract_number("costs $29.00.") == "29"
-  assert answers.extract_number("x - 3 = y") == "3"  # a spaced minus is an operator, not a sign
+  assert answers.extract_number("x - 3 = y") is None  # an operand, not the result (a spaced minus is no sign)
   assert answers.extract_number("no digits here") is None
   assert answers.canonical_number("-0.50") == "-0.5"
   assert answers.canonical_number(" $1,000.00 ") == "1000" and answers.canonical_number("-$5") == "-5"
@@ -166,32 +165,6 @@ def test_reasoning_gym_deterministic_gold_1_wrong_0(name):
     assert task.reward(p, "no answer at all") == 0.0
   assert task.prompt(task.problems[0]).startswith(task.problems[0].question)
   assert "<answer>" in task.prompt(task.problems[0])
-
-
-def test_grading_off_the_main_thread_has_a_timeout_that_works(monkeypatch):
-  """math-verify times out by SIGALRM (main thread only), and a power tower holds the GIL: off the main thread a
-  grade runs in a worker process, ends after OFF_MAIN_TIMEOUT seconds uncredited (its worker terminated), and the
-  next grade still works (issue 26, "Also"). No wall-clock bound (issue 34, item 8): the tower never finishes, so
-  a short timeout must be the path it takes, and the answers that finish get a generous one, however loaded."""
-  got = {}
-
-  def grade():
-    monkeypatch.setattr(answers, "OFF_MAIN_TIMEOUT", 300.0)             # includes starting the worker (spawn)
-    got["half"] = answers.math_equal("\\frac{1}{2}", "0.5")
-    got["pool"] = answers._POOL                                          # pylint: disable=protected-access
-    monkeypatch.setattr(answers, "OFF_MAIN_TIMEOUT", 1.0)
-    got["tower"] = answers.math_equal("1", "9^{9^{9^{9}}}")                 # hangs in math-verify / sympy
-    got["replaced"] = answers._POOL is not got["pool"]                   # pylint: disable=protected-access
-    monkeypatch.setattr(answers, "OFF_MAIN_TIMEOUT", 300.0)
-    got["after"] = (answers.math_equal("2", "2"), answers.math_equal("2", "3"), answers.parse_math("3") != [])
-
-  th = threading.Thread(target=grade, daemon=True)     # a regression must fail the test, not hang the suite
-  th.start()
-  th.join(900)
-  assert not th.is_alive()
-  assert got["half"] is True and got["pool"] is not None, got
-  assert got["tower"] is False and got["replaced"], got                # the timeout path: worker dropped, uncredited
-  assert got["after"] == (True, False, True)
 
 
 def test_reasoning_gym_partial_credit_is_0_and_answer_formats():

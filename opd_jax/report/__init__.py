@@ -18,7 +18,7 @@ Reads `<workdir>/records/nodes/part-*.parquet` (one part per question, from ever
   token_pages html/: one page per node rollout (capped) and an index;
   build      write_summary: every file from the records;
   compare    several studies side by side (--workdir repeated or a glob, --out): comparison.html / .csv;
-  console    what a run prints: the results table, and the warning when nothing was measured.
+  console    what a run prints: the results table, and the warnings when nothing was measured or grades failed.
 paper.md, "What the paper reports" and "Where opd_jax goes further".
 """
 from opd_jax.records import NAN_REASONS
@@ -27,6 +27,7 @@ from opd_jax.report.build import read_records
 from opd_jax.report.build import write_summary
 from opd_jax.report.common import GROUPS
 from opd_jax.report.console import diagnose
+from opd_jax.report.console import grading_warning
 from opd_jax.report.console import results_text
 from opd_jax.report.common import REQUIRED_COLUMNS
 from opd_jax.report.decision import decide

@@ -1,5 +1,6 @@
-"""What a study says on the console: the warning when it measured nothing (`diagnose`, also appended to
-summary.md by `study.finish`) and the results a finished run prints on stdout (`results_text`)."""
+"""What a study says on the console: the warning when it measured nothing (`diagnose`) or when grades timed out or
+failed (`grading_warning`), both also appended to summary.md by `study.finish`, and the results a finished run
+prints on stdout (`results_text`)."""
 import json
 import pathlib
 
@@ -30,6 +31,18 @@ def diagnose(nodes: pd.DataFrame) -> str | None:
   return (f"WARNING: every alignment is NaN ({int(degenerate.sum())} of {len(nodes)} node rows degenerate; the "
           f"others: {reasons}), so the alignment table and plot are empty; likely cause: too few nodes "
           "(config.budget) or contexts unavailable for the scored rollouts")
+
+
+def grading_warning(work: dict, where: str = "manifest.json work") -> str | None:
+  """The warning when some grades of a run timed out or raised (its counts grades_timed_out, grades_errored in
+  `where`; opd_jax/tasks/grading.py): they scored 0 without a verdict. None when none did (or the run predates
+  the counts)."""
+  timed_out, errored = int(work.get("grades_timed_out", 0)), int(work.get("grades_errored", 0))
+  if not timed_out and not errored:
+    return None
+  return (f"WARNING: {timed_out} grade(s) timed out and {errored} failed; each scored 0 without a verdict ({where}: "
+          "grades_timed_out, grades_errored; each answer is named in a warning of the log); likely cause: answers "
+          "math-verify cannot parse or compare in time (a power tower, a huge expression)")
 
 
 TABLE_COLUMNS = ("config_id", "group", "n_nodes", "n_defined", "n_defined_questions", "mean_alignment",

@@ -111,11 +111,12 @@ def load_math500(*, path=None, data_dir=None, split: str = "test", num_problems:
 
 
 def math_grader():
-  """A grader (problem, answer) -> bool by math-verify that parses each distinct gold answer once."""
+  """A grader (problem, answer) -> bool by math-verify (`answers.math_equal`) that parses each distinct gold answer
+  once (again when its parse came back empty: a parse that timed out, counted in `grading.failures`)."""
   parsed_golds = {}
 
   def grade(problem: base.Problem, answer: str) -> bool:
-    if problem.answer not in parsed_golds:
+    if not parsed_golds.get(problem.answer):            # an empty parse (one that timed out) is not kept
       parsed_golds[problem.answer] = answers.parse_math(problem.answer)
     return answers.math_equal(parsed_golds[problem.answer], answer)
 

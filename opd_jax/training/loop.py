@@ -9,8 +9,10 @@ PRNG keys (common random numbers, training/evaluate.py), and reported as a paire
 Everything random derives from (config.seed, step), so a run resumed from its last checkpoint (orbax,
 training/state.py: params or adapters, optimizer state, step, PRNG key, data cursor) reaches the same final
 params as an uninterrupted one. Outputs under <workdir>/train: metrics.csv (one row per step), eval.csv (one
-row per evaluation), metrics.png, eval_before.npy (the shared "before" rewards), summary.json, and
-checkpoints/; with config.train.export, export/ holds the merged model as an HF safetensors folder.
+row per evaluation), metrics.png, eval_before.npy (the shared "before" rewards), summary.json (with this
+session's grades_timed_out and grades_errored: grades that scored 0 without a verdict, opd_jax/tasks/grading.py,
+warned about on the console when any), and checkpoints/; with config.train.export, export/ holds the merged
+model as an HF safetensors folder.
 """
 from __future__ import annotations
 
@@ -33,11 +35,14 @@ from opd_jax import sampling
 from opd_jax import sharding
 from opd_jax import stages
 from opd_jax import study
+from opd_jax.report import console
+from opd_jax.tasks import grading
 from opd_jax.training import evaluate
 from opd_jax.training import lora
 from opd_jax.training import losses
 from opd_jax.training import state as state_lib
 from opd_jax.training import step as step_lib
+
 
 def validate(config) -> None:
   """config.train errors that need no model (each names the field and the fix; the optimizer's:
@@ -224,6 +229,7 @@ def run(config, workdir: str) -> str:
   adapted = jax.jit(lambda b, a: lora.adapt(b, a, scale=scale)) if scale is not None else None
   current = lambda: dataclasses.replace(student, params=adapted(base, st["params"]) if adapted else st["params"])
 
+  failures_before = grading.failures()                   # grades that time out or fail: counted, reported
   # --- Held-out evaluation (common random numbers) -------------------------------------------------------
   held = [pool[i] for i in data.held_out]
   held_prompts = [env.chat(task.prompt(p)) for p in held]
@@ -288,6 +294,11 @@ def run(config, workdir: str) -> str:
   ckpts.close()
   _plot(out, metrics, evals)
   summary = _summary(config, conf, metrics, evals, before)
+  summary.update(grading.since(failures_before))         # this session's (a resumed run counts from its resume)
+  warning = console.grading_warning(summary, where="train/summary.json")
+  if warning:
+    print(warning, file=sys.stderr)
+    summary["text"] += f" {warning}"
   records.atomic_write_json(out / "summary.json", summary)
   if t.export:
     from opd_jax.models import export  # pylint: disable=g-import-not-at-top
