@@ -63,7 +63,9 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             full response's reward unless it would have written a second closed tag or run into
                             the cap (then 0) after it (opd_jax/stops.py; docs/performance.md, "Stopping
                             continuations at the answer")
-  budget.student_top_k, budget.teacher_top_k   candidate set: sampled token + top-k of p + top-k of each q_c
+  budget.student_top_k, budget.teacher_top_k   candidate set: sampled token + top-k of p + top-k of each view's q,
+                            one set per node for every configuration of the study (manifest.json
+                            "candidate_set"; docs/usage.md, "Candidate sets are the study's")
   budget.branch_batch       continuations per decode call (fixed shape)
   budget.question_batch     questions whose base rollouts are sampled in one batch (question_batch x
                             rollouts_per_question rows: larger batches use the hardware better; a block may

@@ -26,10 +26,10 @@ batch_questions x rollouts_per_question rollouts per step, eval_questions x eval
 eval_every steps (same keys each time), micro_batch_rows (rollouts per micro-batch: the step's gradients are
 accumulated over micro-batches of this many rows before one update; 0: all at once), checkpoint_every,
 keep_checkpoints, chunk (loss positions per chunk),
-export (write the merged model as an HF folder at the end), lora.rank (0: full fine-tuning), lora.alpha,
-lora.targets (regex over param paths), optim.* (training/state.py OptimConfig: AdamW, clipping, warmup,
-schedule, accumulate: one update every `accumulate` steps and at the last, steps weighted by their rollouts with
-a response). Defaults: LoRA rank 16, alpha 32 on q/k/v/o and the MLP, learning rate 1e-4
+export (write the trained model as an HF folder at the end; LoRA merged, its matrices in fp32), lora.rank (0: full
+fine-tuning), lora.alpha, lora.targets (regex over param paths), optim.* (training/state.py OptimConfig: AdamW,
+clipping, warmup, schedule, accumulate: one update every `accumulate` steps and at the last, steps weighted by their
+rollouts with a response). Defaults: LoRA rank 16, alpha 32 on q/k/v/o and the MLP, learning rate 1e-4
 (tinker-cookbook's LoRA recipe), loss = mean over response tokens per rollout, then over rollouts.
 
 Conventions: the loss is D(p || q) with the study's p (the sampled policy: config.sampling.temperature, top_k,

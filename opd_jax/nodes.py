@@ -6,6 +6,15 @@ policy) and every q_v (the scaled teacher of the view) are evaluated at C(u) fro
 scoring pass (no second forward), restricted to C(u) and renormalised; with the successes of the targeted
 continuations they give V, g*, g_D, alignment and teacher advantage per configuration (`targeted.node_estimates`).
 One row per (node, configuration), with the columns of `records.SCHEMAS["nodes"]`.
+
+C(u) is the study's, not a configuration's (paper.md, "Candidate set" [ours]): every configuration is scored on
+the same tokens and the same P_succ estimates, so its p and q over C(u), and with them its V, g* and alignment, are
+defined relative to the study's views. Adding a configuration with a view of its own (a teacher x context) adds
+that view's top-k_t to C(u) and can change the other configurations' numbers (issue 34, item 7: in the smoke study
+one node's solution_jsd alignment went from 0.978 to -0.935 when a context was added); it also widens the padded
+K, so every continuation's row id, and with it every P_succ estimate, is redrawn. `candidate_rule` is the rule in
+canonical form, written to manifest.json ("candidate_set"); `python -m opd_jax.report` refuses to put studies of
+different rules side by side unless told to (`report/compare.py`).
 """
 from __future__ import annotations
 
@@ -43,6 +52,22 @@ class NodeInputs:
   teachers: dict[View, tuple[Any, np.ndarray]]
   response: Sequence[int]
   positions: Sequence[int]
+
+
+def candidate_rule(views: Sequence[View], *, student_top_k: int, teacher_top_k: int) -> dict[str, Any]:
+  """The study's candidate-set rule in canonical form (manifest.json "candidate_set"): how `at_nodes` forms C(u).
+
+  C(u) = {y_t} ∪ top-k_s(p) ∪ top-k_t(q_v) over every v in `views`: the views whose top-k enters the union, i.e.
+  the study's (teacher, context) pairs that share the student's tokenizer (a cross-tokenizer view reads q on C(u)
+  and adds no top-k of its own: `cross_view.py`). Two studies form their candidate sets alike exactly when their
+  rules are equal.
+
+  Returns:
+    {"student_top_k": k_s, "teacher_top_k": k_t (0 when no view adds a top-k), "views": the sorted
+    "teacher:context" names, duplicates dropped}.
+  """
+  names = sorted({f"{teacher}:{context}" for teacher, context in views})
+  return {"student_top_k": int(student_top_k), "teacher_top_k": int(teacher_top_k) if names else 0, "views": names}
 
 
 def at_nodes(student: Any, rollouts: Sequence[NodeInputs], views: Sequence[View], *, student_top_k: int,

@@ -104,6 +104,19 @@ class Env:
     return contexts.study_chat(self.student.tokenizer, message, self.config)
 
 
+def views_of(env: Env) -> list[nodes.View]:
+  """The study's views, sorted: the (teacher, context) pairs of its configurations, each scored once."""
+  return sorted({conf.scoring_key for conf in env.confs})
+
+
+def candidate_rule(env: Env) -> dict:
+  """The study's candidate-set rule (`nodes.candidate_rule`; manifest.json "candidate_set"): its views that add a
+  top-k to C(u), i.e. all but the cross-tokenizer ones, and config.budget's top-k sizes."""
+  b = env.config.budget
+  return nodes.candidate_rule([view for view in views_of(env) if not env.is_cross(view)],
+                              student_top_k=b.student_top_k, teacher_top_k=b.teacher_top_k)
+
+
 def setup(config, task=None, confs=None, *, cross_ok: bool = True) -> Env:
   """Validate, load the task (unless given, with its parsed configurations: `preflight.check`) and every model, check
   tokenizers and context lengths (clear errors before any work)."""
@@ -349,7 +362,7 @@ def process_question(env: Env, index: int, problem, out: sampling.Samples) -> di
     return None
   node_rollouts = choose_node_rollouts(env, v)
   scored = [r for r, resp in enumerate(v.responses) if resp] if c.scoring.all_rollouts else node_rollouts
-  views = sorted({conf.scoring_key for conf in env.confs})
+  views = views_of(env)
   dense, h_p = score_views(env, problem, prompt, views, v, scored)
   node_rollouts = [r for r in node_rollouts if any(r in dense[view] for view in views)]
   at = nodes_of(env, views, node_rollouts, v.responses, dense, h_p)
@@ -551,7 +564,8 @@ def write_manifest(env: Env, cfg: dict, workdir: pathlib.Path, *, processed: int
   (seconds per stage), work (base rollouts and their tokens, scored tokens, continuations and their tokens, and
   the grades that timed out or failed, grades_timed_out and grades_errored (opd_jax/tasks/grading.py), over
   every session and process of the run), the sequential design's looks taken (`looks.py`; absent for the fixed
-  design), the policies and the schema's column docs (records.describe_schema)."""
+  design), the policies, the candidate-set rule (`nodes.candidate_rule`: a configuration's alignment is defined on
+  its study's C(u)) and the schema's column docs (records.describe_schema)."""
   devices = jax.devices()
   manifest = {
       "schema_version": records.SCHEMA_VERSION, "config_hash": records.config_hash(cfg),
@@ -562,6 +576,7 @@ def write_manifest(env: Env, cfg: dict, workdir: pathlib.Path, *, processed: int
       "questions_processed": processed, "questions_selected": selected, "timings_s": timings, "work": work,
       "policy": {"student": dataclasses.asdict(preflight.policy(env.config)),
                  "teacher": dataclasses.asdict(preflight.teacher_policy(env.config))},
+      "candidate_set": candidate_rule(env),
       "schema": records.describe_schema(), **({"looks": taken} if taken is not None else {}),
   }
   records.atomic_write_json(workdir / "manifest.json", manifest)

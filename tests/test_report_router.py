@@ -1,5 +1,7 @@
 """Issue 14, items 4-6: the cross-validated router (against scipy's optimiser, planted crossing effects and a
 numpy recomputation), the per-token pages (html/), and the comparison of several studies (CLI, schema check)."""
+import contextlib
+import io
 import json
 import os
 import pathlib
@@ -77,9 +79,13 @@ def test_router_beats_best_single_on_held_out_questions_and_stays_under_the_orac
   assert router.route(nodes[nodes.config_id == "A"])["rows"] == []
 
 
-def tiny_study(workdir, seed=0, schema_version=records.SCHEMA_VERSION, name="tiny"):
+RULE = {"student_top_k": 2, "teacher_top_k": 1, "views": ["self:solution", "t:plain"]}   # nodes.candidate_rule's
+
+
+def tiny_study(workdir, seed=0, schema_version=records.SCHEMA_VERSION, name="tiny", candidate_set=RULE):
   """crossing() records on 12 questions written as a study: nodes with candidates / P_succ columns, a tokens
-  table (8 positions, kl_pq), rollouts with text, config.json and manifest.json."""
+  table (8 positions, kl_pq), rollouts with text, config.json and manifest.json (with `candidate_set` unless
+  None: a manifest written before the rule was recorded)."""
   rng = np.random.default_rng(seed)
   nodes = crossing(seed, n_questions=12, n_nodes=4)
   n = len(nodes)
@@ -103,7 +109,10 @@ def tiny_study(workdir, seed=0, schema_version=records.SCHEMA_VERSION, name="tin
   (workdir / "records" / "rollouts").mkdir()
   keys.assign(reward=0.0, length=8, text="x = 1 + 2").to_parquet(workdir / "records" / "rollouts" / "part-all.parquet")
   (workdir / "config.json").write_text(json.dumps({"name": name, "student": {"name": f"s{seed}"}}))
-  (workdir / "manifest.json").write_text(json.dumps({"schema_version": schema_version}))
+  manifest = {"schema_version": schema_version}
+  if candidate_set is not None:
+    manifest["candidate_set"] = candidate_set
+  (workdir / "manifest.json").write_text(json.dumps(manifest))
   return workdir
 
 
@@ -139,14 +148,21 @@ def test_per_token_pages_index_hover_and_report_links(tmp_path):
 
 
 def test_comparison_of_studies_cli_and_schema_refusal(tmp_path):
-  a, b = tiny_study(tmp_path / "a", seed=1, name="a"), tiny_study(tmp_path / "b", seed=2, name="b")
+  """Two studies of unlike candidate sets (b's C(u) also joins a self:summary view's top-k) compared on request:
+  flagged (issue 34, item 7), each number the study's own verdict's."""
+  wider = {**RULE, "views": ["self:solution", "self:summary", "t:plain"]}
+  a, b = tiny_study(tmp_path / "a", seed=1, name="a"), tiny_study(tmp_path / "b", seed=2, name="b", candidate_set=wider)
   env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
   run = subprocess.run([sys.executable, "-m", "opd_jax.report", f"--workdir={tmp_path}/[ab]",
-                        f"--out={tmp_path / 'cmp'}", "--n_boot=200", "--target=all"],
+                        f"--out={tmp_path / 'cmp'}", "--n_boot=200", "--target=all", "--allow_unlike_candidates"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
   assert run.returncode == 0, run.stderr[-3000:]
+  flag = f"warning: studies with unlike candidate sets compared (--allow_unlike_candidates): {b}: views added"
+  assert flag in run.stdout
   table = pd.read_csv(tmp_path / "cmp" / "comparison.csv")
   assert list(pd.unique(table["workdir"])) == [str(a), str(b)]
+  assert set(table[table.study == 1].candidate_set) == {
+      "sampled token + student top-2 + top-1 of views [self:solution, self:summary, t:plain]"}
   for i, w in enumerate((a, b)):
     v = decision.decide(report.read_records(str(w)), target="all", n_boot=200, seed=0)
     got = table[table.study == i].set_index("config_id")
@@ -159,6 +175,7 @@ def test_comparison_of_studies_cli_and_schema_refusal(tmp_path):
     assert v["line"] in run.stdout
   page = (tmp_path / "cmp" / "comparison.html").read_text()
   assert "<script" not in page and page.count("<tr>") >= 2 + 1 + 2
+  assert "Flagged:</b> studies with unlike candidate sets" in page
   old = tiny_study(tmp_path / "old", schema_version=1)
   os.remove(b / "manifest.json")
   want = rf"schema version {records.SCHEMA_VERSION}.*old: schema_version 1.*b: no manifest.json"
@@ -166,6 +183,62 @@ def test_comparison_of_studies_cli_and_schema_refusal(tmp_path):
     compare.compare([str(a), str(old), str(b)], n_boot=10)
   with pytest.raises(ValueError, match="names no study directory"):
     compare.expand([str(tmp_path / "nothing*")])
+
+
+def test_studies_whose_candidate_sets_differ_are_refused_in_one_line_unless_asked(tmp_path):
+  """Issue 34, item 7: a configuration's alignment is defined on its study's candidate sets (the union of every
+  view's top-k), so studies whose manifest rules differ are refused by name and difference; a manifest without a
+  rule is compared with a warning; like studies without one."""
+  a, twin = tiny_study(tmp_path / "a", seed=1), tiny_study(tmp_path / "twin", seed=2)
+  more = tiny_study(tmp_path / "more", seed=3, candidate_set={**RULE, "views": ["self:solution", "t:plain", "u:plain"]})
+  fewer = tiny_study(tmp_path / "fewer", seed=4, candidate_set={**RULE, "student_top_k": 3, "views": ["t:plain"]})
+  old = tiny_study(tmp_path / "old", seed=5, candidate_set=None)
+  table, verdicts = compare.compare([str(a), str(twin)], n_boot=10)
+  assert verdicts[0]["warnings"] == [] and verdicts[1]["candidate_set"] == RULE
+  with pytest.raises(ValueError, match=(rf"formed differently: {more}: views added \[u:plain\] \(against {a}\); "
+                                        rf"{fewer}: views missing \[self:solution\], student_top_k 3 \(against {a}\);"
+                                        r".* pass --allow_unlike_candidates")):
+    compare.compare([str(a), str(twin), str(more), str(fewer)], n_boot=10)
+  flagged, verdicts = compare.compare([str(a), str(more)], n_boot=10, allow_unlike_candidates=True)
+  assert len(verdicts[0]["warnings"]) == 1 and "unlike candidate sets" in verdicts[0]["warnings"][0]
+  alone, _ = compare.compare([str(more)], n_boot=10)                     # the flag changes no number
+  pd.testing.assert_frame_equal(flagged[flagged.study == 1].drop(columns="study").reset_index(drop=True),
+                                alone.drop(columns="study"))
+  _, verdicts = compare.compare([str(a), str(old)], n_boot=10)
+  assert len(verdicts[0]["warnings"]) == 1 and f"rule unknown for {old}" in verdicts[0]["warnings"][0]
+  # The command line: one `error:` line, exit 2.
+  got = _report_cli([f"--workdir={a}", f"--workdir={more}", f"--out={tmp_path / 'cmp'}", "--n_boot=10"])
+  lines = got["stderr"].strip().splitlines()
+  assert got["code"] == 2 and len(lines) == 1 and lines[0].startswith("error: cannot compare studies whose "
+                                                                       "candidate sets are formed differently")
+  assert not (tmp_path / "cmp").exists()
+
+
+def _report_cli(argv: list[str]) -> dict:
+  """`python -m opd_jax.report argv` in a forked child (as tests/cli_batch.run_cli, without importing opd_jax.main):
+  {"code", "stdout", "stderr"}."""
+  path = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"report_cli_{os.getpid()}.json"
+  pid = os.fork()
+  if pid == 0:
+    try:
+      out, err, code = io.StringIO(), io.StringIO(), 0
+      with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+          from absl import flags  # pylint: disable=g-import-not-at-top
+          if "opd_jax.report.__main__" not in sys.modules and "workdir" in flags.FLAGS:
+            delattr(flags.FLAGS, "workdir")        # opd_jax.main's flag, if a test imported it; the report has its own
+          from opd_jax.report import __main__ as report_cli  # pylint: disable=g-import-not-at-top
+          report_cli.main(report_cli.parse_flags(["opd_jax.report", *argv]))
+        except SystemExit as e:
+          code = e.code if isinstance(e.code, int) else 1
+      path.write_text(json.dumps({"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}))
+    finally:
+      os._exit(0)
+  os.waitpid(pid, 0)
+  try:
+    return json.loads(path.read_text())
+  finally:
+    path.unlink()
 
 
 def test_oracle_gap_beside_its_permutation_null():

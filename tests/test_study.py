@@ -127,6 +127,19 @@ def test_nodes_recomputed_with_numpy_and_tables_agree(smoke):
   assert checked >= 10
 
 
+def test_manifest_records_the_candidate_set_rule_of_the_views_scored(smoke):
+  """manifest.json "candidate_set" (issue 34, item 7) against the records: the views are the tokens table's
+  (teacher, context) pairs, and no node has more candidates than the rule allows (1 + k_s + k_t x views)."""
+  workdir, _ = smoke
+  rule = json.loads((workdir / "manifest.json").read_text())["candidate_set"]
+  budget = json.loads((workdir / "config.json").read_text())["budget"]
+  tokens, nodes = records.read_table(workdir, "tokens"), records.read_table(workdir, "nodes")
+  views = sorted({f"{t}:{c}" for t, c in zip(tokens.teacher, tokens.context)})
+  assert rule == {"student_top_k": budget["student_top_k"], "teacher_top_k": budget["teacher_top_k"], "views": views}
+  widest = max(len(c) for c in nodes.candidates)
+  assert len(views) == 5 and 1 + rule["student_top_k"] < widest <= 1 + rule["student_top_k"] + len(views)
+
+
 def test_self_plain_context_gives_exact_zero_predictors(smoke):
   tokens = _tables(smoke[0])["tokens"]
   plain = tokens[(tokens.teacher == "self") & (tokens.context == "plain")]
@@ -341,6 +354,9 @@ def test_another_tokenizer_reads_text_and_the_trainer_refuses_it(monkeypatch, tm
   monkeypatch.setattr(study, "load_model", load)
   env = study.setup(smoke_config.get_config())
   assert env.cross == {"random:1"} and env.is_cross(("random:1", "plain")) and not env.is_cross(("self", "plain"))
+  # Its view reads q on C(u) and adds no top-k: the study's candidate-set rule leaves it out (manifest.json).
+  assert study.candidate_rule(env) == {"student_top_k": 2, "teacher_top_k": 1, "views": [
+      "self:contrastive", "self:plain", "self:solution", "self:summary"]}
   from opd_jax import cross_view  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match="must share the tokenizer for the trainer"):
     cross_view.cross_teacher(smoke_config.get_config(), "random:1", env.student.tokenizer,

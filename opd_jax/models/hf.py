@@ -16,6 +16,7 @@ import os
 import pathlib
 import struct
 
+from absl import logging
 import ml_dtypes
 import numpy as np
 from flax import nnx
@@ -174,6 +175,19 @@ def hf_tokenizer(folder: str | os.PathLike) -> tokenizer_lib.PreTrainedTokenizer
   return tok
 
 
+def _warn_narrowed(folder: pathlib.Path, stored: dict, dtype: str) -> None:
+  """A warning when a folder of mixed float dtypes loads narrower than its widest tensors: opd_jax's LoRA export
+  of a bf16 student (training/loop.export_student) keeps its merged matrices in fp32, and cast to bf16 they lose
+  the update (issue 34, item 4). A checkpoint stored in one dtype loads in any without a word."""
+  floats = {d: n for d, n in stored.items() if np.issubdtype(d, np.floating) or d == ml_dtypes.bfloat16}
+  wide = {d: n for d, n in floats.items() if d.itemsize > np.dtype(dtype).itemsize}
+  if len(floats) > 1 and wide:
+    logging.warning("%s: %d of its %d tensors are stored in %s and load as %s (dtype=%r); if it is a LoRA export "
+                    "(merged matrices kept in float32), the rounding removes small updates: load it with "
+                    "dtype='float32' (--config.student.dtype=float32)", folder, sum(wide.values()),
+                    sum(floats.values()), "/".join(sorted(d.name for d in wide)), dtype, dtype)
+
+
 def load_hf(folder: str | os.PathLike, *, dtype=None, shardings=None, layout: str | None = None) -> model_lib.Model:
   """Loads an HF folder (see the module docstring); stop ids = config, generation config and tokenizer EOS.
 
@@ -190,6 +204,7 @@ def load_hf(folder: str | os.PathLike, *, dtype=None, shardings=None, layout: st
   config = config_from_hf(cfg, where=str(cfg_path))
   files = _hf_tensor_files(folder)
   opened: dict[pathlib.Path, dict] = {}
+  stored: dict[np.dtype, int] = {}              # dtype as stored -> tensors read
 
   def tensor(name):
     if name not in files:
@@ -199,7 +214,9 @@ def load_hf(folder: str | os.PathLike, *, dtype=None, shardings=None, layout: st
       if not file.is_file():
         raise FileNotFoundError(f"checkpoint shard {file} (listed in the index) is missing")
       opened[file] = _safetensors(file)
-    return opened[file][name]
+    x = opened[file][name]
+    stored[x.dtype] = stored.get(x.dtype, 0) + 1
+    return x
 
   tok = hf_tokenizer(folder)
   config = model_lib.with_real_ids(config, tok, str(folder))
@@ -211,6 +228,7 @@ def load_hf(folder: str | os.PathLike, *, dtype=None, shardings=None, layout: st
       return names.leaf(config, tensor, "hf", key, index, shape, np_dtype, str(folder))
     graphdef, state = model_lib.build(config, read, layout=layout, dtype=dtype, shardings=shardings)
   opened.clear()
+  _warn_narrowed(folder, stored, dtype)
   stop = set(model_lib.ids(cfg.get("eos_token_id"))) | set(model_lib.ids(tok.eos_token_id))
   gen = folder / "generation_config.json"
   if gen.is_file():

@@ -2,7 +2,9 @@
 and prints the verdict, the alignment table and where summary.md, report.html and the records are.
 
 With several studies (--workdir repeated, or a glob such as --workdir='runs/*'), builds one comparison instead:
-`<out>/comparison.html` and `<out>/comparison.csv` (compare.write; --out is required). Errors print one line
+`<out>/comparison.html` and `<out>/comparison.csv` (compare.write; --out is required). Studies whose candidate sets
+are formed differently (manifest.json "candidate_set": other views or top-k) are refused unless
+--allow_unlike_candidates, and then flagged (a `warning:` line; report/compare.py). Errors print one line
 `error: ...` (opd_jax.stages.field_error's format, as `python -m opd_jax.main`) and exit 2."""
 import dataclasses
 import json
@@ -35,6 +37,9 @@ flags.DEFINE_integer("pages", token_pages.DEFAULT_PAGES, "Cap on per-token pages
 flags.DEFINE_string("colour_by", token_pages.DEFAULT_COLOUR_BY, "Predictor the per-token pages colour by.")
 flags.DEFINE_float("min_effect", 0.0, "Smallest difference in mean alignment worth detecting: the verdict adds the "
                    "questions needed for 80% power (0: not asked).")
+flags.DEFINE_bool("allow_unlike_candidates", False, "Compare studies whose candidate sets are formed differently "
+                  "(manifest.json 'candidate_set': other views or top-k): a configuration's alignment is defined on "
+                  "its study's candidate sets, so the comparison is flagged.")
 flags.DEFINE_string("tokenizer", None, "HF tokenizer folder or name for the token-kind split (optional).")
 flags.mark_flag_as_required("workdir")
 
@@ -122,7 +127,10 @@ def main(argv) -> None:
       if not f.out:
         raise ValueError(stages.field_error("--out", f"is required to compare {len(workdirs)} studies",
                                             fix="pass --out=<directory>, or one --workdir for its own report"))
-      table, verdicts = compare.write(workdirs, f.out, target=f.target, n_boot=f.n_boot, seed=f.seed)
+      table, verdicts = compare.write(workdirs, f.out, target=f.target, n_boot=f.n_boot, seed=f.seed,
+                                      allow_unlike_candidates=f.allow_unlike_candidates)
+      for w in verdicts[0]["warnings"] if verdicts else []:
+        print(f"warning: {w}")
       for i, v in enumerate(verdicts):
         print(f"#{i} {v['name']} ({v['workdir']}): {v['line']}")
       print(f"comparison of {len(verdicts)} studies ({len(table)} rows): {f.out}/comparison.html, "

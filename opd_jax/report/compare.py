@@ -2,6 +2,13 @@
 configurations), each study's verdict and its configurations' paired differences against its best side by side.
 
   python -m opd_jax.report --workdir=runs/a --workdir=runs/b --out=runs/compare   # or --workdir='runs/*'
+
+A configuration's alignment is defined on its study's candidate sets C(u), the union of every view's top-k
+(`nodes.candidate_rule`, issue 34, item 7): the same configuration in a study with other views is measured on
+other tokens. Studies whose manifest.json "candidate_set" rules differ are refused (`check_candidates`) unless
+allow_unlike_candidates (--allow_unlike_candidates), and then flagged: a warning line, a note on the page and the
+rule of each study in comparison.csv ("candidate_set"). A manifest written before the rule was recorded is
+"unknown": compared, with a warning.
 """
 import glob
 import html
@@ -48,6 +55,81 @@ def check_schema(workdirs: list[str]) -> None:
                      "with the opd_jax that wrote them)")
 
 
+def candidate_sets(workdirs: list[str]) -> list[dict | None]:
+  """Each study's candidate-set rule, manifest.json "candidate_set" (`nodes.candidate_rule`); None where the manifest
+  predates it (or is missing: `check_schema` refuses that first)."""
+  out = []
+  for w in workdirs:
+    path = os.path.join(w, "manifest.json")
+    manifest = {}
+    if os.path.isfile(path):
+      with open(path) as f:
+        manifest = json.load(f)
+    out.append(manifest.get("candidate_set"))
+  return out
+
+
+def rule_text(rule: dict | None) -> str:
+  """One line of a candidate-set rule: "sampled token + student top-2 + top-1 of views [a:plain, self:solution]"."""
+  if rule is None:
+    return "unknown (manifest.json without 'candidate_set': written before opd_jax recorded it)"
+  views = rule.get("views") or []
+  return (f"sampled token + student top-{rule.get('student_top_k')}"
+          + (f" + top-{rule.get('teacher_top_k')} of views [{', '.join(views)}]" if views else ""))
+
+
+def _difference(rule: dict, first: dict, first_workdir: str) -> str:
+  """What `rule` changes against `first` (the first study's), in words."""
+  parts = []
+  added = sorted(set(rule.get("views") or []) - set(first.get("views") or []))
+  dropped = sorted(set(first.get("views") or []) - set(rule.get("views") or []))
+  if added:
+    parts.append(f"views added [{', '.join(added)}]")
+  if dropped:
+    parts.append(f"views missing [{', '.join(dropped)}]")
+  for k in ("student_top_k", "teacher_top_k"):
+    if rule.get(k) != first.get(k):
+      parts.append(f"{k} {rule.get(k)}")
+  return (", ".join(parts) or "another rule") + f" (against {first_workdir})"
+
+
+def unlike_candidates(workdirs: list[str], rules: list[dict | None]) -> str:
+  """"" when every study of a known rule forms its candidate sets as the first such study; else one phrase naming
+  each study that differs and how ("runs/b: views added [self:summary] (against runs/a)")."""
+  known = [(w, r) for w, r in zip(workdirs, rules) if r is not None]
+  if not known:
+    return ""
+  first_w, first = known[0]
+  return "; ".join(f"{w}: {_difference(r, first, first_w)}" for w, r in known[1:] if r != first)
+
+
+def check_candidates(workdirs: list[str], rules: list[dict | None], *, allow_unlike: bool = False) -> list[str]:
+  """The comparison's contract on candidate sets (module docstring): the warning lines to print (studies of unknown
+  rule; studies of unlike rules compared on request).
+
+  Raises:
+    ValueError: studies whose candidate-set rules differ, without allow_unlike (one line: which, how, the fix).
+  """
+  warnings = []
+  unknown = [w for w, r in zip(workdirs, rules) if r is None]
+  if unknown and len(workdirs) > 1:
+    warnings.append(f"candidate-set rule unknown for {', '.join(unknown)} (manifest.json written before opd_jax "
+                    "recorded it): its configurations' alignments may be on other candidate sets than the other "
+                    "studies'; to record it, delete its manifest.json and rerun its command with this opd_jax (its "
+                    "questions are done: nothing is sampled again)")
+  unlike = unlike_candidates(workdirs, rules)
+  if unlike and not allow_unlike:
+    raise ValueError(f"cannot compare studies whose candidate sets are formed differently: {unlike}; a "
+                     "configuration's alignment is defined on its study's candidate sets, the union of every "
+                     "view's top-k (docs/usage.md, \"Candidate sets are the study's\"), so it moves when views are "
+                     "added: run the studies with the same configurations' views and budget.student_top_k / "
+                     "teacher_top_k, or pass --allow_unlike_candidates to compare them anyway (flagged)")
+  if unlike:
+    warnings.append(f"studies with unlike candidate sets compared (--allow_unlike_candidates): {unlike}; a "
+                    "configuration's alignments in them are on different candidate sets")
+  return warnings
+
+
 def _name(workdir: str) -> str:
   path = os.path.join(workdir, "config.json")
   config = {}
@@ -63,34 +145,40 @@ def _name(workdir: str) -> str:
 
 
 def compare(workdirs: list[str], *, target: str = "incorrect", n_boot: int = 2000, seed: int = 0,
-            min_nodes: int = common.MIN_NODES, min_questions: int = common.MIN_QUESTIONS
-            ) -> tuple[pd.DataFrame, list[dict]]:
+            min_nodes: int = common.MIN_NODES, min_questions: int = common.MIN_QUESTIONS,
+            allow_unlike_candidates: bool = False) -> tuple[pd.DataFrame, list[dict]]:
   """decision.decide on every study's node records (same target, n_boot, seed and power rule).
 
   Returns:
-    (table, verdicts): table has one row per (study, configuration): study, workdir, name, verdict, best,
+    (table, verdicts): table has one row per (study, configuration): study, workdir, name, candidate_set (the
+    study's rule, `rule_text`), verdict, best,
     config_id, n_defined, n_questions (with a defined alignment), mean_alignment, ci_lo, ci_hi, could_be_best,
     underpowered, n_shared_questions, comparable, diff_vs_best, diff_ci_lo, diff_ci_hi (simultaneous over the
     study's comparable pairs), p_adjusted, distinguishable (NaN / "" for the best itself; a configuration that is
     not comparable with the best, decision.MIN_SHARED_QUESTIONS, is never distinguishable); verdicts: decide's
-    dicts with "workdir" and "name" added, in study order.
+    dicts with "workdir", "name", "candidate_set" (the manifest's rule or None) and "warnings" (`check_candidates`'
+    lines, the same in every study's dict) added, in study order.
   Raises:
-    ValueError: an unknown workdir or glob (expand), a study of another schema version (check_schema) or bad
-      records; FileNotFoundError: a study without node records.
+    ValueError: an unknown workdir or glob (expand), a study of another schema version (check_schema), studies
+      of unlike candidate sets without allow_unlike_candidates (check_candidates) or bad records;
+      FileNotFoundError: a study without node records.
   """
   workdirs = expand(workdirs)
   check_schema(workdirs)
+  rules = candidate_sets(workdirs)
+  warnings = check_candidates(workdirs, rules, allow_unlike=allow_unlike_candidates)
   rows, verdicts = [], []
-  for i, w in enumerate(workdirs):
+  for i, (w, rule) in enumerate(zip(workdirs, rules)):
     nodes = build.read_records(w, "nodes")
     v = decision.decide(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
                         min_questions=min_questions)
-    v = {**v, "workdir": w, "name": _name(w)}
+    v = {**v, "workdir": w, "name": _name(w), "candidate_set": rule, "warnings": warnings}
     verdicts.append(v)
     comps = {c["config_id"]: c for c in v["comparisons"]}
     for r in v["ranking"]:
       c = comps.get(r["config_id"], {})
-      rows.append({"study": i, "workdir": w, "name": v["name"], "verdict": v["verdict"], "best": v["best"],
+      rows.append({"study": i, "workdir": w, "name": v["name"], "candidate_set": rule_text(rule),
+                   "verdict": v["verdict"], "best": v["best"],
                    "config_id": r["config_id"], "n_defined": r["n_defined"], "n_questions": r["n_questions"],
                    "mean_alignment": r["mean_alignment"], "ci_lo": r["ci_lo"], "ci_hi": r["ci_hi"],
                    "could_be_best": r["could_be_best"], "underpowered": r["underpowered"],
@@ -114,9 +202,15 @@ def render(table: pd.DataFrame, verdicts: list[dict]) -> str:
   parts.append(f'<p class="note">{html.escape(summary)}. Target group: {html.escape(verdicts[0]["target"])} '
                f"nodes; means with {100 * verdicts[0]['level']:g}% cluster-bootstrap intervals over each study's "
                f"questions (n_boot={verdicts[0]['n_boot']}, seed={verdicts[0]['seed']}).</p>")
+  for w in verdicts[0].get("warnings", []):
+    parts.append(f'<p class="note"><b>Flagged:</b> {html.escape(w)}.</p>')
   parts.append("<h2>Verdicts</h2>" + page.table_html(
       ["#", "study", "workdir", "verdict", "verdict line"],
       [[str(i), v["name"], v["workdir"], v["verdict"], v["line"]] for i, v in enumerate(verdicts)], cls="verdicts"))
+  if "candidate_set" in verdicts[0]:
+    parts.append('<p class="note">Candidate sets (a configuration\'s alignment is defined on its study\'s C(u)): '
+                 + "; ".join(f"#{i} {html.escape(rule_text(v['candidate_set']))}" for i, v in enumerate(verdicts))
+                 + ".</p>")
   configs = list(pd.unique(table["config_id"]))
   header = ["config"] + [f"#{i} mean [CI]" for i in range(len(verdicts))] + [
       f"#{i} vs best [CI]" for i in range(len(verdicts))]
@@ -150,7 +244,7 @@ def render(table: pd.DataFrame, verdicts: list[dict]) -> str:
 
 
 def write(workdirs: list[str], out: str, **kw) -> tuple[pd.DataFrame, list[dict]]:
-  """compare(...) written to `<out>/comparison.html` and `<out>/comparison.csv` (atomically)."""
+  """compare(...) (same keywords) written to `<out>/comparison.html` and `<out>/comparison.csv` (atomically)."""
   table, verdicts = compare(workdirs, **kw)
   os.makedirs(out, exist_ok=True)
   records.atomic_write_bytes(os.path.join(out, "comparison.csv"), table.to_csv(index=False))

@@ -11,8 +11,8 @@ training/state.py: params or adapters, optimizer state, step, PRNG key, data cur
 params as an uninterrupted one. Outputs under <workdir>/train: metrics.csv (one row per step), eval.csv (one
 row per evaluation), metrics.png, eval_before.npy (the shared "before" rewards), summary.json (with this
 session's grades_timed_out and grades_errored: grades that scored 0 without a verdict, opd_jax/tasks/grading.py,
-warned about on the console when any), and checkpoints/; with config.train.export, export/ holds the merged
-model as an HF safetensors folder.
+warned about on the console when any), and checkpoints/; with config.train.export, export/ holds the trained model
+as an HF safetensors folder (LoRA: merged, the adapted matrices in fp32: `export_student`).
 """
 from __future__ import annotations
 
@@ -301,10 +301,25 @@ def run(config, workdir: str) -> str:
     summary["text"] += f" {warning}"
   records.atomic_write_json(out / "summary.json", summary)
   if t.export:
-    from opd_jax.models import export  # pylint: disable=g-import-not-at-top
-    merged = lora.merge(base, st["params"], scale=scale) if scale is not None else st["params"]
-    export.write_hf(dataclasses.replace(student, params=merged), out / "export")   # plain weights: fp32 sum, one cast
+    export_student(student, st["params"], scale, out / "export")
   return summary["text"]
+
+
+def export_student(student, trained, scale: float | None, folder) -> pathlib.Path:
+  """The trained student as an HF folder (`models/export.write_hf`) whose forward is the model the trainer
+  evaluated (issue 34, item 4).
+
+  Full fine-tuning (scale None): `trained` is the params, written as they are. LoRA: `trained` the adapters on
+  student.params; every adapted matrix is written merged, W + scale A B summed and kept in fp32 (one fp32 rounding),
+  the other tensors in the student's dtype, config.json's torch_dtype "float32" when the student is narrower.
+  Evaluation ran a bf16 student's adapted matrices unmerged (`lora.adapt`); a bf16 merge would round every update
+  entry below half an ulp of W away (after one step 74% of the entries, 0.59 of the update kept: peft#1388).
+  Load the folder in float32 to keep the update (transformers' default does; `models.load(folder,
+  dtype="float32")`). Returns the folder.
+  """
+  from opd_jax.models import export  # pylint: disable=g-import-not-at-top
+  params = trained if scale is None else lora.merge(student.params, trained, scale=scale, dtype=jnp.float32)
+  return export.write_hf(dataclasses.replace(student, params=params), folder)
 
 
 def _npy(a: np.ndarray) -> bytes:

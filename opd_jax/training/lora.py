@@ -16,8 +16,10 @@ Two ways to hand W' to a forward:
       d_model 1024 and the trainer's default AdamW (lr 1e-4, rank 16, alpha 32), 75% of the adapted entries did
       not change in the first step and the loss moved 0.59x what the fp32 model of the adapters moves; unmerged,
       1.00x (issue 26, item 5; peft#1388, unsloth#3091, torchtune#1101).
-  merge(params, adapters, scale=)  plain arrays W + s A B summed in fp32 and cast to W's dtype once: for export
-      (an HF folder holds plain weights) and references.
+  merge(params, adapters, scale=, dtype=)  plain arrays W + s A B summed in fp32 and cast once, to W's dtype (for
+      references) or to `dtype`. The trainer's export (training/loop.py, `export_student`) keeps the merged
+      matrices in fp32 (dtype=float32): cast back to bf16 they would lose the update as a bf16 merge does
+      (issue 34, item 4).
 
 Gradients reach A and B through either; the base weights are an input, never updated. Unmerged costs
 2 r (Din + Dout) extra FLOPs per token per matrix (~2 r / D of the matmul; 3% at r 16, D 1024) and needs no
@@ -129,22 +131,26 @@ def _leaves(params, adapters):
   return paths, [w for _, w in leaves], treedef
 
 
-def _merged(w, ad, scale):
+def _merged(w, ad, scale, dtype=None):
   delta = jnp.matmul(ad["a"], ad["b"], preferred_element_type=jnp.float32) * scale
-  return (w.astype(jnp.float32) + delta).astype(w.dtype)
+  return (w.astype(jnp.float32) + delta).astype(w.dtype if dtype is None else dtype)
 
 
-def merge(params, adapters: dict[str, Any], *, scale: float):
-  """params with W + scale * A B at every adapted path (scale = alpha / rank), summed in fp32 and cast to W's
-  dtype once; other leaves as they are. For export and references: in bf16 the cast rounds small updates away
-  (module docstring), so forwards use `adapt`.
+def merge(params, adapters: dict[str, Any], *, scale: float, dtype=None):
+  """params with W + scale * A B at every adapted path (scale = alpha / rank), summed in fp32 and cast once to
+  `dtype` (None: W's own dtype); other leaves as they are.
+
+  With dtype None a bf16 W rounds small updates away (module docstring), so forwards use `adapt`; dtype=float32
+  keeps W + s A B to one fp32 rounding (2^-24 of |W'|) whatever W's dtype: the trainer's export. The result then
+  mixes dtypes (bf16 leaves beside fp32 merged matrices): `models/export.write_hf` writes such params, a jitted
+  forward of them would promote activations to fp32.
 
   Raises:
     ValueError: an adapter path that is not a param of `params` (adapters of another model).
   """
   paths, leaves, treedef = _leaves(params, adapters)
   return jax.tree_util.tree_unflatten(
-      treedef, [_merged(w, adapters[p], scale) if p in adapters else w for p, w in zip(paths, leaves)])
+      treedef, [_merged(w, adapters[p], scale, dtype) if p in adapters else w for p, w in zip(paths, leaves)])
 
 
 def adapt(params, adapters: dict[str, Any], *, scale: float):
