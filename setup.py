@@ -34,7 +34,7 @@ setuptools.setup(
         "orbax-checkpoint>=0.11",     # opd_jax.training checkpoints
     ],
     extras_require={
-        "test": ["pytest", "torch==2.13.0", "accelerate", "tensorflow-datasets>=4.9", "array-record"],
+        "test": ["pytest", "pytest-xdist", "torch==2.13.0", "accelerate", "tensorflow-datasets>=4.9", "array-record"],
         "tfds": ["tensorflow-datasets>=4.9", "array-record"],  # `tfds:<name>` tasks (no tensorflow needed)
         "demo": STUDENT + TEACHER,
     },

@@ -23,8 +23,12 @@ from opd_jax import models
 from opd_jax import stages
 from opd_jax.tasks import base as task_base
 
-CONTEXTS = ("plain", "solution", "summary", "answer", "contrastive")
+CONTEXTS = ("plain", "solution", "summary", "answer", "contrastive", "misleading")
 NEEDS_SOLUTION = ("solution", "summary", "contrastive")
+# Contexts that show another rollout graded wrong ({incorrect}): unavailable for a rollout without one
+# (`contrastive_source`). "misleading" shows it as if it were the reference solution: a control whose sign is
+# known in advance (it should hurt: docs/validation.md, issue 36).
+NEEDS_INCORRECT = ("contrastive", "misleading")
 SELF = "self"
 
 # Default context templates [ours, configurable via config.contexts.templates]. `{prompt}` is the student's
@@ -40,18 +44,20 @@ TEMPLATES = {
     "contrastive": ("{prompt}\n\nHere is a reference solution:\n{solution}\n\n"
                     "Here is an INCORRECT attempt; do not repeat its mistakes:\n{incorrect}\n\n"
                     "Using the reference solution as a guide, solve the problem yourself."),
+    "misleading": ("{prompt}\n\nHere is a reference solution:\n{incorrect}\n\n"
+                   "Using it as a guide, solve the problem yourself."),
 }
 
 
 PLACEHOLDERS = {c: ("prompt", "solution", "answer") + (("summary",) if c == "summary" else ())
-                + (("incorrect",) if c == "contrastive" else ()) for c in CONTEXTS}
+                + (("incorrect",) if c in NEEDS_INCORRECT else ()) for c in CONTEXTS}
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def check_templates(templates: Mapping[str, str], field: str = "config.contexts.templates") -> None:
   """Refuse a context template the teacher would get with a placeholder left in it: a context name that is not
   one of CONTEXTS, a value that is not a string, or a `{name}` that its context does not fill (PLACEHOLDERS:
-  {summary} only in 'summary', {incorrect} only in 'contrastive'); literal braces such as `\\boxed{}` pass.
+  {summary} only in 'summary', {incorrect} only in NEEDS_INCORRECT); literal braces such as `\\boxed{}` pass.
 
   Raises:
     ValueError: naming the template's field, the placeholder and the ones its context fills.
@@ -156,10 +162,10 @@ def study_chat(tokenizer, user_message: str, config) -> list[int]:
 
 def context_message(context: str, task, problem: task_base.Problem, *, incorrect: str | None = None,
                     templates: Mapping[str, str] | None = None) -> str | None:
-  """The teacher's user message for `context`, or None when it is unavailable (contrastive, no incorrect
+  """The teacher's user message for `context`, or None when it is unavailable (NEEDS_INCORRECT, no incorrect
   rollout other than the one scored)."""
   template = dict(TEMPLATES, **dict(templates or {}))[context]
-  if context == "contrastive" and incorrect is None:
+  if context in NEEDS_INCORRECT and incorrect is None:
     return None
   fields = {"prompt": task.prompt(problem), "solution": problem.solution or "", "answer": problem.answer,
             "incorrect": incorrect or ""}
@@ -172,7 +178,7 @@ def context_message(context: str, task, problem: task_base.Problem, *, incorrect
 
 
 def contrastive_source(rewards: Sequence[float], scored: int) -> int | None:
-  """Index of the incorrect rollout shown in the contrastive context of rollout `scored`: the first incorrect
+  """Index of the incorrect rollout shown in a NEEDS_INCORRECT context of rollout `scored`: the first incorrect
   rollout other than `scored` (never the scored one: that would leak its tokens), else None."""
   for i, r in enumerate(rewards):
     if i != scored and r != 1.0:

@@ -324,7 +324,7 @@ class Work:
   def extra(self, context: str, n_tok: int) -> float:
     """Tokens a teacher's prompt adds to the student's in `context` (contrastive: + the incorrect rollout)."""
     out = self.context_tokens.get(context, CONTEXT_TOKENS.get(context, CONTEXT_DEFAULT))
-    return out + ((n_tok if self.incorrect_tokens is None else self.incorrect_tokens) if context == "contrastive"
+    return out + ((n_tok if self.incorrect_tokens is None else self.incorrect_tokens) if context in contexts.NEEDS_INCORRECT
                   else 0)
 
 
@@ -432,7 +432,7 @@ def calls(config, *, student_passes: str = "once", work: Work | None = None) -> 
     if not identical:
       extra = 0 if ctx == "plain" else w.extra(ctx, n_tok)
       out += side("scoring", f"{'student' if teacher == contexts.SELF else teacher} ({ctx})", cfgs[teacher],
-                  prompt + extra, 2 if ctx == "contrastive" else 1)
+                  prompt + extra, 2 if ctx in contexts.NEEDS_INCORRECT else 1)
     out.append(Call("scoring", "predictors", "-", s_cfg, sb, C, 0, batches * chunks))
   # Continuations: one prefill of the node rollouts per question, then full branch batches (one start step each).
   seq = bucket(prompt + n_tok, 16)

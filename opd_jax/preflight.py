@@ -337,7 +337,32 @@ def load_task(config):
                                            "lower config.task.num_problems, or set it to 0 for all of them")
       raise ValueError(text) from None
     raise
-  return tasks.check_answers(task, skip=bool(t.get("skip_bad_answers", False)))
+  task = tasks.check_answers(task, skip=bool(t.get("skip_bad_answers", False)))
+  return _excluded(task, t.get("exclude", ""))
+
+
+def _excluded(task, path: str):
+  """The task without the problems whose question text is listed in the JSON file `path` (config.task.exclude: a
+  list of strings, e.g. another job's questions, so that the two share none; "" = keep all).
+
+  Raises:
+    ValueError: naming config.task.exclude when the file is missing, not a JSON list of strings, or leaves no problem.
+  """
+  if not path:
+    return task
+  try:
+    texts = json.loads(pathlib.Path(path).read_text())
+  except (OSError, ValueError) as e:
+    raise ValueError(f"config.task.exclude={path!r}: cannot read a JSON list of question texts ({e}); give such a "
+                     "file or '' to keep every question") from None
+  if not isinstance(texts, list) or not all(isinstance(x, str) for x in texts):
+    raise ValueError(f"config.task.exclude={path!r}: must hold a JSON list of question texts (strings)")
+  drop = set(texts)
+  kept = [p for p in task.problems if p.question not in drop]
+  if not kept:
+    raise ValueError(f"config.task.exclude={path!r} removes all {len(task.problems)} problems of the pool; raise "
+                     "config.task.num_problems or exclude fewer")
+  return dataclasses.replace(task, problems=kept)
 
 
 def check_context(config, task, confs, tokenizer, limits: dict[str, int]) -> None:
@@ -364,10 +389,10 @@ def check_context(config, task, confs, tokenizer, limits: dict[str, int]) -> Non
       if ctx == "plain":
         continue
       msg = contexts.context_message(ctx, task, problem, incorrect="", templates=c.contexts.templates)
-      need = len(chat(msg)) + n_tok * (2 if ctx == "contrastive" else 1)
+      need = len(chat(msg)) + n_tok * (2 if ctx in contexts.NEEDS_INCORRECT else 1)
       if need > limits[teacher]:
         raise ValueError(f"question {problem.id}: the {ctx!r} context of teacher {teacher!r} needs up to {need} "
-                         f"tokens (message + response{' + an incorrect rollout' if ctx == 'contrastive' else ''}), "
+                         f"tokens (message + response{' + an incorrect rollout' if ctx in contexts.NEEDS_INCORRECT else ''}), "
                          f"more than its context ({limits[teacher]} tokens); {fix}, or drop that configuration")
 
 

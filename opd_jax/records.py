@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import pathlib
 import tempfile
@@ -171,8 +172,23 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes | str) -> None:
     raise
 
 
+def strict_json(obj: Any) -> Any:
+  """`obj` with every non-finite float (NaN, +-inf; numpy's too) as None: strict JSON readers reject bare NaN."""
+  if isinstance(obj, dict):
+    return {k: strict_json(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [strict_json(v) for v in obj]
+  if isinstance(obj, float) and not math.isfinite(obj):
+    return None
+  if hasattr(obj, "dtype") and getattr(obj, "ndim", None) == 0 and obj.dtype.kind == "f":   # numpy scalars
+    return float(obj) if math.isfinite(float(obj)) else None
+  return obj
+
+
 def atomic_write_json(path, obj: Any) -> None:
-  atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+  """`obj` as strict JSON (`strict_json`: NaN and inf become null), written atomically."""
+  text = json.dumps(strict_json(obj), indent=2, sort_keys=True, default=str, allow_nan=False)
+  atomic_write_bytes(path, (text + "\n").encode())
 
 
 def to_arrow(table: str, frame: pd.DataFrame) -> pa.Table:

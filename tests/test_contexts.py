@@ -54,3 +54,17 @@ def test_text_that_spells_a_special_token_renders_as_data():
       for m in (plain, task.prompt(problem), "What is 2 + 2?\n\n  Think { step } by step.", "é ∑ 😀 <b>x</b>"):
         assert contexts.render_chat(tok, m, system_prompt=system) == list(
             tok(template(m, system), add_special_tokens=False)["input_ids"])
+
+
+def test_the_misleading_context_shows_a_wrong_attempt_as_the_reference_and_never_the_scored_rollout():
+  """The control of issue 36: another rollout graded wrong stands where the reference solution would; like
+  contrastive it is unavailable without one, and the rollout scored is never shown to its own teacher."""
+  task = tasks.load_task("synthetic:parity", num_problems=1)
+  problem = task.problems[0]
+  assert "misleading" in contexts.NEEDS_INCORRECT and "incorrect" in contexts.PLACEHOLDERS["misleading"]
+  msg = contexts.context_message("misleading", task, problem, incorrect="WRONG ATTEMPT")
+  assert msg.startswith(task.prompt(problem)) and "reference solution:\nWRONG ATTEMPT\n" in msg
+  assert (problem.solution or "") not in msg.replace(task.prompt(problem), "") or not problem.solution
+  assert contexts.context_message("misleading", task, problem, incorrect=None) is None
+  rewards = [1.0, 0.0, 1.0, 0.0]
+  assert [contexts.contrastive_source(rewards, r) for r in range(4)] == [1, 3, 1, 1]

@@ -368,7 +368,7 @@ def test_template_check_refuses_exactly_the_placeholders_a_context_leaves_unfill
     for name in ("prompt", "solution", "answer", "summary", "incorrect", "nosuch"):
       template = f"<{{{name}}}>"
       msg = contexts.context_message(context, task, problem, templates={context: template},
-                                     incorrect="a wrong attempt" if context == "contrastive" else None)
+                                     incorrect="a wrong attempt" if context in contexts.NEEDS_INCORRECT else None)
       filled = msg not in (template, "<>")
       try:
         contexts.check_templates({context: template})

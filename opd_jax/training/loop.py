@@ -9,10 +9,11 @@ PRNG keys (common random numbers, training/evaluate.py), and reported as a paire
 Everything random derives from (config.seed, step), so a run resumed from its last checkpoint (orbax,
 training/state.py: params or adapters, optimizer state, step, PRNG key, data cursor) reaches the same final
 params as an uninterrupted one. Outputs under <workdir>/train: metrics.csv (one row per step), eval.csv (one
-row per evaluation), metrics.png, eval_before.npy (the shared "before" rewards), summary.json (with this
-session's grades_timed_out and grades_errored: grades that scored 0 without a verdict, opd_jax/tasks/grading.py,
-warned about on the console when any), and checkpoints/; with config.train.export, export/ holds the trained model
-as an HF safetensors folder (LoRA: merged, the adapted matrices in fp32: `export_student`).
+row per evaluation), metrics.png, eval_before.npy and eval_step<N>.npy (rewards [Q, S] before training and at
+each evaluation; eval_questions.json: the ids of their rows), summary.json (with this session's grades_timed_out
+and grades_errored: grades that scored 0 without a verdict, opd_jax/tasks/grading.py, warned about on the console
+when any), and checkpoints/; with config.train.export, export/ holds the trained model as an HF safetensors folder
+(LoRA: merged, the adapted matrices in fp32: `export_student`).
 """
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ def _teacher_prompts(env, conf, problem, prompt: list[int], texts: list[str], re
   rendered = {}                         # message -> ids: one chat rendering per distinct context message
   out = []
   for r in range(len(texts)):
-    src = contexts.contrastive_source(rewards, r) if conf.context == "contrastive" else None
+    src = contexts.contrastive_source(rewards, r) if conf.context in contexts.NEEDS_INCORRECT else None
     msg = contexts.context_message(conf.context, env.task, problem, templates=env.config.contexts.templates,
                                    incorrect=None if src is None else texts[src])
     if msg is not None and msg not in rendered:
@@ -244,6 +245,7 @@ def run(config, workdir: str) -> str:
     with stages.bar("evaluation before training"):
       before = evaluate_now()
     records.atomic_write_bytes(before_path, _npy(before))
+  records.atomic_write_json(out / "eval_questions.json", [p.id for p in held])   # the rows of eval_*.npy
 
   # --- Steps ----------------------------------------------------------------------------------------------
   start = int(st["step"])
@@ -277,7 +279,9 @@ def run(config, workdir: str) -> str:
                         "response_tokens": float(np.mean(got.lengths)), "seconds": time.time() - t0})
         if (s + 1) % t.eval_every == 0 or s + 1 == t.steps:
           with stages.bar(f"evaluation at step {s + 1}"):
-            paired = evaluate.paired_difference(before, evaluate_now())
+            after = evaluate_now()
+          records.atomic_write_bytes(out / f"eval_step{s + 1}.npy", _npy(after))   # [Q, S] rewards, as before's
+          paired = evaluate.paired_difference(before, after)
           evals.append({"step": s + 1, **dataclasses.asdict(paired)})
         if (s + 1) % t.checkpoint_every == 0 or s + 1 == t.steps:
           ckpts.save(s + 1, st, {"cursor": s + 1, "metrics": metrics, "evals": evals})

@@ -1,0 +1,386 @@
+"""Does the study predict training? The validation experiment's resumable driver (issue 36; configs/validation.py).
+
+  python benchmarks/validate_training.py --workdir=runs/validation                   # every piece not yet done
+  python benchmarks/validate_training.py --workdir=runs/validation --piece=study     # one piece: study,
+                                                                                     # train:<name> or table
+Pieces, each in a child process of its own (its wall time and peak RSS measured by the parent, `os.wait4`):
+  study          the study of every configuration on the study questions (`configs/validation.py:study`), exported
+                 as per-question sums (study_questions.csv: alignment by node group, positive-sign counts, teacher
+                 advantage; study_views.csv: the tokens table's divergences; study_verdict.csv: the verdict).
+  train:<name>   one OPD run of configuration <name> from the base model (`:train`), exported as eval_<name>.csv
+                 (held-out pass@1 per question before and after, same keys) and its row of runs.csv.
+  table          predictors.csv (Spearman and Kendall of every predictor with the gains, intervals resampling the
+                 study's and the evaluation's questions), regret.csv and docs/validation_training.png, from the
+                 CSVs alone: a finished piece is never rerun (its CSV is the record; --data_dir, default
+                 docs/data/validation, is committed).
+The first training run's "before" rewards (the base model under the evaluation's keys) are copied into every later
+run's workdir: the same model and keys give the same rewards (checked: each run's eval CSV holds them).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pandas as pd  # pylint: disable=g-import-not-at-top,wrong-import-position
+import scipy.stats  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from configs import validation  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DATA_DIR = REPO / "docs" / "data" / "validation"
+GROUPS = ("all", "incorrect", "correct")
+VIEW_PREDICTORS = ("kl_pq", "kl_qp", "js", "topk_overlap")   # the tokens table's cheap per-token divergences
+RUN_COLUMNS = ("configuration", "spec", "steps", "learning_rate", "seed", "before", "after", "diff", "lo", "hi",
+               "p_value", "n_questions", "samples", "last_loss", "last_train_reward", "last_response_tokens",
+               "wall_s", "peak_rss_gb")
+
+
+def configurations(tiny: bool) -> dict[str, str]:
+  return dict(validation.TINY if tiny else validation.CONFIGURATIONS)
+
+
+def pieces(tiny: bool) -> list[str]:
+  return ["study"] + [f"train:{name}" for name in configurations(tiny)] + ["table"]
+
+
+def done(piece: str, data: pathlib.Path) -> bool:
+  """A piece is done when its CSV is in `data` (the committed record), whatever the workdir holds."""
+  if piece == "study":
+    return all((data / f).exists() for f in ("study_questions.csv", "study_views.csv", "study_verdict.csv"))
+  if piece.startswith("train:"):
+    name = piece.split(":", 1)[1]
+    runs = data / "runs.csv"
+    return (data / f"eval_{name}.csv").exists() and runs.exists() and name in set(pd.read_csv(runs).configuration)
+  return False
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running a piece (in the child process).
+
+def _job(config, workdir: pathlib.Path, job: str) -> None:
+  """What `python -m opd_jax.main` does for a study or train config, in this process (resumes a started run)."""
+  from opd_jax import main, preflight, runs, stages, study  # pylint: disable=g-import-not-at-top,multiple-imports
+  stages.console(progress=config.logging.progress, verbosity=config.logging.verbosity)
+  if job == "train":
+    from opd_jax.training import loop  # pylint: disable=g-import-not-at-top
+    loop.validate(config)
+    preflight.check_train(config)
+    runs.check_workdir_for(str(workdir), config.to_dict(), "train")
+    main.record_train_config(str(workdir), config)
+    print(loop.run(config, str(workdir)), flush=True)
+  else:
+    preflight.validate(config)
+    runs.check_workdir_for(str(workdir), config.to_dict(), "study")
+    print(study.run(config, str(workdir)), flush=True)
+
+
+def run_study(workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
+  from opd_jax import preflight  # pylint: disable=g-import-not-at-top
+  config = validation.get_config("tiny_study" if tiny else "study")
+  exclude = workdir / "train_pool_questions.json"             # the study shares no question with the trainer
+  if not exclude.exists():
+    workdir.mkdir(parents=True, exist_ok=True)
+    train_pool = preflight.load_task(validation.get_config("tiny_train" if tiny else "train"))
+    exclude.write_text(json.dumps(sorted({p.question for p in train_pool.problems})))
+  config.task.exclude = str(exclude.resolve())
+  _job(config, workdir / "study", "study")
+  export_study(workdir / "study", data)
+
+
+def run_train(name: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
+  config = validation.get_config("tiny_train" if tiny else "train")
+  config.train.configuration = configurations(tiny)[name]
+  run_dir = workdir / "train" / name
+  shared = workdir / "eval_before.npy"
+  if shared.exists() and not (run_dir / "train" / "eval_before.npy").exists():
+    (run_dir / "train").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shared, run_dir / "train" / "eval_before.npy")
+  _check_disjoint(workdir, config, tiny)
+  _job(config, run_dir, "train")
+  if not shared.exists():
+    shutil.copyfile(run_dir / "train" / "eval_before.npy", shared)
+  export_train(name, config, run_dir, data)
+
+
+def shared_questions(study_config, train_config, study_ids=None) -> set[str]:
+  """Question texts of the study's pool (or of its questions `study_ids`) that are also in the trainer's pool."""
+  from opd_jax import preflight  # pylint: disable=g-import-not-at-top
+  study = {p.question for p in preflight.load_task(study_config).problems if study_ids is None or p.id in study_ids}
+  return study & {p.question for p in preflight.load_task(train_config).problems}
+
+
+def _check_disjoint(workdir: pathlib.Path, train_config, tiny: bool) -> None:
+  """Refuse a training pool that shares a question's text with the study's questions (three disjoint sets: the
+  study's pool excludes the trainer's, `run_study`; held-out and training questions are disjoint by
+  construction)."""
+  rollouts = workdir / "study" / "records" / "rollouts"
+  if not rollouts.exists():
+    return
+  ids = {str(q) for q in pd.read_parquet(rollouts, columns=["question_id"]).question_id}
+  shared = shared_questions(validation.get_config("tiny_study" if tiny else "study"), train_config, ids)
+  if shared:
+    raise ValueError(f"{len(shared)} study questions are also in the training pool (e.g. {sorted(shared)[0]!r}): "
+                     f"the study ran without config.task.exclude={workdir / 'train_pool_questions.json'}")
+
+
+def export_study(study_dir: pathlib.Path, data: pathlib.Path) -> None:
+  """Per (configuration, question) sums of the study's records, so the table can resample questions."""
+  nodes = pd.read_parquet(study_dir / "records" / "nodes")
+  rows = []
+  for (conf, q), g in nodes.groupby(["config_id", "question_id"], sort=True):
+    row = {"configuration": conf, "question_id": q}
+    for group in GROUPS:
+      sel = g if group == "all" else g[g.correct == (group == "correct")]
+      a = sel.alignment.to_numpy(float)
+      a = a[np.isfinite(a)]
+      row.update({f"{group}_nodes": len(a), f"{group}_alignment_sum": float(a.sum()),
+                  f"{group}_positive": int((a > 0).sum())})
+    adv = g.teacher_advantage.to_numpy(float)
+    adv = adv[np.isfinite(adv)]
+    row.update({"advantage_n": len(adv), "advantage_sum": float(adv.sum())})
+    rows.append(row)
+  data.mkdir(parents=True, exist_ok=True)
+  pd.DataFrame(rows).to_csv(data / "study_questions.csv", index=False)
+  tokens = pd.read_parquet(study_dir / "records" / "tokens")
+  views = nodes.drop_duplicates("config_id")[["config_id", "teacher", "context"]]
+  rows = []
+  for conf, teacher, context in views.itertuples(index=False):
+    sel = tokens[(tokens.teacher == teacher) & (tokens.context == context)]
+    for q, g in sel.groupby("question_id", sort=True):
+      row = {"configuration": conf, "question_id": q}
+      for col in VIEW_PREDICTORS:
+        v = g[col].to_numpy(float)
+        v = v[np.isfinite(v)]
+        row.update({f"{col}_n": len(v), f"{col}_sum": float(v.sum())})
+      rows.append(row)
+  pd.DataFrame(rows).to_csv(data / "study_views.csv", index=False)
+  verdict = json.loads((study_dir / "verdict.json").read_text())
+  ranking = [dict(configuration=r["config_id"], rank=i + 1, mean_alignment=r.get("mean_alignment"),
+                  could_be_best=r.get("could_be_best"), named=r["config_id"] == verdict.get("best"))
+             for i, r in enumerate(verdict.get("ranking", []))]
+  pd.DataFrame(ranking).to_csv(data / "study_verdict.csv", index=False)
+  (data / "study_verdict_line.txt").write_text(verdict.get("line", "") + "\n")
+
+
+def export_train(name: str, config, run_dir: pathlib.Path, data: pathlib.Path) -> None:
+  out = run_dir / "train"
+  ids = json.loads((out / "eval_questions.json").read_text())
+  before = np.load(out / "eval_before.npy")
+  last = max(int(p.stem.removeprefix("eval_step")) for p in out.glob("eval_step*.npy"))
+  after = np.load(out / f"eval_step{last}.npy")
+  data.mkdir(parents=True, exist_ok=True)
+  pd.DataFrame({"question_id": ids, "before": before.mean(axis=1), "after": after.mean(axis=1),
+                "samples": before.shape[1]}).to_csv(data / f"eval_{name}.csv", index=False)
+  summary = json.loads((out / "summary.json").read_text())
+  ev = summary["last_eval"]
+  metrics = pd.read_csv(out / "metrics.csv")
+  row = {"configuration": name, "spec": config.train.configuration, "steps": last,
+         "learning_rate": config.train.optim.learning_rate, "seed": config.seed, "before": ev["before"],
+         "after": ev["after"], "diff": ev["diff"], "lo": ev["lo"], "hi": ev["hi"], "p_value": ev["p_value"],
+         "n_questions": ev["n_questions"], "samples": before.shape[1], "last_loss": float(metrics.loss.iloc[-1]),
+         "last_train_reward": float(metrics.train_reward.iloc[-1]),
+         "last_response_tokens": float(metrics.response_tokens.iloc[-1])}
+  pending = run_dir / "row.json"                    # the parent adds wall time and peak memory, then runs.csv
+  pending.write_text(json.dumps(row))
+
+
+def add_run_row(run_dir: pathlib.Path, data: pathlib.Path, wall_s: float, peak_rss_gb: float) -> dict:
+  row = {**json.loads((run_dir / "row.json").read_text()), "wall_s": round(wall_s, 1),
+         "peak_rss_gb": round(peak_rss_gb, 2)}
+  path = data / "runs.csv"
+  runs = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=RUN_COLUMNS)
+  runs = pd.concat([runs[runs.configuration != row["configuration"]], pd.DataFrame([row])], ignore_index=True)
+  runs[list(RUN_COLUMNS)].to_csv(path, index=False)
+  return row
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The table: predictors against gains, with intervals that resample the study's and the evaluation's questions.
+
+def predictor_sums(study_q: pd.DataFrame, study_v: pd.DataFrame, confs: list[str]) -> tuple[list, dict]:
+  """(questions, {predictor: (numerators [C, Q], denominators [C, Q], sign)}) from the per-question sums: a
+  predictor's value is sign * (num @ w) / (den @ w) for question weights w (all ones, or a bootstrap draw's counts).
+  Divergences enter with sign -1 (a smaller divergence predicting a larger gain), top-k overlap with +1."""
+  questions = sorted(set(study_q.question_id) | set(study_v.question_id))
+
+  def mat(df, col):
+    return (df.pivot_table(index="configuration", columns="question_id", values=col, aggfunc="sum")
+            .reindex(index=confs, columns=questions).fillna(0.0).to_numpy(float))
+
+  out = {}
+  for group in GROUPS:
+    den = mat(study_q, f"{group}_nodes")
+    out[f"alignment_{group}"] = (mat(study_q, f"{group}_alignment_sum"), den, 1.0)
+    out[f"positive_fraction_{group}"] = (mat(study_q, f"{group}_positive"), den, 1.0)
+  out["teacher_advantage"] = (mat(study_q, "advantage_sum"), mat(study_q, "advantage_n"), 1.0)
+  for col in VIEW_PREDICTORS:
+    sign = 1.0 if col == "topk_overlap" else -1.0
+    out[f"{'' if sign > 0 else 'minus_'}{col}"] = (mat(study_v, f"{col}_sum"), mat(study_v, f"{col}_n"), sign)
+  return questions, out
+
+
+def predictor_values(sums: dict, w: np.ndarray) -> dict:
+  """{predictor: values [C]} under question weights w [Q] (`predictor_sums`); NaN where no node or token counts."""
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return {k: sign * (num @ w) / (den @ w) for k, (num, den, sign) in sums.items()}
+
+
+def gains(evals: dict[str, pd.DataFrame], confs: list[str], eidx=None) -> np.ndarray:
+  """Mean paired held-out difference per configuration [C]; `eidx`: the evaluation questions drawn."""
+  d = np.stack([(evals[c].after - evals[c].before).to_numpy(float) for c in confs])    # [C, Q]
+  return d.mean(axis=1) if eidx is None else d[:, eidx].mean(axis=1)
+
+
+def rank_correlations(x: np.ndarray, y: np.ndarray) -> tuple[float, float, int]:
+  """(Spearman's rho, Kendall's tau-b, n) over the configurations where both are defined; NaN below 3 or when
+  either side is constant. Numpy forms of scipy.stats.spearmanr / kendalltau (the tests compare them), fast
+  enough for thousands of bootstrap draws."""
+  ok = np.isfinite(x) & np.isfinite(y)
+  n = int(ok.sum())
+  x, y = x[ok], y[ok]
+  if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+    return np.nan, np.nan, n
+  rho = float(np.corrcoef(scipy.stats.rankdata(x), scipy.stats.rankdata(y))[0, 1])
+  i, j = np.triu_indices(n, 1)
+  sx, sy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+  tau = float((sx * sy).sum() / np.sqrt(np.count_nonzero(sx) * np.count_nonzero(sy)))
+  return rho, tau, n
+
+
+def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+  """predictors.csv and regret.csv in `data` (and the figure), from the committed CSVs only."""
+  runs = pd.read_csv(data / "runs.csv")
+  confs = list(runs.configuration)
+  evals = {c: pd.read_csv(data / f"eval_{c}.csv") for c in confs}
+  ids = evals[confs[0]].question_id.tolist()
+  for c in confs:
+    if evals[c].question_id.tolist() != ids or not np.array_equal(evals[c].before, evals[confs[0]].before):
+      raise ValueError(f"eval_{c}.csv: its held-out questions or before-rewards differ from eval_{confs[0]}.csv")
+  study_q, study_v = pd.read_csv(data / "study_questions.csv"), pd.read_csv(data / "study_views.csv")
+  verdict = pd.read_csv(data / "study_verdict.csv")
+  rank = dict(zip(verdict.configuration, verdict["rank"]))
+  questions, sums = predictor_sums(study_q, study_v, confs)
+  point = predictor_values(sums, np.ones(len(questions)))
+  point["verdict_ranking"] = -np.array([rank.get(c, np.nan) for c in confs], float)
+  g = gains(evals, confs)
+  rng = np.random.default_rng(seed)
+  boot = {k: [] for k in point}
+  boot_gain, boot_x = [], []
+  for _ in range(n_boot):             # study and evaluation questions resampled independently, alike for all confs
+    w = np.bincount(rng.integers(0, len(questions), len(questions)), minlength=len(questions)).astype(float)
+    eidx = rng.integers(0, len(ids), len(ids))
+    vals = predictor_values(sums, w)
+    vals["verdict_ranking"] = point["verdict_ranking"]          # the verdict's own ranking: as the study gave it
+    gb = gains(evals, confs, eidx)
+    boot_gain.append(gb)
+    boot_x.append(vals["alignment_incorrect"])
+    for k, v in vals.items():
+      boot[k].append(rank_correlations(v, gb)[:2])
+  rows = []
+  for k, v in point.items():
+    rho, tau, n = rank_correlations(v, g)
+    b = np.array(boot[k], float)
+    lo = np.nanpercentile(b, 2.5, axis=0) if np.isfinite(b).any() else [np.nan, np.nan]
+    hi = np.nanpercentile(b, 97.5, axis=0) if np.isfinite(b).any() else [np.nan, np.nan]
+    rows.append(dict(predictor=k, n_configurations=n, spearman=rho, spearman_lo=lo[0], spearman_hi=hi[0],
+                     kendall=tau, kendall_lo=lo[1], kendall_hi=hi[1],
+                     **{f"value_{c}": x for c, x in zip(confs, v)}))
+  out = pd.DataFrame(rows)
+  out.to_csv(data / "predictors.csv", index=False)
+  named = verdict.configuration[verdict.named].tolist()
+  bg = np.array(boot_gain)
+  regret = []
+  if named and named[0] in confs:
+    i = confs.index(named[0])
+    r = bg[:, i] - bg.max(axis=1)
+    regret.append(dict(named=named[0], gain=g[i], best=confs[int(np.argmax(g))], best_gain=g.max(),
+                       regret=g[i] - g.max(), regret_lo=np.percentile(r, 2.5), regret_hi=np.percentile(r, 97.5)))
+  pd.DataFrame(regret, columns=["named", "gain", "best", "best_gain", "regret", "regret_lo", "regret_hi"]).to_csv(
+      data / "regret.csv", index=False)
+  if figure is not None:
+    x_ci = np.nanpercentile(np.array(boot_x, float), [2.5, 97.5], axis=0)      # [2, C]
+    _figure(figure, confs, point["alignment_incorrect"], x_ci, g, runs)
+  return out
+
+
+def _figure(path: pathlib.Path, confs, x, x_ci, y, runs) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(6, 4.5))
+  lo, hi = runs.lo.to_numpy(float), runs.hi.to_numpy(float)
+  ax.errorbar(x, y, xerr=np.abs(x_ci - x), yerr=np.abs(np.vstack([lo, hi]) - y), fmt="o", capsize=3)
+  for c, a, b in zip(confs, x, y):
+    ax.annotate(c, (a, b), textcoords="offset points", xytext=(4, 4), fontsize=8)
+  ax.axhline(0, color="grey", lw=0.8)
+  ax.set_xlabel("study: mean alignment on incorrect nodes (95% bootstrap over study questions)")
+  ax.set_ylabel("OPD: held-out pass@1 change (paired 95% t interval)")
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool, figure: pathlib.Path | None,
+              n_boot: int = 2000) -> None:
+  if piece == "study":
+    run_study(workdir, data, tiny)
+  elif piece.startswith("train:"):
+    name = piece.split(":", 1)[1]
+    if name not in configurations(tiny):
+      raise ValueError(f"--piece={piece}: no configuration {name!r}; one of {sorted(configurations(tiny))}")
+    run_train(name, workdir, data, tiny)
+  elif piece == "table":
+    print(table(data, figure, n_boot=n_boot).to_string(max_cols=9), flush=True)
+  else:
+    raise ValueError(f"--piece={piece}: use study, train:<name> or table")
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--workdir", required=True)
+  ap.add_argument("--data_dir", default=str(DATA_DIR))
+  ap.add_argument("--piece", default="all", help="all | study | train:<name> | table")
+  ap.add_argument("--tiny", action="store_true", help="random models on the synthetic task (tests)")
+  ap.add_argument("--figure", default=str(REPO / "docs" / "validation_training.png"))
+  ap.add_argument("--n_boot", type=int, default=2000)
+  ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+  args = ap.parse_args(argv)
+  workdir, data = pathlib.Path(args.workdir), pathlib.Path(args.data_dir)
+  figure = pathlib.Path(args.figure) if args.figure else None
+  if args.child:
+    run_piece(args.piece, workdir, data, args.tiny, figure, args.n_boot)
+    return 0
+  todo = pieces(args.tiny) if args.piece == "all" else [args.piece]
+  for piece in todo:
+    if done(piece, data):
+      print(f"{piece}: done ({data}); not rerun", flush=True)
+      continue
+    t0 = time.time()
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", f"--piece={piece}", f"--workdir={workdir}",
+           f"--data_dir={data}", f"--figure={args.figure}", f"--n_boot={args.n_boot}"] + (["--tiny"] if args.tiny
+                                                                                         else [])
+    proc = subprocess.Popen(cmd)
+    _, status, usage = os.wait4(proc.pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    wall, peak = time.time() - t0, usage.ru_maxrss / 2**20          # ru_maxrss: KiB on Linux
+    print(f"{piece}: exit {code}, {wall:.0f} s, peak RSS {peak:.2f} GiB", flush=True)
+    if code:
+      return code
+    if piece.startswith("train:"):
+      print(add_run_row(workdir / "train" / piece.split(":", 1)[1], data, wall, peak), flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,87 @@
+"""Does the study predict training? The study and one OPD run per configuration on disjoint questions (issue 36).
+
+  python benchmarks/validate_training.py --workdir=runs/validation                 # every piece not yet done
+  python benchmarks/validate_training.py --workdir=runs/validation --piece=train:solution     # one piece
+  python benchmarks/validate_training.py --workdir=runs/validation --piece=table   # the tables and figure, from
+                                                                                   # docs/data/validation/*.csv
+The driver runs each piece in a child process (`python -m opd_jax.main --config=configs/validation.py:study`
+or `:train --config.train.configuration=...`), skips what its committed CSVs already hold, and writes them to
+docs/data/validation/ (docs/validation.md, "Does the study predict training?": the pieces' runtimes and memory).
+
+One student (Qwen2.5-Coder-0.5B-Instruct), the default study's task and template (sums of 2-3 numbers below 101,
+answer asked only), with the response cap raised from 16 to 48 tokens so a worked sum ("12 + 34 = 46 ... The
+answer is 80. <answer>80</answer>", ~30 tokens) is graded, not cut: the 16-token cap alone decided the
+self:solution run of docs/results.md, experiment 3. Three disjoint question sets: the study's pool (generator
+seed STUDY_SEED, without any question of the trainer's pool: config.task.exclude), and the trainer's pool (seed
+0): its first `eval_questions` held out for pass@1 before and after, the rest trained on. `:tiny` / `:tiny_study` /
+`:tiny_train`: random models on the synthetic parity task (tests).
+"""
+from configs import opd_train
+from configs import teacher_sweep
+
+TEACHER = "qwen2.5-coder-1.5b-instruct"
+# name -> "teacher:context:divergence": the 1.5B teacher under three divergences, the student given four
+# privileged contexts, and a control whose sign is known in advance (a wrong attempt shown as the reference).
+CONFIGURATIONS = {
+    "external": f"{TEACHER}:plain:reverse_kl",
+    "external_fkl": f"{TEACHER}:plain:forward_kl",
+    "external_jsd": f"{TEACHER}:plain:jsd@0.5",
+    "solution": "self:solution:reverse_kl",
+    "summary": "self:summary:reverse_kl",
+    "answer": "self:answer:reverse_kl",
+    "contrastive": "self:contrastive:reverse_kl",
+    "misleading": "self:misleading:reverse_kl",
+}
+TINY = {"external": "random:1:plain:reverse_kl", "solution": "self:solution:reverse_kl"}
+# The study's generator seed (and its draws). reasoning-gym draws item i from seed + i, so seeds 0 and 1 share 199
+# of 200 questions: the study's seed is far from the trainer's (0), and config.task.exclude drops chance repeats.
+STUDY_SEED = 10_000
+MAX_NEW_TOKENS = 48
+
+
+def _task(config, tiny: bool):
+  if tiny:
+    config.student.name = "random:0"
+    config.task.name = "synthetic:parity"
+    config.task.template = ""
+    config.task.grade_truncated = True
+    config.sampling.max_new_tokens = 8
+  else:
+    config.sampling.max_new_tokens = MAX_NEW_TOKENS
+  return config
+
+
+def get_config(arg: str | None = None):
+  arg = arg or "study"
+  tiny = arg.startswith("tiny")
+  kind = arg.removeprefix("tiny").strip("_") or ("study" if tiny else arg)
+  if kind == "study":
+    config = _task(teacher_sweep.get_config(), tiny)
+    config.name = "validation_study"
+    config.seed = STUDY_SEED
+    config.configurations = dict(TINY if tiny else CONFIGURATIONS)
+    config.task.num_problems = 200           # the pool the study's informative questions are drawn from
+    config.task.exclude = ""                 # the driver: a JSON list of the trainer's pool's questions
+    config.budget.questions = 40
+    config.budget.looks = ()                 # a fixed design: every configuration on the same 40 questions
+    if tiny:
+      config.task.num_problems = 24
+      config.budget.update(questions=3, rollouts_per_question=6, nodes_per_rollout=2, continuations_per_candidate=2,
+                           branch_batch=32, question_batch=2, stop_at_answer=False)
+      config.scoring.update(chunk=8, top_k=4)
+    return config
+  if kind == "train":
+    config = _task(opd_train.get_config(), tiny)
+    config.name = "validation_train"
+    config.seed = 0
+    config.task.num_problems = 200           # 40 held out, 160 trained on (40 steps x 4 questions: one pass)
+    config.train.update(steps=40, batch_questions=4, rollouts_per_question=2, eval_questions=40, eval_samples=8,
+                        eval_every=40, checkpoint_every=10, chunk=64)
+    if tiny:
+      config.task.num_problems = 12
+      config.train.update(steps=2, batch_questions=2, rollouts_per_question=2, eval_questions=4, eval_samples=2,
+                          eval_every=2, checkpoint_every=1, chunk=8)
+      config.train.lora.rank = 4
+      config.train.optim.learning_rate = 1e-2
+    return config
+  raise ValueError(f"unknown variant {arg!r} of validation; use 'study', 'train', 'tiny_study' or 'tiny_train'")

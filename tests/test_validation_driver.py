@@ -1,0 +1,141 @@
+"""The validation experiment's driver (benchmarks/validate_training.py, issue 36) on tiny random models: its pieces,
+their exported CSVs checked against the records they come from, a finished piece never rerun, and the table's
+rank correlations against scipy on hand-made CSVs."""
+import json
+import math
+import pathlib
+import resource
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.stats
+
+from benchmarks import validate_training as vt
+
+
+def test_pieces_export_what_their_records_hold_and_a_finished_piece_is_not_rerun(tmp_path, monkeypatch):
+  work, data = tmp_path / "work", tmp_path / "data"
+  vt.run_piece("study", work, data, tiny=True, figure=None)
+  nodes = pd.read_parquet(work / "study" / "records" / "nodes")
+  sq = pd.read_csv(data / "study_questions.csv")
+  for conf, g in nodes.groupby("config_id"):                  # the per-question sums give the records' means back
+    a = g[~g.correct].alignment.dropna()
+    s = sq[sq.configuration == conf]
+    assert s.incorrect_nodes.sum() == len(a)
+    if len(a):
+      np.testing.assert_allclose(s.incorrect_alignment_sum.sum() / s.incorrect_nodes.sum(), a.mean(), rtol=1e-12)
+  verdict = json.loads((work / "study" / "verdict.json").read_text())
+  assert pd.read_csv(data / "study_verdict.csv").query("named").configuration.tolist() == [verdict["best"]]
+
+  for name in vt.configurations(tiny=True):
+    vt.run_piece(f"train:{name}", work, data, tiny=True, figure=None)
+    vt.add_run_row(work / "train" / name, data, wall_s=1.0,
+                   peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+  runs = pd.read_csv(data / "runs.csv")
+  assert runs.configuration.tolist() == list(vt.configurations(tiny=True))
+  before = None
+  for row in runs.itertuples():
+    ev = pd.read_csv(data / f"eval_{row.configuration}.csv")
+    summary = json.loads((work / "train" / row.configuration / "train" / "summary.json").read_text(),
+                         parse_constant=lambda c: pytest.fail(f"summary.json holds a bare {c}: not strict JSON"))
+    assert math.isclose(row.diff, summary["last_eval"]["diff"]) and row.steps == summary["steps"] == 2
+    np.testing.assert_allclose((ev.after - ev.before).mean(), row.diff, atol=1e-12)   # the CSV gives the row back
+    before = ev.before if before is None else before
+    np.testing.assert_array_equal(ev.before, before)                # one "before" for every run (same keys)
+  # A finished piece is read from its CSV, never run again (no child process is started).
+  monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"reran {a}"))
+  assert vt.main([f"--workdir={work}", f"--data_dir={data}", "--piece=train:solution", "--tiny"]) == 0
+  assert vt.done("study", data) and vt.done("train:external", data) and not vt.done("train:nosuch", data)
+
+
+def _hand_csvs(data: pathlib.Path, rng) -> tuple[list, np.ndarray, np.ndarray]:
+  """Four configurations, 6 study questions, 10 held-out questions: the CSVs the pieces would write."""
+  confs = ["a", "b", "c", "d"]
+  rows, views = [], []
+  for c in confs:
+    for q in range(6):
+      n = int(rng.integers(1, 5))
+      align = rng.normal(0.2 * confs.index(c), 0.3, n)
+      rows.append({"configuration": c, "question_id": f"q{q}", **{
+          f"{g}_{k}": v for g in vt.GROUPS for k, v in
+          (("nodes", n), ("alignment_sum", align.sum()), ("positive", int((align > 0).sum())))},
+                   "advantage_n": n, "advantage_sum": float(rng.normal(0, 0.1, n).sum())})
+      views.append({"configuration": c, "question_id": f"q{q}", **{
+          f"{col}_{k}": v for col in vt.VIEW_PREDICTORS for k, v in (("n", 3), ("sum", float(rng.random() * 3)))}})
+  pd.DataFrame(rows).to_csv(data / "study_questions.csv", index=False)
+  pd.DataFrame(views).to_csv(data / "study_views.csv", index=False)
+  pd.DataFrame({"configuration": confs, "rank": [4, 3, 2, 1], "mean_alignment": 0.0, "could_be_best": True,
+                "named": [False, False, False, True]}).to_csv(data / "study_verdict.csv", index=False)
+  before = rng.integers(0, 5, 10) / 4
+  gains = []
+  for i, c in enumerate(confs):
+    after = np.clip(before + rng.integers(-1, 3, 10) / 4 * (i - 1), 0, 1)
+    pd.DataFrame({"question_id": range(10), "before": before, "after": after, "samples": 4}).to_csv(
+        data / f"eval_{c}.csv", index=False)
+    gains.append((after - before).mean())
+  pd.DataFrame([{**{k: 0 for k in vt.RUN_COLUMNS}, "configuration": c, "lo": -1, "hi": 1} for c in confs]).to_csv(
+      data / "runs.csv", index=False)
+  return confs, np.array(gains), pd.DataFrame(rows)
+
+
+def test_table_rank_correlations_match_scipy_and_the_regret_is_the_named_gain_minus_the_best(tmp_path):
+  confs, gains, rows = _hand_csvs(tmp_path, np.random.default_rng(3))
+  out = vt.table(tmp_path, tmp_path / "fig.png", n_boot=100).set_index("predictor")
+  mean_incorrect = rows.groupby("configuration").incorrect_alignment_sum.sum() / rows.groupby(
+      "configuration").incorrect_nodes.sum()
+  row = out.loc["alignment_incorrect"]
+  np.testing.assert_allclose([row[f"value_{c}"] for c in confs], mean_incorrect[confs], rtol=1e-12)
+  assert math.isclose(row.spearman, scipy.stats.spearmanr(mean_incorrect[confs], gains).statistic)
+  assert math.isclose(row.kendall, scipy.stats.kendalltau(mean_incorrect[confs], gains).statistic)
+  assert row.spearman_lo <= row.spearman <= row.spearman_hi and row.n_configurations == 4
+  assert math.isclose(out.loc["verdict_ranking"].spearman, scipy.stats.spearmanr([1, 2, 3, 4], gains).statistic)
+  regret = pd.read_csv(tmp_path / "regret.csv").iloc[0]
+  assert regret.named == "d" and math.isclose(regret.regret, gains[3] - gains.max())
+  assert (tmp_path / "fig.png").stat().st_size > 0
+
+
+def test_a_study_pool_without_the_trainers_questions_shares_none(tmp_path):
+  """configs/validation.py's pools overlap (sums of small numbers repeat); config.task.exclude removes exactly the
+  listed questions (the driver lists the trainer's pool), and a bad exclude file is one error naming the field."""
+  from configs import validation  # pylint: disable=g-import-not-at-top
+  from opd_jax import preflight  # pylint: disable=g-import-not-at-top
+  study, train = validation.get_config("study"), validation.get_config("train")
+  assert study.task.name == train.task.name and study.seed != train.seed
+  full, pool = preflight.load_task(study), preflight.load_task(train)
+  train_texts = {p.question for p in pool.problems}
+  shared = {p.question for p in full.problems} & train_texts
+  assert 0 < len(shared) < len(full.problems) // 10       # chance repeats of small sums, not a shifted stream
+  listed = tmp_path / "train.json"
+  listed.write_text(json.dumps(sorted(train_texts)))
+  kept = preflight._excluded(full, str(listed)).problems      # pylint: disable=protected-access
+  assert [p.id for p in kept] == [p.id for p in full.problems if p.question not in shared]
+  assert not {p.question for p in kept} & train_texts
+  listed.write_text("{}")
+  with pytest.raises(ValueError, match=r"^config\.task\.exclude=.*JSON list"):
+    preflight._excluded(full, str(listed))                  # pylint: disable=protected-access
+
+
+def test_rank_correlations_equal_scipys_with_ties_and_undefined_values():
+  rng = np.random.default_rng(0)
+  for _ in range(50):
+    x, y = rng.integers(0, 4, 7).astype(float), rng.integers(0, 4, 7).astype(float)
+    x[rng.integers(0, 7)] = np.nan
+    rho, tau, n = vt.rank_correlations(x, y)
+    ok = np.isfinite(x)
+    if np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
+      assert math.isnan(rho) and math.isnan(tau)
+      continue
+    assert n == 6
+    assert math.isclose(rho, scipy.stats.spearmanr(x[ok], y[ok]).statistic, abs_tol=1e-12)
+    assert math.isclose(tau, scipy.stats.kendalltau(x[ok], y[ok]).statistic, abs_tol=1e-12)
+
+
+def test_json_records_are_strict_json(tmp_path):
+  """records.atomic_write_json (summary.json, manifest.json, verdict.json): NaN and inf are written as null."""
+  from opd_jax import records  # pylint: disable=g-import-not-at-top
+  records.atomic_write_json(tmp_path / "x.json", {"a": float("nan"), "b": [np.float32("inf"), 1.5, np.float64(2)],
+                                                  "c": {"d": -float("inf"), "e": "NaN"}})
+  back = json.loads((tmp_path / "x.json").read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
+  assert back == {"a": None, "b": [None, 1.5, 2.0], "c": {"d": None, "e": "NaN"}}
