@@ -129,15 +129,22 @@ def init_params(key: jax.Array, config: Config, dtype=jnp.float32, scale: float 
   return params
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _normals(keys: jax.Array, shapes: tuple, scale: float, dtype) -> list[jax.Array]:
-  """[(scale * jax.random.normal(k, s)).astype(dtype) for k, s in zip(keys, shapes)], bitwise, in one compile.
+  """[(scale * jax.random.normal(k, s)).astype(dtype) for k, s in zip(keys, shapes)], bitwise.
 
-  One vmapped draw of the largest size, each cut to its own: with partitionable threefry (the default) element i
-  of a draw depends on the key and i alone, so a prefix of a longer draw is the shorter draw. Eight separate
-  draws cost eight compiles (~1 s each on a CPU: the tests' and smoke runs' model loading)."""
-  if not jax.config.jax_threefry_partitionable:          # draws depend on their size: one per shape
-    return [(scale * jax.random.normal(k, s)).astype(dtype) for k, s in zip(keys, shapes)]
+  Small models (tests, smoke runs): in one compile (`_prefix_normals`); separate draws cost a compile each (~1 s
+  on a CPU, the bulk of a tiny model's loading). Real-size models (a benchmark's random Qwen3) draw each matrix
+  alone, as written above: len(shapes) x the largest would not fit."""
+  sizes = [int(np.prod(s)) for s in shapes]
+  if jax.config.jax_threefry_partitionable and len(sizes) * max(sizes) <= 2**24:
+    return _prefix_normals(keys, shapes, scale, dtype)
+  return [(scale * jax.random.normal(k, s)).astype(dtype) for k, s in zip(keys, shapes)]
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _prefix_normals(keys: jax.Array, shapes: tuple, scale: float, dtype) -> list[jax.Array]:
+  """`_normals` as one vmapped draw of the largest size, each cut to its own: with partitionable threefry (the
+  default) element i of a draw depends on the key and i alone, so a prefix of a longer draw is the shorter draw."""
   sizes = [int(np.prod(s)) for s in shapes]
   flat = jax.vmap(lambda k: jax.random.normal(k, (max(sizes),)))(keys)
   return [(scale * flat[i, :n].reshape(s)).astype(dtype) for i, (n, s) in enumerate(zip(sizes, shapes))]
