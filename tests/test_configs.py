@@ -1,4 +1,5 @@
 """Every study config parses and plans; the `:paper` variant runs end to end on tiny Qwen3 HF folders."""
+import json
 import os
 import pathlib
 import re
@@ -13,16 +14,25 @@ from test_parity import make_hf_folder  # pylint: disable=g-import-not-at-top
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("config", ["configs/smoke.py", "configs/teacher_sweep.py", "configs/teacher_sweep.py:gsm",
-                                    "configs/teacher_sweep.py:hour", "configs/teacher_sweep.py:paper",
-                                    "configs/context_sweep.py"])
-def test_dry_run_prints_the_plan(config):
-  proc = subprocess.run([sys.executable, "-m", "opd_jax.main", f"--config={REPO / config}", "--dry_run"],
-                        capture_output=True, text=True, timeout=120, cwd=REPO,
+DRY_RUNS = ["configs/smoke.py", "configs/teacher_sweep.py", "configs/teacher_sweep.py:gsm",
+            "configs/teacher_sweep.py:hour", "configs/teacher_sweep.py:paper", "configs/context_sweep.py"]
+
+
+def test_dry_run_prints_the_plan(tmp_path):
+  """`--dry_run` of each config prints its plan; the command lines run from one interpreter start
+  (tests/cli_batch.py: each in a forked child, as the shell would run it)."""
+  spec = tmp_path / "cases.json"
+  spec.write_text(json.dumps([{"argv": [f"--config={REPO / config}", "--dry_run"]} for config in DRY_RUNS]))
+  proc = subprocess.run([sys.executable, str(REPO / "tests" / "cli_batch.py"), str(spec), str(tmp_path / "out.json")],
+                        capture_output=True, text=True, timeout=300, cwd=REPO,
                         env=dict(os.environ, PYTHONPATH=str(REPO)))
   assert proc.returncode == 0, proc.stderr[-2000:]
-  for word in ("rollouts", "nodes", "continuations", "tokens", "estimated wall time"):
-    assert word in proc.stdout
+  results = json.loads((tmp_path / "out.json").read_text())
+  assert len(results) == len(DRY_RUNS)
+  for config, got in zip(DRY_RUNS, results):
+    assert got["code"] == 0, (config, got["stderr"][-2000:])
+    for word in ("rollouts", "nodes", "continuations", "tokens", "estimated wall time"):
+      assert word in got["stdout"], (config, word)
 
 
 def test_paper_variant_runs_on_tiny_qwen3_folders(tmp_path):

@@ -210,3 +210,21 @@ def test_training_forward_with_remat_and_query_blocks_computes_the_same():
     f = jax.grad(lambda p: jnp.sum(decoder.merge(model.graphdef, p).hidden_states(*long, remat=remat)[0] ** 2))
     temp[remat] = jax.jit(f).lower(model.params).compile().memory_analysis().temp_size_in_bytes
   assert temp[True] < 0.6 * temp[False], temp
+
+
+def test_init_params_are_one_normal_draw_per_matrix():
+  """decoder.init_params draws every matrix in one compiled program; bitwise the draws of one
+  jax.random.normal per matrix (its documented meaning, and the smoke records' weights), for matrices of several
+  sizes (each a prefix of one long draw), scaled then cast (bf16)."""
+  config = decoder.Config(arch="qwen2", vocab_size=16, d_model=8, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=4,
+                          d_ff=12, qkv_bias=True)
+  got = decoder.init_params(jax.random.key(3), config, dtype=jnp.bfloat16, scale=0.3)
+  names = ["wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "bq", "bk", "bv"]
+  keys = jax.random.split(jax.random.key(3), len(names) + 2)
+  drawn = [got["layers"][n] for n in names] + [got["embed"], got["lm_head"]]
+  for k, x, n in zip(keys, drawn, names + ["embed", "lm_head"]):
+    ref = np.asarray((0.3 * jax.random.normal(k, x.shape)).astype(jnp.bfloat16))
+    assert x.dtype == jnp.bfloat16 and len(np.unique(np.asarray(x, np.float32))) > x.size // 2, n
+    np.testing.assert_array_equal(np.asarray(x), ref, err_msg=n)
+  assert got["layers"]["wk"].shape == (2, 8, 4) and got["lm_head"].shape == (8, 16)
+  np.testing.assert_array_equal(got["layers"]["attn_norm"], np.ones((2, 8)))

@@ -73,7 +73,7 @@ def test_flat_nucleus_over_many_tokens_is_exact_and_unsorted():
   n = 20000
   keys = sampling.row_keys(jax.random.key(2), jnp.arange(n))
   sp = sampling.SamplingParams(top_p=0.9)
-  draws = np.asarray(sampling.sample_logits(jnp.tile(logits, (n, 1)), keys, sp))
+  draws = np.asarray(jax.jit(lambda k: sampling.sample_logits(jnp.tile(logits, (n, 1)), k, sp))(keys))
   expected = exact_probs(logits, 1.0, 0, 0.9)
   counts = np.bincount(draws, minlength=40)
   assert np.all(counts[expected == 0] == 0)
@@ -262,7 +262,8 @@ def test_two_level_categorical_across_blocks_is_exact():
   logits[hot] = np.log([0.2, 0.1, 0.15, 0.1, 0.05, 0.1, 0.08, 0.1]) + 4.0
   logits[700:800] = -np.inf
   keys = sampling.row_keys(jax.random.key(12), jnp.arange(n))
-  draws = np.asarray(sampling.categorical(jnp.tile(jnp.asarray(logits, jnp.float32), (n, 1)), keys))
+  draws = np.asarray(jax.jit(lambda k: sampling.categorical(jnp.tile(jnp.asarray(logits, jnp.float32), (n, 1)), k))(
+      keys))                                                          # one compile, not one per eager op
   p = np.exp(logits - logits.max())
   p /= p.sum()
   assert not np.any((draws >= 700) & (draws < 800))

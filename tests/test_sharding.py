@@ -445,6 +445,8 @@ config.logging.progress = False
 config.budget.questions = 2                               # one per process
 config.configurations = {"solution": "self:solution:reverse_kl"}
 config.budget.rollouts_per_question = 4
+config.budget.node_rollouts_per_question = 1              # one node rollout of one node per question: one
+config.budget.nodes_per_rollout = 1                       # continuation program (prefix count) to compile
 config.budget.continuations_per_candidate = 2
 config.selection = "all"                                  # the same questions whatever the process count
 json.dump({"summary": study.run(config, workdir)}, open(out, "w"))
@@ -519,6 +521,8 @@ config.budget.questions = 2
 config.random_model.init_scale = float(sys.argv[5])
 config.configurations = {"solution": "self:solution:reverse_kl", "plain_fkl": "self:plain:forward_kl"}
 config.budget.rollouts_per_question = 4
+config.budget.node_rollouts_per_question = 1              # one node per question: one continuation program
+config.budget.nodes_per_rollout = 1
 config.budget.continuations_per_candidate = 2
 study.run(config, workdir)
 json.dump(specs, open(workdir + ".specs.json", "w"))

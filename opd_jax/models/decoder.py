@@ -54,6 +54,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 Params = dict[str, Any]
@@ -114,17 +115,39 @@ def init_params(key: jax.Array, config: Config, dtype=jnp.float32, scale: float 
   if c.qkv_bias:
     shapes.update(bq=(L, qd), bk=(L, kd), bv=(L, kd))
   keys = jax.random.split(key, len(shapes) + 2)
-  layers = {n: (scale * jax.random.normal(k, s)).astype(dtype) for k, (n, s) in zip(keys, shapes.items())}
+  drawn = _normals(keys, tuple(shapes.values()) + ((c.vocab_size, c.d_model), (c.d_model, c.vocab_size)), scale,
+                   jnp.dtype(dtype))
+  layers = dict(zip(shapes, drawn))
   layers["attn_norm"] = jnp.ones((L, c.d_model), dtype)
   layers["mlp_norm"] = jnp.ones((L, c.d_model), dtype)
   if c.qk_norm:
     layers["q_norm"] = jnp.ones((L, c.head_dim), dtype)
     layers["k_norm"] = jnp.ones((L, c.head_dim), dtype)
-  params = {"embed": (scale * jax.random.normal(keys[-2], (c.vocab_size, c.d_model))).astype(dtype),
-            "final_norm": jnp.ones((c.d_model,), dtype), "layers": layers}
+  params = {"embed": drawn[-2], "final_norm": jnp.ones((c.d_model,), dtype), "layers": layers}
   if not c.tie_embeddings:
-    params["lm_head"] = (scale * jax.random.normal(keys[-1], (c.d_model, c.vocab_size))).astype(dtype)
+    params["lm_head"] = drawn[-1]
   return params
+
+
+def _normals(keys: jax.Array, shapes: tuple, scale: float, dtype) -> list[jax.Array]:
+  """[(scale * jax.random.normal(k, s)).astype(dtype) for k, s in zip(keys, shapes)], bitwise.
+
+  Small models (tests, smoke runs): in one compile (`_prefix_normals`); separate draws cost a compile each (~1 s
+  on a CPU, the bulk of a tiny model's loading). Real-size models (a benchmark's random Qwen3) draw each matrix
+  alone, as written above: len(shapes) x the largest would not fit."""
+  sizes = [int(np.prod(s)) for s in shapes]
+  if jax.config.jax_threefry_partitionable and len(sizes) * max(sizes) <= 2**24:
+    return _prefix_normals(keys, shapes, scale, dtype)
+  return [(scale * jax.random.normal(k, s)).astype(dtype) for k, s in zip(keys, shapes)]
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _prefix_normals(keys: jax.Array, shapes: tuple, scale: float, dtype) -> list[jax.Array]:
+  """`_normals` as one vmapped draw of the largest size, each cut to its own: with partitionable threefry (the
+  default) element i of a draw depends on the key and i alone, so a prefix of a longer draw is the shorter draw."""
+  sizes = [int(np.prod(s)) for s in shapes]
+  flat = jax.vmap(lambda k: jax.random.normal(k, (max(sizes),)))(keys)
+  return [(scale * flat[i, :n].reshape(s)).astype(dtype) for i, (n, s) in enumerate(zip(sizes, shapes))]
 
 
 def is_layered(params: Params) -> bool:
