@@ -215,8 +215,11 @@ def test_train_step_on_8_fake_devices_equals_one_device():
     assert stayed and any("model" in sp for sp in specs), (name, specs)      # params really sharded
     for key in ("loss", "grad_norm", "update_norm"):
       np.testing.assert_allclose(m[key], m1[key], rtol=1e-5, err_msg=f"{name} {key}")
+    # Adam's first update is lr g / (|g| + eps) per entry: fp32 round-off of a gradient near 0 (summed in another
+    # order over devices or micro-batches) can move that entry's update by a visible fraction of lr = 1e-2, so the
+    # adapters agree to 1e-3 of lr; a wrong split or sharding moves them by ~lr.
     for a, b in zip(p, p1):
-      np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6, err_msg=name)
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 KILLED = """

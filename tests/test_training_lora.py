@@ -179,7 +179,7 @@ def test_one_bf16_optimizer_step_moves_the_loss_as_the_fp32_reference_and_gradie
         ad, student.params, teacher.params, batch, s_graph=student.graphdef, t_graph=teacher.graphdef,
         lora_scale=SCALE, divergence="reverse_kl", chunk=64, vocab_size=None, remat=remat)))
 
-  vg16, vg32 = value_and_grad(s16, t16, True), value_and_grad(s32, t32, False)   # the reference: fp32, merged
+  vg16, vg32 = value_and_grad(s16, t16, True), value_and_grad(s32, t32, False)   # the reference: fp32
   ad0 = _adapters(s16.params, 0.0, pattern=r"layers/0/w|layers/1/w_")
   tx = state_lib.optimizer(state_lib.OptimConfig())
   loss0, g0 = vg16(ad0)
@@ -216,3 +216,19 @@ def test_the_trainers_bf16_student_samples_from_the_adapted_model():
                                          out.tokens[..., None], -1)[..., 0]
   want, base = lp(_merge(s32.params, big)), lp(s32.params)
   assert np.max(np.abs(out.logprobs - want)) < 0.02 < np.mean(np.abs(base - want))
+
+
+def test_fp32_adapters_kept_apart_are_the_merged_model_in_value_and_gradient():
+  """The trainer's fp32 forward (`keep_apart`: x W + s (x A) B, no merged copy of the weights) against `merge`'s
+  W + s A B: logits to fp32 round-off, with an update large enough that ignoring it would fail (the gradients
+  through an `Adapted` matmul: test_unmerged_matmul_is_w_plus_sab_rounded_once_with_its_gradients)."""
+  _, s32 = _student()
+  ad = _adapters(s32.params, 100.0)                        # max |s A B| = 0.024, ~40% of |W|
+  apart = lora.adapt(s32.params, ad, scale=SCALE, keep_apart=True)
+  is_adapted = lambda x: isinstance(x, lora.Adapted)
+  assert sum(map(is_adapted, jax.tree.leaves(apart, is_leaf=is_adapted))) == len(ad)   # nothing merged
+  merged = _merge(s32.params, ad)
+  got, want, base = (_logits(s32, apart, TOKENS[:16]), _logits(s32, merged, TOKENS[:16]),
+                     _logits(s32, s32.params, TOKENS[:16]))
+  assert _rms(want - base) > 1e3 * _rms(got - want)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

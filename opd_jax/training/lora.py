@@ -153,10 +153,15 @@ def merge(params, adapters: dict[str, Any], *, scale: float, dtype=None):
       treedef, [_merged(w, adapters[p], scale, dtype) if p in adapters else w for p, w in zip(paths, leaves)])
 
 
-def adapt(params, adapters: dict[str, Any], *, scale: float):
+def adapt(params, adapters: dict[str, Any], *, scale: float, keep_apart: bool = False):
   """params as the forward should read them (module docstring): every adapted fp32 matrix merged (exactly `merge`:
   fp32 runs compute what they did before), every adapted narrower one (bf16, fp16) an `Adapted(W, A, B, scale)`
   that `decoder.Block`'s `h @ w` computes unmerged.
+
+  keep_apart: fp32 matrices of BLOCK_MATMULS unmerged too (the trainer, training/step.py and loop.py): no merged
+  copy of the adapted weights in memory (the 0.5B student: ~1.4 GB per copy, one in the step and one for sampling)
+  and no [Din, Dout] gradient of W' per matrix; the same function up to fp32 round-off (x W + s (x A) B summed in
+  fp32 against x (W + s A B)).
 
   In the "layered" layout (paths layers/<i>/<name>) a name adapted in some layers is `Adapted` in all of them, with
   zero adapters where it has none (h W + 0, the same value): the decoder stacks the layers' params for a remat scan
@@ -174,7 +179,8 @@ def adapt(params, adapters: dict[str, Any], *, scale: float):
   for p, w in zip(paths, leaves):
     name = p.rsplit("/", 1)[-1]
     narrow = jnp.issubdtype(w.dtype, jnp.floating) and jnp.finfo(w.dtype).bits < 32
-    if p in adapters and not narrow:
+    apart = narrow or (keep_apart and name in BLOCK_MATMULS)
+    if p in adapters and not apart:
       w = _merged(w, adapters[p], scale)
     elif p in adapters and name not in BLOCK_MATMULS:
       raise ValueError(f"LoRA target {p} is {jnp.dtype(w.dtype).name}: merged, its update would round away "
@@ -182,7 +188,7 @@ def adapt(params, adapters: dict[str, Any], *, scale: float):
                        "or load the model in float32")
     elif p in adapters:
       w = Adapted(w, adapters[p]["a"], adapters[p]["b"], scale)
-    elif narrow and layer_key(p) != p and layer_key(p) in by_layer_key:
+    elif apart and layer_key(p) != p and layer_key(p) in by_layer_key:
       ad = by_layer_key[layer_key(p)]
       w = Adapted(w, jnp.zeros_like(ad["a"]), jnp.zeros_like(ad["b"]), scale)
     new.append(w)

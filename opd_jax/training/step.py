@@ -10,8 +10,9 @@ the privileged context for a self-teacher). The hidden state at column P - 1 + t
 and `losses.opd_loss` reduces over the full vocabulary in chunks of positions (never a [B, T, V] array), the
 teacher side under stop-gradient.
 
-Trainable params: LoRA adapters (`lora.adapt` inside the step: merged in fp32, unmerged next to bf16 weights so
-no update rounds away; the base weights are an input, not updated) or the whole student state (full
+Trainable params: LoRA adapters (`lora.adapt(keep_apart=True)` inside the step: the block matrices computed
+unmerged, x W + s (x A) B, in any dtype: no update rounds away next to bf16 weights and no merged copy of the
+weights is formed; the base weights are an input, not updated) or the whole student state (full
 fine-tuning). The self-teacher is the current student (with its adapters) reading
 its privileged context: what the study diagnosed, as training moves it.
 """
@@ -115,7 +116,7 @@ def loss_fn(trainable, base, teacher_state, batch: Batch, *, s_graph, t_graph, l
     policy, teacher_policy: the study's p and q (`preflight.policy`, `preflight.teacher_policy`: temperature,
       top-k, top-p of the sampled policy; the teacher's T_q), as `losses.token_losses`; None: temperature 1.
   """
-  params = lora.adapt(base, trainable, scale=lora_scale) if lora_scale is not None else trainable
+  params = lora.adapt(base, trainable, scale=lora_scale, keep_apart=True) if lora_scale is not None else trainable
   student = decoder.merge(s_graph, params)
   T = batch.response.shape[1]
   h_s = _response_hidden(student, batch.tokens_s, batch.pos_s, T, remat)
