@@ -66,9 +66,12 @@ def get_config(arg: str | None = None):
     config.budget.looks = ()                 # a fixed design: every configuration on the same 40 questions
     if tiny:
       config.task.num_problems = 24
-      config.budget.update(questions=3, rollouts_per_question=6, nodes_per_rollout=2, continuations_per_candidate=2,
-                           branch_batch=32, question_batch=2, stop_at_answer=False)
+      config.budget.update(questions=2, rollouts_per_question=4, node_rollouts_per_question=2, nodes_per_rollout=1,
+                           continuations_per_candidate=2, student_top_k=1, branch_batch=32, question_batch=2,
+                           stop_at_answer=False)
       config.scoring.update(chunk=8, top_k=4)
+      config.report.pages = 0
+      config.logging.progress = False
     return config
   if kind == "train":
     config = _task(opd_train.get_config(), tiny)
@@ -83,5 +86,6 @@ def get_config(arg: str | None = None):
                           eval_every=2, checkpoint_every=1, chunk=8)
       config.train.lora.rank = 4
       config.train.optim.learning_rate = 1e-2
+      config.logging.progress = False
     return config
   raise ValueError(f"unknown variant {arg!r} of validation; use 'study', 'train', 'tiny_study' or 'tiny_train'")
