@@ -226,9 +226,8 @@ def run(config, workdir: str) -> str:
       divergence=divergence_spec(conf), chunk=t.chunk, vocab_size=student.config.real_vocab_size,
       in_shardings=in_shardings, micro_batches=micro_batches, accumulate=t.optim.accumulate,
       policy=preflight.policy(config), teacher_policy=preflight.teacher_policy(config))
-  # The student the adapters represent, for sampling and evaluation: the block matrices unmerged (lora.adapt,
-  # keep_apart: no merged copy of the weights; the step's own forward reads them the same way).
-  adapted = (lambda b, a: lora.adapt(b, a, scale=scale, keep_apart=True)) if scale is not None else None
+  # The student the adapters represent (bf16 matrices unmerged: lora.adapt), for sampling and evaluation.
+  adapted = jax.jit(lambda b, a: lora.adapt(b, a, scale=scale)) if scale is not None else None
   current = lambda: dataclasses.replace(student, params=adapted(base, st["params"]) if adapted else st["params"])
 
   failures_before = grading.failures()                   # grades that time out or fail: counted, reported
