@@ -324,8 +324,9 @@ class Work:
   def extra(self, context: str, n_tok: int) -> float:
     """Tokens a teacher's prompt adds to the student's in `context` (contrastive: + the incorrect rollout)."""
     out = self.context_tokens.get(context, CONTEXT_TOKENS.get(context, CONTEXT_DEFAULT))
-    return out + ((n_tok if self.incorrect_tokens is None else self.incorrect_tokens) if context in contexts.NEEDS_INCORRECT
-                  else 0)
+    if context not in contexts.NEEDS_INCORRECT:
+      return out
+    return out + (n_tok if self.incorrect_tokens is None else self.incorrect_tokens)
 
 
 def context_lengths(config, task, problems, tokenizer, names) -> tuple[float, dict[str, float]]:

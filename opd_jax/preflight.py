@@ -389,10 +389,11 @@ def check_context(config, task, confs, tokenizer, limits: dict[str, int]) -> Non
       if ctx == "plain":
         continue
       msg = contexts.context_message(ctx, task, problem, incorrect="", templates=c.contexts.templates)
-      need = len(chat(msg)) + n_tok * (2 if ctx in contexts.NEEDS_INCORRECT else 1)
+      shows_incorrect = ctx in contexts.NEEDS_INCORRECT
+      need = len(chat(msg)) + n_tok * (2 if shows_incorrect else 1)
       if need > limits[teacher]:
         raise ValueError(f"question {problem.id}: the {ctx!r} context of teacher {teacher!r} needs up to {need} "
-                         f"tokens (message + response{' + an incorrect rollout' if ctx in contexts.NEEDS_INCORRECT else ''}), "
+                         f"tokens (message + response{' + an incorrect rollout' if shows_incorrect else ''}), "
                          f"more than its context ({limits[teacher]} tokens); {fix}, or drop that configuration")
 
 

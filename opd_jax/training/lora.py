@@ -159,8 +159,8 @@ def adapt(params, adapters: dict[str, Any], *, scale: float, keep_apart: bool = 
   that `decoder.Block`'s `h @ w` computes unmerged.
 
   keep_apart: fp32 matrices of BLOCK_MATMULS unmerged too (the trainer's step, training/step.py): no merged copy
-  of the adapted weights inside the step (the 0.5B student: ~1.4 GB) and no [Din, Dout] gradient of W' per matrix; the same function up to fp32 round-off (x W + s (x A) B summed in
-  fp32 against x (W + s A B)).
+  of the adapted weights inside the step (the 0.5B student: ~1.4 GB) and no [Din, Dout] gradient of W' per
+  matrix; the same function up to fp32 round-off (x W + s (x A) B summed in fp32 against x (W + s A B)).
 
   In the "layered" layout (paths layers/<i>/<name>) a name adapted in some layers is `Adapted` in all of them, with
   zero adapters where it has none (h W + 0, the same value): the decoder stacks the layers' params for a remat scan
