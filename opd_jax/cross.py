@@ -236,14 +236,14 @@ def candidate_logprobs(student: Any, teacher: Any, teacher_prompts: Sequence[Seq
       with np.errstate(invalid="ignore"):
         lq = np.array([np.where(v == -math.inf, -math.inf, v - den) for v in
                        (logp((r, b) + a, mode) for a in atoms)]).reshape(len(atoms), n_t)
-      over = np.nan_to_num(np.max(lq, initial=0.0), nan=0.0)
-      excl, cut = cross_tree.exclusive([key_of(a) for a in atoms], np.exp(np.minimum(lq, 0.0)), contains)
+      over = np.nan_to_num(np.max(lq, initial=0.0), nan=0.0)             # a q above 1: pruning's error
+      excl, cut = cross_tree.exclusive([key_of(a) for a in atoms], np.minimum(lq, 0.0), contains)
       clipped = max(clipped, float(np.expm1(over)), cut)
-      holders = {a: sum(a in e for e in events) for a in atoms}
-      q = np.array([sum((excl[atoms.index(a)] / holders[a] for a in e), np.zeros(n_t)) for e in events])
-      with np.errstate(divide="ignore"):
-        per_query.append(np.log(q.reshape(len(events), n_t)).T)
-      why.append(records.TEACHER_STATE_BOUND if np.isnan(per_query[-1]).any() else "")
+      holders = {a: sum(a in e for e in events) for a in atoms}             # candidates sharing the event
+      logq = np.array([np.logaddexp.reduce([excl[atoms.index(a)] - math.log(holders[a]) for a in e], axis=0)
+                       if e else np.full(n_t, -math.inf) for e in events]).reshape(len(events), n_t)
+      per_query.append(logq.T)
+      why.append(records.TEACHER_STATE_BOUND if np.isnan(logq).any() else "")
     out.append(per_query)
     reasons.append(why)
   too_many = sum(int(np.isnan(a[0]).sum()) for q, w in zip(out, reasons) for a, y in zip(q, w)

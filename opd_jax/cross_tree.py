@@ -137,8 +137,8 @@ def reduce(logq: np.ndarray, keys, order: np.ndarray) -> dict[Key, float]:
   return out
 
 
-def exclusive(keys: list, q: np.ndarray, contains: Callable[[Any, Any], bool]) -> tuple[np.ndarray, float]:
-  """Disjoint events from nested ones: each key's probability less that of the keys it contains.
+def exclusive(keys: list, logq: np.ndarray, contains: Callable[[Any, Any], bool]) -> tuple[np.ndarray, float]:
+  """Disjoint events from nested ones: each key's probability less that of the keys it contains, in logs.
 
   A node's candidate events nest (exact mode: the continuation begins with ">" contains it beginning with "></";
   canonical mode: a token path contains its extensions), so their probabilities overlap. Key a keeps
@@ -149,20 +149,28 @@ def exclusive(keys: list, q: np.ndarray, contains: Callable[[Any, Any], bool]) -
   and the B_a are pairwise disjoint: sum_a P(B_a) <= 1 when every P(A_a) <= 1 and nested keys' events nest.
 
   Args:
-    keys: M distinct hashable keys; q: float64 [M, ...] their (inclusive) probabilities, NaN allowed.
+    keys: M distinct hashable keys; logq: float64 [M, ...] log P(A_a) (inclusive), NaN allowed.
     contains: contains(a, b) true when key b's event lies inside key a's and b != a.
   Returns:
-    (float64 [M, ...] P(B_a), clipped to [0, P(A_a)], NaN where an input was; the largest amount clipped: > 0
-    only where the inputs are not exact, e.g. pruned sums, and up to their error).
+    (float64 [M, ...] log P(B_a): log P(A_a) exactly where a contains no key, -inf where the contained mass
+    reaches P(A_a) (clipped: only where the inputs are not exact, e.g. pruned sums), NaN where an input is;
+    the largest amount clipped, as a probability).
   """
-  q = np.asarray(q, np.float64)
-  out = q.copy()
+  logq = np.asarray(logq, np.float64)
+  out, clipped = logq.copy(), 0.0
   for i, a in enumerate(keys):
     inner = [j for j, b in enumerate(keys) if j != i and contains(a, b)]
     minimal = [j for j in inner if not any(k != j and contains(keys[k], keys[j]) for k in inner)]
-    out[i] = q[i] - q[minimal].sum(0) if minimal else q[i]
-  clipped = np.where(np.isnan(out), 0.0, np.maximum(-out, 0.0))
-  return np.where(np.isnan(out), np.nan, np.clip(out, 0.0, None)), float(np.max(clipped, initial=0.0))
+    if not minimal:
+      continue
+    inside = np.logaddexp.reduce(logq[minimal], axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+      gap = np.where(logq[i] == -np.inf, 0.0, inside - logq[i])            # log of (contained / own) mass
+      out[i] = np.where(gap >= 0, -np.inf, logq[i] + np.log1p(-np.exp(np.minimum(gap, 0.0))))
+    over = np.where(gap >= 0, np.exp(inside) - np.exp(logq[i]), 0.0)
+    clipped = max(clipped, float(np.nanmax(over, initial=0.0)))
+    out[i] = np.where(np.isnan(logq[i]) | np.isnan(inside), np.nan, out[i])
+  return out, clipped
 
 
 def logsumexp(values) -> float:

@@ -86,18 +86,23 @@ def test_exclusive_events_against_an_explicit_distribution():
       inside = [i for i, k in enumerate(keys) if c.startswith(k)]
       if inside:
         want[max(inside, key=lambda i: len(keys[i]))] += wc
-    got, clipped = cross_tree.exclusive(keys, incl, lambda a, b: a != b and b.startswith(a))
-    np.testing.assert_allclose(got, want, atol=1e-12)
-    assert got.sum() <= 1 + 1e-12 and clipped < 1e-12
+    with np.errstate(divide="ignore"):
+      got, clipped = cross_tree.exclusive(keys, np.log(incl), lambda a, b: a != b and b.startswith(a))
+      paths = [tuple(k) for k in keys]                        # token paths: one token per byte here
+      got_p, _ = cross_tree.exclusive(paths, np.log(incl), lambda a, b: len(a) < len(b) and b[:len(a)] == a)
+    np.testing.assert_allclose(np.exp(got), want, atol=1e-12)
+    assert np.exp(got).sum() <= 1 + 1e-12 and clipped < 1e-12
     over += incl.sum() > 1
-    paths = [tuple(k) for k in keys]                        # token paths: one token per byte here
-    got_p, _ = cross_tree.exclusive(paths, incl, lambda a, b: len(a) < len(b) and b[:len(a)] == a)
-    np.testing.assert_allclose(got_p, want, atol=1e-12)
+    np.testing.assert_allclose(np.exp(got_p), want, atol=1e-12)
   assert over > 30
   # Pruned (lower-bound) sums can leave a longer event above a shorter one: clipped to 0 and reported.
-  got, clipped = cross_tree.exclusive([b">", b"></"], np.array([0.30, 0.30 + 1e-6]),
+  got, clipped = cross_tree.exclusive([b">", b"></"], np.log([0.30, 0.30 + 1e-6]),
                                       lambda a, b: b.startswith(a) and a != b)
-  assert got[0] == 0 and abs(clipped - 1e-6) < 1e-12
+  assert got[0] == -np.inf and abs(clipped - 1e-6) < 1e-12
+  # Logs, not probabilities: an event of 1e-400 (below float64's smallest) keeps its log.
+  got, _ = cross_tree.exclusive([b">", b"></", b"a"], np.array([-900.0, -920.0, -1000.0]),
+                                lambda a, b: b.startswith(a) and a != b)
+  np.testing.assert_allclose(got, [-900 + np.log1p(-np.exp(-20.0)), -920.0, -1000.0], rtol=1e-15)
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +146,8 @@ def test_real_tokenizers_q_is_a_probability_in_both_modes(batch):
   log q = +12). Exact q of ">" is its inclusive sum less that of "></" (queried alone), at a node with both."""
   student, teacher = batch.student, batch.teacher
   sv, tv = (token_bytes.byte_vocab(m.tokenizer) for m in (student, teacher))
-  roll = cross._rollout(sv, tv, batch.responses[-1], cross.specials(sv, tv, {2}, teacher.stop_ids))  # pylint: disable=protected-access
+  special = cross.specials(sv, tv, {2}, teacher.stop_ids)
+  roll = cross._rollout(sv, tv, batch.responses[-1], special)   # pylint: disable=protected-access
   merged = 0
   for t in range(len(batch.responses[-1])):
     _, tail = cross.boundary(tv, roll, t)
