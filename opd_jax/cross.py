@@ -39,7 +39,8 @@ text before the boundary is text the teacher's normalizer changes (`ByteVocab.re
 or a decomposed "é"): its tokenizer never gives it such text to read, so it is not conditioned on it (the
 positions before it, and the other rollouts, keep their values; bytes it would normalize can still be asked
 about as a candidate: the teacher writes bytes through its tokens, never through its normalizer);
-records.TEACHER_STATE_BOUND where a string needs more teacher states than `max_tree_nodes` (exact mode).
+records.TEACHER_STATE_BOUND where a string needs more teacher states than `max_tree_nodes` (the exact sums:
+every string in exact mode, the tails in canonical mode).
 """
 from __future__ import annotations
 
