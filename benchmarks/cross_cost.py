@@ -75,8 +75,9 @@ def main():
       scoring.score(student, student, prompts, prompts, resp, student_hidden=h_p)
       nodes.at_nodes(student, [nodes.NodeInputs(h_p[i], {}, resp[i], pos[i]) for i in range(len(rids))], [],
                      student_top_k=2, teacher_top_k=1, policy=tp, teacher_policy=tp)
-      queries = [[(t, [int(k) for k in at[i].candidates[pos[i].index(t)] if k >= 0] if t in pos[i] else [y])
-                  for t, y in enumerate(resp[i])] for i in range(len(rids))]
+      queries = [[(t, [y]) for t, y in enumerate(resp[i])] +           # as `cross_view.score_view` asks
+                 [(t, [int(k) for k in at[i].candidates[m] if k >= 0]) for m, t in enumerate(pos[i])]
+                 for i in range(len(rids))]
       return cross.candidate_logprobs(student, teacher, prompts, resp, queries, mode=mode, prune=a.prune)
 
     t_shared = _best(shared, a.repeats)

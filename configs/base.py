@@ -88,7 +88,9 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             mode "exact" (every teacher tokenization of a candidate's bytes whose path is within
                             `prune` nats of the canonical one, at most max_tree_nodes teacher states per string;
                             the left-out mass bounds the relative error, logged per question; prune=inf: all) |
-                            "canonical" (its canonical tokens only);
+                            "canonical" (its canonical tokens only, over the tail's exact probability); a node's
+                            candidates are disjoint events either way (docs/usage.md, "Teachers with another
+                            tokenizer");
                             force=True sends a same-tokenizer teacher that way too (the identity check)
   mesh.data, mesh.model     device mesh of one process (-1: all remaining devices)
   mesh.rules                logical-axis rules (MaxText style) placing params on the mesh: pairs (logical axis,

@@ -4,25 +4,43 @@ A view (teacher, context) whose teacher reads other ids than the student ("cross
 `models.tokenizer_differences` decides, or `config.scoring.cross_tokenizer.force`) cannot read the student's
 tokens. It reads text instead: at position t of a rollout, the node's text x = bytes(y_<t) (the student's
 tokens' bytes; special tokens write none), and for each candidate k of the position the teacher's probability
-that its continuation of x begins with bytes(k) (`cross_tree.py`: the definition, the exact and canonical
-modes, the boundary's tail). The teacher reads its own chat rendering of the view's context, then its own
-tokens of the whole response text once (one forward, its KV cache kept as a shared prefix), and every teacher
-state the candidates need is a short branch off that cache at the node's boundary (`decoder.with_prefix` with a
-per-row limit: the branch sees the prefix up to the boundary only), so the extra cost per node is a few tokens,
-not a pass over the prompt.
+of the event "its continuation of x writes k" (`cross_tree.py`: the sums, the exact and canonical modes). The
+teacher reads its own chat rendering of the view's context, then its own tokens of the whole response text
+once (one forward, its KV cache kept as a shared prefix), and every teacher state the candidates need is a short
+branch off that cache at the node's boundary (`decoder.with_prefix` with a per-row limit: the branch sees the
+prefix up to the boundary only), so the extra cost per node is a few tokens, not a pass over the prompt.
 
-Boundary: x's tokens in the teacher's tokenization of the whole response, up to the last token end at or
-before the start of x's last pre-token (`ByteVocab.last_pretoken_start`: merges never cross a pre-token, so a
-candidate cannot change the teacher's tokens before it); the tail, the bytes between the boundary and t, is
-asked about together with the candidate and divided out.
+Boundary: x's tokens in the teacher's tokenization of the whole response, up to the last token end at or before
+`ByteVocab.stable_start` of x (after the last special token the teacher reads): no continuation of x changes the
+teacher's tokens before it (checked against the teacher's own pre-tokenizer, whitespace rules and added tokens
+included); the tail, the bytes between the boundary and t, is asked about together with the candidate.
 
-Result per position and candidate: log q(k | x) = log P(tail + k) - log P(tail) (`cross_tree.log_prob`), in
-nats, float64, per teacher temperature (softmax(z / T) at every teacher state). Special tokens (`specials`):
-the student's stop tokens are the teacher's stop ids, another control token is
-the teacher's token of the same text if it has one (read in the prefix, asked for as a candidate), else it
-writes nothing in the prefix and has log q = -inf as a candidate (the teacher cannot write another model's
-control token); -inf also for bytes the teacher cannot write. NaN: more teacher states than
-`max_tree_nodes` (exact mode), counted in `Result.too_many`.
+The candidates' events, disjoint (docs/usage.md, "Teachers with another tokenizer"):
+  exact      A(k) = the teacher's continuation from the boundary begins with tail + bytes(k), over every teacher
+             tokenization; when bytes(k) begins bytes(k') (">" and "></"), A(k') lies inside A(k), so k keeps
+             A(k) less the A(k') of the candidates that extend it (`cross_tree.exclusive`): q(k) is the
+             probability that the teacher writes k's bytes and does not go on to write a longer candidate's;
+  canonical  A(k) = the teacher's continuation begins with its canonical tokens of tail + bytes(k) (one token
+             path), less the paths of the candidates that extend that path;
+  q(k) = P(A(k) minus the nested events) / P(the continuation begins with the tail), the denominator exact in
+  both modes (every path writing the tail: a canonical path of tail + bytes(k) is one of them, so log q <= 0).
+  Candidates with one event (equal bytes; stop tokens mapped to the same teacher ids) share its probability
+  equally. So the q of a node's candidates are probabilities of disjoint events: their sum, q_mass, is <= 1
+  (up to pruning's bound). In nats, float64, per teacher temperature (softmax(z / T) at every teacher state).
+
+Special tokens (`specials`): the student's stop tokens are the teacher's stop ids, another control token is the
+teacher's token of the same text if it has one (read in the prefix, asked for as a candidate: the tail, ending
+on a token end, then one of those ids; each teacher id an event of its own, shared by the candidates mapped to
+it), else it writes nothing in the prefix and has log q = -inf as a candidate (the teacher cannot write another
+model's control token); -inf also for bytes the teacher cannot write.
+
+NaN, with a reason per query (`Result.reasons`, records.NAN_REASONS): records.TEACHER_NORMALIZES_TEXT where the
+text before the boundary is text the teacher's normalizer changes (`ByteVocab.reads_as_is`: NFC and an Ohm sign
+or a decomposed "é"): its tokenizer never gives it such text to read, so it is not conditioned on it (the
+positions before it, and the other rollouts, keep their values; bytes it would normalize can still be asked
+about as a candidate: the teacher writes bytes through its tokens, never through its normalizer);
+records.TEACHER_STATE_BOUND where a string needs more teacher states than `max_tree_nodes` (the exact sums:
+every string in exact mode, the tails in canonical mode).
 """
 from __future__ import annotations
 
@@ -37,6 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from opd_jax import cross_tree
+from opd_jax import records
 from opd_jax import sampling
 from opd_jax.models import decoder
 from opd_jax.models.token_bytes import ByteVocab, byte_vocab
@@ -46,6 +65,7 @@ from opd_jax.models.token_bytes import ByteVocab, byte_vocab
 class Result:
   """`candidate_logprobs`'s output and what it ran."""
   logq: list[list[np.ndarray]]      # [rollout][query] float64 [n_temperatures, K]: log q(k | x) per candidate
+  reasons: list[list[str]]          # [rollout][query] "" or why the query's q are NaN (module docstring)
   states: int                       # teacher states evaluated (distinct (rollout, boundary, path)), roots included
   branch_rows: int                  # branch rows run off the prefix caches
   branch_tokens: int                # tokens fed in them (padding included)
@@ -53,7 +73,9 @@ class Result:
   teacher_calls: int = 0            # calls of the teacher's body (the pass, then branch batches)
   head_calls: int = 0               # calls of its output head (batches of states)
   too_many: int                     # candidates left NaN: more than max_tree_nodes states
-  pruned_bound: float = 0.0         # exact mode: the largest bound on a string's relative error from pruning
+  normalized: int = 0               # queries left NaN: the text before the boundary is normalized by the teacher
+  pruned_bound: float = 0.0         # exact sums: the largest bound on a string's relative error from pruning
+  clipped: float = 0.0              # the largest amount a q was clipped by into [0, 1] (pruning's error)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +85,8 @@ class _Rollout:
   marks: list[tuple[int, int]]      # (byte offset, student position) of the special tokens the teacher reads
   ids: list[int]                    # the teacher's tokens of the response
   ends: list[int]                   # their byte ends (a special token's is its offset)
+  starts: list[int]                 # [L + 1] the stable start of the text before each student token
+  as_is: bool                       # the teacher's normalizer leaves the whole text unchanged
 
 
 def specials(sv: ByteVocab, tv: ByteVocab, student_stops, teacher_stops) -> dict[int, tuple[int, ...]]:
@@ -103,17 +127,24 @@ def _rollout(sv: ByteVocab, tv: ByteVocab, response: Sequence[int], special: dic
       run.append(piece)
       offsets.append(offsets[-1] + len(piece))
   flush()
-  return _Rollout(b"".join(sv.pieces[int(y)] or b"" for y in response), offsets, marks, ids,
-                  [int(e) for e in ends])
+  text = b"".join(sv.pieces[int(y)] or b"" for y in response)
+  # Stable starts, incrementally: the start s of x_t is a pre-token start of every continuation, and a split
+  # restarts at a pre-token start, so x_(t+1)'s is s + the stable start of its text from s (or from a special
+  # token the teacher reads, where its tokenization restarts).
+  starts, s = [], 0
+  for t, o in enumerate(offsets):
+    s = max([s] + [x for x, u in marks if u < t])
+    s += tv.stable_start(text[s:o])
+    starts.append(s)
+  return _Rollout(text, offsets, marks, ids, [int(e) for e in ends], starts, tv.reads_as_is(text))
 
 
 def boundary(tv: ByteVocab, r: _Rollout, t: int) -> tuple[int, bytes]:
   """(b, tail): the teacher tokens kept before position t's text (r.ids[:b]) and the bytes after them. The
-  boundary is the last teacher token end at or before the start of the text's last pre-token (after the last
-  special token the teacher reads)."""
-  o = r.offsets[t]
-  m = max([x for x, u in r.marks if u < t], default=0)
-  s = m + tv.last_pretoken_start(r.text[m:o])
+  boundary is the last teacher token end at or before the text's stable start (`ByteVocab.stable_start`, after
+  the last special token the teacher reads)."""
+  del tv                                                    # the stable starts are the rollout's (`_rollout`)
+  o, s = r.offsets[t], r.starts[t]
   b = bisect.bisect_right(r.ends, s) - sum(1 for x, u in r.marks if u >= t and x <= s)  # not its later specials
   start = r.ends[b - 1] if b else 0
   return b, r.text[start:o]
@@ -129,75 +160,108 @@ def candidate_logprobs(student: Any, teacher: Any, teacher_prompts: Sequence[Seq
     student, teacher: `models.Model`s (byte-level BPE tokenizers: `token_bytes.byte_vocab`).
     teacher_prompts: per rollout, the teacher's token ids of its chat-rendered context (>= 1 token).
     responses: per rollout, the student's response ids [L].
-    queries: per rollout, (position t in [0, L), student candidate ids) pairs.
+    queries: per rollout, (position t in [0, L), student candidate ids) pairs; a query's candidates are one
+      node's: their events are made disjoint together (a candidate's q depends on the others').
     temperatures: teacher temperatures T (softmax(z / T)); mode: "exact" or "canonical" (`cross_tree`).
-    max_tree_nodes: the exact mode's bound on teacher states per string; batch_rows: rows per teacher call.
-    prune: exact mode: a teacher state is evaluated when its path's log-probability is within `prune` nats of
+    max_tree_nodes: the exact sums' bound on teacher states per string; batch_rows: rows per teacher call.
+    prune: exact sums: a teacher state is evaluated when its path's log-probability is within `prune` nats of
       the string's canonical log P (math.inf: every state); the left-out paths' mass bounds each string's
       relative error (`Result.pruned_bound`).
   Returns:
-    `Result`; logq[r][j][i, c] for rollout r, query j, temperature i, candidate c.
+    `Result`; logq[r][j][i, c] for rollout r, query j, temperature i, candidate c; NaN with reasons[r][j].
   Raises:
     ValueError: a tokenizer is not byte-level, a position out of range, an empty teacher prompt.
   """
+  if mode not in cross_tree.MODES:
+    raise ValueError(f"unknown mode {mode!r}: one of {cross_tree.MODES}")
   sv, tv = byte_vocab(student.tokenizer), byte_vocab(teacher.tokenizer)
   special = specials(sv, tv, set(int(i) for i in student.stop_ids), tuple(int(i) for i in teacher.stop_ids))
   rolls = [_rollout(sv, tv, resp, special) for resp in responses]
-  # Phase 1: the strings of every query, and the teacher states they need.
+  n_t = len(temperatures)
+  # Phase 1: each query's events (per candidate, its atoms: (data, then) strings) and the strings to sum.
   strings: dict[tuple, None] = {}                                    # (rollout, b, data, then), in order
-  plan = []                                                          # [rollout][query] (b, targets)
+  plan = []                                                          # [rollout][query] (b, tail, events)
   for r, (roll, qs) in enumerate(zip(rolls, queries)):
     rows = []
     for t, cands in qs:
       if not 0 <= t < len(roll.offsets) - 1:
         raise ValueError(f"position {t} outside the response of rollout {r} (length {len(roll.offsets) - 1})")
       b, tail = boundary(tv, roll, t)
-      targets = [(tail, None)]
+      if not roll.as_is and not tv.reads_as_is(roll.text[:roll.offsets[t] - len(tail)]):
+        rows.append((b, None, [[] for _ in cands]))                  # records.TEACHER_NORMALIZES_TEXT
+        continue
+      events = []
       for k in cands:
         k = int(k)
         piece = sv.pieces[k] if 0 <= k < len(sv.pieces) else None
-        then = special.get(k, ())
-        targets.append((tail + piece, None) if piece is not None else (tail, then) if then else None)
-      rows.append((b, targets))
-      for tg in targets:
-        if tg is not None:
-          strings.setdefault((r, b) + tg, None)
+        events.append([(tail + piece, None)] if piece is not None else [(tail, (i,)) for i in special.get(k, ())])
+      rows.append((b, tail, events))
+      for st in [(tail, None)] + [a for ev in events for a in ev]:
+        strings.setdefault((r, b) + st, None)
     plan.append(rows)
   ev = _Teacher(teacher, tv, teacher_prompts, rolls, strings, temperatures, batch_rows)
-  # Phase 2: the canonical tokens' states of every string (both modes: in exact mode they give each string a
-  # lower bound, the canonical path's log P, against which the exact walk prunes).
+  # Phase 2: the canonical tokens' states of every string (the canonical sums, and the exact walks' lower
+  # bounds for pruning).
   canonical: dict[tuple, set] = {}
   for st in strings:
     for path in cross_tree.needed(tv, st[2], st[3], mode="canonical", max_nodes=max_tree_nodes):
       canonical.setdefault(st, set()).add(path)
   ev.run({(st[0], st[1], path) for st, paths in canonical.items() for path in paths})
-  bounds = {}
-  failed: set = set()
-  reached: dict[tuple, set] = {}
-  if mode == "exact":
-    reached, failed, bounds = _exact_walks(ev, tv, strings, prune, max_tree_nodes)
-  elif mode != "canonical":
-    raise ValueError(f"unknown mode {mode!r}: one of {cross_tree.MODES}")
-  # Phase 3: each string's log P, then log q per candidate.
-  logp_of = {}
-  for st in strings:
-    if st in failed:
-      logp_of[st] = np.full(len(temperatures), math.nan)
-      continue
-    logp_of[st] = np.array([cross_tree.log_prob(tv, st[2], st[3], functools.partial(ev.look, st[0], st[1], i),
-                                                mode=mode, max_nodes=max_tree_nodes, known=reached.get(st))
-                            for i in range(len(temperatures))])
-  out = []
+  # Phase 3: the exact sums (every string in exact mode, the tails in canonical mode), then each string's log P.
+  tails = {(r, b, tail, None) for r, rows in enumerate(plan) for b, tail, _ in rows if tail is not None}
+  walked = strings if mode == "exact" else {st: None for st in strings if st in tails}
+  reached, failed, bounds = _exact_walks(ev, tv, walked, prune, max_tree_nodes)
+
+  @functools.cache
+  def logp(st, how):
+    if how == "exact" and st in failed:
+      return np.full(n_t, math.nan)
+    return np.array([cross_tree.log_prob(tv, st[2], st[3], functools.partial(ev.look, st[0], st[1], i),
+                                         mode=how, max_nodes=max_tree_nodes, known=reached.get(st) if how ==
+                                         "exact" else None) for i in range(n_t)])
+
+  # Phase 4: per query, q(A) / q(tail) of each atom, the nested atoms' mass taken out, shared by candidates.
+  key_of = ((lambda a: a) if mode == "exact" else
+            (lambda a: tuple(tv.encode(a[0]) if a[0] else []) + (a[1] or ())))
+  contains = _contains_bytes if mode == "exact" else _contains_path
+  out, reasons, clipped = [], [], 0.0
   for r, rows in enumerate(plan):
-    per_query = []
-    for b, targets in rows:
-      logp = [np.full(len(temperatures), -math.inf) if tg is None else logp_of[(r, b) + tg] for tg in targets]
-      per_query.append(np.stack([np.where(v == -math.inf, -math.inf, v - logp[0]) for v in logp[1:]], axis=1)
-                       if len(targets) > 1 else np.zeros((len(temperatures), 0)))
+    per_query, why = [], []
+    for b, tail, events in rows:
+      if tail is None:
+        per_query.append(np.full((n_t, len(events)), math.nan))
+        why.append(records.TEACHER_NORMALIZES_TEXT)
+        continue
+      atoms = list(dict.fromkeys(a for e in events for a in e))
+      den = logp((r, b, tail, None), "exact")
+      with np.errstate(invalid="ignore"):
+        lq = np.array([np.where(v == -math.inf, -math.inf, v - den) for v in
+                       (logp((r, b) + a, mode) for a in atoms)]).reshape(len(atoms), n_t)
+      over = np.nan_to_num(np.max(lq, initial=0.0), nan=0.0)             # a q above 1: pruning's error
+      excl, cut = cross_tree.exclusive([key_of(a) for a in atoms], np.minimum(lq, 0.0), contains)
+      clipped = max(clipped, float(np.expm1(over)), cut)
+      holders = {a: sum(a in e for e in events) for a in atoms}             # candidates sharing the event
+      logq = np.array([np.logaddexp.reduce([excl[atoms.index(a)] - math.log(holders[a]) for a in e], axis=0)
+                       if e else np.full(n_t, -math.inf) for e in events]).reshape(len(events), n_t)
+      per_query.append(logq.T)
+      why.append(records.TEACHER_STATE_BOUND if np.isnan(logq).any() else "")
     out.append(per_query)
-  too_many = sum(int(np.isnan(a[0]).sum()) for q in out for a in q)
-  return Result(logq=out, states=len(ev.values), too_many=too_many,
-                pruned_bound=max(bounds.values(), default=0.0), **ev.stats())
+    reasons.append(why)
+  too_many = sum(int(np.isnan(a[0]).sum()) for q, w in zip(out, reasons) for a, y in zip(q, w)
+                 if y == records.TEACHER_STATE_BOUND)
+  return Result(logq=out, reasons=reasons, states=len(ev.values), too_many=too_many,
+                normalized=sum(y == records.TEACHER_NORMALIZES_TEXT for w in reasons for y in w),
+                pruned_bound=max(bounds.values(), default=0.0), clipped=clipped, **ev.stats())
+
+
+def _contains_bytes(a, b) -> bool:
+  """Exact mode: (data, then) atom b's event lies inside a's (b != a): a's bytes begin b's, a ends on no id."""
+  return a != b and a[1] is None and b[0].startswith(a[0])
+
+
+def _contains_path(a, b) -> bool:
+  """Canonical mode: token path b extends token path a."""
+  return len(a) < len(b) and b[:len(a)] == a
 
 
 def _exact_walks(ev, tv, strings, prune: float, max_nodes: int):
@@ -241,8 +305,11 @@ def _exact_walks(ev, tv, strings, prune: float, max_nodes: int):
 # ----------------------------------------------------------------------------------------------------------
 # The teacher: one pass over prompt + response per rollout (kept as a shared prefix), branches off it.
 
-def _bucket(n: int) -> int:
-  return 1 << max(0, (max(n, 1) - 1).bit_length())
+def _bucket(n: int, floor: int = 1) -> int:
+  return max(floor, 1 << max(0, (max(n, 1) - 1).bit_length()))
+
+
+_ROWS = 8        # the fewest rows of a branch or head call (fewer shapes to compile; a padded row costs little)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
@@ -376,7 +443,7 @@ class _Teacher:
         while on < len(path) - 1 and b + on < len(self.ids[r]) and self.ids[r][b + on] == path[on]:
           on += 1
         rows.append((i, r, b, path, on, [(r, b, path[:j + 1]) for j in range(on, len(path) - 1)]))
-      Nb, S1 = _bucket(len(chunk)), _bucket(max(len(x[5]) for x in rows) + 1) - 1
+      Nb, S1 = _bucket(len(chunk), _ROWS), _bucket(max(len(x[5]) for x in rows) + 1) - 1
       L = self.teacher.config.n_layers
       K, Dh = self.teacher.config.n_kv_heads, self.teacher.config.head_dim
       k_own = np.zeros((L, Nb, K, max(S1, 0), Dh), np.float32)
@@ -405,7 +472,7 @@ class _Teacher:
       self.counts["teacher_calls"] += 1
     for start in range(0, len(todo), self.batch_rows):
       chunk = todo[start:start + self.batch_rows]
-      hb = np.zeros((_bucket(len(chunk)), D), hs.dtype)
+      hb = np.zeros((_bucket(len(chunk), _ROWS), D), hs.dtype)
       hb[:len(chunk)] = hs[start:start + len(chunk)]
       lq = np.asarray(_log_softmax(teacher.params, hb, graphdef=teacher.graphdef, temperatures=self.temperatures))
       self.counts["head_calls"] += 1

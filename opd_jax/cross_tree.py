@@ -2,23 +2,27 @@
 student candidate (`cross.py` runs the teacher; this module is the enumeration, model-free).
 
 At a node u the student's candidate k writes bytes(k) after the node's text x. The teacher is conditioned on
-its own tokens of x up to a boundary (`cross.py`: the last token end before the last pre-token of x, so that no
-candidate can change the tokens before it) and the bytes between the boundary and u, the tail, are part of the
-string asked about. With s = tail + bytes(k):
+its own tokens of x up to a boundary (`cross.py`: the last token end at or before `ByteVocab.stable_start` of
+x, so that no continuation can change the tokens before it) and the bytes between the boundary and u, the
+tail, are part of the string asked about. With s = tail + bytes(k):
 
   exact (default)   P(s) = P(the teacher's continuation from the boundary begins with s)
                          = sum_{w : bytes(w) starts with s} q(w)                       (tokens covering the rest)
                          + sum_{w : bytes(w) a proper prefix of s} q(w) P(s[|w|:] | w)  (and recursing)
                     (every tokenization of s, and every token that runs past its end), over at most
                     `max_nodes` teacher states (a state per sequence of whole tokens inside s);
-  canonical         P(s) = prod_i q(w_i | w_<i) over the teacher's canonical tokens w of s (one path; a lower
-                    bound of the exact value).
-A candidate that is a special token (the student's stop token, or a control token the teacher has too) asks
-for s = tail followed by one of the teacher's ids for it (`then`): the recursion's paths must end exactly at
-the end of s, then write one of those ids.
-Then q(k | u) = P(tail + k) / P(tail): P(tail) is common to every candidate of the node and cancels in the
-renormalisation over C(u); it is kept so that the mass covered is a probability (exact: P(tail + k) / P(tail)
-is the byte-level conditional probability that the teacher writes k next).
+  canonical         P(s) = prod_i q(w_i | w_<i) over the teacher's canonical tokens w of s: the probability that
+                    the continuation begins with that one token path (a lower bound of the exact value).
+A candidate that is a special token (the student's stop token, or a control token the teacher has too) asks,
+per teacher id i for it, for s = tail followed by i (`then` = (i,)): the recursion's paths must end exactly at
+the end of s, then write i.
+
+These are events of the teacher's continuation, and a node's events nest: "begins with '>'" contains "begins
+with '></'", a token path contains its extensions. `exclusive` takes each event less the ones inside it, so
+that a node's candidates hold disjoint events (`cross.py` documents the contract). Then q(k | u) = P(k's
+disjoint event) / P(tail), P(tail) the exact sum in both modes: every path writing the tail, a canonical path
+of tail + bytes(k) among them, so q <= 1; P(tail) is common to the node's candidates (it cancels in the
+renormalisation over C(u)) and is kept so that the mass covered is a probability.
 
 The exact sum is written once (`step`: what one teacher state reads and its children; `log_prob` walks it):
 `needed` runs it with a recorder (which teacher states and which sums over their next-token distribution a
@@ -29,7 +33,7 @@ the ids whose bytes start with a given string).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -131,6 +135,42 @@ def reduce(logq: np.ndarray, keys, order: np.ndarray) -> dict[Key, float]:
       vals = sorted_logq[key[1]:key[2]]
     out[key] = logsumexp(vals)
   return out
+
+
+def exclusive(keys: list, logq: np.ndarray, contains: Callable[[Any, Any], bool]) -> tuple[np.ndarray, float]:
+  """Disjoint events from nested ones: each key's probability less that of the keys it contains, in logs.
+
+  A node's candidate events nest (exact mode: the continuation begins with ">" contains it beginning with "></";
+  canonical mode: a token path contains its extensions), so their probabilities overlap. Key a keeps
+  B_a = A_a minus the union of the A_b it contains (b != a): that union is the disjoint union of the minimal
+  ones (contained in no other contained key: neither of two minimal keys contains the other, so their events
+  are disjoint: two byte strings that do not begin one another, two token paths that part), hence
+      P(B_a) = P(A_a) - sum over minimal b of P(A_b),
+  and the B_a are pairwise disjoint: sum_a P(B_a) <= 1 when every P(A_a) <= 1 and nested keys' events nest.
+
+  Args:
+    keys: M distinct hashable keys; logq: float64 [M, ...] log P(A_a) (inclusive), NaN allowed.
+    contains: contains(a, b) true when key b's event lies inside key a's and b != a.
+  Returns:
+    (float64 [M, ...] log P(B_a): log P(A_a) exactly where a contains no key, -inf where the contained mass
+    reaches P(A_a) (clipped: only where the inputs are not exact, e.g. pruned sums), NaN where an input is;
+    the largest amount clipped, as a probability).
+  """
+  logq = np.asarray(logq, np.float64)
+  out, clipped = logq.copy(), 0.0
+  for i, a in enumerate(keys):
+    inner = [j for j, b in enumerate(keys) if j != i and contains(a, b)]
+    minimal = [j for j in inner if not any(k != j and contains(keys[k], keys[j]) for k in inner)]
+    if not minimal:
+      continue
+    inside = np.logaddexp.reduce(logq[minimal], axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+      gap = np.where(logq[i] == -np.inf, 0.0, inside - logq[i])            # log of (contained / own) mass
+      out[i] = np.where(gap >= 0, -np.inf, logq[i] + np.log1p(-np.exp(np.minimum(gap, 0.0))))
+    over = np.where(gap >= 0, np.exp(inside) - np.exp(logq[i]), 0.0)
+    clipped = max(clipped, float(np.nanmax(over, initial=0.0)))
+    out[i] = np.where(np.isnan(logq[i]) | np.isnan(inside), np.nan, out[i])
+  return out, clipped
 
 
 def logsumexp(values) -> float:

@@ -14,6 +14,7 @@ from absl import logging
 
 from opd_jax import cross
 from opd_jax import models
+from opd_jax import records
 from opd_jax.models import token_bytes
 
 _CROSS: dict[tuple[str, str, bool], bool] = {}   # (student spec, teacher spec, force) -> reads text (`cross_teacher`)
@@ -23,6 +24,10 @@ def cross_teacher(config, spec: str, student_tokenizer, teacher_tokenizer, *, wh
                   cross_ok: bool = True) -> bool:
   """Whether a teacher reads other ids than the student (a cross-tokenizer teacher: `cross.py`), decided on ids
   (`models.tokenizer_differences`) or forced by config.scoring.cross_tokenizer.force (the identity check).
+
+  A teacher whose tokenizer normalizes text (Qwen2.5: NFC) passes, and says so in the log: the text it would
+  change is never given to it to read (`cross.py`: such nodes get no q, with a reason), and its tokenizer
+  without the normalizer must write any text back (`token_bytes.byte_vocab` checks).
 
   Raises:
     ValueError: the tokenizers differ where only the student's ids can serve (cross_ok False: the trainer,
@@ -41,10 +46,14 @@ def cross_teacher(config, spec: str, student_tokenizer, teacher_tokenizer, *, wh
                      "presets), not here")
   for name, tok in (("student", student_tokenizer), ("teacher", teacher_tokenizer)):
     try:
-      token_bytes.byte_vocab(tok)
+      vocab = token_bytes.byte_vocab(tok)
     except ValueError as e:
       raise ValueError(f"{where}: the teacher reads other ids than the student ({what}), and the {name}'s "
                        f"tokenizer cannot be read by bytes: {e}") from None
+  if vocab.raw is not None:                    # the teacher's (`cross.py`, module docstring)
+    logging.info("%s: the teacher's tokenizer normalizes text (%s): a node whose text before its boundary is "
+                 "text it changes gets no q (alignment_nan_reason %r)", where,
+                 type(teacher_tokenizer.backend_tokenizer.normalizer).__name__, records.TEACHER_NORMALIZES_TEXT)
   return True
 
 
@@ -80,7 +89,8 @@ def score_view(student: Any, teacher: Any, view, responses, dense: dict, at: dic
                teacher_temperature: float) -> cross.Result | None:
   """Fill one cross view's records of a question in place: dense[view][r] "logq" (raw, T = 1: log q of the
   sampled token's text at every position), "logq_minus_logp", NaN for `UNDEFINED`; at[r].q_at[view] (the
-  scaled teacher's log q on C(u), config's teacher temperature; None where the view has no context).
+  scaled teacher's log q on C(u), config's teacher temperature; None where the view has no context) and
+  at[r].q_reason[view] (per node, "" or why its q are NaN: `cross.Result.reasons`).
 
   Args:
     dense: {view: {rollout: arrays}} of `study.score_views` (the view's rows hold `pending` and the student's
@@ -94,21 +104,25 @@ def score_view(student: Any, teacher: Any, view, responses, dense: dict, at: dic
     a.q_at[view] = None
   if not rows:
     return None
+  # Per rollout: the sampled token alone at every position (its q does not depend on a candidate set), then
+  # each node's C(u) (their events made disjoint together); the strings they share are summed once.
   queries = []
   for r in rows:
     node = at.get(r)
-    slot = {} if node is None else {int(t): m for m, t in enumerate(node.positions)}
-    queries.append([(t, [int(k) for k in node.candidates[slot[t]] if k >= 0] if t in slot else [int(y)])
-                    for t, y in enumerate(responses[r])])
+    queries.append([(t, [int(y)]) for t, y in enumerate(responses[r])] +
+                   ([] if node is None else [(int(t), [int(k) for k in c if k >= 0])
+                                             for t, c in zip(node.positions, node.candidates)]))
   res = cross.candidate_logprobs(student, teacher, [dense[view][r]["t_prompt"] for r in rows],
                                  [responses[r] for r in rows], queries, temperatures=temps, mode=xt.mode,
                                  max_tree_nodes=xt.max_tree_nodes, prune=float(xt.prune))
   logging.info("cross-tokenizer view %s: %d teacher states, %d branch rows, %d candidates over the state bound, "
-               "pruning's relative error <= %.1e", "/".join(view), res.states, res.branch_rows, res.too_many,
-               res.pruned_bound)
+               "%d positions after text the teacher's normalizer changes, pruning's relative error <= %.1e, q "
+               "clipped into [0, 1] by <= %.1e", "/".join(view), res.states, res.branch_rows, res.too_many,
+               res.normalized, res.pruned_bound, res.clipped)
   for i, r in enumerate(rows):
     d = dense[view][r]
-    logq = np.array([q[0, 0] for q in res.logq[i]], np.float64)    # slot 0: the sampled token (C(u)'s first)
+    L = len(responses[r])
+    logq = np.array([q[0, 0] for q in res.logq[i][:L]], np.float64)
     d["logq"] = logq.astype(np.float32)
     d["logq_minus_logp"] = (logq - np.asarray(d["logp"], np.float64)).astype(np.float32)
     for k in UNDEFINED:
@@ -116,8 +130,9 @@ def score_view(student: Any, teacher: Any, view, responses, dense: dict, at: dic
     node = at.get(r)
     if node is not None:
       q_at = np.full(node.candidates.shape, -np.inf, np.float64)
-      for m, t in enumerate(node.positions):
-        vals = res.logq[i][int(t)][-1]
+      for m in range(len(node.positions)):
+        vals = res.logq[i][L + m][-1]
         q_at[m, :len(vals)] = vals
       node.q_at[view] = q_at
+      node.q_reason[view] = res.reasons[i][L:]
   return res

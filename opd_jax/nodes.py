@@ -41,6 +41,9 @@ class RolloutNodes:
   candidates: np.ndarray                   # int64 [M, K]: C(u), slot 0 the sampled token, -1 padded
   p_at: np.ndarray                         # fp32 [M, K]: log-probs of the student's sampled policy at C(u)
   q_at: dict[View, np.ndarray | None]      # per view, fp32 [M, K] of its scaled teacher; None: no context
+  # Per view, why a node has no q ("" where it has; records.NAN_REASONS): a cross-tokenizer view's
+  # (`cross_view.score_view`); a view missing has q wherever q_at is not None.
+  q_reason: dict[View, list[str]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +141,9 @@ def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response:
   Args:
     confs: the study's configurations (`contexts.TeacherConfig`), in config order.
     at: the nodes, C(u), p and q of the rollout (`at_nodes`); a view whose q_at is None (context unavailable
-      for this rollout) gets NaN estimates and alignment_nan_reason records.CONTEXT_UNAVAILABLE.
+      for this rollout) gets NaN estimates and alignment_nan_reason records.CONTEXT_UNAVAILABLE; a node with a
+      reason in at.q_reason (a cross-tokenizer view without q there) gets q empty, NaN alignment, teacher
+      advantages and q_mass, and that reason (p, V and the rest are the student's, defined).
     outcomes: the targeted continuations' rewards at these nodes and candidates.
     predictors[view]: {name: float [L]} the dense predictors along the response of every view with a q
       (records.PREDICTORS).
@@ -192,6 +197,7 @@ def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response:
                                   advantage=adv, **dict(conf.options))
     if noise is None:
       noise = targeted.split_half_noise_ceiling(p, outcomes)
+    why = at.q_reason.get(view) or [""] * len(positions)
     for m, t in enumerate(positions):
       valid = cands[m] >= 0
       rows.append({**per_node(m, t), "p": p[m][valid].tolist(), "q": q[m][valid].tolist(),
@@ -201,6 +207,9 @@ def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response:
                    "degenerate": bool(est.degenerate[m]), "p_mass": float(np.asarray(p_mass)[m]),
                    "q_mass": float(np.asarray(q_mass)[m]), "noise_ceiling": float(noise[m]),
                    **{k: float(predictors[view][k][t]) for k in records.PREDICTORS}})
+      if why[m]:                                                       # no q at this node: nothing of q's
+        rows[-1].update({"q": [], "alignment": math.nan, "alignment_nan_reason": why[m],
+                         "teacher_advantage": math.nan, "sampled_advantage": math.nan, "q_mass": math.nan})
   return pd.DataFrame(rows)
 
 

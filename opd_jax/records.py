@@ -41,9 +41,15 @@ PREDICTORS: tuple[str, ...] = divergences.PREDICTORS
 # The study's alignment_nan_reason where a view's context does not exist for a rollout (contrastive without
 # another incorrect rollout).
 CONTEXT_UNAVAILABLE = "context_unavailable"
+# A cross-tokenizer view (`cross.py`) without q at a node: the text before the node's boundary is text the
+# teacher's normalizer changes (it is never given such text to read), or the exact sum needs more teacher states
+# than scoring.cross_tokenizer.max_tree_nodes.
+TEACHER_NORMALIZES_TEXT = "teacher_normalizes_text"
+TEACHER_STATE_BOUND = "teacher_state_bound"
 # Why an alignment is NaN: every non-empty value of nodes.alignment_nan_reason ("" = defined). The estimator's
 # reasons are `gradients.NAN_REASONS` (indexed by `gradients.nan_reason`'s code), then the study's own.
-NAN_REASONS: tuple[str, ...] = tuple(r for r in gradients.NAN_REASONS if r) + (CONTEXT_UNAVAILABLE,)
+NAN_REASONS: tuple[str, ...] = tuple(r for r in gradients.NAN_REASONS if r) + (
+    CONTEXT_UNAVAILABLE, TEACHER_NORMALIZES_TEXT, TEACHER_STATE_BOUND)
 
 # Probability conventions of the records (also in manifest.json, "conventions"). "raw" = softmax of the model's
 # logits (temperature 1, no truncation); "sampled policy" = what the sampler draws from (`sampling.
@@ -64,14 +70,19 @@ CONVENTIONS = {
                "teacher_advantage = sum_k q'_k P_succ(k) - V over the candidates run, q' = q renormalised there "
                "(NaN when q has no mass on them), i.e. q's mass outside p's support is left out",
     "cross-tokenizer view": "a teacher with another tokenizer (or scoring.cross_tokenizer.force) reads text "
-                            "(opd_jax/cross.py): q(k) is the probability that its continuation of the node's text "
-                            "begins with k's bytes (scoring.cross_tokenizer.mode: exact over every teacher "
-                            "tokenization, or its canonical tokens), divided by that of the boundary's tail; its "
-                            "C(u) has no teacher top-k; q_mass is that mass on C(u); in tokens, logq is of the "
-                            "sampled token's text, logq_minus_logp and entropy_p are defined, the predictors "
-                            "comparing two distributions over one vocabulary (kl_pq, kl_qp, js, jsd_beta, tv, "
-                            "cosine, entropy_q, topk_overlap) are NaN; NaN q: more than "
-                            "scoring.cross_tokenizer.max_tree_nodes teacher states",
+                            "(opd_jax/cross.py): q(k) is the probability of the event that its continuation of the "
+                            "node's text writes k's bytes and not those of a longer candidate that begins with them "
+                            "(scoring.cross_tokenizer.mode: exact over every teacher tokenization, or its canonical "
+                            "tokens' path, less the paths that extend it), divided by the exact probability of the "
+                            "boundary's tail; candidates with one event (equal bytes, stop tokens) share it equally; "
+                            "the events are disjoint, so q_mass <= 1 (up to pruning's bound); its C(u) has no "
+                            "teacher top-k; in tokens, logq is of the sampled token's text, logq_minus_logp and "
+                            "entropy_p are defined, the predictors comparing two distributions over one vocabulary "
+                            "(kl_pq, kl_qp, js, jsd_beta, tv, cosine, entropy_q, topk_overlap) are NaN; a node "
+                            "without q (q empty, logq NaN at its position) has alignment_nan_reason "
+                            "teacher_normalizes_text (the text before its boundary is changed by the teacher's "
+                            "normalizer, e.g. NFC: never conditioned on) or teacher_state_bound (more than "
+                            "scoring.cross_tokenizer.max_tree_nodes teacher states)",
 }
 
 _PRED = "raw predictor (divergences.predictors, T = 1) of this (teacher, context) at the node's position"

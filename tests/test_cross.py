@@ -1,10 +1,14 @@
 """Teachers with another tokenizer (opd_jax/cross.py, cross_tree.py, models/token_bytes.py).
 
 References: a brute-force enumeration over the whole teacher vocabulary with full forwards (`models.logits`,
-no cache, no sorted spans, no shared prefix), in float64; the shared-tokenizer path (`nodes.at_nodes`) for the
-identity.
+no cache, no sorted spans, no shared prefix), in float64, of each candidate's event directly (the continuation
+begins with its bytes and with none of the longer candidates' that begin with them), not by subtracting nested
+sums; the shared-tokenizer path (`nodes.at_nodes`) for the identity. tests/test_cross_bytes.py: the events'
+algebra, the boundary against real pre-tokenizers, normalizing teachers.
 """
+import dataclasses
 import math
+import types
 
 import jax
 import numpy as np
@@ -91,17 +95,77 @@ def reference(teacher, context: list[int], data: bytes, then) -> float:
   return np.logaddexp.reduce(terms) if terms else -math.inf
 
 
-def canonical_reference(teacher, context, data: bytes, then) -> float:
+def excluding(teacher, context: list[int], need: bytes, avoid: list[bytes]) -> float:
+  """log P(the continuation of `context` begins with `need` and with none of `avoid`, each of which begins with
+  need), by enumeration; a special token writes nothing (a path through one begins with no string)."""
   tv = token_bytes.byte_vocab(teacher.tokenizer)
-  ids = tv.encode(data) + ([then[0]] if then else [])
-  return float(sum(_next_logq(teacher, tuple(context + ids[:i]))[w] for i, w in enumerate(ids)))
+  logq = _next_logq(teacher, tuple(context))
+  terms = []
+  for w, piece in enumerate(tv.pieces):
+    if piece is None or (need and not need.startswith(piece) and not piece.startswith(need)):
+      if piece is None and not need:
+        terms.append(logq[w])
+      continue
+    if need and len(piece) < len(need):                          # a token inside need: recurse
+      terms.append(logq[w] + excluding(teacher, context + [w], need[len(piece):], [a[len(piece):] for a in avoid]))
+    elif not any(piece.startswith(a) for a in avoid):              # need met: what of avoid the token leaves open
+      live = [a[len(piece):] for a in avoid if a.startswith(piece)]
+      terms.append(logq[w] + (excluding(teacher, context + [w], b"", live) if live else 0.0))
+  return np.logaddexp.reduce(terms) if terms else -math.inf
+
+
+def path_excluding(teacher, context: list[int], path: list[int], avoid: list[list[int]]) -> float:
+  """log P(the continuation begins with the token path and with none of `avoid` (paths extending it))."""
+  lp = sum(_next_logq(teacher, tuple(context + path[:i]))[w] for i, w in enumerate(path))
+
+  def none_of(ctx, rem):
+    if not rem:
+      return 0.0
+    logq = _next_logq(teacher, tuple(ctx))
+    terms = [logq[w] + none_of(ctx + [w], [r[1:] for r in rem if r[0] == w and len(r) > 1])
+             for w in range(len(logq)) if [w] not in rem]
+    return np.logaddexp.reduce(terms)
+
+  return float(lp + none_of(context + path, [a[len(path):] for a in avoid]))
+
+
+def expected(teacher, mode, context, tail, candidates, sv, special) -> list[float]:
+  """The candidates' log q by enumeration: each candidate's event less the longer candidates' (exact: byte
+  strings; canonical: token paths, tv.encode's) over the exact log P(tail); equal events shared; a special
+  candidate's are its teacher ids' (the tail, then the id), each shared by the candidates mapped to it."""
+  tv = token_bytes.byte_vocab(teacher.tokenizer)
+  denom = reference(teacher, context, tail, None)
+  pieces = [sv.pieces[k] for k in candidates]
+  ids = [special.get(k, ()) if p is None else () for k, p in zip(candidates, pieces)]
+  out = []
+  for p, then in zip(pieces, ids):
+    if p is not None:
+      same = sum(x == p for x in pieces)
+      if mode == "exact":
+        lp = excluding(teacher, context, tail + p, sorted({tail + x for x in pieces if x and x != p and
+                                                          x.startswith(p)}))
+      else:
+        mine = tv.encode(tail + p)
+        longer = {tuple(tv.encode(tail + x)) for x in pieces if x is not None}
+        lp = path_excluding(teacher, context, mine, [list(a) for a in longer if len(a) > len(mine) and
+                                                     list(a[:len(mine)]) == mine])
+      out.append(lp - math.log(same) - denom)
+    elif then:
+      holders = lambda i: sum(i in x for x in ids)
+      one = ((lambda i: reference(teacher, context, tail, (i,))) if mode == "exact" else
+             (lambda i: path_excluding(teacher, context, tv.encode(tail) + [i], [])))
+      out.append(np.logaddexp.reduce([one(i) - math.log(holders(i)) for i in then]) - denom)
+    else:
+      out.append(-math.inf)
+  return out
 
 
 @pytest.mark.parametrize("student_kind,teacher_kind", [("bpe", "byte"), ("byte", "bpe")])
 def test_candidates_against_enumeration(pair, student_kind, teacher_kind):
-  """Both modes against the references, at boundary cases: a candidate that merges with the text before it
+  """Both modes against the enumeration, at boundary cases: a candidate that merges with the text before it
   ("ab" + "c"), a space-prefixed token, a multi-byte character cut between tokens (é, ö), the stop token, a
-  control token of the chat template (<|im_start|>), and positions right after a number's digits."""
+  control token of the chat template (<|im_start|>), positions right after a number's digits, and candidates
+  whose bytes begin one another's (the byte tokens "a", "b" of "ab", " a" of " ab")."""
   student, teacher = pair[student_kind], pair[teacher_kind]
   sv, tv = (token_bytes.byte_vocab(m.tokenizer) for m in (student, teacher))
   text = "héllo wörld, ab abc 123".encode()
@@ -109,33 +173,63 @@ def test_candidates_against_enumeration(pair, student_kind, teacher_kind):
   if student_kind == "byte":                      # é and ö are two byte tokens each: a node between them
     assert len(response) == len(text) + 1
   prompt = models.chat_ids(teacher.tokenizer, [{"role": "user", "content": "Say it."}])
-  candidates = sorted({*response, *sv.encode(b"c"), *sv.encode(b" a"), *sv.encode(b"\xa9"),
-                       int(student.tokenizer.convert_tokens_to_ids("<|im_start|>"))})
+  candidates = sorted({*response, *sv.encode(b"c"), *sv.encode(b" a"), *sv.encode(b"\xa9"), *sv.encode(b"a"),
+                       *sv.encode(b"b"), int(student.tokenizer.convert_tokens_to_ids("<|im_start|>"))})
+  pieces = [sv.pieces[k] for k in candidates if sv.pieces[k]]
+  assert any(x != y and y.startswith(x) for x in pieces for y in pieces) == (student_kind == "bpe")  # nested
   positions = list(range(len(response)))
   queries = [[(t, candidates) for t in positions]]
   special = cross.specials(sv, tv, set(student.stop_ids), tuple(teacher.stop_ids))
   roll = cross._rollout(sv, tv, response, special)   # pylint: disable=protected-access
-  for mode, ref in (("exact", reference), ("canonical", canonical_reference)):
+  for mode in ("exact", "canonical"):
     got = cross.candidate_logprobs(student, teacher, [prompt], [response], queries, mode=mode, prune=math.inf)
-    assert got.too_many == 0 and got.pruned_bound == 0
+    assert got.too_many == 0 and got.pruned_bound == 0 and got.clipped < 1e-9
     if teacher_kind == "bpe" and mode == "exact":      # branches off the cached pass (the per-row limit) ran
       assert got.branch_rows > 0
     for j, t in enumerate(positions):
       b, tail = cross.boundary(tv, roll, t)
       text = roll.text[:roll.offsets[t]]
       assert text.endswith(tail) and tv.decode(roll.ids[:b]) + tail == text
-      context = prompt + roll.ids[:b]
-      denom = ref(teacher, context, tail, None)
+      want = expected(teacher, mode, prompt + roll.ids[:b], tail, candidates, sv, special)
       for c, k in enumerate(candidates):
-        piece = sv.pieces[k]
-        then = special.get(k, ())
-        want = (ref(teacher, context, tail + piece, None) if piece is not None
-                else ref(teacher, context, tail, then) if then else -math.inf) - denom
         have = got.logq[0][j][0, c]
-        if want == -math.inf:
+        if want[c] == -math.inf:
           assert have == -math.inf, (mode, t, k)
         else:
-          assert abs(have - want) < 2e-5, (mode, t, k, have, want)
+          assert abs(have - want[c]) < 2e-5, (mode, t, k, have, want[c])
+      assert np.logaddexp.reduce(got.logq[0][j][0]) <= 1e-9                # disjoint events: sum q <= 1
+
+
+def test_stop_and_control_tokens_share_their_events(pair):
+  """Two student stop tokens (Qwen students stop on <|im_end|> and <|endoftext|>) are one teacher event: each
+  gets half of it. Here the teacher also stops on <|im_start|>, which the student's <|im_start|> maps to by text,
+  so that teacher id is held by three candidates: a third each. Bytes candidates beside them, one beginning the
+  other's bytes, are disjoint from them. Against the enumeration (tests/test_cross.py); the q sum to <= 1."""
+  bpe = bpe_tokenizer()
+  ids = {s: int(bpe.convert_tokens_to_ids(s)) for s in ("<|im_end|>", "<|endoftext|>", "<|im_start|>")}
+  student = types.SimpleNamespace(tokenizer=bpe, stop_ids=(ids["<|im_end|>"], ids["<|endoftext|>"]))  # text only
+  teacher = dataclasses.replace(pair["byte"], stop_ids=(258, 257))
+  sv, tv = (token_bytes.byte_vocab(m.tokenizer) for m in (student, teacher))
+  response = sv.encode(b"ab abc 12")
+  prompt = models.chat_ids(teacher.tokenizer, [{"role": "user", "content": "Q"}])
+  words = [sv.exact(x)[0] for x in (b" ab", b" abc") if sv.exact(x)]
+  assert len(words) == 2                                            # " ab" begins " abc"
+  cands = [ids["<|im_end|>"], ids["<|endoftext|>"], ids["<|im_start|>"], *words]
+  positions = [i for i, y in enumerate(response) if sv.pieces[y].startswith(b" ")][:2]
+  got = cross.candidate_logprobs(student, teacher, [prompt], [response], [[(t, cands) for t in positions]],
+                                 prune=math.inf)
+  special = cross.specials(sv, tv, set(student.stop_ids), (258, 257))
+  assert special[cands[0]] == special[cands[1]] == (258, 257) and special[cands[2]] == (257,)
+  roll = cross._rollout(sv, tv, response, special)   # pylint: disable=protected-access
+  for j, t in enumerate(positions):
+    b, tail = cross.boundary(tv, roll, t)
+    ctx = prompt + roll.ids[:b]
+    den = reference(teacher, ctx, tail, None)
+    p258, p257 = (np.exp(reference(teacher, ctx, tail, (i,)) - den) for i in (258, 257))
+    p_ab, p_abc = (np.exp(reference(teacher, ctx, tail + x, None) - den) for x in (b" ab", b" abc"))
+    want = [p258 / 2 + p257 / 3, p258 / 2 + p257 / 3, p257 / 3, p_ab - p_abc, p_abc]
+    np.testing.assert_allclose(np.exp(got.logq[0][j][0]), want, rtol=1e-5)
+    assert got.reasons[0][j] == "" and np.exp(got.logq[0][j][0]).sum() <= 1 + 1e-9
 
 
 def test_pruning_stays_within_its_bound(pair):

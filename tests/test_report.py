@@ -247,9 +247,10 @@ def summarize_fast(nodes, **kwargs):
 
 def test_every_nan_reason_the_study_writes_is_counted_by_name():
   """records.NAN_REASONS is every non-empty alignment_nan_reason (the estimator's three, then the study's context
-  reason), and the summary counts each under its own column: none falls into n_nan_other."""
+  reason and a cross-tokenizer view's two), and the summary counts each under its own column: none falls into
+  n_nan_other."""
   assert records.NAN_REASONS == ("degenerate", "zero_distillation_gradient", "zero_ideal_gradient",
-                                 "context_unavailable")
+                                 "context_unavailable", "teacher_normalizes_text", "teacher_state_bound")
   nodes = synthetic_nodes()
   ideal = (nodes.config_id == "jsd") & ~nodes.correct & (nodes.position == 3)           # 6 nodes, one per question
   nodes.loc[ideal, ["alignment", "alignment_nan_reason"]] = [np.nan, "zero_ideal_gradient"]
@@ -258,6 +259,10 @@ def test_every_nan_reason_the_study_writes_is_counted_by_name():
   assert summary.loc[("jsd", "incorrect"), "n_zero_distillation_gradient"] == 3
   assert summary.loc[("jsd", "incorrect"), "n_context_unavailable"] == 1
   assert (summary["n_nan_other"] == 0).all()
+  nodes.loc[ideal, "alignment_nan_reason"] = records.TEACHER_NORMALIZES_TEXT
+  summary = summarize_fast(nodes).set_index(["config_id", "group"])
+  assert summary.loc[("jsd", "incorrect"), "n_teacher_normalizes_text"] == 6
+  assert (summary["n_teacher_state_bound"] == 0).all() and (summary["n_nan_other"] == 0).all()
 
 
 def test_summarize_empty_group_and_bad_input():
