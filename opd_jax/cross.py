@@ -241,8 +241,9 @@ def candidate_logprobs(student: Any, teacher: Any, teacher_prompts: Sequence[Seq
       excl, cut = cross_tree.exclusive([key_of(a) for a in atoms], np.minimum(lq, 0.0), contains)
       clipped = max(clipped, float(np.expm1(over)), cut)
       holders = {a: sum(a in e for e in events) for a in atoms}             # candidates sharing the event
-      logq = np.array([np.logaddexp.reduce([excl[atoms.index(a)] - math.log(holders[a]) for a in e], axis=0)
-                       if e else np.full(n_t, -math.inf) for e in events]).reshape(len(events), n_t)
+      with np.errstate(invalid="ignore"):                                  # NaN (state bound) stays NaN
+        logq = np.array([np.logaddexp.reduce([excl[atoms.index(a)] - math.log(holders[a]) for a in e], axis=0)
+                         if e else np.full(n_t, -math.inf) for e in events]).reshape(len(events), n_t)
       per_query.append(logq.T)
       why.append(records.TEACHER_STATE_BOUND if np.isnan(logq).any() else "")
     out.append(per_query)
