@@ -79,7 +79,7 @@ def get_config(arg: str | None = None):
     config.seed = 0
     config.task.num_problems = 200           # 40 held out, 160 trained on (40 steps x 4 questions: one pass)
     config.train.update(steps=40, batch_questions=4, rollouts_per_question=2, eval_questions=40, eval_samples=8,
-                        eval_every=40, checkpoint_every=10, chunk=64)
+                        eval_every=40, checkpoint_every=10, chunk=16)
     if tiny:
       config.task.num_problems = 12
       config.train.update(steps=2, batch_questions=2, rollouts_per_question=2, eval_questions=4, eval_samples=2,

@@ -264,6 +264,7 @@ def run(config, workdir: str) -> str:
                               max_new_tokens=c.max_new_tokens, **policy)
         ys, texts, rewards = evaluate.grade(model.tokenizer, task, [pool[i] for i in qs for _ in range(n)], got,
                                             grade_truncated=config.task.grade_truncated)
+        del model                     # the merged copy of the adapted weights: not alive in the step or the next merge
         s_prompts, t_prompts, responses = [], [], []
         for j, i in enumerate(qs):
           rows = slice(j * n, (j + 1) * n)
