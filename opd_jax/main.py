@@ -261,7 +261,10 @@ def failed_start_undone(workdir, enabled: bool = True):
           q.rmdir()
       d = workdir
       while root is not None and d.is_dir() and not any(d.iterdir()):
-        d.rmdir()
+        try:
+          d.rmdir()
+        except OSError:                                   # another run created something there meanwhile: keep it
+          break
         if d == root:
           break
         d = d.parent
