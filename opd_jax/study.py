@@ -430,6 +430,8 @@ def run(config, workdir: str) -> str:
   Raises:
     ValueError / FileNotFoundError: bad config, data or checkpoints (before any record is written), a workdir
       holding another config's run (left untouched), or one in use by another run.
+    records.WriteError: a file that could not be written (a full disk), naming it and the stage (records of a
+      question, progress, manifest, report); finished questions are kept.
   """
   cfg = config.to_dict()
   preflight.validate(config)

@@ -43,7 +43,8 @@ def load_task(name: str, *, path=None, split: str = "test", num_problems: int | 
   Returns:
     A Task.
   Raises:
-    ValueError: unknown name (the message lists the known ones) or bad arguments.
+    ValueError: unknown name (the message names the nearest ones and lists the known ones) or bad arguments.
+    EmptyTaskError (a ValueError): a data file or split that holds no problem.
     FileNotFoundError: a missing data file (the message says where to get it).
   """
   # Imported here so that `import opd_jax.tasks` costs nothing (reasoning_gym and math_verify are slow to import).
