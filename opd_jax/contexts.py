@@ -124,6 +124,10 @@ def parse(config_id: str, spec: str, *, field: str | None = None) -> TeacherConf
                        clip=clip, options=tuple(sorted(options.items())))
 
 
+WITH_SOLUTIONS = ("gsm8k", "math500", "reasoning_gym:gsm_symbolic", "reasoning_gym:chain_sum",
+                  "reasoning_gym:basic_arithmetic")     # tasks whose problems carry reference solutions
+
+
 def parse_all(configurations: Mapping[str, str], *, has_solutions: bool, task_name: str,
               fields: Mapping[str, str] | None = None) -> list[TeacherConfig]:
   """Parse `config.configurations` (name -> spec), sorted by name, checking contexts against the task; `fields`
@@ -136,11 +140,12 @@ def parse_all(configurations: Mapping[str, str], *, has_solutions: bool, task_na
     raise ValueError("config.configurations is empty: add at least one 'name': 'teacher:context:divergence'")
   field = lambda k: (fields or {}).get(k) or f"config.configurations[{k!r}]"
   out = [parse(k, v, field=field(k)) for k, v in sorted(configurations.items())]
+  with_solutions = [t for t in WITH_SOLUTIONS if not task_name.startswith(t)]
   for c in out:
     if c.context in NEEDS_SOLUTION and not has_solutions:
       raise ValueError(f"{field(c.config_id)}: context {c.context!r} needs a reference "
                        f"solution, but task {task_name!r} has none; use 'plain' or 'answer', or a task with "
-                       "solutions (gsm8k, math500, reasoning_gym:gsm_symbolic, chain_sum or basic_arithmetic)")
+                       f"solutions ({', '.join(with_solutions[:-1])} or {with_solutions[-1]})")
   return out
 
 

@@ -31,6 +31,7 @@ float64 reference to tests/test_losses.py (`_np_loss_and_direction`: the any-gap
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 from typing import Any, Callable
@@ -339,8 +340,11 @@ def _prefix(where: str | None) -> str:
 def get(name: str, *, where: str | None = None) -> Divergence:
   """The registered divergence `name`; ValueError (prefixed with `where`, the config field) listing the names."""
   if name not in REGISTRY:
-    raise ValueError(f"{_prefix(where)}unknown divergence {name!r}: divergence must be one of the registered names "
-                     f"{tuple(REGISTRY)} (opd_jax/distillation.py, REGISTRY)")
+    close = difflib.get_close_matches(name, list(REGISTRY), n=3)
+    raise ValueError(f"{_prefix(where)}unknown divergence {name!r}: "
+                     + (f"did you mean {' or '.join(map(repr, close))}? " if close else "")
+                     + f"divergence must be one of the registered names {tuple(REGISTRY)} (opd_jax/distillation.py, "
+                     "REGISTRY)")
   return REGISTRY[name]
 
 

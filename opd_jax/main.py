@@ -152,19 +152,29 @@ def parse_flags(argv):
   return rest
 
 
-def with_configurations(config, items) -> None:
+def with_configurations(config, items) -> list[str]:
   """Merge `--configuration=name=spec` items into config.configurations (in place).
 
+  Returns:
+    One `note:` line per configuration of the config file that an item replaced with another spec (old -> new),
+    for stderr: a name the file already uses is replaced, not added.
   Raises:
     ValueError: an item without `name=` or without a spec.
   """
+  notes = []
   for item in items:
     name, sep, spec = item.partition("=")
-    if not (sep and name.strip() and spec.strip()):
+    name, spec = name.strip(), spec.strip()
+    if not (sep and name and spec):
       raise ValueError(f"--configuration={item!r}: expected name=teacher:context:divergence, e.g. "
                        "--configuration=mine=self:answer:reverse_kl")
+    old = config.configurations.get(name)
+    if old is not None and old != spec:
+      notes.append(f"note: --configuration={name}=... replaced the config's configuration {name!r}: {old!r} -> "
+                   f"{spec!r} (pick another name to add one beside it)")
     with config.unlocked(), config.configurations.unlocked():
-      config.configurations[name.strip()] = spec.strip()
+      config.configurations[name] = spec
+  return notes
 
 
 # Fields a config chooses for its own task (config.task.name as its file sets it): on another task (an override of
@@ -251,7 +261,10 @@ def failed_start_undone(workdir, enabled: bool = True):
           q.rmdir()
       d = workdir
       while root is not None and d.is_dir() and not any(d.iterdir()):
-        d.rmdir()
+        try:
+          d.rmdir()
+        except OSError:                                   # another run created something there meanwhile: keep it
+          break
         if d == root:
           break
         d = d.parent
@@ -304,7 +317,8 @@ def main(argv):
     if note:
       print(note, file=sys.stderr, flush=True)
   try:
-    with_configurations(config, _CONFIGURATION.value)
+    for note in with_configurations(config, _CONFIGURATION.value):
+      print(note, file=sys.stderr, flush=True)
     # --- Distributed runtime and devices ----------------------------------------------------------------
     if multi_process:
       import jax  # pylint: disable=g-import-not-at-top

@@ -57,16 +57,52 @@ def _non_finite(tree, prefix: str = "config"):
   return None
 
 
+# Integers the config hands to numpy and JAX: a seed becomes a 32-bit PRNG key (jax.random.key: a larger one
+# overflows, 2**64 and up, or aliases a smaller seed), every other integer a 32-bit index, count or shape (JAX's
+# default integer type: jnp.asarray(2**31) overflows).
+SEED_MAX = 2 ** 32 - 1
+INT_MAX = 2 ** 31 - 1
+
+
+def _is_seed(name: str) -> bool:
+  return name == "seed" or name.endswith("_seed")
+
+
+def check_integers(tree, prefix: str = "config") -> None:
+  """Every integer of a config (nested groups, tuples such as budget.looks) fits what numpy and JAX take: seeds
+  (fields named seed or *_seed) in [0, SEED_MAX], other integers in [-INT_MAX - 1, INT_MAX]; checked before
+  anything loads (a 20-digit seed passed every other check, loaded the models and died with an OverflowError).
+
+  Raises:
+    ValueError: naming the first field out of range, its range and why (`stages.field_error`).
+  """
+  items = tree.items() if hasattr(tree, "items") else enumerate(tree)
+  for k, v in items:
+    field = f"{prefix}.{k}" if hasattr(tree, "items") else f"{prefix}[{k}]"
+    if hasattr(v, "items") or isinstance(v, (list, tuple)):
+      check_integers(v, field)
+    elif isinstance(v, bool) or not isinstance(v, int):
+      continue
+    elif _is_seed(str(k)) and not 0 <= v <= SEED_MAX:
+      raise _bad(field, f"must be an integer >= 0 and <= 2**32 - 1 = {SEED_MAX} (JAX's PRNG keys hold 32 bits)", v,
+                 fix="pick a smaller seed")
+    elif not -INT_MAX - 1 <= v <= INT_MAX:
+      raise _bad(field, f"must be an integer of at most 2**31 - 1 = {INT_MAX} in magnitude (numpy and JAX count and "
+                 "index with 32-bit integers)", v, fix="pick a smaller value")
+
+
 def random_seed(spec: str, field: str) -> int | None:
-  """The seed of a "random:<seed>" model spec (None for other specs). Raises ValueError naming `field`."""
+  """The seed of a "random:<seed>" model spec (None for other specs). Raises ValueError naming `field` when it is
+  not an integer in [0, SEED_MAX] (the model's PRNG key)."""
   if not spec.startswith("random:"):
     return None
   try:
     seed = int(spec.split(":", 1)[1])
   except ValueError:
     seed = -1
-  if seed < 0:
-    raise ValueError(f"{field}: a random model spec must be 'random:<seed>' with an integer seed >= 0, got {spec!r}")
+  if not 0 <= seed <= SEED_MAX:
+    raise ValueError(f"{field}: a random model spec must be 'random:<seed>' with an integer seed in [0, 2**32 - 1 = "
+                     f"{SEED_MAX}] (a 32-bit PRNG key), got {spec!r}; pick a smaller seed")
   return seed
 
 
@@ -91,13 +127,18 @@ def _model_specs(config, fields: Mapping[str, str] | None = None) -> dict[str, s
 
 
 def validate(config) -> None:
-  """Config errors that need no model or data (each names the field and the fix: `stages.field_error`)."""
+  """Config errors that need no model or data (each names the field and the fix: `stages.field_error`).
+
+  Raises:
+    ValueError: naming the first bad field, its allowed values or range and the fix.
+  """
   bad = _non_finite(config.to_dict())
   if bad:
     raise _bad(bad[0], "must be a finite number", bad[1])
   check_name(config.name)
   if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
     raise _bad("config.seed", "must be an integer >= 0", config.seed)
+  check_integers(config.to_dict())
   r = config.report
   targets = ("incorrect", "correct", "all")
   if r.target not in targets:
@@ -132,6 +173,10 @@ def validate(config) -> None:
                fix="lower it, or raise config.budget.rollouts_per_question")
   if not isinstance(b.get("adaptive", False), bool):
     raise _bad("config.budget.adaptive", "must be True or False", b.adaptive)
+  r_max = b.continuations_max
+  if isinstance(r_max, bool) or not isinstance(r_max, int) or r_max < 1:
+    raise _bad("config.budget.continuations_max", "must be an integer >= 1 (the most continuations per candidate "
+               "of adaptive or weighted allocation; default 64)", r_max)
   how = b.get("allocation", "uniform")
   if how not in ALLOCATIONS:
     raise _bad("config.budget.allocation", f"must be one of {ALLOCATIONS}", how, choices=ALLOCATIONS)
@@ -143,6 +188,9 @@ def validate(config) -> None:
     if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 1:
       raise _bad("config.budget.allocation_minimum", "must be an integer >= 1 (2 keeps the noise ceiling defined)",
                  minimum)
+    if r_max < minimum:
+      raise _bad("config.budget.continuations_max", f"must be >= config.budget.allocation_minimum ({minimum}) with "
+                 "allocation='weighted'", r_max, fix="raise it (default 64), or lower allocation_minimum")
     if not minimum <= b.continuations_mean <= b.continuations_max:
       raise _bad("config.budget.continuations_mean", f"must lie in [allocation_minimum, continuations_max] = "
                  f"[{minimum}, {b.continuations_max}] with allocation='weighted'", b.continuations_mean)
@@ -151,6 +199,10 @@ def validate(config) -> None:
       raise _bad("config.budget.allocation_min_mass", "must be a number in [0, 1) (0: run every candidate)",
                  min_mass)
   if allocation(config) == "adaptive":
+    if r_max < b.continuations_per_candidate:
+      raise _bad("config.budget.continuations_max", f"must be >= config.budget.continuations_per_candidate "
+                 f"({b.continuations_per_candidate}) with adaptive allocation (round 0 runs that many)", r_max,
+                 fix="raise it (default 64), or lower continuations_per_candidate")
     if not b.continuations_per_candidate <= b.continuations_mean <= b.continuations_max:
       raise _bad("config.budget.continuations_mean", f"must lie in [continuations_per_candidate, continuations_max] = "
                  f"[{b.continuations_per_candidate}, {b.continuations_max}] with adaptive=True", b.continuations_mean)
@@ -182,6 +234,7 @@ def validate(config) -> None:
   if not (isinstance(t_q, (int, float)) and math.isfinite(t_q) and t_q >= 0):
     raise _bad("config.scoring.teacher_temperature", "must be a finite number >= 0 (0 = the sampling temperature)",
                t_q)
+  _temperature("config.scoring.teacher_temperature", t_q, "the sampling temperature", prob="q")
   sharding.rules_from_config(config)
   contexts.check_templates(config.contexts.templates)
   random_seed(config.student.name, "config.student.name")
@@ -214,10 +267,40 @@ def allocation(config) -> str:
   return "adaptive" if b.get("adaptive", False) else b.get("allocation", "uniform")
 
 
+# The smallest temperature but 0 (greedy) a study takes: at T < 0.01 a candidate only 1 nat behind the best has
+# p = exp(-1 / T) < exp(-100), below float32's smallest normal number (exp(-87.3); accelerators flush smaller ones
+# to 0), so every candidate but the best has p = 0: no gradient to align, nothing measured.
+MIN_TEMPERATURE = 0.01
+
+
+def _temperature(field: str, value, zero: str, prob: str = "p") -> None:
+  """`value` is 0 or a finite number >= MIN_TEMPERATURE; else ValueError naming `field` (`zero`: what 0 means;
+  `prob`: the distribution the temperature shapes, p or q)."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+      value == 0 or (math.isfinite(value) and value >= MIN_TEMPERATURE)):
+    why = (f"below {MIN_TEMPERATURE:g} a candidate 1 nat behind the best has {prob} = exp(-1/T) < exp(-100), under "
+           f"float32's smallest normal number, so every candidate but one has {prob} = 0 and the study measures "
+           "nothing; ")
+    raise _bad(field, f"must be 0 ({zero}) or a number >= {MIN_TEMPERATURE:g}", value,
+               fix=(why if isinstance(value, (int, float)) and 0 < value < MIN_TEMPERATURE else "")
+               + f"use 0 or a temperature >= {MIN_TEMPERATURE:g} (1.0: the model's own policy)")
+
+
 def policy(config) -> sampling.SamplingParams:
   """The student's sampled policy: base rollouts and continuations draw from it, and it is the p of every
-  estimator (paper.md, "Policy"). Raises ValueError on bad sampling settings."""
+  estimator (paper.md, "Policy").
+
+  Raises:
+    ValueError: naming the config.sampling field and its range: temperature 0 (greedy) or >= MIN_TEMPERATURE
+      (below it every candidate but one has p = 0), top_p in (0, 1], top_k an integer >= 0.
+  """
   s = config.sampling
+  _temperature("config.sampling.temperature", s.temperature, "greedy")
+  if isinstance(s.top_p, bool) or not isinstance(s.top_p, (int, float)) or not 0.0 < s.top_p <= 1.0:
+    raise _bad("config.sampling.top_p", "must lie in (0, 1] (the nucleus' mass; 1: no truncation)", s.top_p,
+               fix="use e.g. 0.95, or 1.0 for none")
+  if isinstance(s.top_k, bool) or not isinstance(s.top_k, int) or s.top_k < 0:
+    raise _bad("config.sampling.top_k", "must be an integer >= 0 (0: no top-k truncation)", s.top_k)
   return sampling.SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
 
 
@@ -324,20 +407,37 @@ def _design_lines(config, slots: int) -> tuple[str, ...]:
 
 def load_task(config):
   """The study's task; gold answers that do not grade against themselves are refused (or skipped with a
-  warning when config.task.skip_bad_answers: `tasks.check_answers`)."""
+  warning when config.task.skip_bad_answers: `tasks.check_answers`).
+
+  Raises:
+    ValueError / FileNotFoundError: the task's own errors, naming the config.task field where it is known: an
+      unknown task or dataset (config.task.name, with the nearest names), an empty data file or a pool of no
+      problems (config.task.path / num_problems), more problems asked than the source holds.
+  """
   t = config.task
+  n = t.num_problems
   try:
-    task = tasks.load_task(t.name, path=t.path or None, split=t.split, num_problems=t.num_problems or None,
+    task = tasks.load_task(t.name, path=t.path or None, split=t.split, num_problems=n or None,
                            seed=config.seed, data_dir=t.data_dir or None, download=t.download,
                            template=t.template or None)
+  except tasks.EmptyTaskError as e:
+    field = "config.task.path" if t.path else "config.task.data_dir" if t.data_dir else "config.task.name"
+    raise ValueError(f"{field}: {e.source} is empty: it holds no problems, so config.task.num_problems={n}"
+                     f"{' (all)' if not n else ''} gives none; point {field} at a file (or split) with problems"
+                     ) from None
   except ValueError as e:            # tasks.base.limit speaks of the API (None = all); the CLI field's 0 is all
     text = str(e)
     if text.startswith("num_problems="):
       text = "config.task." + text.replace("lower num_problems or pass None for all",
                                            "lower config.task.num_problems, or set it to 0 for all of them")
       raise ValueError(text) from None
+    if text.startswith(("unknown task", "unknown reasoning-gym dataset")):
+      raise ValueError(f"config.task.name: {text}") from None
     raise
   task = tasks.check_answers(task, skip=bool(t.get("skip_bad_answers", False)))
+  if not task.problems:
+    raise ValueError(f"config.task.num_problems={n}{' (all)' if not n else ''}: task {task.name!r} has no problems "
+                     "to study; check config.task.name and its data (config.task.path, split)")
   return _excluded(task, t.get("exclude", ""))
 
 
@@ -551,11 +651,13 @@ def _check_gguf(path: pathlib.Path, field: str) -> None:
 
 def validate_train(config) -> None:
   """config.train.optim errors that need nothing loaded (the optimizer would otherwise take them as they are:
-  a negative clip_norm as no clipping, a warmup longer than the run as a learning rate that never peaks).
+  a negative clip_norm as no clipping, a warmup longer than the run as a learning rate that never peaks), and
+  integers out of numpy's and JAX's range (`check_integers`).
 
   Raises:
     ValueError: naming the field (`stages.field_error`).
   """
+  check_integers(config.to_dict())
   t, o = config.train, config.train.optim
   is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)
   number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

@@ -115,7 +115,8 @@ def write_progress(workdir, progress: dict, process_index: int, process_count: i
     error: a one-line failure; the processes waiting for this one then raise instead of waiting forever.
   """
   status = {"done": bool(done), "error": error, "process_index": process_index, "process_count": process_count}
-  records.atomic_write_json(progress_path(workdir, process_index, process_count), {**progress, **status})
+  with records.writing("progress"):
+    records.atomic_write_json(progress_path(workdir, process_index, process_count), {**progress, **status})
 
 
 def _read_json(path: pathlib.Path) -> dict | None:

@@ -415,7 +415,8 @@ def finish(workdir, *, rebuild: bool = True, tokenizer=None, options=None, seq=N
     if rebuild:
       markdown += f"\n**{warning}**\n"
   if warnings and rebuild:
-    records.atomic_write_bytes(workdir / "summary.md", markdown)
+    with records.writing("report"):
+      records.atomic_write_bytes(workdir / "summary.md", markdown)
   return markdown
 
 
@@ -429,6 +430,8 @@ def run(config, workdir: str) -> str:
   Raises:
     ValueError / FileNotFoundError: bad config, data or checkpoints (before any record is written), a workdir
       holding another config's run (left untouched), or one in use by another run.
+    records.WriteError: a file that could not be written (a full disk), naming it and the stage (records of a
+      question, progress, manifest, report); finished questions are kept.
   """
   cfg = config.to_dict()
   preflight.validate(config)
@@ -537,8 +540,9 @@ def run_questions(env: Env, workdir: pathlib.Path, config_hash: str, pi: int, pc
         tables = process_question(env, index, problem, out)
         env.count(**grading.since(before))                # grades that timed out or failed: manifest "work"
         if tables is not None:
-          for name in records.TABLES:
-            records.write_part(workdir, name, problem.id, tables[name], config_hash=config_hash)
+          with records.writing(f"records of question {problem.id}"):
+            for name in records.TABLES:
+              records.write_part(workdir, name, problem.id, tables[name], config_hash=config_hash)
           selected.append(problem.id)
           bar.update(1)
         processed.append(problem.id)
@@ -579,4 +583,5 @@ def write_manifest(env: Env, cfg: dict, workdir: pathlib.Path, *, processed: int
       "candidate_set": candidate_rule(env),
       "schema": records.describe_schema(), **({"looks": taken} if taken is not None else {}),
   }
-  records.atomic_write_json(workdir / "manifest.json", manifest)
+  with records.writing("manifest"):
+    records.atomic_write_json(workdir / "manifest.json", manifest)

@@ -182,6 +182,46 @@ CASES = [
     _case("failed-start-task", [STUDY, "--config.task.name=gsm8k", "--config.task.path={inputs}/nonexistent.jsonl"],
           ["nonexistent.jsonl"]),
     _case("failed-start-existing", [TRAIN], [NO_LOAD], workdir="empty"),
+
+    # --- Issue 35 (round 2), item 4: errors that name the field, its range and the fix. Integers that numpy and
+    # JAX cannot take (the seed passed the checks, loaded the models and died with an OverflowError).
+    _case("seed-overflow", [STUDY, "--config.seed=99999999999999999999"],
+          ["config.seed must be an integer >= 0 and <= 2**32 - 1 = 4294967295", "pick a smaller seed"]),
+    _case("seed-overflow-train", [TRAIN, "--config.seed=4294967296"], ["config.seed must be an integer >= 0 and <="]),
+    _case("seed-random-model", [STUDY, "--config.student.name=random:99999999999999999999"],
+          ["config.student.name: a random model spec must be 'random:<seed>' with an integer seed in [0, 2**32 - 1"]),
+    _case("int-overflow", [STUDY, "--config.budget.questions=99999999999"],
+          ["config.budget.questions must be an integer of at most 2**31 - 1", "pick a smaller value"]),
+    _case("int-overflow-looks", [STUDY, "--config.budget.looks=(2, 99999999999)"], ["config.budget.looks[1] must be"]),
+    # The field that is wrong, with its range (top_p named none; continuations_max named continuations_mean).
+    _case("top-p-zero", [STUDY, "--config.sampling.top_p=0"], ["config.sampling.top_p must lie in (0, 1]", "got 0.0"]),
+    _case("top-k-negative", [STUDY, "--config.sampling.top_k=-1"], ["config.sampling.top_k must be an integer >= 0"]),
+    _case("continuations-max-zero", [STUDY, "--config.budget.continuations_max=0"],
+          ["config.budget.continuations_max must be an integer >= 1", "got 0"]),
+    _case("continuations-max-weighted",
+          [STUDY, "--config.budget.continuations_max=0", "--config.budget.allocation=weighted"],
+          ["config.budget.continuations_max must be an integer >= 1"], never=["continuations_mean"]),
+    _case("continuations-max-adaptive", [STUDY, "--config.budget.continuations_max=2", "--config.budget.adaptive"],
+          ["config.budget.continuations_max must be >= config.budget.continuations_per_candidate (4)", "raise it"]),
+    # An empty task file is called empty, naming num_problems (0 said "gsm8k has no solutions; use gsm8k").
+    _case("task-empty", [STUDY, "--config.task.name=gsm8k", "--config.task.path={inputs}/empty.jsonl"],
+          ["config.task.path: {inputs}/empty.jsonl is empty: it holds no problems", "config.task.num_problems=12",
+           "point config.task.path at a file"]),
+    _case("task-empty-all", [STUDY, "--config.task.name=gsm8k", "--config.task.path={inputs}/empty.jsonl",
+                             "--config.task.num_problems=0"],
+          ["is empty", "config.task.num_problems=0 (all) gives none"], never=["solution"]),
+    # Typos: "did you mean", a few names (not ~100).
+    _case("divergence-typo", [STUDY, "--configuration=external=self:plain:revers_kl"],
+          ["config.configurations['external']", "unknown divergence 'revers_kl'", "did you mean 'reverse_kl'"]),
+    _case("dataset-typo", [STUDY, "--config.task.name=reasoning_gym:gsm_symbolc"],
+          ["config.task.name: unknown reasoning-gym dataset 'gsm_symbolc'", "did you mean 'gsm_symbolic'?"],
+          never=["acre", "arc_1d"]),
+    # Item 5: a temperature at which every candidate but one has p = 0 (the study measures nothing).
+    _case("temperature-tiny", [STUDY, "--config.sampling.temperature=1e-9"],
+          ["config.sampling.temperature must be 0 (greedy) or a number >= 0.01, got 1e-09", "p = 0",
+           "use 0 or a temperature >= 0.01"]),
+    _case("teacher-temperature-tiny", [TRAIN, "--config.scoring.teacher_temperature=0.001"],
+          ["config.scoring.teacher_temperature must be 0 (the sampling temperature) or a number >= 0.01"]),
 ]
 
 
@@ -221,6 +261,7 @@ def make_inputs(inputs: pathlib.Path) -> None:
       {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
   (inputs / "missing_shard" / "model-00001-of-00002.safetensors").write_bytes(b"")
   (inputs / "garbage.gguf").write_bytes(b"GGML" + os.urandom(60))
+  (inputs / "empty.jsonl").write_text("")
   (inputs / "gsm8k.jsonl").write_text("\n".join(json.dumps({"question": f"q{i}", "answer": f"so\n#### {i}"})
                                                 for i in range(4)) + "\n")
 

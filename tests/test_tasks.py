@@ -307,13 +307,24 @@ def test_reasoning_gym_config_changes_ids():
 
 
 def test_load_task_errors(shared_data, tmp_path):
-  with pytest.raises(ValueError, match=r"unknown task 'gsm9k'; known: ") as e:      # names in any order
+  with pytest.raises(ValueError, match=r"unknown task 'gsm9k'; did you mean 'gsm8k'\? known: ") as e:
     tasks.load_task("gsm9k")
-  assert set(str(e.value).split("known: ")[1].split(", ")) == set(tasks.KNOWN_TASKS)
+  assert set(str(e.value).split("known: ")[1].split(", ")) == set(tasks.KNOWN_TASKS)      # names in any order
   assert {"gsm8k", "math500", "reasoning_gym:<dataset>"} <= set(tasks.KNOWN_TASKS)
-  with pytest.raises(ValueError, match=r"unknown reasoning-gym dataset 'nope'.*; known: ") as e:
+  # A dataset typo: the nearest names (difflib), never the ~100 names; no near name: a few known-good ones.
+  with pytest.raises(ValueError, match=r"unknown reasoning-gym dataset 'chain_sumz'.*did you mean 'chain_sum'") as e:
+    tasks.load_task("reasoning_gym:chain_sumz")
+  assert str(e.value).count("'") <= 2 * 4 + 2, str(e.value)
+  with pytest.raises(ValueError, match=r"unknown reasoning-gym dataset 'nope'.*e\.g\. 'gsm_symbolic'") as e:
     tasks.load_task("reasoning_gym:nope")
-  assert "chain_sum" in str(e.value).split("known: ")[1].split(", ")
+  assert len(str(e.value)) < 250, str(e.value)
+  # An empty data file is called empty, whatever num_problems asks.
+  for name, text in (("gsm8k", "\n"), ("math500", ""), ("math500", "[]")):
+    empty = tmp_path / f"empty_{name}_{len(text)}.json"
+    empty.write_text(text)
+    for n in (None, 3):
+      with pytest.raises(tasks.EmptyTaskError, match=re.escape(str(empty)) + " is empty: it holds no problems"):
+        tasks.load_task(name, path=empty, num_problems=n)
   missing = tmp_path / "gsm8k_test.jsonl"
   with pytest.raises(FileNotFoundError, match=re.escape(str(missing)) + ".*grade-school-math"):
     tasks.load_task("gsm8k", path=missing)

@@ -86,7 +86,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   Files: summary.md (markdown, returned), summary.csv (summary.summarize), verdict.json (decision.decide on
   `target`, with the router (router.route on `target`) under "router"), where.csv (where.where_table),
   predictors.csv (predictors.predictor_table), alignment.png (plot), report.html (html; figures inline) and
-  html/ (html and pages > 0: token_pages.write_pages, linked from report.html).
+  html/ (html and pages > 0: token_pages.write_pages, linked from report.html), written as one set
+  (`records.atomic_write_files`): a failure (a full disk) leaves the previous report's files as they were.
 
   Args:
     workdir: the study's working directory (holds records/nodes).
@@ -109,6 +110,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   Raises:
     FileNotFoundError: records/nodes is missing or empty (the message names the directory).
     ValueError: inconsistent records (common.check_nodes) or an unknown target.
+    records.WriteError: a report file that could not be written (stage "report"; nothing was replaced).
   """
   nodes = read_records(workdir, "nodes")
   common.check_nodes(nodes)
@@ -137,10 +139,10 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
     meta["manifest.json"] = _flatten(manifest)
   markdown = md.render_markdown(summary, title=f"opd_jax summary: {name}", meta=meta, verdict=verdict,
                                 predictors=predictor_rows, router=routed)
-  pngs = {}
+  pngs, files = {}, {}                   # path -> bytes of every file of the report, written as one at the end
   if plot:
     pngs["alignment"] = figures.alignment_by_config(summary)
-    records.atomic_write_bytes(os.path.join(workdir, "alignment.png"), pngs["alignment"])
+    files[os.path.join(workdir, "alignment.png")] = pngs["alignment"]
     markdown += "\n![mean alignment by configuration and group](alignment.png)\n"
   notes, where_rows = _where(nodes, lengths, decode, config, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
                              min_questions=min_questions)
@@ -149,25 +151,26 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
       pngs[f"where_{split}"] = figures.where_split(where_rows, split)
     if len(predictor_rows):
       pngs["predictors"] = figures.predictor_auroc(predictor_rows)
-    links = _pages(workdir, nodes, notes, pages=pages, colour_by=colour_by, decode=decode)
-    page_html = page.render_html(title=f"opd_jax report: {name}", verdict=verdict, summary=summary, figures=pngs,
-                                 where=where_rows, predictors=predictor_rows, meta=meta, notes=notes,
-                                 router=routed, pages=links)
-    records.atomic_write_bytes(os.path.join(workdir, "report.html"), page_html)
-  records.atomic_write_bytes(os.path.join(workdir, "summary.md"), markdown)
-  records.atomic_write_bytes(os.path.join(workdir, "summary.csv"), summary.to_csv(index=False))
-  records.atomic_write_bytes(os.path.join(workdir, "where.csv"), where_rows.to_csv(index=False))
-  records.atomic_write_bytes(os.path.join(workdir, "predictors.csv"), predictor_rows.to_csv(index=False))
-  records.atomic_write_json(os.path.join(workdir, "verdict.json"), _json_ready(verdict))
+    links = _pages(workdir, nodes, notes, pages=pages, colour_by=colour_by, decode=decode, out=files)
+    files[os.path.join(workdir, "report.html")] = page.render_html(
+        title=f"opd_jax report: {name}", verdict=verdict, summary=summary, figures=pngs, where=where_rows,
+        predictors=predictor_rows, meta=meta, notes=notes, router=routed, pages=links)
+  files[os.path.join(workdir, "summary.md")] = markdown
+  files[os.path.join(workdir, "summary.csv")] = summary.to_csv(index=False)
+  files[os.path.join(workdir, "where.csv")] = where_rows.to_csv(index=False)
+  files[os.path.join(workdir, "predictors.csv")] = predictor_rows.to_csv(index=False)
+  files[os.path.join(workdir, "verdict.json")] = records.json_text(_json_ready(verdict))
+  with records.writing("report"):
+    records.atomic_write_files(files)
   return markdown
 
 
-def _pages(workdir, nodes, notes, *, pages, colour_by, decode):
+def _pages(workdir, nodes, notes, *, pages, colour_by, decode, out=None):
   """token_pages.write_pages from the tokens table (or the rollouts' response_ids) of the selected rollouts;
   without either, no pages and a note."""
   chosen = token_pages.select_rollouts(nodes, pages)
   if not len(chosen):
-    return token_pages.write_pages(workdir, nodes, pd.DataFrame(), max_pages=0)
+    return token_pages.write_pages(workdir, nodes, pd.DataFrame(), max_pages=0, out=out)
   keys = pd.MultiIndex.from_frame(chosen[["question_id", "rollout_id"]])
 
   def selected(frame):
@@ -183,7 +186,7 @@ def _pages(workdir, nodes, notes, *, pages, colour_by, decode):
       tokens = rollouts = None
   if (tokens is None or not len(tokens)) and rollouts is None:
     notes.append("per-token pages skipped: no records/tokens and no rollouts with response_ids")
-    return token_pages.write_pages(workdir, nodes, pd.DataFrame(), max_pages=0)
+    return token_pages.write_pages(workdir, nodes, pd.DataFrame(), max_pages=0, out=out)
   tokens = token_pages.rollout_tokens(tokens, rollouts)
   try:
     infos = selected(read_records(workdir, "rollouts"))
@@ -191,7 +194,7 @@ def _pages(workdir, nodes, notes, *, pages, colour_by, decode):
   except (FileNotFoundError, KeyError, ValueError):          # no rollout records
     infos = None
   return token_pages.write_pages(workdir, nodes, tokens, max_pages=pages, colour_by=colour_by, decode=decode,
-                                 rollouts=infos)
+                                 rollouts=infos, out=out)
 
 
 def _where(nodes, lengths, decode, config, *, n_boot, seed, min_nodes, min_questions):

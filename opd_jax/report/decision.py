@@ -434,6 +434,52 @@ def power_text(power: dict | None) -> str:
   return text + "."
 
 
+def spans_everything(lo: float, hi: float) -> bool:
+  """An interval cut to [-2, 2] at both ends (or NaN): it excludes no difference two cosines can have."""
+  return not (lo > -2.0 or hi < 2.0)
+
+
+def interval_text(c: dict, min_questions: int, *, flip: bool = False, signed: bool = True) -> str:
+  """A comparison's interval ("[lo, hi]"; `flip`: of the best minus the configuration), or "not estimable (...)"
+  when it spans [-2, 2], every difference two cosines can have (`spans_everything`: too few shared questions for
+  the family's level; printed as [-2.0000, +2.0000] it looked like a bug)."""
+  lo, hi = (-c["ci_hi"], -c["ci_lo"]) if flip else (c["ci_lo"], c["ci_hi"])
+  if math.isnan(lo) or math.isnan(hi):
+    return "n/a"
+  if spans_everything(lo, hi):
+    g = c["n_shared_questions"]
+    return ("not estimable (" + (f"{_count(g, 'shared question')} < {min_questions}: " if g < min_questions else "")
+            + "the interval spans every possible difference, [-2, 2])")
+  return f"[{lo:+.4f}, {hi:+.4f}]" if signed else common.ci(lo, hi)
+
+
+def next_step(verdict: dict) -> str:
+  """What would decide, for the console (`console.results_text`): "" when the verdict is decided and no
+  min_effect was asked; else the questions that would detect min_effect (or the design's margin) with 80% power,
+  or, without min_effect, the power rule's questions and the difference this budget can detect."""
+  if not verdict.get("ranking") or verdict.get("best") is None:
+    return ""
+  p, n = verdict.get("power") or {}, verdict["n_questions"]
+  decided = verdict.get("decided", verdict["verdict"] == "use")
+  needs = [u["questions_needed"] for u in verdict.get("undecided") or () if u["questions_needed"] is not None]
+  if needs and not decided:
+    return (f"to decide: ~{max(needs)} questions would detect {verdict['margin']:g} with 80% expected power (now "
+            f"{n}): raise config.budget.questions, the cap")
+  effect, need = p.get("min_effect"), p.get("questions_needed")
+  if effect is not None and need is not None:
+    return (f"{'to decide' if not decided else 'power'}: ~{need} questions ({p['more_questions']} more) would detect "
+            f"a difference of {effect:g} with 80% power (config.report.min_effect): raise config.budget.questions")
+  if decided:
+    return "" if effect is None else f"power: {effect:g} is not detectable with any number of questions"
+  short = verdict["ranking"][0].get("short")
+  text = (f"to decide: at least {verdict['min_questions']} questions with a defined alignment (now {n}; raise "
+          "config.budget.questions)" if short else "to decide: more questions (raise config.budget.questions)")
+  if p.get("estimable"):
+    text += (f"; this budget detects differences >= {p['detectable_difference']:.3f} only: "
+             "--config.report.min_effect=<the smallest worth detecting> prints the questions that would detect it")
+  return text
+
+
 def _line(out: dict, target: str) -> str:
   """The verdict sentence."""
   best, comps, pct = out["best"], out["comparisons"], f"{100 * out['level']:g}%"
@@ -445,7 +491,7 @@ def _line(out: dict, target: str) -> str:
                  f"{', '.join(sparse)}" if sparse else "") + (
                      f"; no defined alignment: {', '.join(empty)}" if empty else "")
   top = next((c for c in comps if c["comparable"]), None)
-  lead = (f"{best} - {top['config_id']} = {-top['diff']:+.4f} [{-top['ci_hi']:+.4f}, {-top['ci_lo']:+.4f}]"
+  lead = (f"{best} - {top['config_id']} = {-top['diff']:+.4f} {interval_text(top, out['min_questions'], flip=True)}"
           if top else "")
   family = (f"{pct} simultaneous intervals over {_count(out['family_size'], 'pairwise comparison')}, paired on "
             "shared nodes, CR2 by question")
@@ -487,7 +533,7 @@ def table_rows(verdict: dict) -> list[list[str]]:
           f"not comparable (< {verdict['min_shared_questions']} shared questions)")
       status += f"; equivalent within +-{verdict['margin']:g}" if c.get("equivalent") else ""
       cells = [str(c["n_shared"]), str(c["n_shared_questions"]), common.fmt(c["diff"]),
-               common.ci(c["ci_lo"], c["ci_hi"]), common.fmt(c["p_adjusted"], 3), status]
+               interval_text(c, verdict["min_questions"], signed=False), common.fmt(c["p_adjusted"], 3), status]
     rule = "no defined alignment" if not r["n_defined"] else f"indicative: {r['short']}" if r["short"] else ""
     rows.append([str(r["config_id"]), str(r["n_defined"]), str(r["n_questions"]), common.fmt(r["mean_alignment"]),
                  common.fmt(r["mean_teacher_advantage"]), *cells, "yes" if r["could_be_best"] else "no", rule])

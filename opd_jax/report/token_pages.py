@@ -235,9 +235,9 @@ def rollout_tokens(tokens: pd.DataFrame | None, rollouts: pd.DataFrame | None) -
 
 def write_pages(workdir: str, nodes: pd.DataFrame, tokens: pd.DataFrame, *, max_pages: int = DEFAULT_PAGES,
                 colour_by: str = DEFAULT_COLOUR_BY, decode=None,
-                rollouts: pd.DataFrame | None = None) -> list[tuple[str, str]]:
+                rollouts: pd.DataFrame | None = None, out: dict | None = None) -> list[tuple[str, str]]:
   """Writes `<workdir>/html/index.html` and one page per selected node rollout (select_rollouts), removing pages
-  of an earlier build that this one did not write.
+  of an earlier build that this one did not write, as one set (`records.atomic_write_files`).
 
   Args:
     workdir: the study directory.
@@ -248,19 +248,23 @@ def write_pages(workdir: str, nodes: pd.DataFrame, tokens: pd.DataFrame, *, max_
     decode: token id -> text; default `[id]` (and no question text).
     rollouts: rollout records (ROLLOUT_COLUMNS, those present) of the selected rollouts: the question, gold and
       extracted answers, reward and response text of each page, and the link labels.
+    out: path -> bytes (None: remove) of a larger set of files that the caller writes as one (the report's);
+      None: written here.
   Returns:
     (link relative to the workdir, label) of the index and each page; labels name the question by number and
     first words (link_label), never by question id.
   """
   chosen = select_rollouts(nodes, max_pages)
   directory = os.path.join(workdir, "html")
+  files = {} if out is None else out
   if os.path.isdir(directory):
     for name in os.listdir(directory):
       if _PAGE_NAME.match(name) and name >= page_name(len(chosen)):
-        os.remove(os.path.join(directory, name))
+        files[os.path.join(directory, name)] = None
   if not len(chosen):
+    if out is None:
+      records.atomic_write_files(files)
     return []
-  os.makedirs(directory, exist_ok=True)
   by_rollout = dict(tuple(tokens.groupby(["question_id", "rollout_id"], sort=False)))
   infos = rollout_info(rollouts, decode)
   order = {q: i for i, q in enumerate(sorted(pd.unique(nodes["question_id"])))}
@@ -273,9 +277,9 @@ def write_pages(workdir: str, nodes: pd.DataFrame, tokens: pd.DataFrame, *, max_
       raise ValueError(f"no token records for question_id={r['question_id']!r} rollout_id={r['rollout_id']}; the "
                        "records are incomplete: rerun the study for that question")
     info = infos.get(key) or {"number": order[r["question_id"]]}
-    records.atomic_write_bytes(os.path.join(directory, page_name(i)), rollout_page(
+    files[os.path.join(directory, page_name(i))] = rollout_page(
         nodes, toks, question_id=r["question_id"], rollout_id=key[1], correct=bool(r["correct"]),
-        colour_by=colour_by, decode=decode, info=info))
+        colour_by=colour_by, decode=decode, info=info)
     at = nodes[(nodes["question_id"] == r["question_id"]) & (nodes["rollout_id"] == r["rollout_id"])]
     means = at.groupby("config_id", sort=False)["alignment"].mean()
     label = link_label(info, key[1], bool(r["correct"]))
@@ -289,11 +293,13 @@ def write_pages(workdir: str, nodes: pd.DataFrame, tokens: pd.DataFrame, *, max_
   table = f"<table><tr>{head}</tr>" + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>"
                                                for row in rows) + "</table>"
   n_all = nodes[["question_id", "rollout_id"]].drop_duplicates().shape[0]
-  records.atomic_write_bytes(os.path.join(directory, "index.html"), _doc("per-token pages", [
+  files[os.path.join(directory, "index.html")] = _doc("per-token pages", [
       '<p><a href="../report.html">report</a></p>', "<h1>Per-token pages</h1>",
       f'<p class="note">{len(chosen)} of {n_all} node rollouts (incorrect first; cap max_pages={max_pages}); '
       "each page shows the question, the answers, the response coloured by a configuration's alignment or by "
-      f"{html.escape(colour_by)}, and the nodes. mean align: mean alignment over the rollout's nodes.</p>", table]))
+      f"{html.escape(colour_by)}, and the nodes. mean align: mean alignment over the rollout's nodes.</p>", table])
+  if out is None:
+    records.atomic_write_files(files)
   return links
 
 

@@ -9,6 +9,9 @@ Known names: "gsm8k" (JSONL), "math500" (JSON), "reasoning_gym:<dataset>" (offli
 tiny random models: smoke runs and tests). Nothing is downloaded at run
 time unless download=True (tfds only).
 """
+import difflib
+
+from opd_jax.tasks.base import EmptyTaskError
 from opd_jax.tasks.base import Problem
 from opd_jax.tasks.base import check_answers
 from opd_jax.tasks.base import summarize_solution
@@ -40,7 +43,8 @@ def load_task(name: str, *, path=None, split: str = "test", num_problems: int | 
   Returns:
     A Task.
   Raises:
-    ValueError: unknown name (the message lists the known ones) or bad arguments.
+    ValueError: unknown name (the message names the nearest ones and lists the known ones) or bad arguments.
+    EmptyTaskError (a ValueError): a data file or split that holds no problem.
     FileNotFoundError: a missing data file (the message says where to get it).
   """
   # Imported here so that `import opd_jax.tasks` costs nothing (reasoning_gym and math_verify are slow to import).
@@ -71,7 +75,10 @@ def load_task(name: str, *, path=None, split: str = "test", num_problems: int | 
   if family == "synthetic" and rest:
     _no_kw(name, kw)
     return synthetic.load(rest, num_problems=num_problems, seed=seed, **extra)
-  raise ValueError(f"unknown task {name!r}; known: {', '.join(KNOWN_TASKS)}")
+  close = difflib.get_close_matches(name, ["gsm8k", "math500", "synthetic:parity", "reasoning_gym:gsm_symbolic",
+                                           "reasoning_gym:basic_arithmetic", "reasoning_gym:chain_sum"], n=3)
+  raise ValueError(f"unknown task {name!r}; " + (f"did you mean {' or '.join(map(repr, close))}? " if close else "")
+                   + f"known: {', '.join(KNOWN_TASKS)}")
 
 
 def _no_kw(name: str, kw: dict):

@@ -147,8 +147,23 @@ def safe_id(*parts: Any) -> str:
   return "-".join(_SAFE_ID.sub("_", str(p)).strip("_") for p in parts)
 
 
+class EmptyTaskError(ValueError):
+  """A task source (data file, split) that holds no problem; `source` names it."""
+
+  def __init__(self, source: str):
+    super().__init__(f"{source} is empty: it holds no problems")
+    self.source = source
+
+
 def limit(rows: list, num_problems: int | None, source: str) -> list:
-  """The first `num_problems` rows (all when None); ValueError when more are asked than exist."""
+  """The first `num_problems` rows (all when None).
+
+  Raises:
+    EmptyTaskError: `source` holds no rows (whatever num_problems asks).
+    ValueError: a bad num_problems, or more asked than exist.
+  """
+  if not len(rows):
+    raise EmptyTaskError(source)
   if num_problems is None:
     return rows
   if not isinstance(num_problems, int) or num_problems <= 0:

@@ -86,11 +86,14 @@ def load_math500(*, path=None, data_dir=None, split: str = "test", num_problems:
   """
   file = _resolve("math500", path, data_dir, f"math500_{split}.json", MATH500_SOURCE)
   with open(file, encoding="utf-8") as f:
-    try:
-      rows = json.load(f)
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{file}: invalid JSON at line {e.lineno}, column {e.colno} ({e.msg}); expected a JSON "
-                       "list of MATH-500 rows") from None
+    text = f.read()
+  if not text.strip():
+    raise base.EmptyTaskError(str(file))
+  try:
+    rows = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{file}: invalid JSON at line {e.lineno}, column {e.colno} ({e.msg}); expected a JSON "
+                     "list of MATH-500 rows") from None
   if not isinstance(rows, list):
     raise ValueError(f"{file}: a JSON {type(rows).__name__}, expected a list of MATH-500 rows")
   problems = []

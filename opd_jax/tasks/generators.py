@@ -33,6 +33,7 @@ instead: boxnet, graph_color, propositional_logic, rubiks_cube, rush_hour), as P
 answer; and those whose scorer cannot tell a wrong answer from a right one (BROKEN_SCORERS).
 """
 import ast
+import difflib
 import hashlib
 import json
 import operator
@@ -62,6 +63,7 @@ _OPS = {ast.Add: ("+", operator.add), ast.Sub: ("-", operator.sub), ast.Mult: ("
 # Datasets whose answer is the generated expression's value: name -> whether "/" is floor division (as
 # reasoning-gym's basic_arithmetic evaluates it, `eval_floordiv`).
 EXPRESSION_DATASETS = {"chain_sum": False, "basic_arithmetic": True}
+KNOWN_GOOD = ("gsm_symbolic", "basic_arithmetic", "chain_sum")   # with reference solutions; named by errors
 
 
 def parse_name(spec: str) -> tuple[str, dict]:
@@ -179,8 +181,11 @@ def load(name: str, *, num_problems: int | None = None, seed: int = 0, config: d
   import reasoning_gym  # pylint: disable=g-import-not-at-top
   from reasoning_gym import factory  # pylint: disable=g-import-not-at-top
   if name not in factory.DATASETS:
-    raise ValueError(f"unknown reasoning-gym dataset {name!r} (task 'reasoning_gym:{name}'); known: "
-                     f"{', '.join(sorted(factory.DATASETS))}")
+    close = difflib.get_close_matches(name, sorted(factory.DATASETS), n=3)
+    shown = (f"did you mean {' or '.join(repr(c) for c in close)}?" if close else
+             f"e.g. {', '.join(repr(c) for c in KNOWN_GOOD)}")
+    raise ValueError(f"unknown reasoning-gym dataset {name!r} (task 'reasoning_gym:{name}'); {shown} (all "
+                     f"{len(factory.DATASETS)} names: sorted(reasoning_gym.factory.DATASETS))")
   if name in BROKEN_SCORERS:
     raise ValueError(f"reasoning_gym:{name} cannot be graded: {BROKEN_SCORERS[name]}; pick another dataset")
   size = DEFAULT_NUM_PROBLEMS if num_problems is None else num_problems

@@ -254,6 +254,12 @@ def rerun(student, config, task, ref: NodeRef, K: int) -> list[list[int]]:
 # The job.
 
 def validate(config) -> None:
+  """config.lookahead errors that need no model (and integers out of range: `preflight.check_integers`).
+
+  Raises:
+    ValueError: naming the field.
+  """
+  preflight.check_integers(config.to_dict())
   la = config.lookahead
   if not la.study_workdir:
     raise ValueError("config.lookahead.study_workdir is required: the --workdir of a finished study")
