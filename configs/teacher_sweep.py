@@ -1,7 +1,8 @@
 """Teacher sweep: which teacher and which self-distillation context align with success, per token.
 
   python -m opd_jax.main --config=configs/teacher_sweep.py               # 4 min 15 s on a quiet 2-core CPU,
-                                                                          # warm cache (measured; docs/results.md)
+                                                                          # warm cache (measured; docs/results.md);
+                                                                          # an empty model cache adds ~11 min (issue 35)
   python -m opd_jax.main --config=configs/teacher_sweep.py:gsm           # the previous default, ~9 min cold
   python -m opd_jax.main --config=configs/teacher_sweep.py:hour          # the one-hour study (docs/results.md): 63 min
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper \

@@ -65,7 +65,7 @@ def describe(config, task: Any = None) -> str:
                  f"{config.selection})")
     problem = task.problems[0] if pool else None
     if problem is not None:
-      lines.append(f"prompt:   {clip(task.prompt(problem))!r} (question 1 of {pool}; config.task.template"
+      lines.append(f"prompt:   '{clip(task.prompt(problem))}' (question 1 of {pool}; config.task.template"
                    f"{' is the task default' if not config.task.template else ''})")
   confs = [contexts.parse(k, v) for k, v in config.configurations.items()]
   teachers = sorted({c.teacher for c in confs})

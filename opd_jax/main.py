@@ -53,6 +53,9 @@ _COST_MODEL = flags.DEFINE_string(
     "cost_model", "", "With --dry_run: also print FLOPs, HBM bytes and roofline times per stage on an accelerator "
     "(h100 | h200 | v5e | v5p, optionally -<chips>, e.g. v5e-64; or cpu), compiling single-step programs on CPU "
     "without weights (opd_jax/costs.py; tens of seconds).")
+_REPAIR = flags.DEFINE_bool(
+    "repair", False, "A study: first drop the record parts that do not read (truncated, damaged) and compute their "
+    "questions again (seeded: the same records), then go on as the same command would.")
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() (pods, SLURM).")
 _COORDINATOR = flags.DEFINE_string("coordinator", None, "host:port of process 0 (local multi-process runs; "
                                    "pods and SLURM detect it).")
@@ -330,6 +333,9 @@ def main(argv):
     from opd_jax import study
     # pylint: enable=g-import-not-at-top
     workdir = workdir or os.path.join("runs", preflight.check_name(config.name))
+    if _REPAIR.value and (job != "study" or _DRY_RUN.value):
+      raise ValueError(f"--repair rewrites a study's damaged records; it does not apply to a {job} "
+                       f"{'dry run' if _DRY_RUN.value else 'run'}: drop it")
     if job == "train":                                     # configs/opd_train.py: OPD training (opd_jax/training)
       from opd_jax.training import loop  # pylint: disable=g-import-not-at-top
       loop.validate(config)                                # config.train, the optimizer's too (validate_train)
@@ -369,9 +375,9 @@ def main(argv):
     runs.check_workdir_for(workdir, config.to_dict(), "study")
     with failed_start_undone(workdir, enabled=not multi_process):
       _log_to(workdir, multi_process)
-      summary = study.run(config, workdir)
+      summary = study.run(config, workdir, repair=_REPAIR.value)
   except KeyboardInterrupt:
-    print(_interrupted_line, file=sys.stderr, flush=True)
+    stages.last_line(_interrupted_line)
     sys.stdout.flush()
     if _AS_COMMAND:   # records and progress are written atomically: skip a teardown that can crash mid-XLA call
       os._exit(130)
@@ -388,32 +394,56 @@ def main(argv):
 _AS_COMMAND = False     # set by `run` (python -m opd_jax.main), not when main() is called in-process
 
 
-def exit_on_second_interrupt() -> None:
-  """A second Ctrl-C exits at once (code 130, the one `interrupted:` line), whatever the main thread is doing.
+GRACE_S = 1.0     # how long the main thread has to raise KeyboardInterrupt after a Ctrl-C before the exit is forced
 
-  The first SIGINT raises KeyboardInterrupt in the main thread, handled in `main`, but only once the thread is
-  back in Python bytecode: a long XLA call or compile holds it, and a library may catch it. The C-level handler
-  also writes the signal number to `signal.set_wakeup_fd`'s pipe at once, even while the main thread runs C++;
-  a daemon thread reading that pipe counts the presses. Call from the main thread.
+
+def _on_interrupt(signum, frame):
+  """SIGINT's Python handler (the default one's KeyboardInterrupt), noting that the main thread heard it."""
+  _heard.set()
+  signal.default_int_handler(signum, frame)
+
+
+_heard = threading.Event()
+
+
+def exit_on_interrupt() -> None:
+  """Ctrl-C exits within GRACE_S seconds (code 130, the one `interrupted:` line), whatever the main thread does.
+
+  A SIGINT raises KeyboardInterrupt in the main thread (`_on_interrupt`), handled in `main`, but only once that
+  thread runs Python bytecode again: an XLA compile or a long jitted call holds it in C++ (e.g. the first base
+  rollouts of a checkpoint, which compile the prefill and decode programs), so a press could go unheard a minute.
+  CPython's C-level handler also writes the signal number to `signal.set_wakeup_fd`'s pipe at once, from any
+  thread; a daemon thread reading that pipe forces the exit (`_force_exit`) when the main thread has not heard the
+  press within GRACE_S, or at a second press. Records and progress are written atomically and the lock is
+  released, so what finished is kept and the same command resumes. Call from the main thread.
   """
   r, w = os.pipe()
   os.set_blocking(w, False)
   signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+  signal.signal(signal.SIGINT, _on_interrupt)
 
   def watch():
     presses = 0
     while data := os.read(r, 64):
       presses += data.count(bytes([signal.SIGINT]))
-      if presses >= 2:
-        print(_interrupted_line, file=sys.stderr, flush=True)
-        os._exit(130)
-  threading.Thread(target=watch, daemon=True, name="second-interrupt").start()
+      if presses >= 2 or (presses == 1 and not _heard.wait(GRACE_S)):
+        _force_exit()
+  threading.Thread(target=watch, daemon=True, name="interrupt").start()
+
+
+def _force_exit() -> None:
+  """The `interrupted:` line, this process's workdir locks released (`runs.release_locks`), exit 130 at once."""
+  stages.last_line(_interrupted_line)
+  runs = sys.modules.get("opd_jax.runs")
+  if runs is not None:
+    runs.release_locks()
+  os._exit(130)
 
 
 def run():
   global _AS_COMMAND
   _AS_COMMAND = True
-  exit_on_second_interrupt()
+  exit_on_interrupt()
   app.run(main, flags_parser=parse_flags)
 
 

@@ -325,7 +325,8 @@ class Plan:
   tokens_generated: int
   tokens_scored: int
   seconds: float
-  load_compile_seconds: float = 0.0
+  load_compile_seconds: float = 0.0     # model loading and compiles, cold_seconds included
+  cold_seconds: float = 0.0             # reading, assembling and converting presets not yet in the cache
   cross_views: int = 0                  # views whose teacher reads text (`cross.py`), as far as checked
   cross_strings: int = 0                # their strings asked of the teacher (tail + candidate), at most
   design: tuple[str, ...] = ()          # the work-saving designs' expected work beside the fixed design's bound
@@ -343,9 +344,10 @@ class Plan:
            f"{self.cross_strings:,} strings asked of them, each a few teacher tokens off the cached response "
            "(not in the estimate; benchmarks/cross_cost.py)"] if self.cross_views else []),
         *(f"         {line}" for line in self.design),
-        f"         estimated wall time <= {when} (2-core CPU rates of the 0.5B student, cold cache: "
-        f"{self.load_compile_seconds / 60:.1f} min of model loading and compiles; scale by model size and "
-        "hardware)"])
+        f"         estimated wall time <= {when} (2-core CPU rates of the 0.5B student: "
+        f"{self.load_compile_seconds / 60:.1f} min of model loading and compiles"
+        + (f", {self.cold_seconds / 60:.1f} of them reading, assembling and converting models not yet in the cache"
+           if self.cold_seconds else "") + "; scale by model size and hardware)"])
 
 
 # Rates of the default study on the 2-core CPU, fp32 (0.5B student, 1.5B teacher), for the dry-run estimate
@@ -354,11 +356,26 @@ class Plan:
 # in 151 s, compiles included (the contexts' prompts are prefilled too).
 DECODE_TOKENS_PER_S = 49.0
 SCORE_TOKENS_PER_S = 14.0
-# Model loading (cold: preset assembly and conversion, 51 s measured for the 0.5B) and jit compiles (prefill, decode,
-# branch and one scoring program per (teacher, context); the scoring compiles are inside SCORE_TOKENS_PER_S), per
-# checkpoint; random models load and compile in seconds.
+# Model loading (a bound of a load from the cache: 51 s measured for the 0.5B's cold load on an idle machine) and
+# jit compiles (prefill, decode, branch and one scoring program per (teacher, context); the scoring compiles are
+# inside SCORE_TOKENS_PER_S), per checkpoint; random models load and compile in seconds.
 LOAD_S = {"checkpoint": 60.0, "random": 2.0}
 COMPILE_S = {"checkpoint": 40.0, "random": 4.0}
+# A preset not yet converted in the cache (`cold_seconds`) adds: its header read twice (by the checks, then by the
+# conversion: HEADER_S each, models/checkpoints.py `_peek_preset_header`), and assembly, hashing and conversion
+# at COLD_S_PER_GB of GGUF file, from issue 35's cold run of configs/teacher_sweep.py on a loaded 2-core CPU: ~11
+# min before the first bar for the 0.5B and 1.5B presets (1.61 GB), ~68 s of which were header reads.
+HEADER_S = 10.0
+COLD_S_PER_GB = 370.0
+
+
+def cold_seconds(spec: str, dtype) -> float:
+  """Seconds that reading, assembling and converting the preset `spec` adds to its load when its params for
+  `dtype` (None: the platform default) are not in the cache yet; 0 for a converted preset or another spec."""
+  preset = models.checkpoints.PRESETS.get(spec)
+  if preset is None or models.checkpoints.params_dir(preset.sha256, dtype).is_dir():
+    return 0.0
+  return 2 * HEADER_S + COLD_S_PER_GB * preset.size / 1e9
 
 
 def plan(config) -> Plan:
@@ -380,10 +397,11 @@ def plan(config) -> Plan:
   secs = gen / DECODE_TOKENS_PER_S + scored_tokens / SCORE_TOKENS_PER_S
   specs = {config.student.name} | {c.teacher for c in confs if c.teacher != contexts.SELF}
   kind = lambda spec: "random" if spec.startswith("random:") else "checkpoint"
-  fixed = sum(LOAD_S[kind(m)] for m in specs) + 3 * COMPILE_S[kind(config.student.name)]
+  cold = sum(cold_seconds(m, config.student.get("dtype", "") or None) for m in specs)
+  fixed = sum(LOAD_S[kind(m)] for m in specs) + 3 * COMPILE_S[kind(config.student.name)] + cold
   strings = len(cross) * (scored * n_tok + nodes * cand)          # every position's token, every candidate
-  return Plan(q, rollouts, scored, len(views), nodes, cand, cont, gen, scored_tokens, secs, fixed, len(cross),
-              strings, _design_lines(config, nodes * cand))
+  return Plan(q, rollouts, scored, len(views), nodes, cand, cont, gen, scored_tokens, secs, fixed, cold,
+              len(cross), strings, _design_lines(config, nodes * cand))
 
 
 def _design_lines(config, slots: int) -> tuple[str, ...]:

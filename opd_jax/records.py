@@ -332,17 +332,35 @@ def check_parts(workdir, tables=TABLES) -> int:
   n = 0
   for table in tables:
     for part in part_files(workdir, table):
-      try:
-        meta = pq.read_metadata(part).metadata or {}
-      except (OSError, pa.ArrowException) as e:
-        raise ValueError(f"record part {part} is not readable parquet ({e}); it is truncated or damaged: delete it "
-                         f"and its question's entry in progress*.json, then rerun the study to rewrite it") from None
+      meta = _footer(part)
+      if meta is None:
+        raise ValueError(f"record part {part} is not readable parquet; it is truncated or damaged: rerun the "
+                         "study's command with --repair added, which computes its question again (the same "
+                         "records: every draw is seeded)")
       got = meta.get(PART_HASH_KEY)
       if want is not None and got is not None and got.decode() != want:
         raise ValueError(f"record part {part} belongs to another study (config hash {got.decode()[:12]}, this "
                          f"workdir's config.json {want[:12]}); move the foreign parts out of {part.parent}")
       n += 1
   return n
+
+
+def _footer(part: pathlib.Path) -> dict | None:
+  """The key-value metadata of a part's parquet footer, or None when the file does not read as parquet."""
+  try:
+    return pq.read_metadata(part).metadata or {}
+  except (OSError, pa.ArrowException):
+    return None
+
+
+def damaged_parts(workdir, tables=TABLES) -> list[pathlib.Path]:
+  """The record parts that do not read as parquet (truncated, damaged; footers only), in table and name order."""
+  return [part for table in tables for part in part_files(workdir, table) if _footer(part) is None]
+
+
+def question_of(part: pathlib.Path) -> str:
+  """The question id of a part `records/<table>/part-<question_id>.parquet` (`write_part`)."""
+  return part.name[len("part-"):-len(".parquet")]
 
 
 def read_table(workdir, table: str) -> pd.DataFrame:

@@ -339,11 +339,48 @@ def workdir_lock(workdir, process_index: int):
   else:
     raise ValueError(f"could not take the lock {path}: it keeps reappearing; another run is starting on this "
                      "--workdir")
+  _HELD.add(path)
   try:
     yield path
   finally:
+    _HELD.discard(path)
     if (_read_json(path) or {}).get("pid") == os.getpid():
       path.unlink(missing_ok=True)
+
+
+_HELD: set[pathlib.Path] = set()          # the locks `workdir_lock` holds in this process
+
+
+def release_locks() -> None:
+  """Remove the locks this process holds (`workdir_lock`), for an exit that skips their `finally` (main's
+  `os._exit` on Ctrl-C); safe from any thread."""
+  for path in list(_HELD):
+    if (_read_json(path) or {}).get("pid") == os.getpid():
+      path.unlink(missing_ok=True)
+
+
+def forget_damaged(workdir, process_index: int, process_count: int) -> list[str]:
+  """Drop the record parts that do not read (`records.damaged_parts`) with every other part of their questions,
+  and forget those questions in this process's progress (no longer processed, still selected, not done) and the
+  manifest, so that the run computes them again (study.run_questions): --repair. Call holding the lock.
+
+  Returns:
+    the question ids forgotten, sorted.
+  """
+  workdir = pathlib.Path(workdir)
+  ids = sorted({records.question_of(p) for p in records.damaged_parts(workdir)})
+  if not ids:
+    return []
+  for table in records.TABLES:
+    for part in records.part_files(workdir, table):
+      if records.question_of(part) in ids:
+        part.unlink()
+  progress = read_progress(workdir, process_index, process_count)
+  status = ("done", "error", "process_index", "process_count")
+  progress["processed"] = [q for q in progress["processed"] if q not in ids]
+  write_progress(workdir, {k: v for k, v in progress.items() if k not in status}, process_index, process_count)
+  (workdir / "manifest.json").unlink(missing_ok=True)
+  return ids
 
 
 def describe(mesh: Mesh) -> dict:

@@ -1,19 +1,23 @@
 """What a job says on stderr besides its results: a progress bar per stage, warnings, and the one `error:` line
 of a failure (`field_error`, `fail`: the one format of every entry point's config and flag errors).
 
-One console (`console`, called by every entry point): tqdm bars when `config.logging.progress` (every job: study,
-trainer, lookahead, and the report inside a study), warnings and errors as `warning: <message>` lines written
-between the bars, and absl/Python INFO lines (timestamps, thread ids) in `<workdir>/log.txt` (`attach_log`), not
-on the console (`config.logging.verbosity=2`: there too). `quiet_startup` (on `import opd_jax`) silences the
-startup chatter of the libraries: transformers' "PyTorch was not found" advisory and JAX's probe of a TPU
-("Unable to initialize backend 'tpu'") on machines without one; their other warnings are kept.
+One console (`console`, called by every entry point): when `config.logging.progress` (every job: study, trainer,
+lookahead, and the report inside a study), tqdm bars on a terminal, and one line per stage when stderr is not one
+(a file, a pipe: `stage_line`, e.g. `base rollouts: 1,536 tok in 40.2 s`; no cursor codes); warnings and errors as
+`warning: <message>` lines written between the bars, and absl/Python INFO lines (timestamps, thread ids) in
+`<workdir>/log.txt` (`attach_log`), not on the console (`config.logging.verbosity=2`: there too). `quiet_startup`
+(on `import opd_jax`) silences the startup chatter of the libraries: transformers' "PyTorch was not found"
+advisory and JAX's probe of a TPU ("Unable to initialize backend 'tpu'") on machines without one; their other
+warnings are kept.
 
   with stages.bar("base rollouts", total=rows * max_new_tokens, unit="tok") as b:
     ...; b.update(n)
 
-Stages (study.py, models/checkpoints.py): model assembly and conversion (bytes, tensors), base rollouts (decoded
-tokens), scoring (rollouts x views), targeted continuations (decoded tokens), report. Bars are off when
-`ENABLED` is False (`config.logging.progress=False`); each stage's time is logged at INFO (log.txt).
+Stages (study.py, models/): reading a preset's or GGUF file's header, model assembly, hashing and conversion
+(bytes, tensors), loading models, base rollouts (decoded tokens), scoring (rollouts x views), targeted
+continuations (decoded tokens), report; a stage without a count shows its elapsed time, redrawn each second.
+Bars and lines are off when `ENABLED` is False (`config.logging.progress=False`); each stage's time is logged at
+INFO (log.txt). A job's last line (`interrupted: ...`) starts below any bar (`last_line`).
 
   error: config.seed must be an integer >= 0, got -3
   error: --config.sampling.temprature=0.7: unknown config field 'config.sampling.temprature'; did you mean
@@ -29,6 +33,7 @@ import os
 import pathlib
 import re
 import sys
+import threading
 import time
 from typing import Any, Iterable, NoReturn, Sequence
 
@@ -145,30 +150,98 @@ def detach_log() -> None:
     handler.close()
 
 
+def live() -> bool:
+  """Bars are drawn (tqdm, redrawn in place) when on (`ENABLED`) and stderr is a terminal. On but not a terminal
+  (stderr redirected to a file or a pipe): no bar, and each stage prints one line when it ends (`stage_line`)."""
+  isatty = getattr(sys.stderr, "isatty", None)
+  return ENABLED and bool(isatty and isatty())
+
+
+class _Count:
+  """What a stage's bar counts when no bar is drawn (a disabled tqdm counts nothing): `update(n)` and `n`."""
+
+  def __init__(self, initial: float = 0):
+    self.n = initial
+
+  def update(self, n: float = 1) -> None:
+    self.n += n
+
+
+def stage_line(stage: str, seconds: float, n: float | None = None, unit: str = "it", unit_scale: bool = False) -> str:
+  """The one line of a finished stage when no bar is drawn: `base rollouts: 1,536 tok in 40.2 s`, or
+  `loading models: 21.6 s` for a stage without a count (n None)."""
+  if n is None:
+    return f"{stage}: {seconds:.1f} s"
+  amount = tqdm.format_sizeof(n) if unit_scale else f"{int(n):,}"
+  return f"{stage}: {amount} {unit} in {seconds:.1f} s"
+
+
+_open: list = []          # the bars drawn now (innermost last): a last line printed by another thread starts below
+
+
+def _ticker(b, every_s: float = 1.0):
+  """Redraws bar `b` every `every_s` seconds until the returned event is set: tqdm redraws on `update` only, so a
+  bar without a total (the elapsed time alone) would show 00:00 for the whole stage."""
+  stop = threading.Event()
+
+  def tick():
+    while not stop.wait(every_s):
+      b.refresh()
+  threading.Thread(target=tick, daemon=True, name=f"ticker {b.desc}").start()
+  return stop
+
+
 @contextlib.contextmanager
-def bar(stage: str, total: float | None = None, unit: str = "it", unit_scale: bool = False):
-  """A tqdm bar for `stage` (closed on exit, even on error), then `INFO <stage>: <seconds> s` (log.txt).
+def bar(stage: str, total: float | None = None, unit: str = "it", unit_scale: bool = False, *, initial: float = 0,
+        fill: bool = True, leave: bool = False, shown: bool = True):
+  """A progress bar for `stage` (closed on exit, even on error), then `INFO <stage>: <seconds> s` (log.txt).
+
+  On a terminal (`live`): a tqdm bar, redrawn each second when it has no total. Not a terminal: no bar, and one
+  `stage_line` on stderr when the stage ends normally. Off (`ENABLED` False): nothing on stderr.
 
   Args:
     stage: what runs, e.g. "base rollouts".
-    total: the planned amount (an upper bound is fine: the bar is filled on a normal exit); None: no total (the
-      bar shows the elapsed time only).
+    total: the planned amount (an upper bound is fine: with `fill` the bar is filled on a normal exit); None: no
+      total (the bar shows the elapsed time only).
     unit, unit_scale: tqdm's.
+    initial: the amount done before (a resumed run's questions).
+    fill: fill the bar to `total` on a normal exit (False: a total that may not be reached, e.g. a quota).
+    leave: keep the drawn bar on the terminal after the stage.
+    shown: False: neither bar nor line (the stage is logged only).
   Yields:
-    the tqdm bar (call .update(n)); disabled bars accept .update too.
+    an object with .update(n) (the tqdm bar, or a counter when none is drawn).
   """
-  t0 = time.time()
-  b = tqdm(total=total, desc=stage, unit=unit, unit_scale=unit_scale, disable=not ENABLED, leave=False,
-           dynamic_ncols=True, bar_format=None if total is not None else "{desc}: {elapsed}")   # no "0it"
+  t0, draw = time.time(), live() and shown
+  if draw:
+    b = tqdm(total=total, initial=initial, desc=stage, unit=unit, unit_scale=unit_scale, leave=leave,
+             dynamic_ncols=True, bar_format=None if total is not None else "{desc}: {elapsed}")   # no "0it"
+    _open.append(b)
+  else:
+    b = _Count(initial)
+  ticker = _ticker(b) if draw and total is None else None
   ok = False
   try:
     yield b
     ok = True
   finally:
-    if ok and total is not None and b.n < total:
+    if ticker is not None:
+      ticker.set()
+    if ok and fill and total is not None and b.n < total:
       b.update(total - b.n)
-    b.close()
-    logging.info("%s: %.1f s", stage, time.time() - t0)
+    seconds = time.time() - t0
+    if draw:
+      _open.remove(b)
+      b.close()
+    elif ok and shown and ENABLED:
+      print(stage_line(stage, seconds, None if total is None else b.n, unit, unit_scale), file=sys.stderr,
+            flush=True)
+    logging.info("%s: %.1f s", stage, seconds)
+
+
+def last_line(line: str) -> None:
+  """Print a job's last line (`interrupted: ...`) on stderr on a line of its own, below any bar still drawn (this
+  may run on another thread than the bars')."""
+  print(("\n" if _open else "") + line, file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------------------------------------------------

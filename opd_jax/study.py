@@ -35,7 +35,6 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 from absl import logging
-from tqdm import tqdm
 
 from opd_jax import checklist
 from opd_jax import contexts
@@ -420,16 +419,21 @@ def finish(workdir, *, rebuild: bool = True, tokenizer=None, options=None, seq=N
   return markdown
 
 
-def run(config, workdir: str) -> str:
+def run(config, workdir: str, *, repair: bool = False) -> str:
   """Run (or resume) the study of `config` in `workdir`; returns the summary markdown.
 
   Order: config checks, the workdir (a writable directory, not another config's run, not locked by a live run
-  with this process index: `runs.workdir_lock`), the task and context lengths (`preflight.check`), and only then
-  the models. A finished run is not rerun: its summary is rebuilt (when the workdir is writable) and returned.
+  with this process index: `runs.workdir_lock`, which takes over a dead run's lock with a warning), the task and
+  context lengths (`preflight.check`), and only then the models. A finished run is not rerun: its parts are
+  checked and its summary is rebuilt (when the workdir is writable) and returned.
 
+  Args:
+    repair: first drop the record parts that do not read (truncated, damaged) and forget their questions
+      (`runs.forget_damaged`), which the run then computes again (seeded: the same records); --repair.
   Raises:
     ValueError / FileNotFoundError: bad config, data or checkpoints (before any record is written), a workdir
-      holding another config's run (left untouched), or one in use by another run.
+      holding another config's run (left untouched), one in use by another run, or a damaged record part (the
+      message says to rerun with --repair).
     records.WriteError: a file that could not be written (a full disk), naming it and the stage (records of a
       question, progress, manifest, report); finished questions are kept.
   """
@@ -442,26 +446,39 @@ def run(config, workdir: str) -> str:
     records.check_workdir(workdir, cfg)                                  # refuse before loading anything
   pi, pc = runs.process_index(), runs.process_count()
   looks.check(config, pc)
-  if runs.is_complete(workdir, pc):
-    logging.info("%s holds a complete run of this config: nothing to run, no model loaded", workdir)
-    print(f"complete: {workdir} holds a finished run of this config (nothing to run)", file=sys.stderr)
-    if pi != 0:
-      return ""
-    found = preflight.header(config.student.name, config)     # the tokenizer without weights, where cheap
-    return finish(workdir, rebuild=writable, tokenizer=found and found[1], options=config.report,
-                  seq=looks.report_look(config, runs.read_progress(workdir, 0, pc)))
   if not writable:
+    if runs.is_complete(workdir, pc) and not repair:
+      return _finished(config, workdir, pi, pc, rebuild=False)
     raise ValueError(f"--workdir={workdir} is not writable; pass a writable directory")
   with runs.workdir_lock(workdir, pi):
+    if repair:
+      redo = runs.forget_damaged(workdir, pi, pc)
+      print(f"repair: {len(redo)} question(s) with damaged records to compute again{': ' if redo else ''}"
+            f"{', '.join(redo)}", file=sys.stderr, flush=True)
+    if runs.is_complete(workdir, pc):
+      return _finished(config, workdir, pi, pc, rebuild=True)
     return _run_locked(config, cfg, workdir, pi, pc)
 
 
+def _finished(config, workdir: pathlib.Path, pi: int, pc: int, *, rebuild: bool) -> str:
+  """A complete run: its parts checked (a damaged one raises before anything prints), `complete:`, the summary
+  rebuilt (`rebuild`) by process 0 without loading a model."""
+  records.check_parts(workdir)
+  logging.info("%s holds a complete run of this config: nothing to run, no model loaded", workdir)
+  print(f"complete: {workdir} holds a finished run of this config (nothing to run)", file=sys.stderr)
+  if pi != 0:
+    return ""
+  found = preflight.header(config.student.name, config)     # the tokenizer without weights, where cheap
+  return finish(workdir, rebuild=rebuild, tokenizer=found and found[1], options=config.report,
+                seq=looks.report_look(config, runs.read_progress(workdir, 0, pc)))
+
+
 def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> str:
+  records.check_parts(workdir)                              # a damaged part says so before any model loads
   task, confs = preflight.check(config)                     # task, gold answers, context lengths: no model yet
   print(checklist.describe(config, task), file=sys.stderr, flush=True)
   env = setup(config, task, confs)
   records.check_workdir(workdir, cfg)
-  records.check_parts(workdir)
   timings = run_questions(env, workdir, records.config_hash(cfg), pi, pc)
   states = runs.wait_for_processes(workdir, pc)             # every process waits: none exits early
   if pi != 0:
@@ -520,40 +537,39 @@ def run_questions(env: Env, workdir: pathlib.Path, config_hash: str, pi: int, pc
         return True
     return looks.stopped(taken) is not None
 
-  bar = tqdm(total=quota, initial=len(selected), desc="questions", unit="q",
-             disable=not config.logging.progress or quota <= 1)     # one question: the stage bars show progress
+  mine, G = runs.split_questions(range(len(env.task.problems)), pi, pc), config.budget.question_batch
   try:
-    mine, G = runs.split_questions(range(len(env.task.problems)), pi, pc), config.budget.question_batch
-    stop = look()                                           # a resumed run takes the looks it had not taken
-    for block in (mine[s:s + G] for s in range(0, len(mine), G)):   # fixed blocks: resuming changes no batch
-      if stop or len(selected) >= quota:
-        break
-      if all(env.task.problems[i].id in done for i in block):
-        continue
-      for index, out in zip(block, base_rollouts(env, block)):
-        problem = env.task.problems[index]
-        if stop or len(selected) >= quota:
+    with stages.bar("questions", total=quota, unit="q", initial=len(selected), fill=False, leave=True,
+                    shown=quota > 1) as bar:                # one question: the stage lines show progress
+      stop = look()                                         # a resumed run takes the looks it had not taken
+      for block in (mine[s:s + G] for s in range(0, len(mine), G)):   # fixed blocks: resuming changes no batch
+        redo = set(selected) - set(processed)               # selected, records dropped (`runs.forget_damaged`)
+        if (stop or len(selected) >= quota) and not redo:
           break
-        if problem.id in done:
+        if all(env.task.problems[i].id in done for i in block):
           continue
-        before = grading.failures()
-        tables = process_question(env, index, problem, out)
-        env.count(**grading.since(before))                # grades that timed out or failed: manifest "work"
-        if tables is not None:
-          with records.writing(f"records of question {problem.id}"):
-            for name in records.TABLES:
-              records.write_part(workdir, name, problem.id, tables[name], config_hash=config_hash)
-          selected.append(problem.id)
-          bar.update(1)
-        processed.append(problem.id)
-        save()
-        stop = look()
+        for index, out in zip(block, base_rollouts(env, block)):
+          problem = env.task.problems[index]
+          if problem.id in done or ((stop or len(selected) >= quota) and problem.id not in redo):
+            continue
+          before = grading.failures()
+          tables = process_question(env, index, problem, out)
+          env.count(**grading.since(before))              # grades that timed out or failed: manifest "work"
+          if tables is not None:
+            with records.writing(f"records of question {problem.id}"):
+              for name in records.TABLES:
+                records.write_part(workdir, name, problem.id, tables[name], config_hash=config_hash)
+            if problem.id not in redo:
+              selected.append(problem.id)
+              bar.update(1)
+          processed.append(problem.id)
+          save()
+          stop = look()
   except Exception as e:
     if pc > 1:                                             # the other processes stop waiting and raise too
       runs.write_progress(workdir, {"processed": processed, "selected": selected}, pi, pc,
                           error=f"{type(e).__name__}: {e}")
     raise
-  bar.close()
   save(done=True)
   if len(selected) < quota and not stop:
     logging.warning("only %d of this process's %d questions (config.budget.questions=%d over %d processes) were "

@@ -257,6 +257,8 @@ def test_peek_of_a_preset_never_converted_reads_the_header_from_its_first_part(t
   assert checkpoints.peek("early") is None                    # the header runs past part 1: checked after the load
   config, tok = checkpoints.peek("whole")
   assert not list(cache.rglob("*.gguf")) and not list(cache.rglob("*.json"))   # nothing assembled nor written
+  monkeypatch.setattr(presets, "header_file", lambda name: pytest.fail("the header was read again"))
+  assert checkpoints.peek("whole") == (config, tok)          # read once a process (issue 35, item 1)
   model = models.load("whole", dtype="float32")
   assert config == model.config and tok.encode("12 + 30") == model.tokenizer.encode("12 + 30")
   assert tok.eos_token == model.tokenizer.eos_token

@@ -2,6 +2,7 @@
 dry run shows them, bars follow config.logging.progress in every job, INFO lines go to <workdir>/log.txt, the
 libraries' startup chatter is silenced, the report CLI prints the verdict and the table, summary.md starts
 with the verdict."""
+import io
 import json
 import logging as pylogging
 import os
@@ -9,6 +10,8 @@ import pathlib
 import re
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from absl import logging
@@ -66,14 +69,15 @@ def test_dry_run_of_a_task_switch_prints_the_template_and_the_cap():
   assert [l for l in err.splitlines() if l.startswith("note: ")] == [l for l in err.splitlines() if l.strip()]
   assert "config.sampling.max_new_tokens=256 (was 16)" in err and "<answer>" not in out
   task = __import__("opd_jax.tasks", fromlist=["x"]).load_task("synthetic:parity", num_problems=5, seed=0)
-  assert f"prompt:   {checklist.clip(task.prompt(task.problems[0]))!r}" in out   # the rendered first question
+  assert f"prompt:   '{checklist.clip(task.prompt(task.problems[0]))}'" in out     # the rendered first question
   assert "task:     synthetic:parity: 5 questions in the pool, 10 studied" in out
   assert "max_new_tokens=256; contexts: student 4096 tokens" in out and "memory:   ~ " in out
   assert "R = 4 continuations/candidate" in out and "estimated wall time" in out
   # With the template and cap set too, nothing is reset and no note prints.
-  got = cli_batch.run_case({"argv": [*argv, "--config.task.template={question}!",
+  got = cli_batch.run_case({"argv": [*argv, "--config.task.template={question}\nAnswer!",
                                      "--config.sampling.max_new_tokens=9"]})
   assert got["code"] == 0 and "note:" not in got["stderr"] and "max_new_tokens=9;" in got["stdout"]
+  assert "odd.\\nAnswer!' (question 1" in got["stdout"]          # a newline reads \n (issue 35, item 7), not \\n
 
 
 def test_clip_keeps_both_ends_on_one_line():
@@ -107,11 +111,53 @@ def test_bars_follow_the_progress_flag(capsys):
   with stages.bar("report"):
     pass
   err = capsys.readouterr().err
-  assert "report: 00:00" in err and "0it" not in err          # a bar without a total shows the time only
+  assert re.fullmatch(r"report: \d+\.\d s\n", err)                # a bar without a total shows the time only
   stages.console(progress=False)
   with stages.bar("report"), stages.bar("scoring", total=3) as b:
     b.update(3)
   assert capsys.readouterr().err == ""
+
+
+class _Terminal(io.StringIO):
+  def isatty(self):
+    return True
+
+
+def test_stderr_in_a_file_gets_one_line_per_stage_and_a_terminal_gets_bars(monkeypatch, capsys):
+  """Issue 35, item 7: not a terminal, each stage prints one line when it ends, with its count and its measured
+  time (no cursor codes, no bar drawn twice); on a terminal tqdm draws, and a last line starts below a bar."""
+  stages.console(progress=True)
+  t0 = time.time()
+  with stages.bar("questions", total=3, unit="q", initial=1, fill=False, leave=True) as q:
+    with stages.bar("loading models"):
+      time.sleep(0.2)
+    with stages.bar("assembling x", total=2_000_000, unit="B", unit_scale=True) as b:
+      b.update(1_000_000)                                   # filled to the total on a normal exit
+    q.update(1)
+  lines = capsys.readouterr().err.splitlines()
+  assert [re.sub(r"[\d.]+ s$", "T s", l) for l in lines] == [
+      "loading models: T s", "assembling x: 2.00M B in T s", "questions: 2 q in T s"]
+  loading = float(lines[0].split()[-2])
+  assert 0.2 <= loading <= time.time() - t0                 # the stage's own time, not 00:00
+  with pytest.raises(KeyboardInterrupt), stages.bar("scoring", total=3):
+    raise KeyboardInterrupt                                 # an interrupted stage prints no line of its own
+  assert capsys.readouterr().err == ""
+  terminal = _Terminal()
+  monkeypatch.setattr(sys, "stderr", terminal)
+  with stages.bar("scoring", total=3) as b:
+    b.update(1)
+    stages.last_line("interrupted: x")                      # as the interrupt thread prints it over a bar
+  drawn = terminal.getvalue()
+  assert "scoring:" in drawn and "\ninterrupted: x\n" in drawn and not drawn.startswith("interrupted")
+
+
+def test_a_bar_without_a_total_is_redrawn_while_its_stage_runs():
+  """tqdm redraws on update only: the ticker redraws an elapsed-time bar until its stage ends (issue 35, item 7)."""
+  redrawn = threading.Semaphore(0)
+  fake = type("Bar", (), {"desc": "loading models", "refresh": lambda self: redrawn.release()})()
+  stop = stages._ticker(fake, every_s=0.01)  # pylint: disable=protected-access
+  assert redrawn.acquire(timeout=60) and redrawn.acquire(timeout=60)       # redrawn, and again
+  stop.set()
 
 
 def test_the_trainer_honours_progress_false(monkeypatch, tmp_path):

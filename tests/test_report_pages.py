@@ -100,6 +100,28 @@ def test_response_is_shown_once_with_a_selector_and_a_node_table(tmp_path):
   assert bare.count("answer: 41 o") == 1 and "[97]" in bare and "needs the tokenizer" in bare
 
 
+def test_a_page_opens_on_the_first_configuration_with_defined_values():
+  """Issue 35, item 7: configuration A undefined at every node of the rollout (NaN: degenerate), so the page opens
+  on B; with every configuration undefined, on the first view with a finite predictor; with none, on A."""
+  nodes, tokens, _ = study()
+  qid = QID.format(0)
+  at = nodes.question_id == qid
+  toks = tokens[tokens.question_id == qid]
+
+  def opened(frame, toks=toks):
+    text = token_pages.rollout_page(frame, toks, question_id=qid, rollout_id=1, correct=False, decode=decode)
+    ids = re.findall(r'<input type="radio" name="colour" id="o(\d+)"( checked)?>', text)
+    assert [c for _, c in ids].count(" checked") == 1
+    return [int(i) for i, c in ids if c][0]
+
+  assert opened(nodes) == 0
+  nodes.loc[at & (nodes.config_id == "A"), "alignment"] = np.nan
+  assert opened(nodes) == 1
+  nodes.loc[at, "alignment"] = np.nan
+  assert opened(nodes) == 3                                        # A, B, C undefined: the kl_pq view
+  assert opened(nodes, toks.assign(kl_pq=np.nan)) == 0             # nothing defined: the first option
+
+
 def test_link_texts_name_questions_for_people_not_by_id(tmp_path):
   links, rollouts, files = pages(tmp_path)
   texts = [label for _, label in links] + re.findall(r"<a [^>]*>([^<]*)</a>", files["html/index.html"])

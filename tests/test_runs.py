@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from opd_jax import records
 from opd_jax import runs
 
 
@@ -94,3 +95,31 @@ def test_workdir_lock_refuses_a_live_holder_and_takes_over_a_stale_one(tmp_path,
   with pytest.raises(ValueError, match="another-host"):
     with runs.workdir_lock(tmp_path, 0):
       pass
+
+
+def test_release_locks_removes_only_the_locks_this_process_holds(tmp_path):
+  (tmp_path / "a").mkdir()
+  with runs.workdir_lock(tmp_path / "a", 0) as mine:
+    other = runs.lock_path(tmp_path, 0)
+    other.write_text(json.dumps({"pid": os.getpid() + 1, "host": socket.gethostname()}))   # not held here
+    runs.release_locks()                                     # what main's forced exit on Ctrl-C calls
+    assert not mine.exists() and other.exists()
+
+
+def test_forget_damaged_drops_the_question_and_keeps_the_rest(tmp_path):
+  """--repair (issue 35, item 3): a part that does not read takes its question's other parts with it, and the
+  question is no longer processed (still selected: the run computes it again) nor done; the manifest goes."""
+  frame = lambda table: records.SCHEMAS[table].empty_table().to_pandas()
+  for q in ("q1", "q2"):
+    for table in records.TABLES:
+      records.write_part(tmp_path, table, q, frame(table))
+  bad = records.part_files(tmp_path, "tokens")[1]
+  bad.write_bytes(bad.read_bytes()[:-20])
+  runs.write_progress(tmp_path, {"processed": ["q0", "q1", "q2"], "selected": ["q1", "q2"]}, 0, 1, done=True)
+  (tmp_path / "manifest.json").write_text("{}")
+  assert records.damaged_parts(tmp_path) == [bad] and runs.forget_damaged(tmp_path, 0, 1) == ["q2"]
+  assert [records.question_of(p) for t in records.TABLES for p in records.part_files(tmp_path, t)] == ["q1"] * 3
+  progress = runs.read_progress(tmp_path, 0, 1)
+  assert progress["processed"] == ["q0", "q1"] and progress["selected"] == ["q1", "q2"] and not progress["done"]
+  assert not (tmp_path / "manifest.json").exists() and records.check_parts(tmp_path) == 3
+  assert runs.forget_damaged(tmp_path, 0, 1) == []           # nothing damaged: nothing changes

@@ -154,7 +154,8 @@ def rollout_page(nodes: pd.DataFrame, toks: pd.DataFrame, *, question_id: str, r
       labels.append((f"{colour_by}: ({teacher}, {context})", f"{colour_by} of the view of teacher {teacher} in "
                                                                f"context {context}, on every token"))
   spans = selector_spans(response, configs, views, colour_by=colour_by, decode=decode)
-  picks = "".join(f'<input type="radio" name="colour" id="o{i}"{" checked" if i == 0 else ""}>'
+  first = first_defined(configs, views, colour_by)
+  picks = "".join(f'<input type="radio" name="colour" id="o{i}"{" checked" if i == first else ""}>'
                   f'<label for="o{i}" title="{html.escape(tip)}">{html.escape(name)}</label>'
                   for i, (name, tip) in enumerate(labels))
   css = "".join(f"#o{i}:checked~.tokens span{{background:var(--c{i},transparent);font-weight:var(--w{i},normal);"
@@ -178,6 +179,19 @@ def rollout_page(nodes: pd.DataFrame, toks: pd.DataFrame, *, question_id: str, r
                 "</div></details>")
   body.append(_node_table(response, configs, decode_or_id))
   return _doc(title, body, css)
+
+
+def first_defined(configs: list[tuple[str, pd.DataFrame]], views: list[tuple[str, pd.DataFrame]],
+                  colour_by: str) -> int:
+  """The option a page opens on: the first configuration with a defined (finite) alignment at a node of the
+  rollout, else the first view with a finite `colour_by` value, else 0 (nothing is defined)."""
+  for i, (_, rows) in enumerate(configs):
+    if np.isfinite(rows["alignment"].to_numpy(np.float64)).any():
+      return i
+  for j, (_, rows) in enumerate(views):
+    if colour_by in rows.columns and np.isfinite(rows[colour_by].to_numpy(np.float64)).any():
+      return len(configs) + j
+  return 0
 
 
 def _node_table(response: pd.DataFrame, configs: list[tuple[str, pd.DataFrame]], decode) -> str:
