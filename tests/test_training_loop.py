@@ -273,6 +273,11 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_params(tmp_path, trainer_env
   a, b = (pd.read_csv(tmp_path / n / "train" / "metrics.csv").drop(columns="seconds") for n in ("full", "cut"))
   pd.testing.assert_frame_equal(a, b)
   assert len(a) == 3 and (tmp_path / "full" / "train" / "metrics.png").exists()
+  # Every step's rollouts as text: a resumed run rewrites the steps after its checkpoint, none twice.
+  texts = {n: (tmp_path / n / "train" / "samples.jsonl").read_text() for n in ("full", "cut")}
+  rows = [json.loads(line) for line in texts["full"].splitlines()]
+  assert texts["cut"] == texts["full"] and sorted({r["step"] for r in rows}) == [1, 2, 3]
+  assert len(rows) == 3 * 4 and all(r["tokens"] >= 1 and r["reward"] in (0.0, 1.0) for r in rows)
   # The same workdir with another base model is refused in one line, and nothing is lost.
   other = subprocess.run(_cmd(tmp_path / "cut") + ["--config.student.name=random:5"], env=env, capture_output=True,
                          text=True, timeout=600)

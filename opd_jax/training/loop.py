@@ -9,7 +9,8 @@ PRNG keys (common random numbers, training/evaluate.py), and reported as a paire
 Everything random derives from (config.seed, step), so a run resumed from its last checkpoint (orbax,
 training/state.py: params or adapters, optimizer state, step, PRNG key, data cursor) reaches the same final
 params as an uninterrupted one. Outputs under <workdir>/train: metrics.csv (one row per step), eval.csv (one
-row per evaluation), metrics.png, eval_before.npy and eval_step<N>.npy (rewards [Q, S] before training and at
+row per evaluation), samples.jsonl (every step's rollouts: step, question_id, reward, tokens, text), metrics.png,
+eval_before.npy and eval_step<N>.npy (rewards [Q, S] before training and at
 each evaluation; eval_questions.json: the ids of their rows), summary.json (with this session's grades_timed_out
 and grades_errored: grades that scored 0 without a verdict, opd_jax/tasks/grading.py, warned about on the console
 when any), and checkpoints/; with config.train.export, export/ holds the trained model as an HF safetensors folder
@@ -250,6 +251,10 @@ def run(config, workdir: str) -> str:
   # --- Steps ----------------------------------------------------------------------------------------------
   start = int(st["step"])
   rollout_key = jax.random.fold_in(key, 3)
+  samples_path = out / "samples.jsonl"         # every step's rollouts as text: what a collapse looks like
+  kept = [line for line in (samples_path.read_text().splitlines() if samples_path.exists() else [])
+          if json.loads(line)["step"] <= start]   # a resumed run rewrites the steps after its checkpoint
+  records.atomic_write_bytes(samples_path, "".join(line + "\n" for line in kept).encode())
   try:
     with stages.bar("training", total=t.steps - start, unit="step") as bar:
       for s in range(start, t.steps):
@@ -264,6 +269,10 @@ def run(config, workdir: str) -> str:
                               max_new_tokens=c.max_new_tokens, **policy)
         ys, texts, rewards = evaluate.grade(model.tokenizer, task, [pool[i] for i in qs for _ in range(n)], got,
                                             grade_truncated=config.task.grade_truncated)
+        with samples_path.open("a") as f:
+          f.writelines(json.dumps({"step": s + 1, "question_id": pool[i].id, "reward": float(r), "tokens": int(n_y),
+                                   "text": text}) + "\n"
+                       for i, r, n_y, text in zip([i for i in qs for _ in range(n)], rewards, got.lengths, texts))
         del model                     # the merged copy of the adapted weights: not alive in the step or the next merge
         s_prompts, t_prompts, responses = [], [], []
         for j, i in enumerate(qs):
