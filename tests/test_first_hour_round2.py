@@ -107,3 +107,4 @@ def test_the_verdict_says_not_estimable_and_what_would_decide(tmp_path):
                              "a difference of 0.1 with 80% power")
   assert lines[1].endswith("or run configs/teacher_sweep.py:hour (up to 80 questions, ~1 h on a 2-core CPU)")
   assert f"to detect 0.1: {math.ceil(need)} questions" in (workdir / "summary.md").read_text()
+  assert decision.next_step(verdict) in (workdir / "summary.md").read_text()     # what would decide, there too

@@ -28,8 +28,10 @@ def meta_lines(meta: dict) -> list[str]:
 
 
 def verdict_lines(verdict: dict) -> list[str]:
-  """The decision section: the verdict line, the table of configurations against the best, power."""
-  lines = ["## Verdict", "", f"**{verdict['line']}**", "", decision.table_note(verdict), ""]
+  """The decision section: the verdict line, what would decide it, the table of configurations against the best, power."""
+  step = decision.next_step(verdict)             # what would decide it: the console's line after the verdict
+  lines = ["## Verdict", "", f"**{verdict['line']}**", "", *([step, ""] if step else []), decision.table_note(verdict),
+           ""]
   lines += table(decision.TABLE_HEADER, decision.table_rows(verdict))
   power = decision.power_text(verdict.get("power"))
   return lines + (["", power] if power else []) + [""]

@@ -138,6 +138,9 @@ def render_html(*, title: str, verdict: dict, summary: pd.DataFrame, figures: di
            'are in the <a href="#glossary">glossary</a> at the end.</p>']
   weak = "" if verdict.get("verdict") == "use" else " weak"
   parts.append(f'<h2>Verdict</h2><p class="verdict{weak}">{html.escape(verdict["line"])}</p>')
+  step = decision.next_step(verdict)             # what would decide it: the console's line after the verdict
+  if step:
+    parts.append(f'<p class="note">{html.escape(step)}</p>')
   note = html.escape(decision.table_note(verdict))
   parts.append(f'<h2>Ranking: configurations against the best</h2><p class="note">{note}</p>'
                + _table(decision.TABLE_HEADER, decision.table_rows(verdict), titles=TABLE_TITLES["ranking"]))
