@@ -17,7 +17,8 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             (GSM8K `#### two`), naming them; True: skip those questions with a counted warning
   chat.system_prompt        system message for student and teacher prompts ("" = none)
   chat.kwargs               extra apply_chat_template flags (e.g. {"enable_thinking": False} for Qwen3)
-  sampling.temperature, sampling.top_p, sampling.top_k    policy of base rollouts and continuations
+  sampling.temperature, sampling.top_p, sampling.top_k    policy of base rollouts and continuations (temperature
+                            >= 0.01: greedy 0 makes every rollout of a question the same)
   sampling.max_new_tokens   response cap; a rollout hitting it is unfinished and gets reward 0
   configurations            dict name -> "teacher:context:divergence[@x]" (opd_jax/contexts.py)
   contexts.templates        dict context -> template overriding opd_jax.contexts.TEMPLATES
@@ -80,8 +81,8 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   scoring.top_k             k of the top-k overlap predictor
   scoring.beta              beta of the JSD_beta predictor
   scoring.teacher_temperature   T_q of the teacher q at nodes: softmax(z_q / T_q), never truncated; 0 = the
-                            sampling temperature (GKD / TRL convention; 1 when sampling is greedy). The student's
-                            p at nodes is the sampled policy (temperature, top-k, top-p); the tokens table holds
+                            sampling temperature (GKD / TRL convention). The student's p at nodes is the
+                            sampled policy (temperature, top-k, top-p); the tokens table holds
                             raw (T = 1) log-probs and predictors (manifest.json, "schema": "conventions")
   scoring.all_rollouts      score every rollout (True) or only node rollouts (False)
   scoring.cross_tokenizer   a teacher whose tokenizer differs from the student's reads text (opd_jax/cross.py):

@@ -72,6 +72,8 @@ INTERRUPTED_BY_JOB = {
     "lookahead": "interrupted: the configurations finished so far are written; rerun the same command to run again",
 }
 JOBS = tuple(INTERRUPTED_BY_JOB)
+NOTHING_KEPT = ("interrupted: nothing had finished, so the workdir was removed; rerun the same command to start "
+                "again")
 _interrupted_line = INTERRUPTED          # the line of this run's job (set by `main`; read by the watcher thread)
 fail = stages.fail
 
@@ -248,10 +250,13 @@ def failed_start_undone(workdir, enabled: bool = True):
   before = _files(workdir)
   try:
     yield
-  except BaseException:
+  except BaseException as e:
     new = _files(workdir) - before
     own = (pathlib.Path("config.json"), pathlib.Path(stages.LOG_NAME))
     if enabled and workdir.is_dir() and all(p in own or (workdir / p).is_dir() for p in new):
+      if isinstance(e, KeyboardInterrupt):               # nothing finished: say so, not "finished ... kept"
+        global _interrupted_line
+        _interrupted_line = NOTHING_KEPT
       stages.detach_log()
       if log_size is not None:
         with open(log, "r+b") as f:

@@ -273,17 +273,21 @@ def allocation(config) -> str:
 MIN_TEMPERATURE = 0.01
 
 
-def _temperature(field: str, value, zero: str, prob: str = "p") -> None:
-  """`value` is 0 or a finite number >= MIN_TEMPERATURE; else ValueError naming `field` (`zero`: what 0 means;
-  `prob`: the distribution the temperature shapes, p or q)."""
+def _temperature(field: str, value, zero: str | None, prob: str = "p") -> None:
+  """`value` is a finite number >= MIN_TEMPERATURE, or 0 when `zero` says what 0 means (None: 0 refused); else
+  ValueError naming `field` (`prob`: the distribution the temperature shapes, p or q)."""
   if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-      value == 0 or (math.isfinite(value) and value >= MIN_TEMPERATURE)):
+      (value == 0 and zero is not None) or (math.isfinite(value) and value >= MIN_TEMPERATURE)):
     why = (f"below {MIN_TEMPERATURE:g} a candidate 1 nat behind the best has {prob} = exp(-1/T) < exp(-100), under "
            f"float32's smallest normal number, so every candidate but one has {prob} = 0 and the study measures "
            "nothing; ")
-    raise _bad(field, f"must be 0 ({zero}) or a number >= {MIN_TEMPERATURE:g}", value,
-               fix=(why if isinstance(value, (int, float)) and 0 < value < MIN_TEMPERATURE else "")
-               + f"use 0 or a temperature >= {MIN_TEMPERATURE:g} (1.0: the model's own policy)")
+    if value == 0 and zero is None and not isinstance(value, bool):
+      why = (f"0 is greedy decoding: every candidate but one has {prob} = 0 and every rollout of a question is the "
+             "same, so no question is informative and there is no gradient to align; ")
+    allowed = f"0 ({zero}) or a number >= {MIN_TEMPERATURE:g}" if zero else f"a number >= {MIN_TEMPERATURE:g}"
+    raise _bad(field, f"must be {allowed}", value,
+               fix=(why if isinstance(value, (int, float)) and 0 <= value < MIN_TEMPERATURE else "")
+               + f"use {'0 or ' if zero else ''}a temperature >= {MIN_TEMPERATURE:g} (1.0: the model's own policy)")
 
 
 def policy(config) -> sampling.SamplingParams:
@@ -291,11 +295,11 @@ def policy(config) -> sampling.SamplingParams:
   estimator (paper.md, "Policy").
 
   Raises:
-    ValueError: naming the config.sampling field and its range: temperature 0 (greedy) or >= MIN_TEMPERATURE
-      (below it every candidate but one has p = 0), top_p in (0, 1], top_k an integer >= 0.
+    ValueError: naming the config.sampling field and its range: temperature >= MIN_TEMPERATURE (below it,
+      greedy 0 included, every candidate but one has p = 0), top_p in (0, 1], top_k an integer >= 0.
   """
   s = config.sampling
-  _temperature("config.sampling.temperature", s.temperature, "greedy")
+  _temperature("config.sampling.temperature", s.temperature, None)
   if isinstance(s.top_p, bool) or not isinstance(s.top_p, (int, float)) or not 0.0 < s.top_p <= 1.0:
     raise _bad("config.sampling.top_p", "must lie in (0, 1] (the nucleus' mass; 1: no truncation)", s.top_p,
                fix="use e.g. 0.95, or 1.0 for none")

@@ -177,6 +177,7 @@ def stage_line(stage: str, seconds: float, n: float | None = None, unit: str = "
 
 
 _open: list = []          # the bars drawn now (innermost last): a last line printed by another thread starts below
+_depth = 0                # stages open now when no bar is drawn: an inner stage's line is indented under its own
 
 
 def _ticker(b, every_s: float = 1.0):
@@ -197,7 +198,8 @@ def bar(stage: str, total: float | None = None, unit: str = "it", unit_scale: bo
   """A progress bar for `stage` (closed on exit, even on error), then `INFO <stage>: <seconds> s` (log.txt).
 
   On a terminal (`live`): a tqdm bar, redrawn each second when it has no total. Not a terminal: no bar, and one
-  `stage_line` on stderr when the stage ends normally. Off (`ENABLED` False): nothing on stderr.
+  `stage_line` on stderr when the stage ends normally, indented two spaces per enclosing stage (the stages of
+  each question block under the `questions` line that follows them). Off (`ENABLED` False): nothing on stderr.
 
   Args:
     stage: what runs, e.g. "base rollouts".
@@ -220,10 +222,13 @@ def bar(stage: str, total: float | None = None, unit: str = "it", unit_scale: bo
     b = _Count(initial)
   ticker = _ticker(b) if draw and total is None else None
   ok = False
+  global _depth
+  depth, _depth = _depth, _depth + (not draw and shown)
   try:
     yield b
     ok = True
   finally:
+    _depth = depth
     if ticker is not None:
       ticker.set()
     if ok and fill and total is not None and b.n < total:
@@ -233,8 +238,8 @@ def bar(stage: str, total: float | None = None, unit: str = "it", unit_scale: bo
       _open.remove(b)
       b.close()
     elif ok and shown and ENABLED:
-      print(stage_line(stage, seconds, None if total is None else b.n, unit, unit_scale), file=sys.stderr,
-            flush=True)
+      print("  " * depth + stage_line(stage, seconds, None if total is None else b.n, unit, unit_scale),
+            file=sys.stderr, flush=True)    # a stage inside another (a question block's) indented under it
     logging.info("%s: %.1f s", stage, seconds)
 
 

@@ -517,6 +517,9 @@ def run_questions(env: Env, workdir: pathlib.Path, config_hash: str, pi: int, pc
 
   done = set(processed)
   quota = runs.question_quota(config.budget.questions, pi, pc)
+  if processed:
+    print(f"resuming: {len(processed)} questions processed in earlier sessions ({len(selected)} of {quota} selected); "
+          "their records are kept", file=sys.stderr, flush=True)
   taken = list(progress.get("looks") or [])                 # the sequential design's looks (looks.py)
 
   def save(**kw):

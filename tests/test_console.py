@@ -125,7 +125,7 @@ class _Terminal(io.StringIO):
 
 def test_stderr_in_a_file_gets_one_line_per_stage_and_a_terminal_gets_bars(monkeypatch, capsys):
   """Issue 35, item 7: not a terminal, each stage prints one line when it ends, with its count and its measured
-  time (no cursor codes, no bar drawn twice); on a terminal tqdm draws, and a last line starts below a bar."""
+  time (no cursor codes, no bar drawn twice), a question block's stages indented under it; on a terminal tqdm draws, and a last line starts below a bar."""
   stages.console(progress=True)
   t0 = time.time()
   with stages.bar("questions", total=3, unit="q", initial=1, fill=False, leave=True) as q:
@@ -136,12 +136,15 @@ def test_stderr_in_a_file_gets_one_line_per_stage_and_a_terminal_gets_bars(monke
     q.update(1)
   lines = capsys.readouterr().err.splitlines()
   assert [re.sub(r"[\d.]+ s$", "T s", l) for l in lines] == [
-      "loading models: T s", "assembling x: 2.00M B in T s", "questions: 2 q in T s"]
+      "  loading models: T s", "  assembling x: 2.00M B in T s", "questions: 2 q in T s"]   # inner ones indented
   loading = float(lines[0].split()[-2])
   assert 0.2 <= loading <= time.time() - t0                 # the stage's own time, not 00:00
   with pytest.raises(KeyboardInterrupt), stages.bar("scoring", total=3):
     raise KeyboardInterrupt                                 # an interrupted stage prints no line of its own
   assert capsys.readouterr().err == ""
+  with stages.bar("report"):
+    pass
+  assert capsys.readouterr().err.startswith("report: ")     # back at the top level after the interrupted stage
   terminal = _Terminal()
   monkeypatch.setattr(sys, "stderr", terminal)
   with stages.bar("scoring", total=3) as b:

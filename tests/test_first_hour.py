@@ -143,7 +143,8 @@ CASES = [
     _case("train-other-config", [TRAIN], ["fields differ: config.train.lora.rank: 2 -> 4)"], workdir="train_done"),
     _case("train-steps-may-change", [TRAIN, "--config.train.lora.rank=2", "--config.train.steps=5"], [NO_LOAD],
           workdir="train_done_steps"),
-    _case("train-interrupted", [TRAIN], ["interrupted: complete checkpoints are kept"], code=130, interrupt="train",
+    _case("train-interrupted", [TRAIN], ["interrupted: nothing had finished, so the workdir was removed"], code=130,
+          interrupt="train",
           never=["finished questions"]),
 
     # --- Item 7: checks before any model load (every case here would otherwise load the student first).
@@ -218,8 +219,11 @@ CASES = [
           never=["acre", "arc_1d"]),
     # Item 5: a temperature at which every candidate but one has p = 0 (the study measures nothing).
     _case("temperature-tiny", [STUDY, "--config.sampling.temperature=1e-9"],
-          ["config.sampling.temperature must be 0 (greedy) or a number >= 0.01, got 1e-09", "p = 0",
-           "use 0 or a temperature >= 0.01"]),
+          ["config.sampling.temperature must be a number >= 0.01, got 1e-09", "p = 0",
+           "use a temperature >= 0.01"]),
+    _case("temperature-greedy", [STUDY, "--config.sampling.temperature=0"],
+          ["config.sampling.temperature must be a number >= 0.01, got 0", "greedy decoding",
+           "no question is informative"]),
     _case("teacher-temperature-tiny", [TRAIN, "--config.scoring.teacher_temperature=0.001"],
           ["config.scoring.teacher_temperature must be 0 (the sampling temperature) or a number >= 0.01"]),
 ]

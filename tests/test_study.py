@@ -286,7 +286,7 @@ def _bad_inputs(tmp_path, smoke_workdir):
       ("truncated part", [cfg], copies["truncated"], "is not readable parquet; it is truncated or damaged: rerun the "
        "study's command with --repair added", 2),
       ("another config's workdir", [cfg, "--config.seed=1"], copies["other_config"], "different config", 2),
-      ("interrupted", [cfg], fresh("x"), "interrupted: finished questions are kept", 130),
+      ("interrupted", [cfg], fresh("x"), "interrupted: nothing had finished, so the workdir was removed", 130),
   ]
   if os.geteuid() != 0:                                     # root writes anywhere
     read_only = tmp_path / "read_only"
