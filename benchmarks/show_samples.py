@@ -3,7 +3,7 @@
   python benchmarks/show_samples.py --config=configs/validation.py:train \
       --config.train.configuration=self:solution:reverse_kl --workdir=runs/validation/train/solution --n=8
 
-Loads the base student, the run's latest checkpoint (LoRA adapters or params) and samples one rollout for each of
+Loads the base student, the run's latest checkpoint (or --step's) (LoRA adapters or params) and samples one rollout for each of
 the first --n held-out questions under the evaluation's first key; prints reward, tokens and text per rollout.
 (Runs written since samples.jsonl exists hold every step's rollouts already.)
 """
@@ -23,6 +23,7 @@ from ml_collections import config_flags  # pylint: disable=g-import-not-at-top,w
 _CONFIG = config_flags.DEFINE_config_file("config", None, "the train config of the run")
 _WORKDIR = flags.DEFINE_string("workdir", None, "the run's workdir (holds train/checkpoints)")
 _N = flags.DEFINE_integer("n", 8, "held-out questions to sample")
+_STEP = flags.DEFINE_integer("step", None, "the checkpoint's step (default: the latest kept)")
 
 
 def main(_):
@@ -38,7 +39,7 @@ def main(_):
   student, task, pool = env.student, env.task, env.task.problems
   out = pathlib.Path(_WORKDIR.value) / "train"
   ckpts = state_lib.Checkpoints(out / "checkpoints", identity={})
-  st, _ = ckpts.restore(None)
+  st, _ = ckpts.restore(None, step=_STEP.value)
   ckpts.close()
   scale = t.lora.alpha / t.lora.rank if t.lora.rank > 0 else None
   params = lora.adapt(student.params, st["params"], scale=scale) if scale is not None else st["params"]
