@@ -12,6 +12,7 @@ Nothing is loaded but the task (seconds; not even that when it fails: the line s
 """
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 from opd_jax import contexts
@@ -93,7 +94,10 @@ def describe(config, task: Any = None) -> str:
                f"{b.nodes_per_rollout} nodes, {b.node_strategy}), <= {plan.candidates_per_node} candidates/node, "
                f"{r} continuations/candidate; {len(confs)} configurations")
   dtype, nbytes = _dtype(config)
-  lines.append(f"models:   student {config.student.name}; teachers {', '.join(teachers)}; dtype {dtype}")
+  absent = [s for s in specs.values() if "/" in s and not pathlib.Path(s).exists()]   # e.g. :paper's /data/Qwen3
+  lines.append(f"models:   student {config.student.name}; teachers {', '.join(teachers)}; dtype {dtype}"
+               + (f" (not on this machine: {', '.join(absent)}; shapes from the name, a run needs the folders)"
+                  if absent else ""))
   if "student" in cfgs:
     weights = sum(flops.matmul_params(c) + (0 if getattr(c, "tie_embeddings", False) else c.d_model * c.vocab_size)
                   for c in cfgs.values()) * nbytes

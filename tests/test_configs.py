@@ -78,3 +78,13 @@ def test_help_lists_every_top_level_group_and_dry_run_counts_fixed_costs_in_hour
   hours = (paper.seconds + paper.load_compile_seconds) / 3600
   assert hours > 1.5 and f"estimated wall time <= {hours:.1f} h" in paper.describe()
   assert f"<= {(small.seconds + small.load_compile_seconds) / 60:.1f} min" in small.describe()
+
+
+def test_the_dry_run_says_which_model_folders_are_not_on_this_machine(tmp_path):
+  from configs import base  # pylint: disable=g-import-not-at-top
+  from opd_jax import checklist  # pylint: disable=g-import-not-at-top
+  config = base.get_config()
+  assert "not on this machine" not in checklist.describe(config)
+  config.student.name = str(tmp_path / "Qwen3-1.7B")         # as :paper's /data/Qwen3-1.7B on a machine without it
+  line = next(l for l in checklist.describe(config).splitlines() if l.startswith("models:"))
+  assert f"(not on this machine: {config.student.name};" in line
