@@ -28,7 +28,8 @@ def meta_lines(meta: dict) -> list[str]:
 
 
 def verdict_lines(verdict: dict) -> list[str]:
-  """The decision section: the verdict line, what would decide it, the table of configurations against the best, power."""
+  """The decision section: the verdict line, what would decide it, the table of configurations against the best,
+  power."""
   step = decision.next_step(verdict)             # what would decide it: the console's line after the verdict
   lines = ["## Verdict", "", f"**{verdict['line']}**", "", *([step, ""] if step else []), decision.table_note(verdict),
            ""]

@@ -267,12 +267,13 @@ def run(config, workdir: str) -> str:
         model = current()
         got = sampling.sample(model, [p for p in prompts for _ in range(n)], keys=row_keys,
                               max_new_tokens=c.max_new_tokens, **policy)
-        ys, texts, rewards = evaluate.grade(model.tokenizer, task, [pool[i] for i in qs for _ in range(n)], got,
+        rollout_problems = [pool[i] for i in qs for _ in range(n)]
+        ys, texts, rewards = evaluate.grade(model.tokenizer, task, rollout_problems, got,
                                             grade_truncated=config.task.grade_truncated)
         with samples_path.open("a") as f:
-          f.writelines(json.dumps({"step": s + 1, "question_id": pool[i].id, "reward": float(r), "tokens": int(n_y),
+          f.writelines(json.dumps({"step": s + 1, "question_id": p.id, "reward": float(r), "tokens": int(n_y),
                                    "text": text}) + "\n"
-                       for i, r, n_y, text in zip([i for i in qs for _ in range(n)], rewards, got.lengths, texts))
+                       for p, r, n_y, text in zip(rollout_problems, rewards, got.lengths, texts))
         del model                     # the merged copy of the adapted weights: not alive in the step or the next merge
         s_prompts, t_prompts, responses = [], [], []
         for j, i in enumerate(qs):
