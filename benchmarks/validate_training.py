@@ -5,8 +5,8 @@
                                                                                      # train:<name> or table
 Pieces, each in a child process of its own (its wall time and peak RSS measured by the parent, `os.wait4`):
   study          the study of every configuration on the study questions (`configs/validation.py:study`), exported
-                 as per-question sums (study_questions.csv: alignment by node group, positive-sign counts, teacher
-                 advantage; study_views.csv: the tokens table's divergences; study_verdict.csv: the verdict).
+                 as per-question sums (study_questions.csv: alignment by node group, positive-sign counts, the
+                 projection <g*, g_D> / |g_D| (gradients.projection), teacher advantage; study_views.csv: the tokens table's divergences; study_verdict.csv: the verdict).
   train:<name>   one OPD run of configuration <name> from the base model (`:train`), exported as eval_<name>.csv
                  (held-out pass@1 per question before and after, same keys) and its row of runs.csv.
   table          predictors.csv (Spearman and Kendall of every predictor with the gains, intervals resampling the
@@ -34,6 +34,7 @@ import pandas as pd  # pylint: disable=g-import-not-at-top,wrong-import-position
 import scipy.stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from configs import validation  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax import nodes as opd_nodes  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DATA_DIR = REPO / "docs" / "data" / "validation"
@@ -135,6 +136,7 @@ def _check_disjoint(workdir: pathlib.Path, train_config, tiny: bool) -> None:
 def export_study(study_dir: pathlib.Path, data: pathlib.Path) -> None:
   """Per (configuration, question) sums of the study's records, so the table can resample questions."""
   nodes = pd.read_parquet(study_dir / "records" / "nodes")
+  nodes["projection"] = opd_nodes.estimates_from_rows(nodes)["projection"]     # not a record column
   rows = []
   for (conf, q), g in nodes.groupby(["config_id", "question_id"], sort=True):
     row = {"configuration": conf, "question_id": q}
@@ -142,8 +144,11 @@ def export_study(study_dir: pathlib.Path, data: pathlib.Path) -> None:
       sel = g if group == "all" else g[g.correct == (group == "correct")]
       a = sel.alignment.to_numpy(float)
       a = a[np.isfinite(a)]
+      pr = sel.projection.to_numpy(float)
+      pr = pr[np.isfinite(pr)]
       row.update({f"{group}_nodes": len(a), f"{group}_alignment_sum": float(a.sum()),
-                  f"{group}_positive": int((a > 0).sum())})
+                  f"{group}_positive": int((a > 0).sum()), f"{group}_projection_nodes": len(pr),
+                  f"{group}_projection_sum": float(pr.sum())})
     adv = g.teacher_advantage.to_numpy(float)
     adv = adv[np.isfinite(adv)]
     row.update({"advantage_n": len(adv), "advantage_sum": float(adv.sum())})
@@ -221,6 +226,8 @@ def predictor_sums(study_q: pd.DataFrame, study_v: pd.DataFrame, confs: list[str
     den = mat(study_q, f"{group}_nodes")
     out[f"alignment_{group}"] = (mat(study_q, f"{group}_alignment_sum"), den, 1.0)
     out[f"positive_fraction_{group}"] = (mat(study_q, f"{group}_positive"), den, 1.0)
+    out[f"projection_{group}"] = (mat(study_q, f"{group}_projection_sum"), mat(study_q, f"{group}_projection_nodes"),
+                                  1.0)
   out["teacher_advantage"] = (mat(study_q, "advantage_sum"), mat(study_q, "advantage_n"), 1.0)
   for col in VIEW_PREDICTORS:
     sign = 1.0 if col == "topk_overlap" else -1.0

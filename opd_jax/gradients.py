@@ -166,6 +166,28 @@ def alignment(g_ideal: jax.Array, g: jax.Array) -> jax.Array:
 
 
 @jax.jit
+def projection(g_ideal: jax.Array, g: jax.Array) -> jax.Array:
+  """Projection of g* on the distillation direction, <g*, g> / |g| over the last axis [ours, issue 33].
+
+  The first-order change in the node value V per unit step of the logits along g (dV/dz = g*, so
+  d/ds V(z + s g / |g|) at s = 0 is <g*, g> / |g|): alignment times |g*|. Linear in P_succ (g* is), so an
+  unbiased estimate of its value at the true P_succ whatever the number of continuations, and 0 (not undefined)
+  where g* = 0, as on a degenerate node; the cosine `alignment` is neither.
+
+  Args:
+    g_ideal: [..., K] float ideal direction (`ideal_gradient`).
+    g: [..., K] float distillation direction (`distillation_gradient`).
+  Returns:
+    [...] float, in units of V per unit L2 step of the logits; NaN where |g| < NORM_EPS (no direction).
+  """
+  g_ideal, g = _float(g_ideal), _float(g)
+  _check_same("g_ideal", g_ideal, "g", g)
+  norm = jnp.linalg.norm(g, axis=-1)
+  undefined = norm < NORM_EPS
+  return jnp.where(undefined, jnp.nan, jnp.sum(g_ideal * g, axis=-1) / jnp.where(undefined, 1.0, norm))
+
+
+@jax.jit
 def nan_reason(degenerate: jax.Array, g_ideal: jax.Array, g: jax.Array, p: jax.Array | None = None) -> jax.Array:
   """Why an alignment is undefined, as an index into NAN_REASONS (paper.md, "Gradients": "record why").
 

@@ -22,6 +22,7 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
+import jax
 import numpy as np
 import pandas as pd
 
@@ -222,3 +223,54 @@ def _renormalise(p):
 
 def _ids(c):
   return [int(x) for x in c if x >= 0]
+
+
+ROW_ESTIMANDS = ("alignment", "teacher_advantage", "projection")
+
+
+def estimates_from_rows(rows: pd.DataFrame, counts: dict | None = None) -> dict[str, np.ndarray]:
+  """Recomputes estimates of node rows from what they record (p, q, successes, n): `targeted.node_estimates`.
+
+  For the report and benchmarks that read records: `gradients.projection` is not a record column, and `counts`
+  replaces the rows' counts, e.g. by a subsample of their rewards (benchmarks/fewer_continuations.py). The
+  divergence's parameters are read from the beta and clip columns; a divergence with another parameter raises
+  (records keep only those two).
+
+  Args:
+    rows: node rows (records.SCHEMAS["nodes"]), any configurations and nodes.
+    counts: optional {(question_id, rollout_id, position): (successes [K], n [K]) int} over the node's recorded
+      candidates, for every node of `rows`; None: the rows' own successes and n.
+  Returns:
+    {name: float64 [len(rows)]} for ROW_ESTIMANDS; NaN where the row has no q (context unavailable, or a
+    cross-tokenizer node without q) and where the estimator is undefined (alignment: gradients.nan_reason;
+    projection: no distillation direction).
+  """
+  out = {name: np.full(len(rows), np.nan) for name in ROW_ESTIMANDS}
+  for _, idx in rows.groupby(["config_id"], sort=False).indices.items():
+    sub = rows.iloc[idx]
+    width = max(1, max(len(c) for c in sub["candidates"]))
+    pad = lambda xs, dtype: np.stack([np.pad(np.asarray(x, dtype), (0, width - len(x))) for x in xs])
+    if counts is None:
+      succ, n = sub["successes"], sub["n"]
+    else:
+      got = [counts[(q, r, t)] for q, r, t in zip(sub["question_id"], sub["rollout_id"], sub["position"])]
+      succ, n = [s for s, _ in got], [c for _, c in got]
+    has_q = np.asarray([len(x) > 0 for x in sub["q"]])
+    p = pad([x if ok else np.zeros(len(c)) for x, c, ok in zip(sub["p"], sub["candidates"], has_q)], np.float64)
+    q = pad([x if ok else np.zeros(len(c)) for x, c, ok in zip(sub["q"], sub["candidates"], has_q)], np.float64)
+    first = sub.iloc[0]
+    div, opts = str(first["divergence"]), {}
+    if div == "jsd":
+      opts["beta"] = float(first["beta"])
+    if div == "clipped_reverse_kl":
+      opts["clip"] = float(first["clip"])
+    est = targeted.node_estimates(p, q, pad(succ, np.int64), pad(n, np.int64), divergence=div,
+                                  sampled_index=np.zeros(len(sub), np.int64),
+                                  advantage=np.nan_to_num(sub["sampled_advantage"].to_numpy(np.float64)), **opts)
+    undirected = est.nan_reason == gradients.NAN_REASONS[2]            # no distillation direction
+    with jax.enable_x64(True):
+      proj = np.asarray(gradients.projection(est.g_ideal, est.g_distill))
+    out["alignment"][idx] = np.where(has_q, est.alignment, np.nan)
+    out["teacher_advantage"][idx] = np.where(has_q, est.teacher_advantage, np.nan)
+    out["projection"][idx] = np.where(has_q & ~undirected, proj, np.nan)
+  return out

@@ -340,3 +340,20 @@ def test_jit_and_errors():
     gradients.distillation_gradient("reverse_kl", p, q[:, :3])
   with pytest.raises(ValueError, match="candidates"):
     gradients.restrict(jnp.log(p), jnp.array([0, 1]))
+
+
+def test_projection_is_the_directional_derivative_of_the_node_value():
+  """gradients.projection = d/ds V(softmax(z + s g / |g|)) at s = 0, by jax.jvp of V (independent of g*'s closed
+  form); alignment * |g*|; NaN without a direction; 0 where g* is 0."""
+  z, zq = random_logits(31, (7, 5)), random_logits(32, (7, 5))
+  p, q = jax.nn.softmax(z), jax.nn.softmax(zq)
+  p_succ = jnp.asarray(np.random.default_rng(33).integers(0, 5, size=(7, 5)) / 4, jnp.float32)
+  g = gradients.distillation_gradient("reverse_kl", p, q)
+  unit = g / jnp.linalg.norm(g, axis=-1, keepdims=True)
+  value = lambda z: jnp.sum(jax.nn.softmax(z) * p_succ, -1)
+  _, slope = jax.jvp(value, (z,), (unit,))
+  got = gradients.projection(gradients.ideal_gradient(p, p_succ), g)
+  np.testing.assert_allclose(got, slope, atol=1e-6)
+  g_ideal = gradients.ideal_gradient(p, p_succ)
+  np.testing.assert_allclose(got, gradients.alignment(g_ideal, g) * jnp.linalg.norm(g_ideal, axis=-1), atol=1e-6)
+  assert np.isnan(gradients.projection(g_ideal[0], 0 * g[0])) and float(gradients.projection(0 * g_ideal[0], g[0])) == 0

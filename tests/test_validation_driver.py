@@ -13,6 +13,7 @@ import pytest
 import scipy.stats
 
 from benchmarks import validate_training as vt
+from opd_jax import nodes as nodes_lib
 
 
 def test_pieces_export_what_their_records_hold_and_a_finished_piece_is_not_rerun(tmp_path, monkeypatch):
@@ -26,6 +27,10 @@ def test_pieces_export_what_their_records_hold_and_a_finished_piece_is_not_rerun
     assert s.incorrect_nodes.sum() == len(a)
     if len(a):
       np.testing.assert_allclose(s.incorrect_alignment_sum.sum() / s.incorrect_nodes.sum(), a.mean(), rtol=1e-12)
+    pr = nodes_lib.estimates_from_rows(g)["projection"]                     # its own recompute, per configuration
+    pr = pr[~g.correct.to_numpy() & np.isfinite(pr)]
+    assert s.incorrect_projection_nodes.sum() == len(pr)
+    np.testing.assert_allclose(s.incorrect_projection_sum.sum(), pr.sum(), rtol=1e-9, atol=1e-12)
   verdict = json.loads((work / "study" / "verdict.json").read_text())
   assert pd.read_csv(data / "study_verdict.csv").query("named").configuration.tolist() == [verdict["best"]]
 
@@ -60,7 +65,8 @@ def _hand_csvs(data: pathlib.Path, rng) -> tuple[list, np.ndarray, np.ndarray]:
       align = rng.normal(0.2 * confs.index(c), 0.3, n)
       rows.append({"configuration": c, "question_id": f"q{q}", **{
           f"{g}_{k}": v for g in vt.GROUPS for k, v in
-          (("nodes", n), ("alignment_sum", align.sum()), ("positive", int((align > 0).sum())))},
+          (("nodes", n), ("alignment_sum", align.sum()), ("positive", int((align > 0).sum())),
+           ("projection_nodes", n), ("projection_sum", 0.1 * align.sum()))},
                    "advantage_n": n, "advantage_sum": float(rng.normal(0, 0.1, n).sum())})
       views.append({"configuration": c, "question_id": f"q{q}", **{
           f"{col}_{k}": v for col in vt.VIEW_PREDICTORS for k, v in (("n", 3), ("sum", float(rng.random() * 3)))}})

@@ -1,0 +1,163 @@
+"""How many continuations per candidate a study needs: its own records, subsampled to fewer (issue 33, item 1).
+
+  python benchmarks/fewer_continuations.py --workdir=/work/runs/hour_seq --r=1,2,4,8 --draws=30   # ~15 min
+  python benchmarks/fewer_continuations.py --workdir=W --r=2,3,4,6,8 --draws=40 --target=incorrect
+
+A study at R continuations per candidate holds, for every node, each candidate's R rewards (node records,
+`rewards`). Keeping r < R of them, drawn without replacement, gives in law the study that had run r: the same
+nodes, candidates, p and q, and r exchangeable draws of each forced branch. Per r and draw the script recomputes
+every configuration's alignment (`targeted.node_estimates`, the study's estimator) and the verdict's paired
+comparisons (`report.decision.compare_arrays`, the fixed design: CR2 standard errors by question), and reports,
+averaged over draws:
+  - each configuration's mean alignment on the target group, and its shift from the full-R records (the bias
+    fewer continuations put into what the verdict reads, relative to R; degenerate nodes drop out as in a study);
+  - every pair's difference and its squared standard error se^2(r), which holds both the questions' spread and the
+    continuations' noise at r. A two-stage sample's variance is a + b / r (Cochran 1977, ch. 10): the fit over r
+    gives the variance at any R, and the questions a design needs for a given precision scale with it, so the
+    continuations it needs per unit of precision scale with r * (a + b / r). "cost(r) / cost(R')" is that product
+    at r over the same at R' (--compare, default the records' R and 64, the paper's).
+Ends with one JSON line. What it shows is about the study whose records it reads (its task, model and nodes).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from opd_jax import nodes  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def load(workdir: str):
+  """Node rows of a study and the rewards of its nodes: (rows DataFrame, {node key: [K] list of reward arrays})."""
+  from opd_jax.report import build  # pylint: disable=g-import-not-at-top
+  rows = build.read_records(workdir)
+  key = list(zip(rows["question_id"], rows["rollout_id"], rows["position"]))
+  rewards = {}
+  for k, rw in zip(key, rows["rewards"]):
+    rewards.setdefault(k, [np.asarray(x, np.float64) for x in rw])
+  return rows, rewards
+
+
+def subsample(rewards: dict, r: int | None, rng) -> dict:
+  """{node: (successes [K], n [K])} with r rewards per candidate kept (all when r is None or >= its count)."""
+  out = {}
+  for k, rw in rewards.items():
+    s, n = [], []
+    for x in rw:
+      take = x if r is None or r >= x.size else rng.choice(x, size=r, replace=False)
+      s.append(int(np.sum(take > 0.5)))   # rewards are 0/1 on these tasks; > 0.5 is what counts as a success
+      n.append(int(take.size))
+    out[k] = (np.asarray(s), np.asarray(n))
+  return out
+
+
+def realign(rows, counts: dict) -> dict:
+  """{estimand: [rows] float} from `counts`: the study's estimator (nodes.estimates_from_rows). "projection" is
+  <g*, g_D> / |g_D| (gradients.projection), linear in P_succ: unbiased at any r."""
+  return nodes.estimates_from_rows(rows, counts)
+
+
+def verdict_numbers(rows, values, target: str):
+  """(configs, per-configuration mean [K], paired diff [K, K], se^2 [K, K]) of one estimand's `values` [rows] on the
+  target group's nodes where it is defined: the verdict's computation (decision.compare_arrays) on those values."""
+  from opd_jax.report import common, decision  # pylint: disable=g-import-not-at-top
+  t = rows.assign(alignment=values)             # the column node_matrix reads
+  t = t[common.group_mask(t, target)]
+  t = t[t["alignment"].notna().to_numpy()]
+  configs = list(dict.fromkeys(rows["config_id"]))
+  a, questions, _ = decision.node_matrix(t, configs)
+  res = decision.compare_arrays(a, questions)
+  return configs, np.nanmean(a, 0), np.asarray(res["diff"]), np.asarray(res["se"]) ** 2
+
+
+def report(name: str, configs, per_r: dict, full_r: int, compare: int) -> dict:
+  """Prints one estimand's tables; returns its summary."""
+  grid, k, full = sorted(per_r), len(configs), per_r[full_r]
+  print(f"\n## {name}: mean per configuration at r (shift from R = {full_r}, mean over draws; sd over draws)")
+  print("| r | " + " | ".join(configs) + " |")
+  print("|---|" + "---|" * k)
+  for r in grid:
+    m = per_r[r]
+    print(f"| {r} | " + " | ".join(f"{m['mean'][c]:+.4f} ({m['mean'][c] - full['mean'][c]:+.4f}, sd "
+                                   f"{m['mean_sd'][c]:.4f})" for c in range(k)) + " |")
+  # Variance model se^2(r) = a + b / r per pair (least squares in 1 / r), and the continuations per precision.
+  x, pairs = np.asarray([1.0 / r for r in grid]), []
+  for i in range(k):
+    for j in range(i + 1, k):
+      y = np.asarray([per_r[r]["se2"][i, j] for r in grid])
+      b, a = np.polyfit(x, y, 1)
+      a, b = max(a, 0.0), max(b, 0.0)       # a variance component below 0 is estimation error: read it as 0
+      cost = lambda r, a=a, b=b: r * max(a + b / r, 1e-30)
+      pairs.append({"pair": f"{configs[i]} - {configs[j]}", "diff_full": float(full["diff"][i, j]),
+                    "diff_shift": {r: float(per_r[r]["diff"][i, j] - full["diff"][i, j]) for r in grid},
+                    "se2_by_r": {r: float(per_r[r]["se2"][i, j]) for r in grid}, "a": float(a), "b": float(b),
+                    "share_at_R": float(b / full_r / (a + b / full_r)) if a + b > 0 else math.nan,
+                    "cost_ratio": {r: float(cost(r) / cost(compare)) if a + b > 0 else math.nan for r in grid}})
+  print(f"\npaired differences (config - config), se^2(r) = a + b / r over r = {grid}; cost(r) / cost({compare}) = "
+        f"r (a + b / r) / ({compare} (a + b / {compare})): the continuations for equal precision")
+  print(f"| pair | diff at R | shift at r = {grid[0]} | a | b | continuations' share of se^2 at R | "
+        + " | ".join(f"cost r={r}" for r in grid) + " |")
+  print("|---|---|---|---|---|---|" + "---|" * len(grid))
+  for p in pairs:
+    print(f"| {p['pair']} | {p['diff_full']:+.4f} | {p['diff_shift'][grid[0]]:+.4f} | {p['a']:.2e} | {p['b']:.2e} | "
+          f"{p['share_at_R']:.2f} | " + " | ".join(f"{p['cost_ratio'][r]:.3f}" for r in grid) + " |")
+  shift = {r: float(np.max(np.abs(per_r[r]["mean"] - full["mean"]))) for r in grid}
+  dshift = {r: float(np.max(np.abs([p["diff_shift"][r] for p in pairs]))) for r in grid}
+  se_shift = {r: float(np.max(per_r[r]["mean_sd"]) / np.sqrt(max(per_r[r]["draws"], 1))) for r in grid}
+  out = {"max_mean_shift": shift, "max_diff_shift": dshift, "shift_se": se_shift,
+         "median_cost_ratio": {r: float(np.nanmedian([p["cost_ratio"][r] for p in pairs])) for r in grid},
+         "max_cost_ratio": {r: float(np.nanmax([p["cost_ratio"][r] for p in pairs])) for r in grid},
+         "max_share_at_R": float(np.nanmax([p["share_at_R"] for p in pairs] + [-np.inf])), "pairs": pairs}
+  print(f"largest shift from R = {full_r} of a configuration's mean (of a paired difference): "
+        + ", ".join(f"r={r}: {shift[r]:.4f} ({dshift[r]:.4f}; se of a mean over draws <= {se_shift[r]:.4f})"
+                    for r in grid if r != full_r))
+  print("cost ratio over pairs, median (largest): " + ", ".join(
+      f"r={r}: {out['median_cost_ratio'][r]:.3f} ({out['max_cost_ratio'][r]:.3f})" for r in grid))
+  return out
+
+
+def main(argv=None) -> dict:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--workdir", required=True)
+  ap.add_argument("--r", default="2,3,4,6,8", help="continuations per candidate to keep, each < the records' R")
+  ap.add_argument("--draws", type=int, default=40)
+  ap.add_argument("--target", default="incorrect", choices=("incorrect", "correct", "all"))
+  ap.add_argument("--compare", type=int, default=64, help="the fixed design's R to price against")
+  ap.add_argument("--seed", type=int, default=0)
+  args = ap.parse_args(argv)
+  t0 = time.time()
+  rows, rewards = load(args.workdir)
+  full_r = int(np.median([x.size for rw in rewards.values() for x in rw]))
+  rs = [int(x) for x in args.r.split(",") if int(x) < full_r]
+  full = realign(rows, subsample(rewards, None, None))
+  assert np.allclose(full["alignment"], rows["alignment"].to_numpy(np.float64), atol=1e-9, equal_nan=True), (
+      "recomputed alignment differs from the records")
+  rng = np.random.default_rng(args.seed)
+  draws = {r: [realign(rows, subsample(rewards, r, rng)) for _ in range(args.draws)] for r in rs}
+  draws[full_r] = [full]
+  configs = list(dict.fromkeys(rows["config_id"]))
+  print(f"{args.workdir}: {rows['question_id'].nunique()} questions, {len(rewards)} nodes, R = {full_r}, "
+        f"{len(configs)} configurations, target group {args.target}, {args.draws} draws per r")
+  summary = {"workdir": args.workdir, "R": full_r, "target": args.target, "draws": args.draws, "configs": configs}
+  for name in nodes.ROW_ESTIMANDS:
+    per_r = {}
+    for r, ds in draws.items():
+      got = [verdict_numbers(rows, d[name], args.target) for d in ds]
+      per_r[r] = {"mean": np.mean([g[1] for g in got], 0), "mean_sd": np.std([g[1] for g in got], 0),
+                  "diff": np.mean([g[2] for g in got], 0), "se2": np.mean([g[3] for g in got], 0),
+                  "draws": len(ds)}
+    summary[name] = report(name, configs, per_r, full_r, args.compare)
+  summary["seconds"] = round(time.time() - t0, 1)
+  print(json.dumps(summary, default=float))
+  return summary
+
+
+if __name__ == "__main__":
+  main()
