@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from benchmarks import fewer_continuations as fc
 from opd_jax import contexts, gradients, nodes, records, targeted
@@ -52,3 +53,60 @@ def test_subsampled_counts_come_from_the_records_rewards():
   again = nodes.estimates_from_rows(rows, half)
   assert np.isfinite(again["teacher_advantage"][rows.context.to_numpy() != "solution"]).all()
   assert not np.allclose(np.nan_to_num(again["alignment"]), np.nan_to_num(rows.alignment.to_numpy(float)))
+
+
+def _study_rows(n_questions=8):
+  """Node rows of n_questions one-rollout questions, two configurations of one view (reverse and forward KL)."""
+  rng = np.random.default_rng(5)
+  confs = [contexts.parse("rkl", "t:plain:reverse_kl"), contexts.parse("fkl", "t:plain:forward_kl")]
+  out = []
+  for i in range(n_questions):
+    cands = np.array([[1, 2, 3], [4, 5, 6], [7, 8, -1]])
+    rewards = rng.integers(0, 2, (3, 3, 4)).astype(np.int8)
+    rewards[2] = 1                                                          # one degenerate node per question
+    at = nodes.RolloutNodes([0, 1, 2], cands, np.log(rng.dirichlet(np.ones(3), 3)),
+                            {confs[0].scoring_key: np.log(rng.dirichlet(np.ones(3), 3))})
+    pred = {confs[0].scoring_key: {k: np.zeros(3) for k in records.PREDICTORS}}
+    out.append(nodes.node_rows(confs, f"q{i}", 0, False, [1, 4, 7], at,
+                               targeted.Outcomes(rewards=rewards, valid=cands >= 0), pred))
+  return pd.concat(out, ignore_index=True)
+
+
+def test_the_verdict_on_the_projection_compares_numpys_projection_with_degenerate_nodes_at_zero():
+  from opd_jax.report import decision  # pylint: disable=g-import-not-at-top
+  rows = _study_rows()
+  want = []
+  for r in rows.itertuples():                               # numpy: g* = p (P - V), g_D of each divergence
+    p, q, ps = np.asarray(r.p), np.asarray(r.q), np.asarray(r.successes) / np.asarray(r.n)
+    g_ideal = p * (ps - p @ ps)
+    g = (p * (np.log(q) - np.log(p) + p @ (np.log(p) - np.log(q))) if r.divergence == "reverse_kl" else q - p)
+    want.append(g_ideal @ g / np.linalg.norm(g))
+  rows_np = rows.assign(alignment=want, degenerate=False)
+  got = decision.decide(rows, target="all", n_boot=50, estimand="projection")
+  ref = decision.decide(rows_np, target="all", n_boot=50)
+  assert got["estimand"] == "projection" and got["best"] == ref["best"]
+  for a, b in zip(got["ranking"], ref["ranking"]):
+    assert a["config_id"] == b["config_id"] and a["n_defined"] == b["n_defined"] == len(rows) // 2
+    assert math.isclose(a["mean_alignment"], b["mean_alignment"], rel_tol=1e-9)
+  for a, b in zip(got["comparisons"], ref["comparisons"]):
+    assert math.isclose(a["diff"], b["diff"], rel_tol=1e-9) and math.isclose(a["se"], b["se"], rel_tol=1e-9)
+  assert "projection" in decision.table_note(got)
+  plain = decision.decide(rows, target="all", n_boot=50)                      # the default: the records' column
+  assert plain["ranking"][0]["n_defined"] < len(rows) // 2 and plain["estimand"] == "alignment"
+  with pytest.raises(ValueError, match="unknown estimand 'cosine'"):
+    decision.decide(rows, estimand="cosine")
+
+
+def test_the_report_flag_names_the_estimands_and_a_sequential_projection_needs_its_margin(tmp_path, monkeypatch):
+  import types  # pylint: disable=g-import-not-at-top
+  from opd_jax.report import __main__ as cli, sequential  # pylint: disable=g-import-not-at-top
+  f = types.SimpleNamespace(target="incorrect", n_boot=10, seed=0, pages=0, colour_by="kl_pq", min_effect=0.0,
+                            estimand="projektion")
+  with pytest.raises(ValueError, match=r"^--estimand must be one of .*did you mean 'projection'"):
+    cli.check_flags(f)
+  (tmp_path / "config.json").write_text("{}")
+  (tmp_path / "progress.json").write_text("{}")
+  monkeypatch.setattr(cli.looks, "report_look", lambda c, p: {"design": sequential.Design(looks=(10, 20))})
+  with pytest.raises(ValueError, match=r"^--min_effect must be > 0 with --estimand=projection"):
+    cli._sequential(tmp_path, 0.0, "projection")                     # pylint: disable=protected-access
+  assert cli._sequential(tmp_path, 0.01, "projection")["design"].margin == 0.01   # pylint: disable=protected-access

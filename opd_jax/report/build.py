@@ -80,7 +80,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
                   min_questions: int = common.MIN_QUESTIONS, target: str = "incorrect", plot: bool = True,
                   html: bool = True, decode=None, n_boot_predictors: int = 200,
                   pages: int = token_pages.DEFAULT_PAGES, colour_by: str = token_pages.DEFAULT_COLOUR_BY,
-                  min_effect: float = 0.0, design=None, look: int | None = None, final: bool = False) -> str:
+                  min_effect: float = 0.0, design=None, look: int | None = None, final: bool = False,
+                  estimand: str = "alignment") -> str:
   """Rebuilds the report files of `<workdir>` from its node records (and rollouts, config.json, manifest.json).
 
   Files: summary.md (markdown, returned), summary.csv (summary.summarize), verdict.json (decision.decide on
@@ -98,6 +99,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
       With a design the margin is design.margin and min_effect is not read.
     min_effect: the smallest difference of interest (> 0): the verdict adds the questions needed to detect it
       with 80% power (decision.decide); 0: not asked.
+    estimand: what the verdict compares per node (decision.ESTIMANDS): "alignment" or "projection"; min_effect
+      and a design's margin are in its units.
     plot: write alignment.png and link it from the markdown.
     html: write report.html (with the where and predictor figures).
     decode: token id -> text (e.g. `lambda t: tokenizer.decode([t])`) for the token-kind split; without it the
@@ -120,7 +123,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   seq = {} if design is None else {"design": design, "look": look, "final": final, "level": 1.0 - design.alpha}
   verdict = decision.decide(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
                             min_questions=min_questions,
-                            min_effect=(min_effect or None) if design is None else design.margin, **seq)
+                            min_effect=(min_effect or None) if design is None else design.margin,
+                            estimand=estimand, **seq)
   predictor_rows = why.predictor_table(nodes, n_boot=n_boot_predictors, seed=seed)
   routed = rt.route(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes, min_questions=min_questions)
   verdict = {**verdict, "router": routed}

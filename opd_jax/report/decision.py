@@ -34,6 +34,28 @@ from opd_jax.report import sequential
 
 MIN_SHARED_QUESTIONS = common.MIN_SHARED_QUESTIONS   # pairs sharing fewer questions: not comparable
 POWER = 0.8                # the power of the detectable difference and of the questions needed
+# What the verdict compares per node (issue 33: docs/results.md, "How many continuations per candidate").
+ESTIMANDS = {
+    "alignment": "cos(g*, g_D), the paper's (the records' column); undefined on degenerate nodes",
+    "projection": "<g*, g_D> / |g_D| (gradients.projection): linear in P_succ, so unbiased at any number of "
+                  "continuations; 0 on a degenerate node; in units of V per unit step of the logits",
+}
+
+
+def with_estimand(nodes: pd.DataFrame, estimand: str) -> pd.DataFrame:
+  """`nodes` with its alignment column holding `estimand`'s per-node values (the column the verdict reads) and
+  degenerate set where it is undefined; the records' own table for "alignment".
+
+  Raises:
+    ValueError: an unknown estimand (naming the known ones).
+  """
+  if estimand not in ESTIMANDS:
+    raise ValueError(f"unknown estimand {estimand!r}: one of {', '.join(ESTIMANDS)}")
+  if estimand == "alignment":
+    return nodes
+  from opd_jax import nodes as node_rows  # pylint: disable=g-import-not-at-top
+  values = node_rows.estimates_from_rows(nodes)[estimand]
+  return nodes.assign(alignment=values, degenerate=np.isnan(values) & nodes["degenerate"].to_numpy(bool))
 
 
 def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = common.MIN_NODES,
@@ -205,8 +227,12 @@ def node_matrix(rows: pd.DataFrame, configs: list) -> tuple[np.ndarray, np.ndarr
 def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000, seed: int = 0,
            level: float = 0.95, min_nodes: int = common.MIN_NODES, min_questions: int = common.MIN_QUESTIONS,
            min_effect: float | None = None, design: sequential.Design | None = None, look: int | None = None,
-           final: bool = False) -> dict:
+           final: bool = False, estimand: str = "alignment") -> dict:
   """Ranks the configurations on the target group and decides whether the best one is distinguishable.
+
+  `estimand` (ESTIMANDS) is what is compared per node: "alignment" (default) or "projection" (`with_estimand`);
+  min_effect and a design's margin are in its units. The output's keys keep their names (mean_alignment holds the
+  estimand's mean) and out["estimand"] names it.
 
   The comparisons, the best, its confidence set and the verdict follow `compare_arrays` on the target group's
   nodes with a defined alignment (common.group_mask). Beside them: each configuration's own mean alignment and
@@ -263,6 +289,7 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
     if min_effect is not None and not math.isclose(min_effect, design.margin):
       raise ValueError(f"min_effect must be None or design.margin = {design.margin:g} with a design, got {min_effect}")
     min_effect = design.margin
+  nodes = with_estimand(nodes, estimand)
   in_target = common.group_mask(nodes, target)
   target_rows = nodes[in_target]
   rows = target_rows[target_rows["alignment"].notna().to_numpy()]
@@ -270,7 +297,7 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
   align, questions, labels = node_matrix(rows, configs)
   res = compare_arrays(align, questions, level=level, min_nodes=min_nodes, min_questions=min_questions,
                        design=design, look=look, final=final)
-  out = {"target": target, "level": level, "n_boot": n_boot, "seed": seed, "min_nodes": min_nodes,
+  out = {"target": target, "estimand": estimand, "level": level, "n_boot": n_boot, "seed": seed, "min_nodes": min_nodes,
          "min_questions": min_questions, "min_shared_questions": MIN_SHARED_QUESTIONS, "min_effect": min_effect,
          "n_questions": int(labels.size), "family_size": res["m"], "ci_level": res["ci_level"],
          "method": ("paired differences on shared nodes; CR2 cluster-robust standard errors by question with "
@@ -287,12 +314,12 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
     out["ranking"].append({
         "config_id": configs[c], "n_defined": nd, "n_questions": nq, "mean_alignment": mean, "ci_lo": lo,
         "ci_hi": hi, "mean_teacher_advantage": adv[0], "advantage_ci_lo": adv[1], "advantage_ci_hi": adv[2],
-        "underpowered": bool(res["underpowered"][c]), "short": _short(nd, nq, min_nodes, min_questions),
+        "underpowered": bool(res["underpowered"][c]), "short": _short(nd, nq, min_nodes, min_questions, estimand),
         "could_be_best": bool(res["could_be_best"][c])})
   b = res["best"]
   if b < 0:
     out.update(verdict="no_data", best=None, runner_up=None, best_set=[], not_comparable=[],
-               line=f"no configuration has a defined alignment on {target} nodes: nothing to decide")
+               line=f"no configuration has a defined {estimand} on {target} nodes: nothing to decide")
     return _with_design(out, res, design, configs, b) if design is not None else out
   for c in res["order"][1:]:
     under = common.underpowered(int(res["n_shared"][c, b]), int(res["n_shared_questions"][c, b]),
@@ -373,11 +400,11 @@ def _count(n: int, word: str) -> str:
   return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def _short(n_defined: int, n_questions: int, min_nodes: int, min_questions: int) -> str:
+def _short(n_defined: int, n_questions: int, min_nodes: int, min_questions: int, estimand: str = "alignment") -> str:
   """What a configuration is short of under the power rule, in words ("" when it is not)."""
-  parts = [f"{_count(n_questions, 'question')} with a defined alignment, need {min_questions}"] * (
+  parts = [f"{_count(n_questions, 'question')} with a defined {estimand}, need {min_questions}"] * (
       n_questions < min_questions)
-  parts += [f"{_count(n_defined, 'node')} with a defined alignment, need {min_nodes}"] * (n_defined < min_nodes)
+  parts += [f"{_count(n_defined, 'node')} with a defined {estimand}, need {min_nodes}"] * (n_defined < min_nodes)
   return "; ".join(parts)
 
 
@@ -472,7 +499,8 @@ def next_step(verdict: dict) -> str:
   if decided:
     return "" if effect is None else f"power: {effect:g} is not detectable with any number of questions"
   short = verdict["ranking"][0].get("short")
-  text = (f"to decide: at least {verdict['min_questions']} questions with a defined alignment (now {n}; raise "
+  text = (f"to decide: at least {verdict['min_questions']} questions with a defined "
+          f"{verdict.get('estimand', 'alignment')} (now {n}; raise "
           "config.budget.questions)" if short else "to decide: more questions (raise config.budget.questions)")
   if p.get("estimable"):
     text += (f"; this budget detects differences >= {p['detectable_difference']:.3f} only: "
@@ -483,13 +511,14 @@ def next_step(verdict: dict) -> str:
 def _line(out: dict, target: str) -> str:
   """The verdict sentence."""
   best, comps, pct = out["best"], out["comparisons"], f"{100 * out['level']:g}%"
+  word = out.get("estimand", "alignment")
   defined = {r["config_id"] for r in out["ranking"] if r["n_defined"]}
   sparse = [f"{c['config_id']} ({c['n_shared_questions']})" for c in comps
             if not c["comparable"] and c["config_id"] in defined]
   empty = [c["config_id"] for c in comps if c["config_id"] not in defined]
   absent_text = (f"; not comparable (fewer than {MIN_SHARED_QUESTIONS} questions shared with {best}): "
                  f"{', '.join(sparse)}" if sparse else "") + (
-                     f"; no defined alignment: {', '.join(empty)}" if empty else "")
+                     f"; no defined {word}: {', '.join(empty)}" if empty else "")
   top = next((c for c in comps if c["comparable"]), None)
   lead = (f"{best} - {top['config_id']} = {-top['diff']:+.4f} {interval_text(top, out['min_questions'], flip=True)}"
           if top else "")
@@ -501,10 +530,10 @@ def _line(out: dict, target: str) -> str:
     return (f"UNDERPOWERED on {target} nodes ({why}): no decision"
             + (f"; indicative only: {lead}" if top else "") + absent_text)
   if not sparse and top is None:
-    return f"only {best} has defined alignments on {target} nodes: nothing to compare{absent_text}"
+    return f"only {best} has defined {word}s on {target} nodes: nothing to compare{absent_text}"
   if out["verdict"] == "use":
     return (f"use {best}: distinguishable from every comparable configuration on {target} nodes; closest: {lead} "
-            f"mean alignment ({family}){absent_text}")
+            f"mean {word} ({family}){absent_text}")
   tied = [c["config_id"] for c in comps if c["comparable"] and not c["distinguishable"]]
   ahead = [c["config_id"] for c in comps if c["comparable"] and c["distinguishable"] and c["diff"] > 0]
   p = out["power"]
@@ -534,7 +563,7 @@ def table_rows(verdict: dict) -> list[list[str]]:
       status += f"; equivalent within +-{verdict['margin']:g}" if c.get("equivalent") else ""
       cells = [str(c["n_shared"]), str(c["n_shared_questions"]), common.fmt(c["diff"]),
                interval_text(c, verdict["min_questions"], signed=False), common.fmt(c["p_adjusted"], 3), status]
-    rule = "no defined alignment" if not r["n_defined"] else f"indicative: {r['short']}" if r["short"] else ""
+    rule = f"no defined {verdict.get('estimand', 'alignment')}" if not r["n_defined"] else f"indicative: {r['short']}" if r["short"] else ""
     rows.append([str(r["config_id"]), str(r["n_defined"]), str(r["n_questions"]), common.fmt(r["mean_alignment"]),
                  common.fmt(r["mean_teacher_advantage"]), *cells, "yes" if r["could_be_best"] else "no", rule])
   return rows
@@ -552,8 +581,11 @@ def table_note(verdict: dict) -> str:
               f"({verdict['spending']} alpha spending), so {lvl} simultaneous over all {_count(m, 'comparable pair')}"
               f" and every look; p (adjusted) = min(1, p {1 - verdict['level']:g} / "
               f"{1 - verdict['ci_level']:.3g}); equivalent: the CI inside +-{verdict['margin']:g}")
-  return (f"Configurations on {verdict['target']} nodes ({verdict['n_questions']} questions with a defined "
-          f"alignment), the best first, then by their paired difference against it. diff vs best = mean of "
+  est = verdict.get("estimand", "alignment")
+  what = "" if est == "alignment" else (f"The verdict compares the {est}, {ESTIMANDS[est]}, per node ('mean align' "
+                                        "and 'diff vs best' hold it). ")
+  return (f"{what}Configurations on {verdict['target']} nodes ({verdict['n_questions']} questions with a defined "
+          f"{est}), the best first, then by their paired difference against it. diff vs best = mean of "
           f"(configuration - best) over the nodes both define (paired), with a CR2 cluster-robust standard error by "
           f"question and Bell-McCaffrey degrees of freedom; {family}. Pairs sharing fewer than "
           f"{verdict['min_shared_questions']} questions are not comparable (not tested, no veto). could be best: no "
