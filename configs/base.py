@@ -104,6 +104,9 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   report.colour_by          predictor that colours the per-token pages' view rows (records.PREDICTORS)
   report.min_effect         smallest difference in mean alignment worth detecting (> 0): the verdict then says how
                             many questions would detect it with 80% power (0 = not asked)
+  report.estimand           what the verdict compares per node: alignment (cos(g*, g_D), the paper's) | projection
+                            (<g*, g_D> / |g_D|: unbiased at any number of continuations, so R = 2-4 will do;
+                            report.min_effect is in its units and required with budget.looks; docs/results.md)
   logging.progress          tqdm bars of every job (study, trainer, lookahead, report); False: none
   logging.verbosity         1: INFO lines (stage times, absl/JAX logs) go to <workdir>/log.txt only, warnings print
                             as `warning: ...`; 2: INFO lines on the console too (changing either field does not
@@ -145,6 +148,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0,
                    cross_tokenizer=dict(mode="exact", prune=10.0, max_tree_nodes=512, force=False))
   c.mesh = dict(data=-1, model=1, rules=())
-  c.report = dict(target="incorrect", pages=20, colour_by="kl_pq", min_effect=0.0)
+  c.report = dict(target="incorrect", pages=20, colour_by="kl_pq", min_effect=0.0, estimand="alignment")
   c.logging = dict(verbosity=1, progress=True)
   return c

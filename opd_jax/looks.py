@@ -91,7 +91,7 @@ def verdict(nodes, config, look: int, final: bool = False, **kwargs) -> dict:
   """decision.decide at `look` (1-based) of the config's design on `nodes` (its target group and margin)."""
   d = design(config)
   return decision.decide(nodes, target=config.report.target, level=1.0 - d.alpha, min_effect=d.margin, design=d,
-                         look=look, final=final, **kwargs)
+                         look=look, final=final, estimand=config.report.get("estimand", "alignment"), **kwargs)
 
 
 def take(workdir: pathlib.Path, config, selected: list[str], look: int) -> dict:

@@ -27,6 +27,7 @@ from opd_jax import stages
 from opd_jax import stops
 from opd_jax import targeted
 from opd_jax import tasks
+from opd_jax.report import decision
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -152,6 +153,14 @@ def validate(config) -> None:
   if isinstance(min_effect, bool) or not isinstance(min_effect, (int, float)) or not (
       math.isfinite(min_effect) and min_effect >= 0):
     raise _bad("config.report.min_effect", "must be a finite number >= 0 (0: not asked)", min_effect)
+  estimand = r.get("estimand", "alignment")
+  if estimand not in decision.ESTIMANDS:
+    raise _bad("config.report.estimand", f"must be one of {tuple(decision.ESTIMANDS)}", estimand,
+               choices=tuple(decision.ESTIMANDS))
+  if estimand != "alignment" and tuple(config.budget.get("looks", ()) or ()) and not min_effect > 0:
+    raise _bad("config.report.min_effect", f"must be > 0 with report.estimand={estimand!r} and budget.looks: the "
+               f"equivalence margin is in the {estimand}'s units, not the alignment's default 0.05", min_effect,
+               fix="e.g. --config.report.min_effect=0.005")
   if not isinstance(config.task.get("skip_bad_answers", False), bool):
     raise _bad("config.task.skip_bad_answers", "must be True or False", config.task.skip_bad_answers)
   n = config.task.num_problems

@@ -104,9 +104,28 @@ def test_the_report_flag_names_the_estimands_and_a_sequential_projection_needs_i
                             estimand="projektion")
   with pytest.raises(ValueError, match=r"^--estimand must be one of .*did you mean 'projection'"):
     cli.check_flags(f)
-  (tmp_path / "config.json").write_text("{}")
+  (tmp_path / "config.json").write_text('{"report": {"min_effect": 0.0}}')
   (tmp_path / "progress.json").write_text("{}")
   monkeypatch.setattr(cli.looks, "report_look", lambda c, p: {"design": sequential.Design(looks=(10, 20))})
   with pytest.raises(ValueError, match=r"^--min_effect must be > 0 with --estimand=projection"):
     cli._sequential(tmp_path, 0.0, "projection")                     # pylint: disable=protected-access
   assert cli._sequential(tmp_path, 0.01, "projection")["design"].margin == 0.01   # pylint: disable=protected-access
+
+
+def test_the_estimand_field_is_checked_first_and_leaves_older_studies_resumable():
+  from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
+  from opd_jax import preflight  # pylint: disable=g-import-not-at-top
+  config = teacher_sweep.get_config()
+  old = config.to_dict()
+  del old["report"]["estimand"]                              # a study's config.json from before the field
+  assert records.config_hash(old) == records.config_hash(config.to_dict())
+  assert records.config_difference(old, config.to_dict()) == []
+  config.report.estimand = "projection"
+  assert records.config_difference(old, config.to_dict()) == ["report.estimand"]
+  preflight.validate(config)                             # a fixed design: no margin needed
+  config.budget.looks = (10,)
+  with pytest.raises(ValueError, match=r"^config\.report\.min_effect must be > 0 with report\.estimand='projection'"):
+    preflight.validate(config)
+  config.report.estimand = "cos"
+  with pytest.raises(ValueError, match=r"^config\.report\.estimand must be one of"):
+    preflight.validate(config)

@@ -39,9 +39,9 @@ flags.DEFINE_integer("pages", token_pages.DEFAULT_PAGES, "Cap on per-token pages
 flags.DEFINE_string("colour_by", token_pages.DEFAULT_COLOUR_BY, "Predictor the per-token pages colour by.")
 flags.DEFINE_float("min_effect", 0.0, "Smallest difference in mean alignment worth detecting: the verdict adds the "
                    "questions needed for 80% power (0: not asked).")
-flags.DEFINE_string("estimand", "alignment", "What the verdict compares per node: alignment (cos(g*, g_D), the "
-                    "paper's) or projection (<g*, g_D> / |g_D|: unbiased at any number of continuations; "
-                    "--min_effect in its units; docs/results.md).")
+flags.DEFINE_string("estimand", None, "What the verdict compares per node: alignment (cos(g*, g_D), the paper's) "
+                    "or projection (<g*, g_D> / |g_D|: unbiased at any number of continuations; --min_effect in its "
+                    "units; docs/results.md). Default: the study's config.report.estimand.")
 flags.DEFINE_bool("allow_unlike_candidates", False, "Compare studies whose candidate sets are formed differently "
                   "(manifest.json 'candidate_set': other views or top-k): a configuration's alignment is defined on "
                   "its study's candidate sets, so the comparison is flagged.")
@@ -71,7 +71,7 @@ def check_flags(f) -> None:
                                         choices=records.PREDICTORS))
   if not (math.isfinite(f.min_effect) and f.min_effect >= 0):
     raise ValueError(stages.field_error("--min_effect", "must be a finite number >= 0 (0: not asked)", f.min_effect))
-  if f.estimand not in decision.ESTIMANDS:
+  if f.estimand is not None and f.estimand not in decision.ESTIMANDS:
     raise ValueError(stages.field_error("--estimand", f"must be one of {tuple(decision.ESTIMANDS)}", f.estimand,
                                         choices=tuple(decision.ESTIMANDS)))
 
@@ -104,6 +104,15 @@ def _progress(workdirs) -> bool:
     return True
 
 
+def _study_estimand(workdir) -> str:
+  """The study's config.report.estimand ("alignment" where config.json lacks it or is unreadable)."""
+  try:
+    config = json.loads((pathlib.Path(workdir) / "config.json").read_text())
+    return str(config.get("report", {}).get("estimand", "alignment"))
+  except (OSError, ValueError, AttributeError):
+    return "alignment"
+
+
 def _sequential(workdir, margin: float, estimand: str = "alignment") -> dict:
   """A study's {design, look, final} (`looks.report_look`, from its config.json and progress.json; {} without
   those files: the fixed design without an equivalence margin). --min_effect > 0 reads the same repeated
@@ -116,7 +125,7 @@ def _sequential(workdir, margin: float, estimand: str = "alignment") -> dict:
   except (OSError, ValueError):
     return {}
   seq = looks.report_look(config, progress)
-  if seq and estimand != "alignment" and not margin > 0:
+  if seq and estimand != "alignment" and not (margin > 0 or float(config.report.get("min_effect", 0.0)) > 0):
     raise ValueError(stages.field_error(
         "--min_effect", f"must be > 0 with --estimand={estimand} on a sequential study: its equivalence margin is in "
         f"the {estimand}'s units, not the alignment's default {sequential.MARGIN:g}", margin,
@@ -150,10 +159,11 @@ def main(argv) -> None:
             f"{f.out}/comparison.csv")
       return
     decode = token_decoder(f.tokenizer) if f.tokenizer else None
+    estimand = f.estimand or _study_estimand(workdirs[0])
     build.write_summary(workdirs[0], n_boot=f.n_boot, seed=f.seed, target=f.target, plot=f.plot,
                         html=f.html, decode=decode, pages=f.pages, colour_by=f.colour_by,
-                        min_effect=f.min_effect, estimand=f.estimand,
-                        **_sequential(workdirs[0], f.min_effect, f.estimand))
+                        min_effect=f.min_effect, estimand=estimand,
+                        **_sequential(workdirs[0], f.min_effect, estimand))
   except (OSError, ValueError) as e:
     stages.fail(e)
   print(console.results_text(workdirs[0]))        # the verdict, the table and where the files are (not summary.md)
