@@ -65,8 +65,9 @@ def realign(rows, counts: dict) -> dict:
 
 
 def verdict_numbers(rows, values, target: str):
-  """(configs, per-configuration mean [K], paired diff [K, K], se^2 [K, K]) of one estimand's `values` [rows] on the
-  target group's nodes where it is defined: the verdict's computation (decision.compare_arrays) on those values."""
+  """(configs, per-configuration mean [K], paired diff [K, K], se^2 [K, K], (best, could-be-best set)) of one
+  estimand's `values` [rows] on the target group's nodes where it is defined: the verdict's computation
+  (decision.compare_arrays, the fixed design) on those values."""
   from opd_jax.report import common, decision  # pylint: disable=g-import-not-at-top
   t = rows.assign(alignment=values)             # the column node_matrix reads
   t = t[common.group_mask(t, target)]
@@ -74,7 +75,8 @@ def verdict_numbers(rows, values, target: str):
   configs = list(dict.fromkeys(rows["config_id"]))
   a, questions, _ = decision.node_matrix(t, configs)
   res = decision.compare_arrays(a, questions)
-  return configs, np.nanmean(a, 0), np.asarray(res["diff"]), np.asarray(res["se"]) ** 2
+  return (configs, np.nanmean(a, 0), np.asarray(res["diff"]), np.asarray(res["se"]) ** 2,
+          (int(res["best"]), tuple(np.flatnonzero(res["could_be_best"]))))
 
 
 def report(name: str, configs, per_r: dict, full_r: int, compare: int) -> dict:
@@ -108,10 +110,16 @@ def report(name: str, configs, per_r: dict, full_r: int, compare: int) -> dict:
   for p in pairs:
     print(f"| {p['pair']} | {p['diff_full']:+.4f} | {p['diff_shift'][grid[0]]:+.4f} | {p['a']:.2e} | {p['b']:.2e} | "
           f"{p['share_at_R']:.2f} | " + " | ".join(f"{p['cost_ratio'][r]:.3f}" for r in grid) + " |")
+  ref = full["verdicts"][0]
+  same_best = {r: float(np.mean([v[0] == ref[0] for v in per_r[r]["verdicts"]])) for r in grid}
+  same_set = {r: float(np.mean([v[1] == ref[1] for v in per_r[r]["verdicts"]])) for r in grid}
+  print(f"the verdict at R = {full_r}: best {configs[ref[0]] if ref[0] >= 0 else None}, could be best "
+        f"{[configs[i] for i in ref[1]]}; share of draws with the same best / the same could-be-best set: "
+        + ", ".join(f"r={r}: {same_best[r]:.2f} / {same_set[r]:.2f}" for r in grid if r != full_r))
   shift = {r: float(np.max(np.abs(per_r[r]["mean"] - full["mean"]))) for r in grid}
   dshift = {r: float(np.max(np.abs([p["diff_shift"][r] for p in pairs]))) for r in grid}
   se_shift = {r: float(np.max(per_r[r]["mean_sd"]) / np.sqrt(max(per_r[r]["draws"], 1))) for r in grid}
-  out = {"max_mean_shift": shift, "max_diff_shift": dshift, "shift_se": se_shift,
+  out = {"same_best": same_best, "same_could_be_best": same_set, "max_mean_shift": shift, "max_diff_shift": dshift, "shift_se": se_shift,
          "median_cost_ratio": {r: float(np.nanmedian([p["cost_ratio"][r] for p in pairs])) for r in grid},
          "max_cost_ratio": {r: float(np.nanmax([p["cost_ratio"][r] for p in pairs])) for r in grid},
          "max_share_at_R": float(np.nanmax([p["share_at_R"] for p in pairs] + [-np.inf])), "pairs": pairs}
@@ -152,7 +160,7 @@ def main(argv=None) -> dict:
       got = [verdict_numbers(rows, d[name], args.target) for d in ds]
       per_r[r] = {"mean": np.mean([g[1] for g in got], 0), "mean_sd": np.std([g[1] for g in got], 0),
                   "diff": np.mean([g[2] for g in got], 0), "se2": np.mean([g[3] for g in got], 0),
-                  "draws": len(ds)}
+                  "draws": len(ds), "verdicts": [g[4] for g in got]}
     summary[name] = report(name, configs, per_r, full_r, args.compare)
   summary["seconds"] = round(time.time() - t0, 1)
   print(json.dumps(summary, default=float))
