@@ -99,7 +99,7 @@ def test_the_verdict_on_the_projection_compares_numpys_projection_with_degenerat
 
 def test_the_report_flag_names_the_estimands_and_a_sequential_projection_needs_its_margin(tmp_path, monkeypatch):
   import types  # pylint: disable=g-import-not-at-top
-  from opd_jax.report import __main__ as cli, sequential  # pylint: disable=g-import-not-at-top
+  from opd_jax.report import cli, sequential  # pylint: disable=g-import-not-at-top
   f = types.SimpleNamespace(target="incorrect", n_boot=10, seed=0, pages=0, colour_by="kl_pq", min_effect=0.0,
                             estimand="projektion")
   with pytest.raises(ValueError, match=r"^--estimand must be one of .*did you mean 'projection'"):
@@ -108,8 +108,8 @@ def test_the_report_flag_names_the_estimands_and_a_sequential_projection_needs_i
   (tmp_path / "progress.json").write_text("{}")
   monkeypatch.setattr(cli.looks, "report_look", lambda c, p: {"design": sequential.Design(looks=(10, 20))})
   with pytest.raises(ValueError, match=r"^--min_effect must be > 0 with --estimand=projection"):
-    cli._sequential(tmp_path, 0.0, "projection")                     # pylint: disable=protected-access
-  assert cli._sequential(tmp_path, 0.01, "projection")["design"].margin == 0.01   # pylint: disable=protected-access
+    cli.sequential_look(tmp_path, 0.0, "projection")
+  assert cli.sequential_look(tmp_path, 0.01, "projection")["design"].margin == 0.01
 
 
 def test_the_estimand_field_is_checked_first_and_leaves_older_studies_resumable():

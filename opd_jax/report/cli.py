@@ -1,0 +1,102 @@
+"""The report command's checks and helpers, apart from its absl flags (`opd_jax.report.__main__` defines those,
+and `opd_jax.main` defines a `--workdir` of its own), so that tests and other entry points can import them."""
+import dataclasses
+import json
+import math
+import os
+import pathlib
+
+import ml_collections
+
+from opd_jax import looks
+from opd_jax import records
+from opd_jax import stages
+from opd_jax.report import decision
+from opd_jax.report import sequential
+
+
+TARGETS = ("incorrect", "correct", "all")
+
+
+def check_flags(f) -> None:
+  """Flag values that need no records, checked before any is read.
+
+  Raises:
+    ValueError: `stages.field_error`'s line naming the flag.
+  """
+  if f.target not in TARGETS:
+    raise ValueError(stages.field_error("--target", "must be 'incorrect', 'correct' or 'all'", f.target,
+                                        choices=TARGETS))
+  if f.n_boot < 1:
+    raise ValueError(stages.field_error("--n_boot", "must be an integer >= 1", f.n_boot))
+  if f.seed < 0:
+    raise ValueError(stages.field_error("--seed", "must be an integer >= 0", f.seed))
+  if f.pages < 0:
+    raise ValueError(stages.field_error("--pages", "must be an integer >= 0 (0: no per-token pages)", f.pages))
+  if f.colour_by not in records.PREDICTORS:
+    raise ValueError(stages.field_error("--colour_by", f"must be one of {records.PREDICTORS}", f.colour_by,
+                                        choices=records.PREDICTORS))
+  if not (math.isfinite(f.min_effect) and f.min_effect >= 0):
+    raise ValueError(stages.field_error("--min_effect", "must be a finite number >= 0 (0: not asked)", f.min_effect))
+  if f.estimand is not None and f.estimand not in decision.ESTIMANDS:
+    raise ValueError(stages.field_error("--estimand", f"must be one of {tuple(decision.ESTIMANDS)}", f.estimand,
+                                        choices=tuple(decision.ESTIMANDS)))
+
+
+def token_decoder(name: str):
+  """token id -> its text, with the tokenizer of --tokenizer (an HF folder, or a name in the local HF cache).
+
+  Raises:
+    ValueError: a path that does not exist, or a tokenizer that does not load (the flag, the value, the cause).
+  """
+  path = pathlib.Path(name).expanduser()
+  fix = "pass an HF folder holding the student's tokenizer files (tokenizer.json, tokenizer_config.json)"
+  if not path.exists() and (os.sep in name or name.startswith((".", "~"))):
+    raise ValueError(stages.field_error("--tokenizer", "folder does not exist", name, fix=fix))
+  from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+  try:
+    tok = AutoTokenizer.from_pretrained(name)
+  except Exception as e:  # pylint: disable=broad-except  (OSError, ValueError, hub errors, ...)
+    cause = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise ValueError(stages.field_error("--tokenizer", f"does not load a tokenizer ({cause})", name,
+                                        fix=fix)) from None
+  return lambda t: tok.decode([t])
+
+
+def progress(workdirs) -> bool:
+  """config.logging.progress of the (first) study's config.json: the report honours its run's flag."""
+  try:
+    return bool(json.loads((pathlib.Path(workdirs[0]) / "config.json").read_text())["logging"]["progress"])
+  except (OSError, ValueError, KeyError, TypeError, IndexError):
+    return True
+
+
+def study_estimand(workdir) -> str:
+  """The study's config.report.estimand ("alignment" where config.json lacks it or is unreadable)."""
+  try:
+    config = json.loads((pathlib.Path(workdir) / "config.json").read_text())
+    return str(config.get("report", {}).get("estimand", "alignment"))
+  except (OSError, ValueError, AttributeError):
+    return "alignment"
+
+
+def sequential_look(workdir, margin: float, estimand: str = "alignment") -> dict:
+  """A study's {design, look, final} (`looks.report_look`, from its config.json and progress.json; {} without
+  those files: the fixed design without an equivalence margin). --min_effect > 0 reads the same repeated
+  intervals at another margin (they cover at every look whatever the margin, so the equivalence read from them
+  keeps its level)."""
+  workdir = pathlib.Path(workdir)
+  try:
+    config = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text()))
+    progress = json.loads((workdir / "progress.json").read_text())
+  except (OSError, ValueError):
+    return {}
+  seq = looks.report_look(config, progress)
+  if seq and estimand != "alignment" and not (margin > 0 or float(config.report.get("min_effect", 0.0)) > 0):
+    raise ValueError(stages.field_error(
+        "--min_effect", f"must be > 0 with --estimand={estimand} on a sequential study: its equivalence margin is in "
+        f"the {estimand}'s units, not the alignment's default {sequential.MARGIN:g}", margin,
+        fix="e.g. --min_effect=0.005 (see docs/results.md)"))
+  if seq and margin > 0:
+    seq["design"] = dataclasses.replace(seq["design"], margin=margin)
+  return seq
