@@ -1,18 +1,21 @@
 """Does the study predict training? The validation experiment's resumable driver (issue 36; configs/validation.py).
 
   python benchmarks/validate_training.py --workdir=runs/validation                   # every piece not yet done
-  python benchmarks/validate_training.py --workdir=runs/validation --piece=study     # one piece: study,
+  python benchmarks/validate_training.py --workdir=runs/validation --piece=study:1   # one piece: study:<b>,
                                                                                      # train:<name> or table
 Pieces, each in a child process of its own (its wall time and peak RSS measured by the parent, `os.wait4`):
-  study          the study of every configuration on the study questions (`configs/validation.py:study`), exported
-                 as per-question sums (study_questions.csv: alignment by node group, positive-sign counts, the
-                 projection <g*, g_D> / |g_D| (gradients.projection), teacher advantage; study_views.csv: the tokens table's divergences; study_verdict.csv: the verdict).
+  study:<b>      block b of the study (`configs/validation.py:study<b>`: every configuration on the block's own
+                 questions, ~45 min), exported as study_nodes_<b>.csv (one row per configuration and node: what the
+                 verdict reads, with the projection <g*, g_D> / |g_D|, gradients.projection) and study_views_<b>.csv
+                 (per-question sums of the tokens table's divergences). A block is a piece so that each fits a
+                 session and its small tables are committed before the machine goes.
   train:<name>   one OPD run of configuration <name> from the base model (`:train`), exported as eval_<name>.csv
                  (held-out pass@1 per question before and after, same keys) and its row of runs.csv.
-  table          predictors.csv (Spearman and Kendall of every predictor with the gains, intervals resampling the
-                 study's and the evaluation's questions), regret.csv and docs/validation_training.png, from the
-                 CSVs alone: a finished piece is never rerun (its CSV is the record; --data_dir, default
-                 docs/data/validation, is committed).
+  table          the verdict of the blocks' nodes together (study_verdict.csv: report.decision.decide, as the study's
+                 report), predictors.csv (Spearman and Kendall of every predictor with the gains, intervals
+                 resampling the study's and the evaluation's questions), regret.csv and docs/validation_training.png,
+                 from the CSVs alone: a finished piece is never rerun (its CSV is the record; --data_dir, default
+                 docs/data/validation, is committed). Blocks not yet run are left out (the table says how many).
 The first training run's "before" rewards (the base model under the evaluation's keys) are copied into every later
 run's workdir: the same model and keys give the same rewards (checked: each run's eval CSV holds them).
 """
@@ -35,11 +38,14 @@ import scipy.stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from configs import validation  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax import nodes as opd_nodes  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.report import common  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.report import decision  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DATA_DIR = REPO / "docs" / "data" / "validation"
 GROUPS = ("all", "incorrect", "correct")
 VIEW_PREDICTORS = ("kl_pq", "kl_qp", "js", "topk_overlap")   # the tokens table's cheap per-token divergences
+NODE_COLUMNS = (*common.REQUIRED_COLUMNS, "projection")        # study_nodes_<b>.csv
 RUN_COLUMNS = ("configuration", "spec", "steps", "learning_rate", "seed", "before", "after", "diff", "lo", "hi",
                "p_value", "n_questions", "samples", "last_loss", "last_train_reward", "last_response_tokens",
                "wall_s", "peak_rss_gb")
@@ -49,14 +55,19 @@ def configurations(tiny: bool) -> dict[str, str]:
   return dict(validation.TINY if tiny else validation.CONFIGURATIONS)
 
 
+def blocks(tiny: bool) -> list[int]:
+  return [1] if tiny else list(range(1, validation.BLOCKS + 1))
+
+
 def pieces(tiny: bool) -> list[str]:
-  return ["study"] + [f"train:{name}" for name in configurations(tiny)] + ["table"]
+  return [f"study:{b}" for b in blocks(tiny)] + [f"train:{name}" for name in configurations(tiny)] + ["table"]
 
 
 def done(piece: str, data: pathlib.Path) -> bool:
   """A piece is done when its CSV is in `data` (the committed record), whatever the workdir holds."""
-  if piece == "study":
-    return all((data / f).exists() for f in ("study_questions.csv", "study_views.csv", "study_verdict.csv"))
+  if piece.startswith("study:"):
+    b = piece.split(":", 1)[1]
+    return all((data / f"study_{kind}_{b}.csv").exists() for kind in ("nodes", "views"))
   if piece.startswith("train:"):
     name = piece.split(":", 1)[1]
     runs = data / "runs.csv"
@@ -84,17 +95,17 @@ def _job(config, workdir: pathlib.Path, job: str) -> None:
     print(study.run(config, str(workdir)), flush=True)
 
 
-def run_study(workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
+def run_study(block: int, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
   from opd_jax import preflight  # pylint: disable=g-import-not-at-top
-  config = validation.get_config("tiny_study" if tiny else "study")
+  config = validation.get_config(f"{'tiny_' if tiny else ''}study{block}")
   exclude = workdir / "train_pool_questions.json"             # the study shares no question with the trainer
   if not exclude.exists():
     workdir.mkdir(parents=True, exist_ok=True)
     train_pool = preflight.load_task(validation.get_config("tiny_train" if tiny else "train"))
     exclude.write_text(json.dumps(sorted({p.question for p in train_pool.problems})))
   config.task.exclude = str(exclude.resolve())
-  _job(config, workdir / "study", "study")
-  export_study(workdir / "study", data)
+  _job(config, workdir / f"study{block}", "study")
+  export_study(workdir / f"study{block}", data, block)
 
 
 def run_train(name: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
@@ -123,39 +134,28 @@ def _check_disjoint(workdir: pathlib.Path, train_config, tiny: bool) -> None:
   """Refuse a training pool that shares a question's text with the study's questions (three disjoint sets: the
   study's pool excludes the trainer's, `run_study`; held-out and training questions are disjoint by
   construction)."""
-  rollouts = workdir / "study" / "records" / "rollouts"
-  if not rollouts.exists():
-    return
-  ids = {str(q) for q in pd.read_parquet(rollouts, columns=["question_id"]).question_id}
-  shared = shared_questions(validation.get_config("tiny_study" if tiny else "study"), train_config, ids)
-  if shared:
-    raise ValueError(f"{len(shared)} study questions are also in the training pool (e.g. {sorted(shared)[0]!r}): "
-                     f"the study ran without config.task.exclude={workdir / 'train_pool_questions.json'}")
+  for b in blocks(tiny):
+    rollouts = workdir / f"study{b}" / "records" / "rollouts"
+    if not rollouts.exists():
+      continue
+    ids = {str(q) for q in pd.read_parquet(rollouts, columns=["question_id"]).question_id}
+    shared = shared_questions(validation.get_config(f"{'tiny_' if tiny else ''}study{b}"), train_config, ids)
+    if shared:
+      raise ValueError(f"{len(shared)} questions of study block {b} are also in the training pool (e.g. "
+                       f"{sorted(shared)[0]!r}): it ran without config.task.exclude="
+                       f"{workdir / 'train_pool_questions.json'}")
 
 
-def export_study(study_dir: pathlib.Path, data: pathlib.Path) -> None:
-  """Per (configuration, question) sums of the study's records, so the table can resample questions."""
+def export_study(study_dir: pathlib.Path, data: pathlib.Path, block: int) -> None:
+  """study_nodes_<block>.csv and study_views_<block>.csv from a block's records; question ids get the prefix
+  "<block>:" (blocks draw from pools of their own, whose ids repeat)."""
   nodes = pd.read_parquet(study_dir / "records" / "nodes")
   nodes["projection"] = opd_nodes.estimates_from_rows(nodes)["projection"]     # not a record column
-  rows = []
-  for (conf, q), g in nodes.groupby(["config_id", "question_id"], sort=True):
-    row = {"configuration": conf, "question_id": q}
-    for group in GROUPS:
-      sel = g if group == "all" else g[g.correct == (group == "correct")]
-      a = sel.alignment.to_numpy(float)
-      a = a[np.isfinite(a)]
-      pr = sel.projection.to_numpy(float)
-      pr = pr[np.isfinite(pr)]
-      row.update({f"{group}_nodes": len(a), f"{group}_alignment_sum": float(a.sum()),
-                  f"{group}_positive": int((a > 0).sum()), f"{group}_projection_nodes": len(pr),
-                  f"{group}_projection_sum": float(pr.sum())})
-    adv = g.teacher_advantage.to_numpy(float)
-    adv = adv[np.isfinite(adv)]
-    row.update({"advantage_n": len(adv), "advantage_sum": float(adv.sum())})
-    rows.append(row)
+  nodes["question_id"] = f"{block}:" + nodes.question_id.astype(str)
   data.mkdir(parents=True, exist_ok=True)
-  pd.DataFrame(rows).to_csv(data / "study_questions.csv", index=False)
+  nodes[list(NODE_COLUMNS)].to_csv(data / f"study_nodes_{block}.csv", index=False)
   tokens = pd.read_parquet(study_dir / "records" / "tokens")
+  tokens["question_id"] = f"{block}:" + tokens.question_id.astype(str)
   views = nodes.drop_duplicates("config_id")[["config_id", "teacher", "context"]]
   rows = []
   for conf, teacher, context in views.itertuples(index=False):
@@ -167,13 +167,56 @@ def export_study(study_dir: pathlib.Path, data: pathlib.Path) -> None:
         v = v[np.isfinite(v)]
         row.update({f"{col}_n": len(v), f"{col}_sum": float(v.sum())})
       rows.append(row)
-  pd.DataFrame(rows).to_csv(data / "study_views.csv", index=False)
-  verdict = json.loads((study_dir / "verdict.json").read_text())
-  ranking = [dict(configuration=r["config_id"], rank=i + 1, mean_alignment=r.get("mean_alignment"),
-                  could_be_best=r.get("could_be_best"), named=r["config_id"] == verdict.get("best"))
-             for i, r in enumerate(verdict.get("ranking", []))]
-  pd.DataFrame(ranking).to_csv(data / "study_verdict.csv", index=False)
+  pd.DataFrame(rows).to_csv(data / f"study_views_{block}.csv", index=False)
+
+
+def read_study(data: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, list[int]]:
+  """(node rows, per-question view sums, the blocks found) of every study block's CSVs in `data`."""
+  found = sorted(int(p.stem.rsplit("_", 1)[1]) for p in data.glob("study_nodes_*.csv"))
+  if not found:
+    raise ValueError(f"{data}: no study_nodes_<b>.csv; run a study block first (--piece=study:1)")
+  nodes = pd.concat([pd.read_csv(data / f"study_nodes_{b}.csv", dtype={"question_id": str}) for b in found],
+                    ignore_index=True)
+  views = pd.concat([pd.read_csv(data / f"study_views_{b}.csv", dtype={"question_id": str}) for b in found],
+                    ignore_index=True)
+  return nodes, views, found
+
+
+def question_sums(nodes: pd.DataFrame) -> pd.DataFrame:
+  """Per (configuration, question) sums of the node rows (alignment, positive signs and projection by node group;
+  teacher advantage), so the table can resample questions."""
+  rows = []
+  for (conf, q), g in nodes.groupby(["config_id", "question_id"], sort=True):
+    row = {"configuration": conf, "question_id": q}
+    for group in GROUPS:
+      sel = g if group == "all" else g[g.correct.astype(bool) == (group == "correct")]
+      a = sel.alignment.to_numpy(float)
+      a = a[np.isfinite(a)]
+      pr = sel.projection.to_numpy(float)
+      pr = pr[np.isfinite(pr)]
+      row.update({f"{group}_nodes": len(a), f"{group}_alignment_sum": float(a.sum()),
+                  f"{group}_positive": int((a > 0).sum()), f"{group}_projection_nodes": len(pr),
+                  f"{group}_projection_sum": float(pr.sum())})
+    adv = g.teacher_advantage.to_numpy(float)
+    adv = adv[np.isfinite(adv)]
+    row.update({"advantage_n": len(adv), "advantage_sum": float(adv.sum())})
+    rows.append(row)
+  return pd.DataFrame(rows)
+
+
+def study_verdict(nodes: pd.DataFrame, data: pathlib.Path) -> pd.DataFrame:
+  """The verdict of the blocks' nodes together, as the study's report decides it (report.decision.decide with the
+  study config's target and estimand): study_verdict.csv (the ranking; `named` = the configuration it names) and
+  study_verdict_line.txt."""
+  report = validation.get_config("study").report
+  verdict = decision.decide(nodes, target=report.target, estimand=report.get("estimand", "alignment"),
+                            min_effect=report.get("min_effect") or None)
+  ranking = pd.DataFrame([dict(configuration=r["config_id"], rank=i + 1, mean_alignment=r.get("mean_alignment"),
+                               could_be_best=r.get("could_be_best"), named=r["config_id"] == verdict.get("best"))
+                          for i, r in enumerate(verdict.get("ranking", []))])
+  ranking.to_csv(data / "study_verdict.csv", index=False)
   (data / "study_verdict_line.txt").write_text(verdict.get("line", "") + "\n")
+  return ranking
 
 
 def export_train(name: str, config, run_dir: pathlib.Path, data: pathlib.Path) -> None:
@@ -272,8 +315,10 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
   for c in confs:
     if evals[c].question_id.tolist() != ids or not np.array_equal(evals[c].before, evals[confs[0]].before):
       raise ValueError(f"eval_{c}.csv: its held-out questions or before-rewards differ from eval_{confs[0]}.csv")
-  study_q, study_v = pd.read_csv(data / "study_questions.csv"), pd.read_csv(data / "study_views.csv")
-  verdict = pd.read_csv(data / "study_verdict.csv")
+  nodes, study_v, found = read_study(data)
+  print(f"study blocks {found} ({nodes.question_id.nunique()} questions)", flush=True)
+  study_q = question_sums(nodes)
+  verdict = study_verdict(nodes, data)
   rank = dict(zip(verdict.configuration, verdict["rank"]))
   questions, sums = predictor_sums(study_q, study_v, confs)
   point = predictor_values(sums, np.ones(len(questions)))
@@ -340,8 +385,11 @@ def _figure(path: pathlib.Path, confs, x, x_ci, y, runs) -> None:
 
 def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool, figure: pathlib.Path | None,
               n_boot: int = 2000) -> None:
-  if piece == "study":
-    run_study(workdir, data, tiny)
+  if piece.startswith("study:"):
+    b = piece.split(":", 1)[1]
+    if not b.isdigit() or int(b) not in blocks(tiny):
+      raise ValueError(f"--piece={piece}: no study block {b!r}; one of {blocks(tiny)}")
+    run_study(int(b), workdir, data, tiny)
   elif piece.startswith("train:"):
     name = piece.split(":", 1)[1]
     if name not in configurations(tiny):
@@ -350,14 +398,14 @@ def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool,
   elif piece == "table":
     print(table(data, figure, n_boot=n_boot).to_string(max_cols=9), flush=True)
   else:
-    raise ValueError(f"--piece={piece}: use study, train:<name> or table")
+    raise ValueError(f"--piece={piece}: use study:<b>, train:<name> or table")
 
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--workdir", required=True)
   ap.add_argument("--data_dir", default=str(DATA_DIR))
-  ap.add_argument("--piece", default="all", help="all | study | train:<name> | table")
+  ap.add_argument("--piece", default="all", help="all | study:<b> | train:<name> | table")
   ap.add_argument("--tiny", action="store_true", help="random models on the synthetic task (tests)")
   ap.add_argument("--figure", default=str(REPO / "docs" / "validation_training.png"))
   ap.add_argument("--n_boot", type=int, default=2000)

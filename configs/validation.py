@@ -4,17 +4,17 @@
   python benchmarks/validate_training.py --workdir=runs/validation --piece=train:solution     # one piece
   python benchmarks/validate_training.py --workdir=runs/validation --piece=table   # the tables and figure, from
                                                                                    # docs/data/validation/*.csv
-The driver runs each piece in a child process (`python -m opd_jax.main --config=configs/validation.py:study`
-or `:train --config.train.configuration=...`), skips what its committed CSVs already hold, and writes them to
+The driver runs each piece in a child process (`configs/validation.py:study<b>`, block b of the study, or `:train
+--config.train.configuration=...`), skips what its committed CSVs already hold, and writes them to
 docs/data/validation/ (docs/validation.md, "Does the study predict training?": the pieces' runtimes and memory).
 
 One student (Qwen2.5-Coder-0.5B-Instruct), the default study's task and template (sums of 2-3 numbers below 101,
 answer asked only), with the response cap raised from 16 to 48 tokens so a worked sum ("12 + 34 = 46 ... The
 answer is 80. <answer>80</answer>", ~30 tokens) is graded, not cut: the 16-token cap alone decided the
-self:solution run of docs/results.md, experiment 3. Three disjoint question sets: the study's pool (generator
-seed STUDY_SEED, without any question of the trainer's pool: config.task.exclude), and the trainer's pool (seed
-0): its first `eval_questions` held out for pass@1 before and after, the rest trained on. `:tiny` / `:tiny_study` /
-`:tiny_train`: random models on the synthetic parity task (tests).
+self:solution run of docs/results.md, experiment 3. Three disjoint question sets: the study blocks' pools
+(generator seeds `block_seed(b)`, without any question of the trainer's pool: config.task.exclude), and the
+trainer's pool (seed 0): its first `eval_questions` held out for pass@1 before and after, the rest trained on.
+`:tiny_study` / `:tiny_train`: random models on the synthetic parity task (tests).
 """
 from configs import opd_train
 from configs import teacher_sweep
@@ -36,6 +36,12 @@ TINY = {"external": "random:1:plain:reverse_kl", "solution": "self:solution:reve
 # The study's generator seed (and its draws). reasoning-gym draws item i from seed + i, so seeds 0 and 1 share 199
 # of 200 questions: the study's seed is far from the trainer's (0), and config.task.exclude drops chance repeats.
 STUDY_SEED = 10_000
+# The study runs in blocks, each a study of its own on BLOCK_QUESTIONS questions (~45 min on the 2-core CPU), so
+# that a piece fits a session and its small tables are committed before the machine goes: block b (1-based) uses
+# seed STUDY_SEED + (b - 1) * BLOCK_STRIDE, whose pool of 200 items shares none with another block's or the trainer's.
+BLOCKS = 4
+BLOCK_QUESTIONS = 10
+BLOCK_STRIDE = 1_000
 MAX_NEW_TOKENS = 48
 
 
@@ -51,19 +57,26 @@ def _task(config, tiny: bool):
   return config
 
 
+def block_seed(block: int) -> int:
+  """The generator seed (and draws) of study block `block` (1-based)."""
+  return STUDY_SEED + (block - 1) * BLOCK_STRIDE
+
+
 def get_config(arg: str | None = None):
+  """`study[<b>]` (block b, default 1), `train`, or their `tiny_` forms."""
   arg = arg or "study"
   tiny = arg.startswith("tiny")
   kind = arg.removeprefix("tiny").strip("_") or ("study" if tiny else arg)
-  if kind == "study":
+  if kind.startswith("study"):
+    block = int(kind.removeprefix("study") or 1)
     config = _task(teacher_sweep.get_config(), tiny)
     config.name = "validation_study"
-    config.seed = STUDY_SEED
+    config.seed = block_seed(block)
     config.configurations = dict(TINY if tiny else CONFIGURATIONS)
     config.task.num_problems = 200           # the pool the study's informative questions are drawn from
     config.task.exclude = ""                 # the driver: a JSON list of the trainer's pool's questions
-    config.budget.questions = 40
-    config.budget.looks = ()                 # a fixed design: every configuration on the same 40 questions
+    config.budget.questions = BLOCK_QUESTIONS
+    config.budget.looks = ()                 # a fixed design: every configuration on the same questions
     if tiny:
       config.task.num_problems = 24
       config.budget.update(questions=2, rollouts_per_question=4, node_rollouts_per_question=2, nodes_per_rollout=1,
@@ -88,4 +101,5 @@ def get_config(arg: str | None = None):
       config.train.optim.learning_rate = 1e-2
       config.logging.progress = False
     return config
-  raise ValueError(f"unknown variant {arg!r} of validation; use 'study', 'train', 'tiny_study' or 'tiny_train'")
+  raise ValueError(f"unknown variant {arg!r} of validation; use 'study<b>' (a block, 1-{BLOCKS}), 'train', "
+                   "'tiny_study' or 'tiny_train'")

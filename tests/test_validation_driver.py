@@ -18,9 +18,11 @@ from opd_jax import nodes as nodes_lib
 
 def test_pieces_export_what_their_records_hold_and_a_finished_piece_is_not_rerun(tmp_path, monkeypatch):
   work, data = tmp_path / "work", tmp_path / "data"
-  vt.run_piece("study", work, data, tiny=True, figure=None)
-  nodes = pd.read_parquet(work / "study" / "records" / "nodes")
-  sq = pd.read_csv(data / "study_questions.csv")
+  vt.run_piece("study:1", work, data, tiny=True, figure=None)
+  nodes = pd.read_parquet(work / "study1" / "records" / "nodes")
+  exported, _, found = vt.read_study(data)
+  assert found == [1] and len(exported) == len(nodes)
+  sq = vt.question_sums(exported)
   for conf, g in nodes.groupby("config_id"):                  # the per-question sums give the records' means back
     a = g[~g.correct].alignment.dropna()
     s = sq[sq.configuration == conf]
@@ -31,8 +33,13 @@ def test_pieces_export_what_their_records_hold_and_a_finished_piece_is_not_rerun
     pr = pr[~g.correct.to_numpy() & np.isfinite(pr)]
     assert s.incorrect_projection_nodes.sum() == len(pr)
     np.testing.assert_allclose(s.incorrect_projection_sum.sum(), pr.sum(), rtol=1e-9, atol=1e-12)
-  verdict = json.loads((work / "study" / "verdict.json").read_text())
-  assert pd.read_csv(data / "study_verdict.csv").query("named").configuration.tolist() == [verdict["best"]]
+  verdict = json.loads((work / "study1" / "verdict.json").read_text())    # the table's verdict from the CSV: the
+  ranking = vt.study_verdict(exported, data)                                # study's own
+  assert ranking.configuration.tolist() == [r["config_id"] for r in verdict["ranking"]]
+  assert ranking.query("named").configuration.tolist() == ([verdict["best"]] if verdict.get("best") else [])
+  np.testing.assert_allclose(ranking.mean_alignment.astype(float),
+                             [np.nan if r["mean_alignment"] is None else r["mean_alignment"] for r in verdict["ranking"]],
+                             rtol=1e-12)
 
   for name in vt.configurations(tiny=True):
     vt.run_piece(f"train:{name}", work, data, tiny=True, figure=None)
@@ -52,28 +59,31 @@ def test_pieces_export_what_their_records_hold_and_a_finished_piece_is_not_rerun
   # A finished piece is read from its CSV, never run again (no child process is started).
   monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"reran {a}"))
   assert vt.main([f"--workdir={work}", f"--data_dir={data}", "--piece=train:solution", "--tiny"]) == 0
-  assert vt.done("study", data) and vt.done("train:external", data) and not vt.done("train:nosuch", data)
+  assert vt.done("study:1", data) and vt.done("train:external", data) and not vt.done("train:nosuch", data)
+  assert not vt.done("study:2", data)
 
 
 def _hand_csvs(data: pathlib.Path, rng) -> tuple[list, np.ndarray, np.ndarray]:
-  """Four configurations, 6 study questions, 10 held-out questions: the CSVs the pieces would write."""
+  """Four configurations, 6 study questions in two blocks, 10 held-out questions: the CSVs the pieces would write."""
   confs = ["a", "b", "c", "d"]
-  rows, views = [], []
-  for c in confs:
-    for q in range(6):
-      n = int(rng.integers(1, 5))
-      align = rng.normal(0.2 * confs.index(c), 0.3, n)
-      rows.append({"configuration": c, "question_id": f"q{q}", **{
-          f"{g}_{k}": v for g in vt.GROUPS for k, v in
-          (("nodes", n), ("alignment_sum", align.sum()), ("positive", int((align > 0).sum())),
-           ("projection_nodes", n), ("projection_sum", 0.1 * align.sum()))},
-                   "advantage_n": n, "advantage_sum": float(rng.normal(0, 0.1, n).sum())})
-      views.append({"configuration": c, "question_id": f"q{q}", **{
+  nodes, views = [], []
+  for q in range(6):
+    block = 1 + q // 3
+    for r in range(int(rng.integers(2, 5))):
+      correct = bool(r % 2)
+      for c in confs:
+        a = float(np.clip(rng.normal(0.2 * confs.index(c), 0.3), -1, 1))
+        nodes.append(dict(config_id=c, question_id=f"{block}:q{q}", rollout_id=r, position=3, teacher="t", context=c,
+                          divergence="reverse_kl", correct=correct, alignment=a, alignment_nan_reason="",
+                          degenerate=False, teacher_advantage=float(rng.normal(0, 0.1)), projection=0.1 * a))
+    for c in confs:
+      views.append({"configuration": c, "question_id": f"{block}:q{q}", **{
           f"{col}_{k}": v for col in vt.VIEW_PREDICTORS for k, v in (("n", 3), ("sum", float(rng.random() * 3)))}})
-  pd.DataFrame(rows).to_csv(data / "study_questions.csv", index=False)
-  pd.DataFrame(views).to_csv(data / "study_views.csv", index=False)
-  pd.DataFrame({"configuration": confs, "rank": [4, 3, 2, 1], "mean_alignment": 0.0, "could_be_best": True,
-                "named": [False, False, False, True]}).to_csv(data / "study_verdict.csv", index=False)
+  nodes = pd.DataFrame(nodes)
+  for b in (1, 2):
+    nodes[nodes.question_id.str.startswith(f"{b}:")].to_csv(data / f"study_nodes_{b}.csv", index=False)
+    pd.DataFrame([v for v in views if v["question_id"].startswith(f"{b}:")]).to_csv(data / f"study_views_{b}.csv",
+                                                                                    index=False)
   before = rng.integers(0, 5, 10) / 4
   gains = []
   for i, c in enumerate(confs):
@@ -83,22 +93,28 @@ def _hand_csvs(data: pathlib.Path, rng) -> tuple[list, np.ndarray, np.ndarray]:
     gains.append((after - before).mean())
   pd.DataFrame([{**{k: 0 for k in vt.RUN_COLUMNS}, "configuration": c, "lo": -1, "hi": 1} for c in confs]).to_csv(
       data / "runs.csv", index=False)
-  return confs, np.array(gains), pd.DataFrame(rows)
+  return confs, np.array(gains), nodes
 
 
 def test_table_rank_correlations_match_scipy_and_the_regret_is_the_named_gain_minus_the_best(tmp_path):
-  confs, gains, rows = _hand_csvs(tmp_path, np.random.default_rng(3))
+  confs, gains, nodes = _hand_csvs(tmp_path, np.random.default_rng(3))
   out = vt.table(tmp_path, tmp_path / "fig.png", n_boot=100).set_index("predictor")
-  mean_incorrect = rows.groupby("configuration").incorrect_alignment_sum.sum() / rows.groupby(
-      "configuration").incorrect_nodes.sum()
+  mean_incorrect = nodes[~nodes.correct].groupby("config_id").alignment.mean()      # both blocks' nodes
   row = out.loc["alignment_incorrect"]
   np.testing.assert_allclose([row[f"value_{c}"] for c in confs], mean_incorrect[confs], rtol=1e-12)
   assert math.isclose(row.spearman, scipy.stats.spearmanr(mean_incorrect[confs], gains).statistic)
   assert math.isclose(row.kendall, scipy.stats.kendalltau(mean_incorrect[confs], gains).statistic)
   assert row.spearman_lo <= row.spearman <= row.spearman_hi and row.n_configurations == 4
-  assert math.isclose(out.loc["verdict_ranking"].spearman, scipy.stats.spearmanr([1, 2, 3, 4], gains).statistic)
-  regret = pd.read_csv(tmp_path / "regret.csv").iloc[0]
-  assert regret.named == "d" and math.isclose(regret.regret, gains[3] - gains.max())
+  verdict = pd.read_csv(tmp_path / "study_verdict.csv")             # ranked by the verdict's own mean alignment
+  assert verdict.configuration.tolist() == mean_incorrect.sort_values(ascending=False).index.tolist()
+  rank = verdict.set_index("configuration")["rank"][confs]
+  assert math.isclose(out.loc["verdict_ranking"].spearman, scipy.stats.spearmanr(-rank, gains).statistic)
+  regret = pd.read_csv(tmp_path / "regret.csv")
+  named = verdict.configuration[verdict.named].tolist()
+  assert regret.named.tolist() == named
+  if named:
+    i = confs.index(named[0])
+    assert math.isclose(regret.regret.iloc[0], gains[i] - gains.max())
   assert (tmp_path / "fig.png").stat().st_size > 0
 
 
