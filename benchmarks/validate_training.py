@@ -324,6 +324,13 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
   point = predictor_values(sums, np.ones(len(questions)))
   point["verdict_ranking"] = -np.array([rank.get(c, np.nan) for c in confs], float)
   g = gains(evals, confs)
+  # Two references that need no study: what a rank correlation reaches from the teacher alone (external model or
+  # self), and from knowing only whether each configuration helped or hurt (the sign of its measured gain).
+  fixed = {"verdict_ranking": point["verdict_ranking"],
+           "reference_external_teacher": np.array([not str(s).startswith("self:") for s in runs.spec],
+                                                 float),
+           "reference_gain_sign": np.sign(g)}
+  point.update(fixed)
   rng = np.random.default_rng(seed)
   boot = {k: [] for k in point}
   boot_gain, boot_x = [], []
@@ -331,7 +338,7 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
     w = np.bincount(rng.integers(0, len(questions), len(questions)), minlength=len(questions)).astype(float)
     eidx = rng.integers(0, len(ids), len(ids))
     vals = predictor_values(sums, w)
-    vals["verdict_ranking"] = point["verdict_ranking"]          # the verdict's own ranking: as the study gave it
+    vals.update(fixed)                     # the verdict's own ranking as the study gave it; the references
     gb = gains(evals, confs, eidx)
     boot_gain.append(gb)
     boot_x.append(vals["alignment_incorrect"])
@@ -343,7 +350,8 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
     b = np.array(boot[k], float)
     lo = np.nanpercentile(b, 2.5, axis=0) if np.isfinite(b).any() else [np.nan, np.nan]
     hi = np.nanpercentile(b, 97.5, axis=0) if np.isfinite(b).any() else [np.nan, np.nan]
-    rows.append(dict(predictor=k, n_configurations=n, spearman=rho, spearman_lo=lo[0], spearman_hi=hi[0],
+    kind = "reference" if k.startswith("reference_") else "verdict" if k == "verdict_ranking" else "study"
+    rows.append(dict(predictor=k, kind=kind, n_configurations=n, spearman=rho, spearman_lo=lo[0], spearman_hi=hi[0],
                      kendall=tau, kendall_lo=lo[1], kendall_hi=hi[1],
                      **{f"value_{c}": x for c, x in zip(confs, v)}))
   out = pd.DataFrame(rows)

@@ -37,9 +37,8 @@ def test_pieces_export_what_their_records_hold_and_a_finished_piece_is_not_rerun
   ranking = vt.study_verdict(exported, data)                                # study's own
   assert ranking.configuration.tolist() == [r["config_id"] for r in verdict["ranking"]]
   assert ranking.query("named").configuration.tolist() == ([verdict["best"]] if verdict.get("best") else [])
-  np.testing.assert_allclose(ranking.mean_alignment.astype(float),
-                             [np.nan if r["mean_alignment"] is None else r["mean_alignment"] for r in verdict["ranking"]],
-                             rtol=1e-12)
+  means = [np.nan if r["mean_alignment"] is None else r["mean_alignment"] for r in verdict["ranking"]]
+  np.testing.assert_allclose(ranking.mean_alignment.astype(float), means, rtol=1e-12)
 
   for name in vt.configurations(tiny=True):
     vt.run_piece(f"train:{name}", work, data, tiny=True, figure=None)
@@ -109,6 +108,9 @@ def test_table_rank_correlations_match_scipy_and_the_regret_is_the_named_gain_mi
   assert verdict.configuration.tolist() == mean_incorrect.sort_values(ascending=False).index.tolist()
   rank = verdict.set_index("configuration")["rank"][confs]
   assert math.isclose(out.loc["verdict_ranking"].spearman, scipy.stats.spearmanr(-rank, gains).statistic)
+  sign = out.loc["reference_gain_sign"]                # a reference: the sign of each measured gain alone
+  assert sign.kind == "reference"
+  assert math.isclose(sign.spearman, scipy.stats.spearmanr(np.sign(gains), gains).statistic)
   regret = pd.read_csv(tmp_path / "regret.csv")
   named = verdict.configuration[verdict.named].tolist()
   assert regret.named.tolist() == named
