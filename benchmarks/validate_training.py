@@ -16,6 +16,7 @@ Pieces, each in a child process of its own (its wall time and peak RSS measured 
                  resampling the study's and the evaluation's questions), regret.csv and docs/validation_training.png,
                  from the CSVs alone: a finished piece is never rerun (its CSV is the record; --data_dir, default
                  docs/data/validation, is committed). Blocks not yet run are left out (the table says how many).
+                 The same for blocks 2 on alone (*_heldout.csv): data/validation/hypothesis.md was formed on block 1.
 The first training run's "before" rewards (the base model under the evaluation's keys) are copied into every later
 run's workdir: the same model and keys give the same rewards (checked: each run's eval CSV holds them).
 """
@@ -44,6 +45,9 @@ from opd_jax.report import decision  # pylint: disable=g-import-not-at-top,wrong
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DATA_DIR = REPO / "docs" / "data" / "validation"
 GROUPS = ("all", "incorrect", "correct")
+# Node slices with predictors of their own: the node groups, and the nodes at the response's first token ("first",
+# both groups: docs/data/validation/hypothesis.md, formed on block 1 and tested on the later blocks).
+SLICES = (*GROUPS, "first")
 VIEW_PREDICTORS = ("kl_pq", "kl_qp", "js", "topk_overlap")   # the tokens table's cheap per-token divergences
 NODE_COLUMNS = (*common.REQUIRED_COLUMNS, "projection")        # study_nodes_<b>.csv
 RUN_COLUMNS = ("configuration", "spec", "steps", "learning_rate", "seed", "before", "after", "diff", "lo", "hi",
@@ -170,9 +174,11 @@ def export_study(study_dir: pathlib.Path, data: pathlib.Path, block: int) -> Non
   pd.DataFrame(rows).to_csv(data / f"study_views_{block}.csv", index=False)
 
 
-def read_study(data: pathlib.Path) -> tuple[pd.DataFrame, pd.DataFrame, list[int]]:
-  """(node rows, per-question view sums, the blocks found) of every study block's CSVs in `data`."""
+def read_study(data: pathlib.Path, only=None) -> tuple[pd.DataFrame, pd.DataFrame, list[int]]:
+  """(node rows, per-question view sums, the blocks read) of the study blocks' CSVs in `data`: every block, or
+  those of `only` that are there."""
   found = sorted(int(p.stem.rsplit("_", 1)[1]) for p in data.glob("study_nodes_*.csv"))
+  found = [b for b in found if only is None or b in only]
   if not found:
     raise ValueError(f"{data}: no study_nodes_<b>.csv; run a study block first (--piece=study:1)")
   nodes = pd.concat([pd.read_csv(data / f"study_nodes_{b}.csv", dtype={"question_id": str}) for b in found],
@@ -188,8 +194,9 @@ def question_sums(nodes: pd.DataFrame) -> pd.DataFrame:
   rows = []
   for (conf, q), g in nodes.groupby(["config_id", "question_id"], sort=True):
     row = {"configuration": conf, "question_id": q}
-    for group in GROUPS:
-      sel = g if group == "all" else g[g.correct.astype(bool) == (group == "correct")]
+    for group in SLICES:
+      sel = (g if group == "all" else g[g.position == 0] if group == "first"
+             else g[g.correct.astype(bool) == (group == "correct")])
       a = sel.alignment.to_numpy(float)
       a = a[np.isfinite(a)]
       pr = sel.projection.to_numpy(float)
@@ -197,14 +204,15 @@ def question_sums(nodes: pd.DataFrame) -> pd.DataFrame:
       row.update({f"{group}_nodes": len(a), f"{group}_alignment_sum": float(a.sum()),
                   f"{group}_positive": int((a > 0).sum()), f"{group}_projection_nodes": len(pr),
                   f"{group}_projection_sum": float(pr.sum())})
-    adv = g.teacher_advantage.to_numpy(float)
-    adv = adv[np.isfinite(adv)]
-    row.update({"advantage_n": len(adv), "advantage_sum": float(adv.sum())})
+    for name, sel in (("advantage", g), ("first_advantage", g[g.position == 0])):
+      adv = sel.teacher_advantage.to_numpy(float)
+      adv = adv[np.isfinite(adv)]
+      row.update({f"{name}_n": len(adv), f"{name}_sum": float(adv.sum())})
     rows.append(row)
   return pd.DataFrame(rows)
 
 
-def study_verdict(nodes: pd.DataFrame, data: pathlib.Path) -> pd.DataFrame:
+def study_verdict(nodes: pd.DataFrame, data: pathlib.Path, suffix: str = "") -> pd.DataFrame:
   """The verdict of the blocks' nodes together, as the study's report decides it (report.decision.decide with the
   study config's target and estimand): study_verdict.csv (the ranking; `named` = the configuration it names) and
   study_verdict_line.txt."""
@@ -214,8 +222,8 @@ def study_verdict(nodes: pd.DataFrame, data: pathlib.Path) -> pd.DataFrame:
   ranking = pd.DataFrame([dict(configuration=r["config_id"], rank=i + 1, mean_alignment=r.get("mean_alignment"),
                                could_be_best=r.get("could_be_best"), named=r["config_id"] == verdict.get("best"))
                           for i, r in enumerate(verdict.get("ranking", []))])
-  ranking.to_csv(data / "study_verdict.csv", index=False)
-  (data / "study_verdict_line.txt").write_text(verdict.get("line", "") + "\n")
+  ranking.to_csv(data / f"study_verdict{suffix}.csv", index=False)
+  (data / f"study_verdict{suffix}_line.txt").write_text(verdict.get("line", "") + "\n")
   return ranking
 
 
@@ -265,13 +273,14 @@ def predictor_sums(study_q: pd.DataFrame, study_v: pd.DataFrame, confs: list[str
             .reindex(index=confs, columns=questions).fillna(0.0).to_numpy(float))
 
   out = {}
-  for group in GROUPS:
+  for group in SLICES:
     den = mat(study_q, f"{group}_nodes")
     out[f"alignment_{group}"] = (mat(study_q, f"{group}_alignment_sum"), den, 1.0)
     out[f"positive_fraction_{group}"] = (mat(study_q, f"{group}_positive"), den, 1.0)
     out[f"projection_{group}"] = (mat(study_q, f"{group}_projection_sum"), mat(study_q, f"{group}_projection_nodes"),
                                   1.0)
   out["teacher_advantage"] = (mat(study_q, "advantage_sum"), mat(study_q, "advantage_n"), 1.0)
+  out["teacher_advantage_first"] = (mat(study_q, "first_advantage_sum"), mat(study_q, "first_advantage_n"), 1.0)
   for col in VIEW_PREDICTORS:
     sign = 1.0 if col == "topk_overlap" else -1.0
     out[f"{'' if sign > 0 else 'minus_'}{col}"] = (mat(study_v, f"{col}_sum"), mat(study_v, f"{col}_n"), sign)
@@ -306,8 +315,10 @@ def rank_correlations(x: np.ndarray, y: np.ndarray) -> tuple[float, float, int]:
   return rho, tau, n
 
 
-def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-  """predictors.csv and regret.csv in `data` (and the figure), from the committed CSVs only."""
+def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, seed: int = 0, blocks=None,
+          suffix: str = "") -> pd.DataFrame:
+  """predictors<suffix>.csv, regret<suffix>.csv and study_verdict<suffix>.csv in `data` (and the figure), from the
+  committed CSVs only; `blocks`: the study blocks read (None: all)."""
   runs = pd.read_csv(data / "runs.csv")
   confs = list(runs.configuration)
   evals = {c: pd.read_csv(data / f"eval_{c}.csv") for c in confs}
@@ -315,10 +326,10 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
   for c in confs:
     if evals[c].question_id.tolist() != ids or not np.array_equal(evals[c].before, evals[confs[0]].before):
       raise ValueError(f"eval_{c}.csv: its held-out questions or before-rewards differ from eval_{confs[0]}.csv")
-  nodes, study_v, found = read_study(data)
+  nodes, study_v, found = read_study(data, blocks)
   print(f"study blocks {found} ({nodes.question_id.nunique()} questions)", flush=True)
   study_q = question_sums(nodes)
-  verdict = study_verdict(nodes, data)
+  verdict = study_verdict(nodes, data, suffix)
   rank = dict(zip(verdict.configuration, verdict["rank"]))
   questions, sums = predictor_sums(study_q, study_v, confs)
   point = predictor_values(sums, np.ones(len(questions)))
@@ -355,7 +366,7 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
                      kendall=tau, kendall_lo=lo[1], kendall_hi=hi[1],
                      **{f"value_{c}": x for c, x in zip(confs, v)}))
   out = pd.DataFrame(rows)
-  out.to_csv(data / "predictors.csv", index=False)
+  out.to_csv(data / f"predictors{suffix}.csv", index=False)
   named = verdict.configuration[verdict.named].tolist()
   bg = np.array(boot_gain)
   regret = []
@@ -365,7 +376,7 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
     regret.append(dict(named=named[0], gain=g[i], best=confs[int(np.argmax(g))], best_gain=g.max(),
                        regret=g[i] - g.max(), regret_lo=np.percentile(r, 2.5), regret_hi=np.percentile(r, 97.5)))
   pd.DataFrame(regret, columns=["named", "gain", "best", "best_gain", "regret", "regret_lo", "regret_hi"]).to_csv(
-      data / "regret.csv", index=False)
+      data / f"regret{suffix}.csv", index=False)
   if figure is not None:
     x_ci = np.nanpercentile(np.array(boot_x, float), [2.5, 97.5], axis=0)      # [2, C]
     _figure(figure, confs, point["alignment_incorrect"], x_ci, g, runs)
@@ -405,6 +416,9 @@ def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool,
     run_train(name, workdir, data, tiny)
   elif piece == "table":
     print(table(data, figure, n_boot=n_boot).to_string(max_cols=9), flush=True)
+    later = [b for b in blocks(tiny) if b > 1 and done(f"study:{b}", data)]
+    if later:                              # hypothesis.md: formed on block 1, tested on the blocks after it
+      print(table(data, None, n_boot=n_boot, blocks=later, suffix="_heldout").to_string(max_cols=9), flush=True)
   else:
     raise ValueError(f"--piece={piece}: use study:<b>, train:<name> or table")
 
