@@ -72,8 +72,8 @@ def _hand_csvs(data: pathlib.Path, rng) -> tuple[list, np.ndarray, np.ndarray]:
       correct = bool(r % 2)
       for c in confs:
         a = float(np.clip(rng.normal(0.2 * confs.index(c), 0.3), -1, 1))
-        nodes.append(dict(config_id=c, question_id=f"{block}:q{q}", rollout_id=r, position=3, teacher="t", context=c,
-                          divergence="reverse_kl", correct=correct, alignment=a, alignment_nan_reason="",
+        nodes.append(dict(config_id=c, question_id=f"{block}:q{q}", rollout_id=r, position=3 * (r // 2), teacher="t",
+                          context=c, divergence="reverse_kl", correct=correct, alignment=a, alignment_nan_reason="",
                           degenerate=False, teacher_advantage=float(rng.normal(0, 0.1)), projection=0.1 * a))
     for c in confs:
       views.append({"configuration": c, "question_id": f"{block}:q{q}", **{
@@ -108,6 +108,8 @@ def test_table_rank_correlations_match_scipy_and_the_regret_is_the_named_gain_mi
   assert verdict.configuration.tolist() == mean_incorrect.sort_values(ascending=False).index.tolist()
   rank = verdict.set_index("configuration")["rank"][confs]
   assert math.isclose(out.loc["verdict_ranking"].spearman, scipy.stats.spearmanr(-rank, gains).statistic)
+  first = nodes[nodes.position == 0].groupby("config_id").teacher_advantage.mean()     # the first-token slice
+  np.testing.assert_allclose([out.loc["teacher_advantage_first", f"value_{c}"] for c in confs], first[confs])
   sign = out.loc["reference_gain_sign"]                # a reference: the sign of each measured gain alone
   assert sign.kind == "reference"
   assert math.isclose(sign.spearman, scipy.stats.spearmanr(np.sign(gains), gains).statistic)
