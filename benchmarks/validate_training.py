@@ -50,6 +50,8 @@ GROUPS = ("all", "incorrect", "correct")
 SLICES = (*GROUPS, "first")
 VIEW_PREDICTORS = ("kl_pq", "kl_qp", "js", "topk_overlap")   # the tokens table's cheap per-token divergences
 NODE_COLUMNS = (*common.REQUIRED_COLUMNS, "projection")        # study_nodes_<b>.csv
+FIGURE = {"alignment_incorrect": "study: mean alignment, incorrect nodes (the verdict's)",
+          "teacher_advantage_first": "study: mean teacher advantage at the first token"}
 RUN_COLUMNS = ("configuration", "spec", "steps", "learning_rate", "seed", "before", "after", "diff", "lo", "hi",
                "p_value", "n_questions", "samples", "last_loss", "last_train_reward", "last_response_tokens",
                "wall_s", "peak_rss_gb")
@@ -344,7 +346,7 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
   point.update(fixed)
   rng = np.random.default_rng(seed)
   boot = {k: [] for k in point}
-  boot_gain, boot_x = [], []
+  boot_gain, boot_x = [], {k: [] for k in FIGURE}
   for _ in range(n_boot):             # study and evaluation questions resampled independently, alike for all confs
     w = np.bincount(rng.integers(0, len(questions), len(questions)), minlength=len(questions)).astype(float)
     eidx = rng.integers(0, len(ids), len(ids))
@@ -352,7 +354,8 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
     vals.update(fixed)                     # the verdict's own ranking as the study gave it; the references
     gb = gains(evals, confs, eidx)
     boot_gain.append(gb)
-    boot_x.append(vals["alignment_incorrect"])
+    for k in FIGURE:
+      boot_x[k].append(vals[k])
     for k, v in vals.items():
       boot[k].append(rank_correlations(v, gb)[:2])
   rows = []
@@ -378,23 +381,29 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
   pd.DataFrame(regret, columns=["named", "gain", "best", "best_gain", "regret", "regret_lo", "regret_hi"]).to_csv(
       data / f"regret{suffix}.csv", index=False)
   if figure is not None:
-    x_ci = np.nanpercentile(np.array(boot_x, float), [2.5, 97.5], axis=0)      # [2, C]
-    _figure(figure, confs, point["alignment_incorrect"], x_ci, g, runs)
+    x_ci = {k: np.nanpercentile(np.array(v, float), [2.5, 97.5], axis=0) for k, v in boot_x.items()}   # [2, C]
+    _figure(figure, confs, {k: point[k] for k in FIGURE}, x_ci, g, runs)
   return out
 
 
-def _figure(path: pathlib.Path, confs, x, x_ci, y, runs) -> None:
+def _figure(path: pathlib.Path, confs, xs: dict, x_ci: dict, y, runs) -> None:
+  """One panel per predictor of FIGURE: its value (95% bootstrap over study questions) against the gain (the
+  trainer's paired 95% t interval); labels of coinciding points are stacked."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(6, 4.5))
+  fig, axes = plt.subplots(1, len(xs), figsize=(5.2 * len(xs), 4.4), sharey=True)
   lo, hi = runs.lo.to_numpy(float), runs.hi.to_numpy(float)
-  ax.errorbar(x, y, xerr=np.abs(x_ci - x), yerr=np.abs(np.vstack([lo, hi]) - y), fmt="o", capsize=3)
-  for c, a, b in zip(confs, x, y):
-    ax.annotate(c, (a, b), textcoords="offset points", xytext=(4, 4), fontsize=8)
-  ax.axhline(0, color="grey", lw=0.8)
-  ax.set_xlabel("study: mean alignment on incorrect nodes (95% bootstrap over study questions)")
-  ax.set_ylabel("OPD: held-out pass@1 change (paired 95% t interval)")
+  for ax, (k, x) in zip(np.atleast_1d(axes), xs.items()):
+    ax.errorbar(x, y, xerr=np.abs(x_ci[k] - x), yerr=np.abs(np.vstack([lo, hi]) - y), fmt="o", capsize=3)
+    seen: dict = {}
+    for c, a, b in zip(confs, x, y):
+      spot = (round(b, 2), round(a / (np.ptp(x) or 1.0), 1))        # points that would overprint their labels
+      n = seen[spot] = seen.get(spot, -1) + 1
+      ax.annotate(c, (a, b), textcoords="offset points", xytext=(4, 4 + 10 * n), fontsize=8)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel(FIGURE[k])
+  axes[0].set_ylabel("OPD: held-out pass@1 change")
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
