@@ -52,9 +52,9 @@ VIEW_PREDICTORS = ("kl_pq", "kl_qp", "js", "topk_overlap")   # the tokens table'
 NODE_COLUMNS = (*common.REQUIRED_COLUMNS, "projection")        # study_nodes_<b>.csv
 FIGURE = {"alignment_incorrect": "study: mean alignment, incorrect nodes (the verdict's)",
           "teacher_advantage_first": "study: mean teacher advantage at the first token"}
-RUN_COLUMNS = ("configuration", "spec", "steps", "learning_rate", "seed", "before", "after", "diff", "lo", "hi",
-               "p_value", "n_questions", "samples", "last_loss", "last_train_reward", "last_response_tokens",
-               "wall_s", "peak_rss_gb")
+RUN_COLUMNS = ("configuration", "spec", "steps", "learning_rate", "seed", "micro_batch_rows", "before", "after", "diff",
+               "lo", "hi", "p_value", "n_questions", "samples", "last_loss", "last_train_reward",
+               "last_response_tokens", "wall_s", "peak_rss_gb")
 
 
 def configurations(tiny: bool) -> dict[str, str]:
@@ -242,7 +242,8 @@ def export_train(name: str, config, run_dir: pathlib.Path, data: pathlib.Path) -
   ev = summary["last_eval"]
   metrics = pd.read_csv(out / "metrics.csv")
   row = {"configuration": name, "spec": config.train.configuration, "steps": last,
-         "learning_rate": config.train.optim.learning_rate, "seed": config.seed, "before": ev["before"],
+         "learning_rate": config.train.optim.learning_rate, "seed": config.seed,
+         "micro_batch_rows": config.train.micro_batch_rows, "before": ev["before"],
          "after": ev["after"], "diff": ev["diff"], "lo": ev["lo"], "hi": ev["hi"], "p_value": ev["p_value"],
          "n_questions": ev["n_questions"], "samples": before.shape[1], "last_loss": float(metrics.loss.iloc[-1]),
          "last_train_reward": float(metrics.train_reward.iloc[-1]),
@@ -256,6 +257,8 @@ def add_run_row(run_dir: pathlib.Path, data: pathlib.Path, wall_s: float, peak_r
          "peak_rss_gb": round(peak_rss_gb, 2)}
   path = data / "runs.csv"
   runs = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=RUN_COLUMNS)
+  if "micro_batch_rows" not in runs:                 # rows written before the column: the step's rollouts at once
+    runs.insert(5, "micro_batch_rows", 0)
   runs = pd.concat([runs[runs.configuration != row["configuration"]], pd.DataFrame([row])], ignore_index=True)
   runs[list(RUN_COLUMNS)].to_csv(path, index=False)
   return row

@@ -43,6 +43,10 @@ BLOCKS = 4
 BLOCK_QUESTIONS = 10
 BLOCK_STRIDE = 1_000
 MAX_NEW_TOKENS = 48
+# A step's 8 rollouts in micro-batches of 4 (gradients accumulated, one update: the same update up to the order of
+# float sums) to bound the external teacher's peak memory; the runs of runs.csv with micro_batch_rows 0 took the 8
+# at once.
+MICRO_BATCH_ROWS = 4
 
 
 def _task(config, tiny: bool):
@@ -92,7 +96,7 @@ def get_config(arg: str | None = None):
     config.seed = 0
     config.task.num_problems = 200           # 40 held out, 160 trained on (40 steps x 4 questions: one pass)
     config.train.update(steps=40, batch_questions=4, rollouts_per_question=2, eval_questions=40, eval_samples=8,
-                        eval_every=40, checkpoint_every=10, chunk=16)
+                        eval_every=40, checkpoint_every=10, chunk=16, micro_batch_rows=MICRO_BATCH_ROWS)
     if tiny:
       config.task.num_problems = 12
       config.train.update(steps=2, batch_questions=2, rollouts_per_question=2, eval_questions=4, eval_samples=2,
