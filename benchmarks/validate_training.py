@@ -361,15 +361,22 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
       boot_x[k].append(vals[k])
     for k, v in vals.items():
       boot[k].append(rank_correlations(v, gb)[:2])
+  # Against the verdict's own estimand (its mean alignment on report.target's nodes), resampled with it: does a
+  # predictor rank the gains better than the verdict does? (the difference of Spearman's rho, paired by draw)
+  base = f"alignment_{validation.get_config('study').report.target}"
+  base_rho, base_boot = rank_correlations(point[base], g)[0], np.array(boot[base], float)[:, 0]
   rows = []
   for k, v in point.items():
     rho, tau, n = rank_correlations(v, g)
     b = np.array(boot[k], float)
+    d = b[:, 0] - base_boot
+    d_lo, d_hi = np.nanpercentile(d, [2.5, 97.5]) if np.isfinite(d).any() else (np.nan, np.nan)
     lo = np.nanpercentile(b, 2.5, axis=0) if np.isfinite(b).any() else [np.nan, np.nan]
     hi = np.nanpercentile(b, 97.5, axis=0) if np.isfinite(b).any() else [np.nan, np.nan]
     kind = "reference" if k.startswith("reference_") else "verdict" if k == "verdict_ranking" else "study"
     rows.append(dict(predictor=k, kind=kind, n_configurations=n, spearman=rho, spearman_lo=lo[0], spearman_hi=hi[0],
-                     kendall=tau, kendall_lo=lo[1], kendall_hi=hi[1],
+                     kendall=tau, kendall_lo=lo[1], kendall_hi=hi[1], spearman_minus_verdicts=rho - base_rho,
+                     spearman_minus_verdicts_lo=d_lo, spearman_minus_verdicts_hi=d_hi,
                      **{f"value_{c}": x for c, x in zip(confs, v)}))
   out = pd.DataFrame(rows)
   out.to_csv(data / f"predictors{suffix}.csv", index=False)

@@ -104,6 +104,9 @@ def test_table_rank_correlations_match_scipy_and_the_regret_is_the_named_gain_mi
   assert math.isclose(row.spearman, scipy.stats.spearmanr(mean_incorrect[confs], gains).statistic)
   assert math.isclose(row.kendall, scipy.stats.kendalltau(mean_incorrect[confs], gains).statistic)
   assert row.spearman_lo <= row.spearman <= row.spearman_hi and row.n_configurations == 4
+  assert row.spearman_minus_verdicts == row.spearman_minus_verdicts_lo == row.spearman_minus_verdicts_hi == 0
+  other = out.loc["alignment_correct"]                   # paired by bootstrap draw with the verdict's estimand
+  assert math.isclose(other.spearman_minus_verdicts, other.spearman - row.spearman)
   verdict = pd.read_csv(tmp_path / "study_verdict.csv")             # ranked by the verdict's own mean alignment
   assert verdict.configuration.tolist() == mean_incorrect.sort_values(ascending=False).index.tolist()
   rank = verdict.set_index("configuration")["rank"][confs]
