@@ -50,6 +50,8 @@ GROUPS = ("all", "incorrect", "correct")
 SLICES = (*GROUPS, "first")
 VIEW_PREDICTORS = ("kl_pq", "kl_qp", "js", "topk_overlap")   # the tokens table's cheap per-token divergences
 NODE_COLUMNS = (*common.REQUIRED_COLUMNS, "projection")        # study_nodes_<b>.csv
+REGRET_COLUMNS = ("target", "default", "named", "gain", "best", "best_gain", "regret", "regret_lo", "regret_hi",
+                  "could_be_best", "could_be_best_worst_gain")
 FIGURE = {"alignment_incorrect": "study: mean alignment, incorrect nodes (the verdict's)",
           "teacher_advantage_first": "study: mean teacher advantage at the first token"}
 RUN_COLUMNS = ("configuration", "spec", "steps", "learning_rate", "seed", "micro_batch_rows", "before", "after", "diff",
@@ -214,19 +216,24 @@ def question_sums(nodes: pd.DataFrame) -> pd.DataFrame:
   return pd.DataFrame(rows)
 
 
-def study_verdict(nodes: pd.DataFrame, data: pathlib.Path, suffix: str = "") -> pd.DataFrame:
+def study_verdict(nodes: pd.DataFrame, data: pathlib.Path, suffix: str = "") -> dict[str, pd.DataFrame]:
   """The verdict of the blocks' nodes together, as the study's report decides it (report.decision.decide with the
-  study config's target and estimand): study_verdict.csv (the ranking; `named` = the configuration it names) and
+  study config's estimand), on each node group: {target: ranking} (`named` = the configuration it names,
+  `could_be_best` = those it cannot exclude). Writes the study config's target's as study_verdict.csv and
   study_verdict_line.txt."""
   report = validation.get_config("study").report
-  verdict = decision.decide(nodes, target=report.target, estimand=report.get("estimand", "alignment"),
-                            min_effect=report.get("min_effect") or None)
-  ranking = pd.DataFrame([dict(configuration=r["config_id"], rank=i + 1, mean_alignment=r.get("mean_alignment"),
-                               could_be_best=r.get("could_be_best"), named=r["config_id"] == verdict.get("best"))
-                          for i, r in enumerate(verdict.get("ranking", []))])
-  ranking.to_csv(data / f"study_verdict{suffix}.csv", index=False)
-  (data / f"study_verdict{suffix}_line.txt").write_text(verdict.get("line", "") + "\n")
-  return ranking
+  out = {}
+  for target in GROUPS:
+    verdict = decision.decide(nodes, target=target, estimand=report.get("estimand", "alignment"),
+                              min_effect=report.get("min_effect") or None)
+    out[target] = pd.DataFrame([dict(configuration=r["config_id"], rank=i + 1, mean_alignment=r.get("mean_alignment"),
+                                     could_be_best=bool(r.get("could_be_best")),
+                                     named=r["config_id"] == verdict.get("best"))
+                                for i, r in enumerate(verdict.get("ranking", []))])
+    if target == report.target:
+      out[target].to_csv(data / f"study_verdict{suffix}.csv", index=False)
+      (data / f"study_verdict{suffix}_line.txt").write_text(verdict.get("line", "") + "\n")
+  return out
 
 
 def export_train(name: str, config, run_dir: pathlib.Path, data: pathlib.Path) -> None:
@@ -334,7 +341,8 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
   nodes, study_v, found = read_study(data, blocks)
   print(f"study blocks {found} ({nodes.question_id.nunique()} questions)", flush=True)
   study_q = question_sums(nodes)
-  verdict = study_verdict(nodes, data, suffix)
+  verdicts = study_verdict(nodes, data, suffix)
+  verdict = verdicts[validation.get_config("study").report.target]
   rank = dict(zip(verdict.configuration, verdict["rank"]))
   questions, sums = predictor_sums(study_q, study_v, confs)
   point = predictor_values(sums, np.ones(len(questions)))
@@ -380,16 +388,21 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
                      **{f"value_{c}": x for c, x in zip(confs, v)}))
   out = pd.DataFrame(rows)
   out.to_csv(data / f"predictors{suffix}.csv", index=False)
-  named = verdict.configuration[verdict.named].tolist()
   bg = np.array(boot_gain)
-  regret = []
-  if named and named[0] in confs:
+  regret = []                      # the verdict on each node group: what its named configuration gained, and the
+  for target, ranking in verdicts.items():     # worst gain among those it could not exclude
+    named = ranking.configuration[ranking.named].tolist()
+    if not named or named[0] not in confs:
+      continue
     i = confs.index(named[0])
     r = bg[:, i] - bg.max(axis=1)
-    regret.append(dict(named=named[0], gain=g[i], best=confs[int(np.argmax(g))], best_gain=g.max(),
-                       regret=g[i] - g.max(), regret_lo=np.percentile(r, 2.5), regret_hi=np.percentile(r, 97.5)))
-  pd.DataFrame(regret, columns=["named", "gain", "best", "best_gain", "regret", "regret_lo", "regret_hi"]).to_csv(
-      data / f"regret{suffix}.csv", index=False)
+    kept = [confs.index(c) for c in ranking.configuration[ranking.could_be_best] if c in confs]
+    regret.append(dict(target=target, default=target == base.split("_", 1)[1], named=named[0], gain=g[i],
+                       best=confs[int(np.argmax(g))], best_gain=g.max(), regret=g[i] - g.max(),
+                       regret_lo=np.percentile(r, 2.5), regret_hi=np.percentile(r, 97.5),
+                       could_be_best=";".join(confs[k] for k in kept),
+                       could_be_best_worst_gain=min((g[k] for k in kept), default=np.nan)))
+  pd.DataFrame(regret, columns=REGRET_COLUMNS).to_csv(data / f"regret{suffix}.csv", index=False)
   if figure is not None:
     x_ci = {k: np.nanpercentile(np.array(v, float), [2.5, 97.5], axis=0) for k, v in boot_x.items()}   # [2, C]
     _figure(figure, confs, {k: point[k] for k in FIGURE}, x_ci, g, runs)

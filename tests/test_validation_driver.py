@@ -34,7 +34,7 @@ def test_pieces_export_what_their_records_hold_and_a_finished_piece_is_not_rerun
     assert s.incorrect_projection_nodes.sum() == len(pr)
     np.testing.assert_allclose(s.incorrect_projection_sum.sum(), pr.sum(), rtol=1e-9, atol=1e-12)
   verdict = json.loads((work / "study1" / "verdict.json").read_text())    # the table's verdict from the CSV: the
-  ranking = vt.study_verdict(exported, data)                                # study's own
+  ranking = vt.study_verdict(exported, data)["incorrect"]                   # study's own
   assert ranking.configuration.tolist() == [r["config_id"] for r in verdict["ranking"]]
   assert ranking.query("named").configuration.tolist() == ([verdict["best"]] if verdict.get("best") else [])
   means = [np.nan if r["mean_alignment"] is None else r["mean_alignment"] for r in verdict["ranking"]]
@@ -116,12 +116,14 @@ def test_table_rank_correlations_match_scipy_and_the_regret_is_the_named_gain_mi
   sign = out.loc["reference_gain_sign"]                # a reference: the sign of each measured gain alone
   assert sign.kind == "reference"
   assert math.isclose(sign.spearman, scipy.stats.spearmanr(np.sign(gains), gains).statistic)
-  regret = pd.read_csv(tmp_path / "regret.csv")
+  regret = pd.read_csv(tmp_path / "regret.csv").set_index("target")     # the verdict on each node group
   named = verdict.configuration[verdict.named].tolist()
-  assert regret.named.tolist() == named
-  if named:
-    i = confs.index(named[0])
-    assert math.isclose(regret.regret.iloc[0], gains[i] - gains.max())
+  assert regret.default.tolist() == [t == "incorrect" for t in regret.index]
+  assert regret.named.get("incorrect") == (named[0] if named else None)
+  for target, row in regret.iterrows():
+    i = confs.index(row.named)
+    assert math.isclose(row.regret, gains[i] - gains.max()) and row.named in row.could_be_best.split(";")
+    assert math.isclose(row.could_be_best_worst_gain, min(gains[confs.index(c)] for c in row.could_be_best.split(";")))
   assert (tmp_path / "fig.png").stat().st_size > 0
 
 
