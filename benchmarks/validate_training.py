@@ -53,6 +53,7 @@ NODE_COLUMNS = (*common.REQUIRED_COLUMNS, "projection")        # study_nodes_<b>
 REGRET_COLUMNS = ("target", "default", "named", "gain", "best", "best_gain", "regret", "regret_lo", "regret_hi",
                   "could_be_best", "could_be_best_worst_gain")
 FIGURE = {"alignment_incorrect": "study: mean alignment, incorrect nodes (the verdict's)",
+          "alignment_correct": "study: mean alignment, correct nodes",
           "teacher_advantage_first": "study: mean teacher advantage at the first token"}
 RUN_COLUMNS = ("configuration", "spec", "steps", "learning_rate", "seed", "micro_batch_rows", "before", "after", "diff",
                "lo", "hi", "p_value", "n_questions", "samples", "last_loss", "last_train_reward",
