@@ -100,6 +100,9 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             replicated), e.g. --config.mesh.rules='(("embed", None), ("mlp", "model"))' (no FSDP,
                             MLP tensor-parallel only); a dim the mesh axis does not divide is replicated
   report.target             node group the verdict decides on: incorrect | correct | all
+                            (incorrect: where OPD is meant to help; in the validation experiment, docs/results.md,
+                            correct nodes' alignment ranked the configurations as training did, incorrect nodes'
+                            did not: one task, one student)
   report.pages              per-token pages written to html/ (node rollouts, incorrect first; 0 = none)
   report.colour_by          predictor that colours the per-token pages' view rows (records.PREDICTORS)
   report.min_effect         smallest difference in mean alignment worth detecting (> 0): the verdict then says how

@@ -6,7 +6,7 @@
                                                                                    # docs/data/validation/*.csv
 The driver runs each piece in a child process (`configs/validation.py:study<b>`, block b of the study, or `:train
 --config.train.configuration=...`), skips what its committed CSVs already hold, and writes them to
-docs/data/validation/ (docs/validation.md, "Does the study predict training?": the pieces' runtimes and memory).
+docs/data/validation/ (docs/results.md, "The validation experiment": the pieces' runtimes, memory and results).
 
 One student (Qwen2.5-Coder-0.5B-Instruct), the default study's task and template (sums of 2-3 numbers below 101,
 answer asked only), with the response cap raised from 16 to 48 tokens so a worked sum ("12 + 34 = 46 ... The

@@ -27,7 +27,7 @@ CONTEXTS = ("plain", "solution", "summary", "answer", "contrastive", "misleading
 NEEDS_SOLUTION = ("solution", "summary", "contrastive")
 # Contexts that show another rollout graded wrong ({incorrect}): unavailable for a rollout without one
 # (`contrastive_source`). "misleading" shows it as if it were the reference solution: a control whose sign is
-# known in advance (it should hurt: docs/validation.md, issue 36).
+# known in advance (it should hurt: docs/results.md, "The validation experiment", issue 36).
 NEEDS_INCORRECT = ("contrastive", "misleading")
 SELF = "self"
 
