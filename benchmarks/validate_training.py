@@ -420,11 +420,12 @@ def _figure(path: pathlib.Path, confs, xs: dict, x_ci: dict, y, runs) -> None:
   lo, hi = runs.lo.to_numpy(float), runs.hi.to_numpy(float)
   for ax, (k, x) in zip(np.atleast_1d(axes), xs.items()):
     ax.errorbar(x, y, xerr=np.abs(x_ci[k] - x), yerr=np.abs(np.vstack([lo, hi]) - y), fmt="o", capsize=3)
-    seen: dict = {}
-    for c, a, b in zip(confs, x, y):
-      spot = (round(b, 2), round(a / (np.ptp(x) or 1.0), 1))        # points that would overprint their labels
-      n = seen[spot] = seen.get(spot, -1) + 1
-      ax.annotate(c, (a, b), textcoords="offset points", xytext=(4, 4 + 10 * n), fontsize=8)
+    near = 0.15 * (np.nanmax(x) - np.nanmin(x) or 1.0)    # labels closer than this on one gain are stacked
+    placed: list = []
+    for i in np.argsort(x):
+      n = sum(abs(y[i] - b) < 0.01 and x[i] - a < near for a, b in placed)
+      placed.append((x[i], y[i]))
+      ax.annotate(confs[i], (x[i], y[i]), textcoords="offset points", xytext=(4, 4 + 10 * n), fontsize=8)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xlabel(FIGURE[k])
   axes[0].set_ylabel("OPD: held-out pass@1 change")
