@@ -170,3 +170,25 @@ def test_json_records_are_strict_json(tmp_path):
                                                   "c": {"d": -float("inf"), "e": "NaN"}})
   back = json.loads((tmp_path / "x.json").read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
   assert back == {"a": None, "b": [None, 1.5, 2.0], "c": {"d": None, "e": "NaN"}}
+
+
+def test_sequential_replay_stops_at_the_first_decided_look_with_the_verdicts_own_decision(tmp_path):
+  """benchmarks/sequential_replay.py: each look is decide() on the first n questions in their order, and the replay
+  ends at the first decided look (or the cap), as a sequential study would."""
+  from benchmarks import sequential_replay  # pylint: disable=g-import-not-at-top
+  from opd_jax.report import decision, sequential  # pylint: disable=g-import-not-at-top,multiple-imports
+  rng = np.random.default_rng(0)
+  nodes = pd.DataFrame([dict(config_id=c, question_id=f"q{q}", rollout_id=r, position=0, teacher="t", context=c,
+                             divergence="reverse_kl", correct=False, alignment=float(rng.normal(m, 0.2)),
+                             alignment_nan_reason="", degenerate=False, teacher_advantage=0.0)
+                        for q in range(36) for r in range(3) for c, m in (("a", 0.0), ("d", 0.6))])
+  design = sequential.Design(looks=(12, 24, 36), margin=0.05)
+  out = sequential_replay.replay(nodes, design, target="all", configs=["a", "d"])
+  assert [r["look"] for r in out] == list(range(1, len(out) + 1)) and not any(r["decided"] for r in out[:-1])
+  assert out[-1]["decided"] and out[-1]["decision"] == "use" and len(out) < 3      # stopped before the cap
+  order = list(dict.fromkeys(nodes.question_id))
+  last = out[-1]
+  sub = nodes[nodes.config_id.isin(["a", "d"]) & nodes.question_id.isin(order[:last["questions"]])]
+  v = decision.decide(sub.reset_index(drop=True), target="all", level=0.95, min_effect=0.05, design=design,
+                      look=last["look"], final=False, n_boot=200)
+  assert (v["decision"], v["line"]) == (last["decision"], last["line"])
