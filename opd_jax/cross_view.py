@@ -13,6 +13,7 @@ import numpy as np
 from absl import logging
 
 from opd_jax import cross
+from opd_jax import divergences
 from opd_jax import models
 from opd_jax import records
 from opd_jax.models import token_bytes
@@ -74,10 +75,12 @@ def reads_text(config, teacher: str) -> bool:
 # ----------------------------------------------------------------------------------------------------------
 # A study's cross-tokenizer view: its dense records and its q at the nodes.
 
-# Dense predictors that compare two distributions over one vocabulary: undefined across tokenizers (NaN in the
-# view's `tokens` rows; records.CONVENTIONS["cross-tokenizer view"]). entropy_p (the student's alone) and
-# logq_minus_logp (of the sampled token's text) are defined.
-UNDEFINED = ("kl_pq", "kl_qp", "js", "jsd_beta", "tv", "cosine", "entropy_q", "topk_overlap")
+# Dense predictors defined for a view that reads text: entropy_p (the student's alone) and logq_minus_logp (of the
+# sampled token's text). Every other predictor compares two distributions over one vocabulary and is undefined
+# across tokenizers (NaN in the view's `tokens` rows; records.CONVENTIONS["cross-tokenizer view"]): a predictor
+# added to divergences.PREDICTORS is undefined here unless listed (issue 37), never the student's value by mistake.
+DEFINED = ("entropy_p", "logq_minus_logp")
+UNDEFINED = tuple(k for k in divergences.PREDICTORS if k not in DEFINED)
 
 
 def pending(teacher_prompt: Sequence[int]) -> dict:
