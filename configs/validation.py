@@ -38,7 +38,8 @@ TINY = {"external": "random:1:plain:reverse_kl", "solution": "self:solution:reve
 STUDY_SEED = 10_000
 # The study runs in blocks, each a study of its own on BLOCK_QUESTIONS questions (~45 min on the 2-core CPU), so
 # that a piece fits a session and its small tables are committed before the machine goes: block b (1-based) uses
-# seed STUDY_SEED + (b - 1) * BLOCK_STRIDE, whose pool of 200 items shares none with another block's or the trainer's.
+# seed STUDY_SEED + (b - 1) * BLOCK_STRIDE: its 200 generator items are none of another block's or the trainer's
+# (a question text that repeats by chance in the trainer's pool is dropped: config.task.exclude).
 BLOCKS = 4
 BLOCK_QUESTIONS = 10
 BLOCK_STRIDE = 1_000
