@@ -472,6 +472,10 @@ def main(argv=None) -> int:
   if args.child:
     run_piece(args.piece, workdir, data, args.tiny, figure, args.n_boot)
     return 0
+  if args.piece not in ("all", *pieces(args.tiny)):         # one line, before any child starts
+    print(f"error: --piece={args.piece}: use all, table, study:<b> (b in {blocks(args.tiny)}) or train:<name> "
+          f"(name in {sorted(configurations(args.tiny))})", file=sys.stderr)
+    return 2
   todo = pieces(args.tiny) if args.piece == "all" else [args.piece]
   for piece in todo:
     if done(piece, data):

@@ -58,6 +58,8 @@ def test_pieces_export_what_their_records_hold_and_a_finished_piece_is_not_rerun
   # A finished piece is read from its CSV, never run again (no child process is started).
   monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"reran {a}"))
   assert vt.main([f"--workdir={work}", f"--data_dir={data}", "--piece=train:solution", "--tiny"]) == 0
+  assert vt.main([f"--workdir={work}", f"--data_dir={data}", "--piece=study", "--tiny"]) == 2   # a bad name: one
+                                                                                                # line, no child
   assert vt.done("study:1", data) and vt.done("train:external", data) and not vt.done("train:nosuch", data)
   assert not vt.done("study:2", data)
 
