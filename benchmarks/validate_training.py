@@ -1,14 +1,12 @@
 """Does the study predict training? The validation experiment's resumable driver (issue 36; configs/validation.py).
 
   python benchmarks/validate_training.py --workdir=runs/validation                   # every piece not yet done
-  python benchmarks/validate_training.py --workdir=runs/validation --piece=study:1   # one piece: study:<b>,
-                                                                                     # train:<name> or table
+  python benchmarks/validate_training.py --workdir=runs/validation --piece=study:1   # one piece (train:<name>, table)
 Pieces, each in a child process of its own (its wall time and peak RSS measured by the parent, `os.wait4`):
-  study:<b>      block b of the study (`configs/validation.py:study<b>`: every configuration on the block's own
-                 questions, ~45 min), exported as study_nodes_<b>.csv (one row per configuration and node: what the
-                 verdict reads, with the projection <g*, g_D> / |g_D|, gradients.projection) and study_views_<b>.csv
-                 (per-question sums of the tokens table's divergences). A block is a piece so that each fits a
-                 session and its small tables are committed before the machine goes.
+  study:<b>      block b of the study (`configs/validation.py:study<b>`, every configuration on the block's own 10
+                 questions, 8-11 min alone on 2 cores): study_nodes_<b>.csv (one row per configuration and node, with
+                 the projection <g*, g_D> / |g_D|) and study_views_<b>.csv (per-question sums of the tokens table's
+                 divergences). A piece per block, so that each fits a session and is committed before the machine goes.
   train:<name>   one OPD run of configuration <name> from the base model (`:train`), exported as eval_<name>.csv
                  (held-out pass@1 per question before and after, same keys) and its row of runs.csv.
   table          the verdict of the blocks' nodes together (study_verdict.csv: report.decision.decide, as the study's
@@ -438,23 +436,23 @@ def _figure(path: pathlib.Path, confs, xs: dict, x_ci: dict, y, runs) -> None:
 
 def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool, figure: pathlib.Path | None,
               n_boot: int = 2000) -> None:
+  check_piece(piece, tiny)
   if piece.startswith("study:"):
-    b = piece.split(":", 1)[1]
-    if not b.isdigit() or int(b) not in blocks(tiny):
-      raise ValueError(f"--piece={piece}: no study block {b!r}; one of {blocks(tiny)}")
-    run_study(int(b), workdir, data, tiny)
+    run_study(int(piece.split(":", 1)[1]), workdir, data, tiny)
   elif piece.startswith("train:"):
-    name = piece.split(":", 1)[1]
-    if name not in configurations(tiny):
-      raise ValueError(f"--piece={piece}: no configuration {name!r}; one of {sorted(configurations(tiny))}")
-    run_train(name, workdir, data, tiny)
+    run_train(piece.split(":", 1)[1], workdir, data, tiny)
   elif piece == "table":
     print(table(data, figure, n_boot=n_boot).to_string(max_cols=9), flush=True)
     later = [b for b in blocks(tiny) if b > 1 and done(f"study:{b}", data)]
     if later:                              # hypothesis.md: formed on block 1, tested on the blocks after it
       print(table(data, None, n_boot=n_boot, blocks=later, suffix="_heldout").to_string(max_cols=9), flush=True)
-  else:
-    raise ValueError(f"--piece={piece}: use study:<b>, train:<name> or table")
+
+
+def check_piece(piece: str, tiny: bool) -> None:
+  """Raises ValueError naming the pieces when `piece` is not one of them (or "all")."""
+  if piece not in ("all", *pieces(tiny)):
+    raise ValueError(f"--piece={piece}: use all, table, study:<b> (b in {blocks(tiny)}) or train:<name> (name in "
+                     f"{sorted(configurations(tiny))})")
 
 
 def main(argv=None) -> int:
@@ -472,9 +470,10 @@ def main(argv=None) -> int:
   if args.child:
     run_piece(args.piece, workdir, data, args.tiny, figure, args.n_boot)
     return 0
-  if args.piece not in ("all", *pieces(args.tiny)):         # one line, before any child starts
-    print(f"error: --piece={args.piece}: use all, table, study:<b> (b in {blocks(args.tiny)}) or train:<name> "
-          f"(name in {sorted(configurations(args.tiny))})", file=sys.stderr)
+  try:
+    check_piece(args.piece, args.tiny)                     # one line, before any child starts
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
     return 2
   todo = pieces(args.tiny) if args.piece == "all" else [args.piece]
   for piece in todo:

@@ -36,7 +36,7 @@ TINY = {"external": "random:1:plain:reverse_kl", "solution": "self:solution:reve
 # The study's generator seed (and its draws). reasoning-gym draws item i from seed + i, so seeds 0 and 1 share 199
 # of 200 questions: the study's seed is far from the trainer's (0), and config.task.exclude drops chance repeats.
 STUDY_SEED = 10_000
-# The study runs in blocks, each a study of its own on BLOCK_QUESTIONS questions (~45 min on the 2-core CPU), so
+# The study runs in blocks, each a study of its own on BLOCK_QUESTIONS questions (8-11 min alone on 2 cores), so
 # that a piece fits a session and its small tables are committed before the machine goes: block b (1-based) uses
 # seed STUDY_SEED + (b - 1) * BLOCK_STRIDE: its 200 generator items are none of another block's or the trainer's
 # (a question text that repeats by chance in the trainer's pool is dropped: config.task.exclude).
