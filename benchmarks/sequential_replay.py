@@ -1,7 +1,7 @@
 """Replays the sequential verdict (issue 33) on a finished study's node rows: at which look would it have stopped?
 
   python benchmarks/sequential_replay.py                       # the validation study's 40 questions (committed)
-  python benchmarks/sequential_replay.py --looks=10,20,30,40 --margin=0.05 --target=correct \
+  python benchmarks/sequential_replay.py --looks=10,20,30,40 --margin=0.05 --targets=correct \
       --subsets='all;external,misleading;external,solution'
 
 The study's questions in a fixed order (study blocks in order, then each block's questions as its records list

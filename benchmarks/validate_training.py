@@ -200,17 +200,16 @@ def question_sums(nodes: pd.DataFrame) -> pd.DataFrame:
     for group in SLICES:
       sel = (g if group == "all" else g[g.position == 0] if group == "first"
              else g[g.correct.astype(bool) == (group == "correct")])
+      adv = sel.teacher_advantage.to_numpy(float)
+      adv = adv[np.isfinite(adv)]
       a = sel.alignment.to_numpy(float)
       a = a[np.isfinite(a)]
       pr = sel.projection.to_numpy(float)
       pr = pr[np.isfinite(pr)]
       row.update({f"{group}_nodes": len(a), f"{group}_alignment_sum": float(a.sum()),
                   f"{group}_positive": int((a > 0).sum()), f"{group}_projection_nodes": len(pr),
-                  f"{group}_projection_sum": float(pr.sum())})
-    for name, sel in (("advantage", g), ("first_advantage", g[g.position == 0])):
-      adv = sel.teacher_advantage.to_numpy(float)
-      adv = adv[np.isfinite(adv)]
-      row.update({f"{name}_n": len(adv), f"{name}_sum": float(adv.sum())})
+                  f"{group}_projection_sum": float(pr.sum()), f"{group}_advantage_n": len(adv),
+                  f"{group}_advantage_sum": float(adv.sum())})
     rows.append(row)
   return pd.DataFrame(rows)
 
@@ -263,8 +262,6 @@ def add_run_row(run_dir: pathlib.Path, data: pathlib.Path, wall_s: float, peak_r
          "peak_rss_gb": round(peak_rss_gb, 2)}
   path = data / "runs.csv"
   runs = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=RUN_COLUMNS)
-  if "micro_batch_rows" not in runs:                 # rows written before the column: the step's rollouts at once
-    runs.insert(5, "micro_batch_rows", 0)
   runs = pd.concat([runs[runs.configuration != row["configuration"]], pd.DataFrame([row])], ignore_index=True)
   runs[list(RUN_COLUMNS)].to_csv(path, index=False)
   return row
@@ -290,8 +287,8 @@ def predictor_sums(study_q: pd.DataFrame, study_v: pd.DataFrame, confs: list[str
     out[f"positive_fraction_{group}"] = (mat(study_q, f"{group}_positive"), den, 1.0)
     out[f"projection_{group}"] = (mat(study_q, f"{group}_projection_sum"), mat(study_q, f"{group}_projection_nodes"),
                                   1.0)
-  out["teacher_advantage"] = (mat(study_q, "advantage_sum"), mat(study_q, "advantage_n"), 1.0)
-  out["teacher_advantage_first"] = (mat(study_q, "first_advantage_sum"), mat(study_q, "first_advantage_n"), 1.0)
+  for group, name in (("all", "teacher_advantage"), ("first", "teacher_advantage_first")):
+    out[name] = (mat(study_q, f"{group}_advantage_sum"), mat(study_q, f"{group}_advantage_n"), 1.0)
   for col in VIEW_PREDICTORS:
     sign = 1.0 if col == "topk_overlap" else -1.0
     out[f"{'' if sign > 0 else 'minus_'}{col}"] = (mat(study_v, f"{col}_sum"), mat(study_v, f"{col}_n"), sign)
@@ -340,8 +337,9 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
   nodes, study_v, found = read_study(data, blocks)
   print(f"study blocks {found} ({nodes.question_id.nunique()} questions)", flush=True)
   study_q = question_sums(nodes)
+  target = validation.get_config("study").report.target                  # the default verdict's node group
   verdicts = study_verdict(nodes, data, suffix)
-  verdict = verdicts[validation.get_config("study").report.target]
+  verdict = verdicts[target]
   rank = dict(zip(verdict.configuration, verdict["rank"]))
   questions, sums = predictor_sums(study_q, study_v, confs)
   point = predictor_values(sums, np.ones(len(questions)))
@@ -370,7 +368,7 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
       boot[k].append(rank_correlations(v, gb)[:2])
   # Against the verdict's own estimand (its mean alignment on report.target's nodes), resampled with it: does a
   # predictor rank the gains better than the verdict does? (the difference of Spearman's rho, paired by draw)
-  base = f"alignment_{validation.get_config('study').report.target}"
+  base = f"alignment_{target}"
   base_rho, base_boot = rank_correlations(point[base], g)[0], np.array(boot[base], float)[:, 0]
   rows = []
   for k, v in point.items():
@@ -389,14 +387,14 @@ def table(data: pathlib.Path, figure: pathlib.Path | None, n_boot: int = 2000, s
   out.to_csv(data / f"predictors{suffix}.csv", index=False)
   bg = np.array(boot_gain)
   regret = []                      # the verdict on each node group: what its named configuration gained, and the
-  for target, ranking in verdicts.items():     # worst gain among those it could not exclude
+  for group, ranking in verdicts.items():      # worst gain among those it could not exclude
     named = ranking.configuration[ranking.named].tolist()
     if not named or named[0] not in confs:
       continue
     i = confs.index(named[0])
     r = bg[:, i] - bg.max(axis=1)
     kept = [confs.index(c) for c in ranking.configuration[ranking.could_be_best] if c in confs]
-    regret.append(dict(target=target, default=target == base.split("_", 1)[1], named=named[0], gain=g[i],
+    regret.append(dict(target=group, default=group == target, named=named[0], gain=g[i],
                        best=confs[int(np.argmax(g))], best_gain=g.max(), regret=g[i] - g.max(),
                        regret_lo=np.percentile(r, 2.5), regret_hi=np.percentile(r, 97.5),
                        could_be_best=";".join(confs[k] for k in kept),
