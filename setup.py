@@ -27,7 +27,7 @@ setuptools.setup(
         "math-verify",
         "reasoning-gym",
         "matplotlib",
-        "scipy",                      # opd_jax.stats (ranks, Spearman, Mann-Whitney U, t and noncentral t)
+        "scipy",                      # opd_jax.estimators.stats (ranks, Spearman, Mann-Whitney U, t and noncentral t)
         "statsmodels",                # report.decision (Bonferroni); tests: CR1 and TTestPower references
         "tqdm",
         "optax>=0.2.4",               # opd_jax.training (the OPD trainer, the exact toy experiment)

@@ -3,7 +3,7 @@
   python benchmarks/adaptive.py                  # V = 4, H = 6, every node of the tree (1365), 8 seeds (~1 min)
   python benchmarks/adaptive.py --rollouts=32 --seeds=4 --means=4,6,8
 
-Nodes: every prefix (t = 0..H-1) of --rollouts student rollouts of the seed-0 toy (`opd_jax.toy`, V = 4, H = 6,
+Nodes: every prefix (t = 0..H-1) of --rollouts student rollouts of the seed-0 toy (`opd_jax.validation.exact_toys`, V = 4, H = 6,
 reward: sum = 0 mod 3), de-duplicated (the study's node_strategy "all" on the toy), all V tokens as candidates.
 Exact g* = p (P_succ - V) from `ToyPolicy.exact_p_succ` (enumeration); nodes with |g*| < 1e-9 (degenerate) are
 left out of the mean. Both sides run `targeted.estimate_successes` (uniform: R = --uniform at every candidate;
@@ -40,10 +40,10 @@ def toy_nodes(n_rollouts: int = 0, *, seed: int = 0):
   """
   import itertools  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  from opd_jax import toy  # pylint: disable=g-import-not-at-top
-  student = toy.ToyPolicy.random(vocab=4, horizon=6, scale=2.5, seed=seed)
+  from opd_jax.validation import exact_toys  # pylint: disable=g-import-not-at-top
+  student = exact_toys.ToyPolicy.random(vocab=4, horizon=6, scale=2.5, seed=seed)
   V, H = student.vocab, student.horizon
-  verify = toy.sum_mod_verifier(3)
+  verify = exact_toys.sum_mod_verifier(3)
   if n_rollouts:
     seen, groups = set(), []
     for seq in student.sample(n_rollouts, key=jax.random.key(seed)).tolist():
@@ -72,9 +72,10 @@ def cosines(g_hat: np.ndarray, g: np.ndarray) -> np.ndarray:
 
 def run_side(setup, *, key, R: int, adaptive=None) -> dict:
   """One estimate over every node: mean cos(ĝ, g*), continuations spent, mean noise ceiling, per-node cos."""
-  from opd_jax import targeted, toy  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import targeted  # pylint: disable=g-import-not-at-top
+  from opd_jax.validation import exact_toys
   student, rollouts, probs, exact, _ = setup
-  outs = targeted.estimate_successes(student, toy.task_verifier(toy.sum_mod_verifier(3)), [], rollouts, R=R,
+  outs = targeted.estimate_successes(student, exact_toys.task_verifier(exact_toys.sum_mod_verifier(3)), [], rollouts, R=R,
                                      key=key, max_response_len=student.horizon, adaptive=adaptive, probs=probs)
   cos, ceil, last, spent, nominal = [], [], [], 0, 0
   for out, p, g, (_, _, pos, _) in zip(outs, probs, exact, rollouts):
@@ -99,7 +100,7 @@ def oracle_reference(setup, *, uniform: int, reps: int = 400, seed: int = 0) -> 
   log-spaced; `reps` binomial draws each, the curve's running max). A reference, not a bound: it reads the truth,
   but Neyman's rule (from the delta method) is not the best split within a node, and the allocator has beaten it.
   """
-  from opd_jax import allocation  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import allocation  # pylint: disable=g-import-not-at-top
   student, rollouts, probs, exact, succ = setup
   last = np.concatenate([np.asarray(pos) == student.horizon - 1 for _, _, pos, _ in rollouts])
   p, g, ps = (np.concatenate(x) for x in (probs, exact, succ))
@@ -136,7 +137,7 @@ def compare(setup, *, seeds: int, uniform: int, r0: int, means, r_max: int, tole
             growth: float = 0.5) -> dict:
   """Uniform R = `uniform` vs adaptive at each mean budget, averaged over `seeds` keys; the matched ratio."""
   import jax  # pylint: disable=g-import-not-at-top
-  from opd_jax import targeted  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import targeted  # pylint: disable=g-import-not-at-top
   keys = [jax.random.key(1000 + s) for s in range(seeds)]
   side = lambda runs: {k: float(np.mean([r[k] for r in runs]))
                        for k in ("cos", "spent", "nominal", "ceiling", "cos_last", "cos_inner")}

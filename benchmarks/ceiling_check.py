@@ -2,8 +2,8 @@
 
   PYTHONPATH=$PWD python benchmarks/ceiling_check.py [--R=4,8,16] [--trials=100] [--n_sim=100]   # ~1-2 min, 2 CPUs
 
-Toys (opd_jax.toy.ToyPolicy.random, verifier sum of tokens = 0 mod `mod`): "project" (V = 4, H = 6, scale 2.5,
-seed 0, mod 3: tests/test_report_stats.py's), "flat" (scale 1), "peaked" (scale 4), "parity" (V = 3, mod 2).
+Toys (opd_jax.validation.exact_toys.ToyPolicy.random, verifier sum of tokens = 0 mod `mod`): "project" (V = 4, H = 6, scale 2.5,
+seed 0, mod 3: tests/estimators/test_stats.py's), "flat" (scale 1), "peaked" (scale 4), "parity" (V = 3, mod 2).
 Nodes: distinct prefixes of depth 1-4 of 16 rollouts with g* != 0, C(u) = every token, p the toy's; and the
 fixed-outcome nodes: depth H - 1 prefixes, where the forced last token decides the reward (P_succ in {0, 1}).
 
@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from scipy import stats as sp_stats
 
-from opd_jax import toy
+from opd_jax.validation import exact_toys
 from opd_jax.report import ceiling
 
 TOYS = {"project": dict(vocab=4, horizon=6, scale=2.5, seed=0, mod=3),
@@ -47,8 +47,8 @@ def _cos(a, b):
 def toy_nodes(spec):
   """(normal nodes, fixed-outcome nodes) of a toy: lists of (p [V], exact P_succ [V]) with g* != 0."""
   spec = dict(spec)
-  verify = toy.sum_mod_verifier(spec.pop("mod"))
-  student = toy.ToyPolicy.random(**spec)
+  verify = exact_toys.sum_mod_verifier(spec.pop("mod"))
+  student = exact_toys.ToyPolicy.random(**spec)
   rollouts = student.sample(16, key=jax.random.key(0))
   out, seen = ([], []), set()
   for seq in rollouts:

@@ -4,7 +4,7 @@
   python benchmarks/continuations.py --segments=64,4 --reps=3 --questions=8
 
 One process, the real default models (warm cache): the first block of teacher_sweep's questions is sampled,
-verified, scored and given its nodes once (`study`'s own functions); then `study.continuations` of every
+verified, scored and given its nodes once (`study`'s own functions); then `pipeline.continuations` of every
 informative question runs for each --segments value in turn (`sampling.branch`'s `segment`), --reps times
 interleaved. The first repetition includes compiles; the last is the one to read. Prints seconds per segment,
 the decode row-steps (rows x steps of every decode call) against the tokens generated, and checks that every
@@ -30,23 +30,24 @@ def main():
 
   import numpy as np  # pylint: disable=g-import-not-at-top
   from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
-  from opd_jax import sampling, study  # pylint: disable=g-import-not-at-top
+  from opd_jax.decode import sampling  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import pipeline
 
   config = teacher_sweep.get_config(None)
   config.logging.progress = False
-  env = study.setup(config)
+  env = pipeline.setup(config)
   block = list(range(args.questions))
   views = sorted({conf.scoring_key for conf in env.confs})
   ready = []
-  for i, out in zip(block, study.base_rollouts(env, block)):
+  for i, out in zip(block, pipeline.base_rollouts(env, block)):
     problem = env.task.problems[i]
     prompt = env.chat(env.task.prompt(problem))
-    v = study.verify(env, i, problem, prompt, out)
+    v = pipeline.verify(env, i, problem, prompt, out)
     if all(v.correct) or not any(v.correct):
       continue
-    rollouts = study.choose_node_rollouts(env, v)
-    dense, h_p = study.score_views(env, problem, prompt, views, v, rollouts)
-    ready.append((i, problem, prompt, v.responses, study.nodes_of(env, views, rollouts, v.responses, dense, h_p)))
+    rollouts = pipeline.choose_node_rollouts(env, v)
+    dense, h_p = pipeline.score_views(env, problem, prompt, views, v, rollouts)
+    ready.append((i, problem, prompt, v.responses, pipeline.nodes_of(env, views, rollouts, v.responses, dense, h_p)))
 
   branch, decode, segment, steps = sampling.branch, sampling.decode, [64], {"row_steps": 0, "tokens": 0}
   sampling.branch = lambda *a, **k: branch(*a, **{**k, "segment": segment[0]})
@@ -66,7 +67,7 @@ def main():
       segment[0] = s
       steps.update(row_steps=0, tokens=0)
       t = time.time()
-      got = [study.continuations(env, i, p, prompt, resp, at) for i, p, prompt, resp, at in ready]
+      got = [pipeline.continuations(env, i, p, prompt, resp, at) for i, p, prompt, resp, at in ready]
       seconds.setdefault(s, []).append(time.time() - t)
       flat = np.concatenate([o.rewards.ravel() for q in got for o in q])
       assert s not in outcomes or np.array_equal(outcomes[s], flat)

@@ -7,10 +7,10 @@
 The second run reads its compiled XLA programs from JAX's persistent cache, so less of its stage times
 (`manifest.json`, `timings_s`) is compile time (tracing and lowering remain): the cost model excludes compiles.
 Any finished workdir can be checked; the stage times of a first run include its compiles. Per stage this prints the estimate
-of the dry run (`costs.planned_work`: lengths measured on the task, counts at the plan's upper bounds), the
+of the dry run (`estimate.planned_work`: lengths measured on the task, counts at the plan's upper bounds), the
 estimate with every length and count that the run realized (`realized_work`, from its records), the measured
-time and their ratios. The CPU rates are `costs.CPU_MATMUL_GFLOPS` and `costs.CPU_BW`, measured beforehand by
-`costs.measure_cpu()`, not fitted to any study. Ends with one JSON line.
+time and their ratios. The CPU rates are `estimate.CPU_MATMUL_GFLOPS` and `estimate.CPU_BW`, measured beforehand by
+`estimate.measure_cpu()`, not fitted to any study. Ends with one JSON line.
 """
 from __future__ import annotations
 
@@ -24,14 +24,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def realized_work(workdir: pathlib.Path, config):
-  """`costs.Work` of what a finished run did: the student prompts of its rollouts, the teacher contexts of its
+  """`estimate.Work` of what a finished run did: the student prompts of its rollouts, the teacher contexts of its
   selected questions (rendered again with the student's tokenizer), its incorrect rollouts' lengths for
   contrastive, the questions it sampled, the continuations it ran (sum of `n` over distinct nodes) and their
   mean length, taken as the node rollout's own remaining tokens (length - position - 1; a forced candidate's
   continuation may differ)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import pandas as pd  # pylint: disable=g-import-not-at-top
-  from opd_jax import costs, preflight  # pylint: disable=g-import-not-at-top
+  from opd_jax.cost import estimate  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import preflight
 
   rollouts = pd.read_parquet(workdir / "records" / "rollouts")
   nodes = pd.read_parquet(workdir / "records" / "nodes").drop_duplicates(["question_id", "rollout_id", "position"])
@@ -39,12 +40,12 @@ def realized_work(workdir: pathlib.Path, config):
   task = preflight.load_task(config)
   chosen = set(rollouts.question_id)
   problems = [p for p in task.problems if p.id in chosen]
-  _, extra = costs.context_lengths(config, task, problems, preflight.header(config.student.name, config)[1],
-                                   costs.context_names(config))
+  _, extra = estimate.context_lengths(config, task, problems, preflight.header(config.student.name, config)[1],
+                                   estimate.context_names(config))
   n = nodes.n.map(sum)
   rest = nodes.merge(rollouts[["question_id", "rollout_id", "length"]], on=["question_id", "rollout_id"])
   remaining = (rest.length - rest.position - 1).clip(lower=0)
-  return costs.Work(
+  return estimate.Work(
       prompt_tokens=float(rollouts.prompt_ids.map(len).mean()), context_tokens=extra,
       incorrect_tokens=float(rollouts.length[rollouts.reward == 0].mean()),
       sampled_questions=int(manifest["questions_processed"]), continuations=float(n.sum()),
@@ -58,18 +59,18 @@ def main():
   args = ap.parse_args()
 
   import ml_collections  # pylint: disable=g-import-not-at-top
-  from opd_jax import costs  # pylint: disable=g-import-not-at-top
+  from opd_jax.cost import estimate  # pylint: disable=g-import-not-at-top
 
   config = ml_collections.ConfigDict(json.loads((args.workdir / "config.json").read_text()))
   measured = json.loads((args.workdir / "manifest.json").read_text())["timings_s"]
-  planned, realized = costs.planned_work(config), realized_work(args.workdir, config)
+  planned, realized = estimate.planned_work(config), realized_work(args.workdir, config)
   est = {}
   for name, work in (("planned", planned), ("realized", realized)):
-    cs = costs.calls(config, work=work)
-    est[name] = {s: costs.cost([c for c in cs if c.stage == s], None).cpu_s for s in costs.STAGES}
+    cs = estimate.calls(config, work=work)
+    est[name] = {s: estimate.cost([c for c in cs if c.stage == s], None).cpu_s for s in estimate.STAGES}
   print(f"{'stage':14s} {'dry run':>9s} {'realized':>9s} {'measured':>9s}  dry/measured  realized/measured")
   out = {}
-  for s in costs.STAGES:
+  for s in estimate.STAGES:
     m = measured[f"{s}_s"]
     p, r = est["planned"][s], est["realized"][s]
     print(f"{s:14s} {p:8.1f}s {r:8.1f}s {m:8.1f}s  {p / m:12.2f}  {r / m:17.2f}")

@@ -20,11 +20,11 @@ import time
 
 import pandas as pd
 
-from opd_jax import cross
+from opd_jax.teachers import cross
 from opd_jax import models
-from opd_jax import nodes
-from opd_jax import sampling
-from opd_jax import scoring
+from opd_jax.study import nodes
+from opd_jax.decode import sampling
+from opd_jax.decode import scoring
 
 
 def _best(fn, repeats):

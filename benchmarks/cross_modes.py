@@ -18,11 +18,11 @@ import ml_collections
 import numpy as np
 import pandas as pd
 
-from opd_jax import contexts
-from opd_jax import cross
-from opd_jax import preflight
-from opd_jax import study as study_lib
-from opd_jax import targeted
+from opd_jax.teachers import contexts
+from opd_jax.teachers import cross
+from opd_jax.study import preflight
+from opd_jax.study import pipeline as study_lib
+from opd_jax.study import targeted
 
 
 def _renorm(logq):

@@ -7,7 +7,7 @@
       --prefix=1024 --groups=2                                         # :paper's branch batch
 
 `sampling.decode` is lowered for abstract weights and cache (`jax.ShapeDtypeStruct`: nothing is allocated) and
-compiled for the CPU; `opd_jax.hlo_bytes` meters its HLO: operand + output bytes of every op, loop bodies x their
+compiled for the CPU; `opd_jax.cost.hlo_bytes` meters its HLO: operand + output bytes of every op, loop bodies x their
 trip counts (XLA's `cost_analysis()` counts a loop body once). A decode step is one iteration of the decode
 loop (draw + forward of [rows, 1]). The ideal step reads the weights once and the whole KV cache once
 (`flops.decode_bytes_per_step`). Also printed: the largest copy-like op inside the loop (a cache-sized copy
@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def meter(compiled, steps: int):
   """(report, bytes per step) of a compiled decode program whose loop runs `steps` times (a data-dependent exit,
   the old loop's, is metered at `steps`)."""
-  from opd_jax import hlo_bytes  # pylint: disable=g-import-not-at-top
+  from opd_jax.cost import hlo_bytes  # pylint: disable=g-import-not-at-top
   report = hlo_bytes.analyze(compiled, unknown_trips=steps)
   outer = max(report.loops, key=lambda l: l.bytes_per_iter * l.trips)
   return report, outer.bytes_per_iter
@@ -44,7 +44,7 @@ def meter(compiled, steps: int):
 
 def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--model", default="qwen3-0.6b", help="a name of opd_jax.costs.ARCHITECTURES")
+  ap.add_argument("--model", default="qwen3-0.6b", help="a name of opd_jax.cost.estimate.ARCHITECTURES")
   ap.add_argument("--rows", type=int, default=128)
   ap.add_argument("--slots", default="320,2048", help="cache slots per row (comma-separated)")
   ap.add_argument("--layouts", default="layered", help="stacked and / or layered")
@@ -62,17 +62,18 @@ def main():
   import inspect  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from opd_jax import costs, flops, sampling  # pylint: disable=g-import-not-at-top
+  from opd_jax.cost import estimate, flops  # pylint: disable=g-import-not-at-top
+  from opd_jax.decode import sampling
   from opd_jax.models import decoder  # pylint: disable=g-import-not-at-top
   cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
   sds = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=cpu)
-  cfg = costs.ARCHITECTURES[args.model]
+  cfg = estimate.ARCHITECTURES[args.model]
   B = args.rows
   out = {"benchmark": "decode_bytes", "model": args.model, "rows": B, "tree": args.tree}
   rows = []
   new_loop = "early_exit" in inspect.signature(sampling.decode.fun).parameters
   if args.sampler:
-    from opd_jax import hlo_bytes  # pylint: disable=g-import-not-at-top
+    from opd_jax.cost import hlo_bytes  # pylint: disable=g-import-not-at-top
     V = cfg.vocab_size
     out["sampler"] = []
     for t, k, p in ((1.0, 0, 1.0), (0.7, 0, 1.0), (1.0, 20, 1.0), (1.0, 0, 0.9), (0.7, 50, 0.9)):

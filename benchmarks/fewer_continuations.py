@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from opd_jax import nodes  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.study import nodes  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def load(workdir: str):

@@ -36,7 +36,7 @@ def _prompt_ids(tokenizer):
 def ours(args):
   import time  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  from opd_jax import sampling  # pylint: disable=g-import-not-at-top
+  from opd_jax.decode import sampling  # pylint: disable=g-import-not-at-top
   from opd_jax import models  # pylint: disable=g-import-not-at-top
   model = models.with_layout(harness.ours_model(args.model, args.dtype, args.export_dir), args.layout or None)
   prompt = _prompt_ids(model.tokenizer)

@@ -1,4 +1,4 @@
-"""Teacher scoring: ours (`opd_jax.scoring.score`, every predictor, streamed in chunks) vs HF transformers +
+"""Teacher scoring: ours (`opd_jax.decode.scoring.score`, every predictor, streamed in chunks) vs HF transformers +
 PyTorch doing the same computation on the same models and tokens, side by side.
 
   python benchmarks/scoring.py                                  # 0.5B student + 1.5B teacher, fp32, B=1, T=2048
@@ -43,7 +43,7 @@ FLOPS_FORMULA = "model FLOPs = sum over both models of 2 x N x B x (P + T), N = 
 def ours(args):
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from opd_jax import scoring  # pylint: disable=g-import-not-at-top
+  from opd_jax.decode import scoring  # pylint: disable=g-import-not-at-top
   counter = harness.CompileCounter()
   student = harness.ours_model(args.student, args.dtype, args.export_dir)
   teacher = student if args.teacher == "self" else harness.ours_model(args.teacher, args.dtype, args.export_dir)

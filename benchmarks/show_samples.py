@@ -28,14 +28,14 @@ _STEP = flags.DEFINE_integer("step", None, "the checkpoint's step (default: the 
 
 def main(_):
   import jax  # pylint: disable=g-import-not-at-top
-  from opd_jax import study  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import pipeline  # pylint: disable=g-import-not-at-top
   from opd_jax.training import evaluate, lora, loop  # pylint: disable=g-import-not-at-top
   from opd_jax.training import state as state_lib  # pylint: disable=g-import-not-at-top
   config = _CONFIG.value
   t = config.train
   with config.unlocked():
     config.configurations = {"train": t.configuration}
-  env = study.setup(config, cross_ok=False)
+  env = pipeline.setup(config, cross_ok=False)
   student, task, pool = env.student, env.task, env.task.problems
   out = pathlib.Path(_WORKDIR.value) / "train"
   ckpts = state_lib.Checkpoints(out / "checkpoints", identity={})
@@ -47,7 +47,7 @@ def main(_):
   held = [pool[i] for i in loop.train_and_held_out(len(pool), t.eval_questions, config.seed).held_out][:_N.value]
   keys = evaluate.eval_keys(config.seed, len(held), t.eval_samples).reshape(len(held), t.eval_samples)[:, 0]
   c = config.sampling
-  from opd_jax import sampling  # pylint: disable=g-import-not-at-top
+  from opd_jax.decode import sampling  # pylint: disable=g-import-not-at-top
   got = sampling.sample(model, [env.chat(task.prompt(p)) for p in held], keys=keys, max_new_tokens=c.max_new_tokens,
                         temperature=c.temperature, top_p=c.top_p, top_k=c.top_k)
   _, texts, rewards = evaluate.grade(model.tokenizer, task, held, got, grade_truncated=config.task.grade_truncated)

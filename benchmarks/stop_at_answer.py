@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from opd_jax import main  # pylint: disable=g-import-not-at-top,wrong-import-position
-from opd_jax import targeted  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.study import targeted  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _ORIGINAL = targeted._continue  # pylint: disable=protected-access
 STATS = {"continuations": 0, "tokens_cut": 0, "tokens_full": 0, "reward_diffs": 0, "calls": 0}

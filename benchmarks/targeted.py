@@ -4,7 +4,7 @@
   python benchmarks/targeted.py --branches=8 --prefix=64 --continuation=8 --reps=3
   python benchmarks/targeted.py --model=random:qwen3-0.6b --dtype=bfloat16 --branches=128   # GPU
 
-Both sides are ours (the sampler of `opd_jax.sampling`), on the same model, tokens, keys and row ids:
+Both sides are ours (the sampler of `opd_jax.decode.sampling`), on the same model, tokens, keys and row ids:
   reuse      `sampling.prefill_sequences` once on the shared context, then `sampling.branch` for the branches
              (--batch per call): the study's path (`targeted.ModelPolicy`).
   reprefill  `sampling.sample` with prompts = context + forced token, --batch branches per call: every branch
@@ -32,7 +32,7 @@ from benchmarks import harness  # pylint: disable=g-import-not-at-top
 def worker(args):
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from opd_jax import sampling  # pylint: disable=g-import-not-at-top
+  from opd_jax.decode import sampling  # pylint: disable=g-import-not-at-top
   model = harness.ours_model(args.model, args.dtype)
   P, N, M, bs = args.prefix, args.branches, args.continuation, args.batch
   (text,) = harness.token_rows(model.tokenizer, harness.gsm8k_text(args.data), 1, P - 1 + N,

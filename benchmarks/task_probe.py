@@ -46,7 +46,8 @@ def probe(args, task, name, student, load_s):
   """Samples and prints one JSON line for one (task, template)."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from opd_jax import contexts, sampling  # pylint: disable=g-import-not-at-top
+  from opd_jax.teachers import contexts  # pylint: disable=g-import-not-at-top
+  from opd_jax.decode import sampling
   problems = task.problems[:args.questions]
   prompts = [contexts.render_chat(student.tokenizer, task.prompt(p)) for p in problems]
   rows = [p for p in prompts for _ in range(args.rollouts)]

@@ -6,7 +6,7 @@
 For every (student seed, teacher, divergence) configuration (default 5 x 10 x 4 = 200), measures at the start
 (a) the reach-weighted mean alignment cos(g*, g_D) over nodes (the paper's quantity) and (b) the exact
 first-order gain sum_u reach(u)^2 <g*(u), g_D(u)>, then trains the per-prefix softmax table on the exact
-expected OPD loss (`opd_jax.training.toy`) and measures the exact dJ after 1, 10 and 50 optax steps (sgd, adam).
+expected OPD loss (`opd_jax.validation.toy_training`) and measures the exact dJ after 1, 10 and 50 optax steps (sgd, adam).
 Prints a table per (teacher, divergence) (means over seeds), the Spearman rho of each predictor with each dJ
 with bootstrap intervals over configurations, how the finite-R estimates of (a) and (b) degrade with R, and the
 runtime. Writes configs.csv, spearman.csv and toy_training.png to --out.
@@ -38,8 +38,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from opd_jax import stats
-from opd_jax.training import toy as ttoy
+from opd_jax.estimators import stats
+from opd_jax.validation import toy_training as ttoy
 
 
 def main():

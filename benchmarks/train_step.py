@@ -14,7 +14,7 @@ steps, median. Memory: on CPU the peak RSS during the steps minus the RSS after 
 
 Model FLOPs per step = grad x 2 N_s B (Ps + T) + 2 N_t B (Pt + T) with grad = 2 for LoRA (forward + input
 gradients) and 3 for full fine-tuning, plus one more student forward with --remat (recomputed activations);
-MFU = model FLOPs / s / --peak_flops. The cost model's time is `opd_jax.costs.cost` of
+MFU = model FLOPs / s / --peak_flops. The cost model's time is `opd_jax.cost.estimate.cost` of
 `opd_jax.training.costs.step_calls` for these shapes: the roofline on --accelerator, or its CPU estimate.
 Ends with one JSON line.
 """
@@ -45,13 +45,13 @@ def main(argv=None):
   ap.add_argument("--micro_rows", type=int, default=0, help="rows per micro-batch (accumulated); 0: all --rows")
   ap.add_argument("--reps", type=int, default=3)
   ap.add_argument("--peak_flops", type=float, default=None, help="default: the accelerator's bf16 peak")
-  ap.add_argument("--accelerator", default="cpu", help="name in opd_jax.costs.ACCELERATORS, or cpu")
+  ap.add_argument("--accelerator", default="cpu", help="name in opd_jax.cost.estimate.ACCELERATORS, or cpu")
   ap.add_argument("--json_out", default=None)
   args = ap.parse_args(argv)
 
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from opd_jax import costs  # pylint: disable=g-import-not-at-top
+  from opd_jax.cost import estimate  # pylint: disable=g-import-not-at-top
   from opd_jax.training import costs as train_costs  # pylint: disable=g-import-not-at-top
   from opd_jax.training import lora, state as state_lib, step as step_lib  # pylint: disable=g-import-not-at-top
 
@@ -100,10 +100,10 @@ def main(argv=None):
   Tb = batch.response.shape[1]
   grad = 2 if scale else 3
   flops = (grad + int(bool(args.remat))) * 2 * n_s * B * (Ps + Tb) + 2 * n_t * B * (Ptb + Tb)
-  chip, chips = costs.accelerator(args.accelerator)
+  chip, chips = estimate.accelerator(args.accelerator)
   t_cfg = student.config if teacher is None else teacher.config
   calls = train_costs.step_calls(student.config, t_cfg, B, Ps, Ptb, Tb, lora=bool(scale), remat=bool(args.remat))
-  predicted = costs.cost(calls, chip, chips, cpu_bytes_per_el=np.dtype(args.dtype).itemsize)
+  predicted = estimate.cost(calls, chip, chips, cpu_bytes_per_el=np.dtype(args.dtype).itemsize)
   pred_s = predicted.acc_s if chip else predicted.cpu_s
   peak_flops = args.peak_flops or (chip.peak_flops * chips if chip else None)
   figures = {

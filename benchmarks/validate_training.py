@@ -36,7 +36,7 @@ import pandas as pd  # pylint: disable=g-import-not-at-top,wrong-import-position
 import scipy.stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from configs import validation  # pylint: disable=g-import-not-at-top,wrong-import-position
-from opd_jax import nodes as opd_nodes  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.study import nodes as opd_nodes  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.report import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.report import decision  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -87,8 +87,9 @@ def done(piece: str, data: pathlib.Path) -> bool:
 
 def _job(config, workdir: pathlib.Path, job: str) -> None:
   """What `python -m opd_jax.main` does for a study or train config, in this process (resumes a started run)."""
-  from opd_jax import main, preflight, runs, stages, study  # pylint: disable=g-import-not-at-top,multiple-imports
-  stages.console(progress=config.logging.progress, verbosity=config.logging.verbosity)
+  from opd_jax import main, terminal  # pylint: disable=g-import-not-at-top,multiple-imports
+  from opd_jax.study import preflight, runs, pipeline
+  terminal.console(progress=config.logging.progress, verbosity=config.logging.verbosity)
   if job == "train":
     from opd_jax.training import loop  # pylint: disable=g-import-not-at-top
     loop.validate(config)
@@ -99,11 +100,11 @@ def _job(config, workdir: pathlib.Path, job: str) -> None:
   else:
     preflight.validate(config)
     runs.check_workdir_for(str(workdir), config.to_dict(), "study")
-    print(study.run(config, str(workdir)), flush=True)
+    print(pipeline.run(config, str(workdir)), flush=True)
 
 
 def run_study(block: int, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
-  from opd_jax import preflight  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
   config = validation.get_config(f"{'tiny_' if tiny else ''}study{block}")
   exclude = workdir / "train_pool_questions.json"             # the study shares no question with the trainer
   if not exclude.exists():
@@ -132,7 +133,7 @@ def run_train(name: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) 
 
 def shared_questions(study_config, train_config, study_ids=None) -> set[str]:
   """Question texts of the study's pool (or of its questions `study_ids`) that are also in the trainer's pool."""
-  from opd_jax import preflight  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
   study = {p.question for p in preflight.load_task(study_config).problems if study_ids is None or p.id in study_ids}
   return study & {p.question for p in preflight.load_task(train_config).problems}
 

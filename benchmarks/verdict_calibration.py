@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 
-from opd_jax import stats
+from opd_jax.estimators import stats
 from opd_jax.report import decision
 from opd_jax.report import sequential
 

@@ -38,7 +38,7 @@ def main():
   args = ap.parse_args()
 
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from opd_jax import scoring  # pylint: disable=g-import-not-at-top
+  from opd_jax.decode import scoring  # pylint: disable=g-import-not-at-top
 
   student = harness.ours_model(args.student, args.dtype)
   external = student if args.teacher == "self" else harness.ours_model(args.teacher, args.dtype)

@@ -40,10 +40,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def toy_setup(seed: int = 0):
   """dict of p [M, V], qs (informed, other) [M, V] each, exact P_succ [M, V], prefixes; exact-g* = 0 left out."""
-  from opd_jax import toy  # pylint: disable=g-import-not-at-top
-  student = toy.ToyPolicy.random(vocab=4, horizon=6, scale=2.5, seed=seed)
-  other = toy.ToyPolicy.random(vocab=4, horizon=6, scale=2.5, seed=seed + 100)
-  verify = toy.sum_mod_verifier(3)
+  from opd_jax.validation import exact_toys  # pylint: disable=g-import-not-at-top
+  student = exact_toys.ToyPolicy.random(vocab=4, horizon=6, scale=2.5, seed=seed)
+  other = exact_toys.ToyPolicy.random(vocab=4, horizon=6, scale=2.5, seed=seed + 100)
+  verify = exact_toys.sum_mod_verifier(3)
   V, H = student.vocab, student.horizon
   pre = [list(x) for t in range(H - 1) for x in itertools.product(range(V), repeat=t)]
   p = np.stack([student.probs(x) for x in pre])
@@ -59,7 +59,7 @@ def toy_setup(seed: int = 0):
 
 def estimates(p, qs, s, n):
   """V [.., M], alignment [C, .., M] (NaN -> 0), defined [C, .., M], teacher advantage [C, .., M], P_succ."""
-  from opd_jax import targeted  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import targeted  # pylint: disable=g-import-not-at-top
   shape = s.shape
   flat = lambda a: np.broadcast_to(a, shape).reshape(-1, shape[-1])
   out = [targeted.node_estimates(flat(p), flat(q), flat(s), flat(n), divergence="reverse_kl") for q in qs]
@@ -91,7 +91,8 @@ def policy_check(setup, counts_of, *, keys: int) -> dict:
   """Mean P^ from the toy policy (`targeted.estimate_successes`, uniform R = 4 and weighted mean 2) against the
   exact P_succ: max |z| over the candidates run (a code-path check of the binomial model)."""
   import jax  # pylint: disable=g-import-not-at-top
-  from opd_jax import targeted, toy  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import targeted  # pylint: disable=g-import-not-at-top
+  from opd_jax.validation import exact_toys
   student, p, qs, ps = setup["student"], setup["p"], setup["qs"], setup["ps"]
   rollouts = [(i, x + [0] * (student.horizon - len(x)), [len(x)], np.arange(4)[None])
               for i, x in enumerate(setup["prefixes"])]
@@ -99,7 +100,7 @@ def policy_check(setup, counts_of, *, keys: int) -> dict:
   for name, kw in (("uniform4", {}), ("weighted2", {"weighted": counts_of(2.0)})):
     acc, n = 0.0, None
     for k in range(keys):
-      got = targeted.estimate_successes(student, toy.task_verifier(toy.sum_mod_verifier(3)), [], rollouts, R=4,
+      got = targeted.estimate_successes(student, exact_toys.task_verifier(exact_toys.sum_mod_verifier(3)), [], rollouts, R=4,
                                         key=jax.random.key(2000 + k), max_response_len=student.horizon,
                                         probs=[p[i:i + 1] for i in range(len(p))],
                                         teacher_probs=[[q[i:i + 1] for q in qs] for i in range(len(p))], **kw)
@@ -113,7 +114,7 @@ def policy_check(setup, counts_of, *, keys: int) -> dict:
 
 
 def compare(setup, *, uniform, means, draws: int, min_mass: float, r_max: int = 64, minimum: int = 2) -> dict:
-  from opd_jax import allocation, targeted  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import allocation, targeted  # pylint: disable=g-import-not-at-top
   p, qs, ps = setup["p"], setup["qs"], setup["ps"]
   valid = np.ones(p.shape, bool)
   counts_of = lambda m: allocation.weighted_counts(p, qs, valid, mean=m, minimum=minimum, r_max=r_max,
@@ -155,7 +156,7 @@ def main(argv=None):
   ap.add_argument("--min_mass", type=float, default=0.01, help="budget.allocation_min_mass")
   ap.add_argument("--policy_check", type=int, default=4, help="keys of the toy-policy check (0: skip)")
   args = ap.parse_args(argv)
-  from opd_jax import targeted  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import targeted  # pylint: disable=g-import-not-at-top
   t0 = time.time()
   result = {}
   for seed in [int(x) for x in args.toy_seeds.split(",")]:

@@ -1,9 +1,9 @@
-"""XLA:CPU flags as a lever on matmul speed: `costs.measure_cpu` under each XLA_FLAGS setting, beside PyTorch.
+"""XLA:CPU flags as a lever on matmul speed: `estimate.measure_cpu` under each XLA_FLAGS setting, beside PyTorch.
 
   python benchmarks/xla_flags.py                    # default, oneDNN, XNNPACK, fusion types; 3 rounds (~3 min)
   python benchmarks/xla_flags.py --flags="--xla_cpu_use_xnnpack=true" --rounds=5
 
-The 0.5B student's MLP matmul [M, 896] x [896, 4864] fp32 at every M of `costs.CPU_MATMUL_GFLOPS` (decode
+The 0.5B student's MLP matmul [M, 896] x [896, 4864] fp32 at every M of `estimate.CPU_MATMUL_GFLOPS` (decode
 batches to scoring chunks), GFLOP/s, median of 15 calls per round. Each setting runs in a fresh interpreter
 (XLA reads XLA_FLAGS once); the rounds interleave the settings and PyTorch (`torch.matmul`, the threads JAX
 uses), and the table shows each setting's median over rounds, so host noise hits every side alike. The answer
@@ -22,13 +22,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = ["", "--xla_cpu_use_onednn=true", "--xla_cpu_use_xnnpack=true",
          "--xla_cpu_experimental_xnn_fusion_type=dot", "--xla_cpu_experimental_ynn_fusion_type=dot",
          "--xla_cpu_experimental_onednn_fusion_type=dot"]
-JAX_SIDE = "import json; from opd_jax import costs; print(json.dumps(costs.measure_cpu()))"
+JAX_SIDE = "import json; from opd_jax import costs; print(json.dumps(estimate.measure_cpu()))"
 TORCH_SIDE = """
 import json, os, statistics, time, torch
-from opd_jax import costs
+from opd_jax.cost import estimate
 torch.set_num_threads(os.cpu_count())
 out = {}
-for m in costs.CPU_MATMUL_GFLOPS:
+for m in estimate.CPU_MATMUL_GFLOPS:
   x, w = torch.ones(m, 896), torch.full((896, 4864), 0.01)
   torch.matmul(x, w)
   ts = []

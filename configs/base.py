@@ -20,8 +20,8 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   sampling.temperature, sampling.top_p, sampling.top_k    policy of base rollouts and continuations (temperature
                             >= 0.01: greedy 0 makes every rollout of a question the same)
   sampling.max_new_tokens   response cap; a rollout hitting it is unfinished and gets reward 0
-  configurations            dict name -> "teacher:context:divergence[@x]" (opd_jax/contexts.py)
-  contexts.templates        dict context -> template overriding opd_jax.contexts.TEMPLATES
+  configurations            dict name -> "teacher:context:divergence[@x]" (opd_jax/teachers/contexts.py)
+  contexts.templates        dict context -> template overriding opd_jax.teachers.contexts.TEMPLATES
   budget.questions          questions to study (kept in pool order, see selection)
   budget.rollouts_per_question          base rollouts per question
   budget.node_rollouts_per_question     rollouts that get nodes (balanced correct / incorrect)
@@ -62,7 +62,7 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             answer span (Task.answer_span: reasoning_gym's <answer></answer>) a continuation also
                             stops, finished, where its first answer tag closes, graded on the text up to there: the
                             full response's reward unless it would have written a second closed tag or run into
-                            the cap (then 0) after it (opd_jax/stops.py; docs/performance.md, "Stopping
+                            the cap (then 0) after it (opd_jax/decode/stops.py; docs/performance.md, "Stopping
                             continuations at the answer")
   budget.student_top_k, budget.teacher_top_k   candidate set: sampled token + top-k of p + top-k of each view's q,
                             one set per node for every configuration of the study (manifest.json
@@ -71,7 +71,7 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   budget.question_batch     questions whose base rollouts are sampled in one batch (question_batch x
                             rollouts_per_question rows: larger batches use the hardware better; a block may
                             sample questions that are never needed once budget.questions are selected)
-  budget.looks              the sequential design (opd_jax/looks.py): question counts at which the study looks at its
+  budget.looks              the sequential design (opd_jax/study/looks.py): question counts at which the study looks at its
                             verdict and stops once it is decided (one configuration could be best, or all that
                             could be are equivalent within report.min_effect), e.g. (10, 20, 40); budget.questions
                             is the cap and the last look; error rates hold over the looks (alpha spending,
@@ -85,7 +85,7 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             sampled policy (temperature, top-k, top-p); the tokens table holds
                             raw (T = 1) log-probs and predictors (manifest.json, "schema": "conventions")
   scoring.all_rollouts      score every rollout (True) or only node rollouts (False)
-  scoring.cross_tokenizer   a teacher whose tokenizer differs from the student's reads text (opd_jax/cross.py):
+  scoring.cross_tokenizer   a teacher whose tokenizer differs from the student's reads text (opd_jax/teachers/cross.py):
                             mode "exact" (every teacher tokenization of a candidate's bytes whose path is within
                             `prune` nats of the canonical one, at most max_tree_nodes teacher states per string;
                             the left-out mass bounds the relative error, logged per question; prune=inf: all) |
@@ -95,7 +95,7 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             force=True sends a same-tokenizer teacher that way too (the identity check)
   mesh.data, mesh.model     device mesh of one process (-1: all remaining devices)
   mesh.rules                logical-axis rules (MaxText style) placing params on the mesh: pairs (logical axis,
-                            "data" | "model" | None) replacing the whole table; () = opd_jax.sharding.RULES.
+                            "data" | "model" | None) replacing the whole table; () = opd_jax.decode.sharding.RULES.
                             Logical axes: vocab, embed, q_heads, kv_heads, mlp, layers, norm, head_dim (left out:
                             replicated), e.g. --config.mesh.rules='(("embed", None), ("mlp", "model"))' (no FSDP,
                             MLP tensor-parallel only); a dim the mesh axis does not divide is replicated
@@ -119,7 +119,7 @@ Switching the task (opd_jax/main.py, switch_task): task.template and sampling.ma
 config's own task (task.name as its file sets it: teacher_sweep's answer-only arithmetic template, 16 tokens).
 `--config.task.name=<another>` resets each of them that is not also set on the command line to the default above
 (template "": the task's own, stating its answer format; max_new_tokens 256) and says so in one `note:` line on
-stderr; `--dry_run` prints the rendered first prompt and the caps (opd_jax/checklist.py). A config file's variant
+stderr; `--dry_run` prints the rendered first prompt and the caps (opd_jax/study/checklist.py). A config file's variant
 that switches the task sets both itself.
 """
 import ml_collections

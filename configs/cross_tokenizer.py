@@ -1,4 +1,4 @@
-"""Teachers with another tokenizer: per-token diagnosis across model families (opd_jax/cross.py).
+"""Teachers with another tokenizer: per-token diagnosis across model families (opd_jax/teachers/cross.py).
 
   python -m opd_jax.main --config=configs/cross_tokenizer.py            # Qwen 0.5B student, SmolLM2 teacher: 3.3 min
   python -m opd_jax.main --config=configs/cross_tokenizer.py:reverse    # SmolLM2 student, Qwen 0.5B teacher: 5.3 min*

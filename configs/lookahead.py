@@ -1,4 +1,4 @@
-"""One-step lookahead on a finished study's nodes (issue 13, experiment 2; opd_jax/training/lookahead.py).
+"""One-step lookahead on a finished study's nodes (issue 13, experiment 2; opd_jax/validation/lookahead.py).
 
   python -m opd_jax.main --config=configs/lookahead.py --workdir=/tmp/smoke_la \
       --config.lookahead.study_workdir=/tmp/smoke                        # smoke study: seconds

@@ -1,4 +1,4 @@
 """opd_jax: diagnoses on-policy distillation without training (README.md)."""
-from opd_jax import stages as _stages
+from opd_jax import terminal as _terminal
 
-_stages.quiet_startup()          # before transformers or jax start: their startup chatter off (stages.py)
+_terminal.quiet_startup()        # before transformers or jax start: their startup chatter off (terminal.py)

@@ -1,5 +1,5 @@
 r"""Run a study: `python -m opd_jax.main --config=configs/teacher_sweep.py [--workdir=runs/x] [--dry_run]`
-(`--dry_run --cost_model=h200`: FLOPs, bytes and roofline times per stage on an accelerator, opd_jax/costs.py).
+(`--dry_run --cost_model=h200`: FLOPs, bytes and roofline times per stage on an accelerator, opd_jax/cost/estimate.py).
 
 Override any config field on the command line, e.g. `--config.budget.continuations_per_candidate=64` or
 `--config.student.name=/data/Qwen3-1.7B`; add configurations with `--configuration=mine=self:answer:reverse_kl`
@@ -10,7 +10,7 @@ Override any config field on the command line, e.g. `--config.budget.continuatio
   task                 question source, pool size, prompt template, grading of truncated responses
   chat                 system prompt and chat-template flags
   sampling             the student's policy (temperature, top_p, top_k) and max_new_tokens
-  configurations       name -> "teacher:context:divergence[@x]" (opd_jax/contexts.py)
+  configurations       name -> "teacher:context:divergence[@x]" (opd_jax/teachers/contexts.py)
   contexts             context templates
   budget               questions, rollouts, nodes, candidates, continuations R, batch sizes
   selection            "informative" | "all"
@@ -20,7 +20,7 @@ Override any config field on the command line, e.g. `--config.budget.continuatio
   logging              verbosity and progress bars (may change on resume)
 Multi-host (TPU pods, SLURM): launch one process per host; jax.distributed is initialised from the environment
 and questions are split between processes. Errors print one line `error: ...` and exit 2 (the format of
-opd_jax/stages.py `field_error`: the field, what is wrong, the value, the nearest valid names, the fix), before any
+opd_jax/terminal.py `field_error`: the field, what is wrong, the value, the nearest valid names, the fix), before any
 model loads where they can; a failed start leaves no workdir behind, and a workdir holds one kind of job (study,
 train, lookahead) of one config. Ctrl-C stops with one line and the run resumes from the same command.
 """
@@ -40,7 +40,7 @@ from absl import logging
 from ml_collections import config_flags
 from ml_collections.config_flags import config_flags as config_flags_lib
 
-from opd_jax import stages
+from opd_jax import terminal
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Study config file (configs/*.py[:variant]); fields: "
                                           "configs/base.py.", lock_config=True)
@@ -52,7 +52,7 @@ _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the planned work and an es
 _COST_MODEL = flags.DEFINE_string(
     "cost_model", "", "With --dry_run: also print FLOPs, HBM bytes and roofline times per stage on an accelerator "
     "(h100 | h200 | v5e | v5p, optionally -<chips>, e.g. v5e-64; or cpu), compiling single-step programs on CPU "
-    "without weights (opd_jax/costs.py; tens of seconds).")
+    "without weights (opd_jax/cost/estimate.py; tens of seconds).")
 _REPAIR = flags.DEFINE_bool(
     "repair", False, "A study: first drop the record parts that do not read (truncated, damaged) and compute their "
     "questions again (seeded: the same records), then go on as the same command would.")
@@ -75,7 +75,7 @@ JOBS = tuple(INTERRUPTED_BY_JOB)
 NOTHING_KEPT = ("interrupted: nothing had finished, so the workdir was removed; rerun the same command to start "
                 "again")
 _interrupted_line = INTERRUPTED          # the line of this run's job (set by `main`; read by the watcher thread)
-fail = stages.fail
+fail = terminal.fail
 
 
 def _paths(tree, prefix: str = "config") -> list[str]:
@@ -99,19 +99,19 @@ def unknown_field(config, path: str) -> tuple[str, list[str]] | None:
     if not hasattr(node, "keys") or key not in node.keys():
       done = ["config", *parts[:i]]
       siblings = list(node.keys()) if hasattr(node, "keys") else []
-      near = [".".join([*done, s, *parts[i + 1:]]) for s in stages.nearest(key, siblings)]
+      near = [".".join([*done, s, *parts[i + 1:]]) for s in terminal.nearest(key, siblings)]
       near = [n for n in near if unknown_field(config, n.split(".", 1)[1]) is None] or [
-          ".".join([*done, s]) for s in stages.nearest(key, siblings)]
+          ".".join([*done, s]) for s in terminal.nearest(key, siblings)]
       if not near:
         leaves = _paths(config)
-        near = [p for p in leaves if stages.nearest(parts[-1], [p.rsplit(".", 1)[1]])][:3]
+        near = [p for p in leaves if terminal.nearest(parts[-1], [p.rsplit(".", 1)[1]])][:3]
       return ".".join([*done, key]), near
     node = node[key]
   return None
 
 
 def _override_error(argv) -> str | None:
-  """`stages.field_error`'s line for the first `--config.<field>` override of argv that names no field of the
+  """`terminal.field_error`'s line for the first `--config.<field>` override of argv that names no field of the
   config file (loaded again here: the flag parse failed), or None when all exist or the file does not load."""
   files = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
   if not files:
@@ -137,7 +137,7 @@ def _override_error(argv) -> str | None:
       else:
         fix = ("the fields are documented in configs/base.py" + (" and configs/opd_train.py (config.train)" if
                                                                  "train" in config.keys() else ""))
-      return stages.field_error(arg, f"unknown config field {field!r}", suggest=near, fix=fix)
+      return terminal.field_error(arg, f"unknown config field {field!r}", suggest=near, fix=fix)
   return None
 
 
@@ -149,11 +149,11 @@ def parse_flags(argv):
     if _CONFIG.value is not None:      # loads the file and applies --config.* overrides (a failed load raises here)
       _CONFIG.value.get("name")
   except flags.Error as e:
-    fail(_override_error(argv) or stages.flag_error(e, argv))
+    fail(_override_error(argv) or terminal.flag_error(e, argv))
   except (AttributeError, KeyError, TypeError, ValueError) as e:
-    fail(_override_error(argv) or f"{stages.error_line(str(e)) or e!r} (in --config)")
+    fail(_override_error(argv) or f"{terminal.error_line(str(e)) or e!r} (in --config)")
   except OSError as e:
-    fail(f"--config: {stages.error_line(str(e))}")
+    fail(f"--config: {terminal.error_line(str(e))}")
   return rest
 
 
@@ -233,14 +233,14 @@ def _files(workdir: pathlib.Path) -> set[pathlib.Path]:
 @contextlib.contextmanager
 def failed_start_undone(workdir, enabled: bool = True):
   """Run the block; when it raises (an error, Ctrl-C) having written no file in `workdir` but config.json (the
-  claim a study writes after its models load, or `record_train_config`'s) and the log (stages.LOG_NAME), remove
+  claim a study writes after its models load, or `record_train_config`'s) and the log (terminal.LOG_NAME), remove
   what it added: those files (a log that existed is cut back to its size before), the folders it created, and the
   workdir itself (with the parents it created) when it did not exist before. A failed start leaves no empty
   workdir behind; a run that wrote anything else keeps everything. Off for multi-process runs (another process
   may be writing there).
   """
   workdir = pathlib.Path(workdir)
-  log = workdir / stages.LOG_NAME
+  log = workdir / terminal.LOG_NAME
   log_size = log.stat().st_size if log.is_file() else None
   root = None
   for d in (workdir, *workdir.parents):                   # the top-most folder this run would create
@@ -252,12 +252,12 @@ def failed_start_undone(workdir, enabled: bool = True):
     yield
   except BaseException as e:
     new = _files(workdir) - before
-    own = (pathlib.Path("config.json"), pathlib.Path(stages.LOG_NAME))
+    own = (pathlib.Path("config.json"), pathlib.Path(terminal.LOG_NAME))
     if enabled and workdir.is_dir() and all(p in own or (workdir / p).is_dir() for p in new):
       if isinstance(e, KeyboardInterrupt):               # nothing finished: say so, not "finished ... kept"
         global _interrupted_line
         _interrupted_line = NOTHING_KEPT
-      stages.detach_log()
+      terminal.detach_log()
       if log_size is not None:
         with open(log, "r+b") as f:
           f.truncate(log_size)
@@ -287,9 +287,9 @@ def _log_to(workdir, multi_process: bool) -> None:
     return                                                 # not a folder: the job's own checks say so
   if multi_process:
     import jax  # pylint: disable=g-import-not-at-top
-    stages.attach_log(workdir, f"log.{jax.process_index()}-of-{jax.process_count()}.txt")
+    terminal.attach_log(workdir, f"log.{jax.process_index()}-of-{jax.process_count()}.txt")
   else:
-    stages.attach_log(workdir)
+    terminal.attach_log(workdir)
 
 
 def record_train_config(workdir, config) -> None:
@@ -297,7 +297,7 @@ def record_train_config(workdir, config) -> None:
   `runs.check_workdir_for` compares a rerun with (naming the fields that differ; runs.RESUMABLE_FIELDS may
   change). Written once; left out in a trainer workdir of an older version (train/ without config.json), whose
   checkpoints' config hash (training/state.py) is the only record of its config."""
-  from opd_jax import records  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import records  # pylint: disable=g-import-not-at-top
   workdir = pathlib.Path(workdir)
   if (workdir / "config.json").is_file() or (workdir / "train").is_dir():
     return
@@ -314,10 +314,10 @@ def main(argv):
     fail("--config is required, e.g. --config=configs/teacher_sweep.py")
   job = config.get("job", "study")
   if job not in JOBS:
-    fail(stages.field_error("config.job", f"must be one of {JOBS}", job, choices=JOBS))
+    fail(terminal.field_error("config.job", f"must be one of {JOBS}", job, choices=JOBS))
   _interrupted_line = INTERRUPTED_BY_JOB[job]
   multi_process = bool(_MULTIHOST.value or _COORDINATOR.value)
-  stages.console(progress=config.logging.progress, verbosity=config.logging.verbosity)
+  terminal.console(progress=config.logging.progress, verbosity=config.logging.verbosity)
   summary, workdir = None, _WORKDIR.value
   if job != "lookahead":                                   # a lookahead's task is its study's (config.json)
     note = switch_task(config, _own_task(flags.FLAGS["config"]) or config.task.name,
@@ -333,9 +333,9 @@ def main(argv):
       jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
                                  process_id=_PROCESS_ID.value)
     # pylint: disable=g-import-not-at-top  (after distributed init)
-    from opd_jax import preflight
-    from opd_jax import runs
-    from opd_jax import study
+    from opd_jax.study import preflight
+    from opd_jax.study import runs
+    from opd_jax.study import pipeline
     # pylint: enable=g-import-not-at-top
     workdir = workdir or os.path.join("runs", preflight.check_name(config.name))
     if _REPAIR.value and (job != "study" or _DRY_RUN.value):
@@ -358,7 +358,7 @@ def main(argv):
     if job == "lookahead":                                 # configs/lookahead.py: one-step lookahead on a study
       if _DRY_RUN.value or _COST_MODEL.value:
         raise ValueError("--dry_run and --cost_model plan studies; a lookahead config (job 'lookahead') has no dry run")
-      from opd_jax.training import lookahead  # pylint: disable=g-import-not-at-top
+      from opd_jax.validation import lookahead  # pylint: disable=g-import-not-at-top
       runs.check_workdir_for(workdir, config.to_dict(), "lookahead")
       with failed_start_undone(workdir, enabled=not multi_process):
         _log_to(workdir, multi_process)
@@ -368,21 +368,21 @@ def main(argv):
     if _COST_MODEL.value:
       if not _DRY_RUN.value:
         raise ValueError(f"--cost_model={_COST_MODEL.value} needs --dry_run (it estimates, it does not run)")
-      from opd_jax import costs  # pylint: disable=g-import-not-at-top
-      costs.accelerator(_COST_MODEL.value)                 # a bad name fails before anything prints
+      from opd_jax.cost import estimate  # pylint: disable=g-import-not-at-top
+      estimate.accelerator(_COST_MODEL.value)                 # a bad name fails before anything prints
     if _DRY_RUN.value:
-      from opd_jax import checklist  # pylint: disable=g-import-not-at-top
+      from opd_jax.study import checklist  # pylint: disable=g-import-not-at-top
       print(checklist.describe(config))
       if _COST_MODEL.value:
-        print(costs.describe(config, _COST_MODEL.value))
+        print(estimate.describe(config, _COST_MODEL.value))
       return
     preflight.validate(config)
     runs.check_workdir_for(workdir, config.to_dict(), "study")
     with failed_start_undone(workdir, enabled=not multi_process):
       _log_to(workdir, multi_process)
-      summary = study.run(config, workdir, repair=_REPAIR.value)
+      summary = pipeline.run(config, workdir, repair=_REPAIR.value)
   except KeyboardInterrupt:
-    stages.last_line(_interrupted_line)
+    terminal.last_line(_interrupted_line)
     sys.stdout.flush()
     if _AS_COMMAND:   # records and progress are written atomically: skip a teardown that can crash mid-XLA call
       os._exit(130)
@@ -438,8 +438,8 @@ def exit_on_interrupt() -> None:
 
 def _force_exit() -> None:
   """The `interrupted:` line, this process's workdir locks released (`runs.release_locks`), exit 130 at once."""
-  stages.last_line(_interrupted_line)
-  runs = sys.modules.get("opd_jax.runs")
+  terminal.last_line(_interrupted_line)
+  runs = sys.modules.get("opd_jax.study.runs")
   if runs is not None:
     runs.release_locks()
   os._exit(130)

@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 from opd_jax import main as cli
-from opd_jax import study
+from opd_jax.study import pipeline
 
 
 def _interrupted(*args, **kwargs):
@@ -48,7 +48,7 @@ def run_cli(argv: list[str], module: str = "main") -> dict:
 
 def _child(case: dict) -> dict:
   if case.get("interrupt"):
-    study.run = _interrupted
+    pipeline.run = _interrupted
   return run_cli(case["argv"])
 
 

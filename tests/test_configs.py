@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from test_parity import make_hf_folder  # pylint: disable=g-import-not-at-top
+from tests.models.test_parity import make_hf_folder  # pylint: disable=g-import-not-at-top
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -57,7 +57,8 @@ def test_paper_variant_runs_on_tiny_qwen3_folders(tmp_path):
 
 def test_help_lists_every_top_level_group_and_dry_run_counts_fixed_costs_in_hours(tmp_path, monkeypatch):
   from configs import base, teacher_sweep  # pylint: disable=g-import-not-at-top
-  from opd_jax import main, models, preflight  # pylint: disable=g-import-not-at-top
+  from opd_jax import main, models  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import preflight
   doc = main.__doc__                                        # absl prints it for --help
   assert "configs/base.py" in doc
   for group in base.get_config():
@@ -82,7 +83,7 @@ def test_help_lists_every_top_level_group_and_dry_run_counts_fixed_costs_in_hour
 
 def test_the_dry_run_says_which_model_folders_are_not_on_this_machine(tmp_path):
   from configs import base  # pylint: disable=g-import-not-at-top
-  from opd_jax import checklist  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import checklist  # pylint: disable=g-import-not-at-top
   config = base.get_config()
   assert "not on this machine" not in checklist.describe(config)
   config.student.name = str(tmp_path / "Qwen3-1.7B")         # as :paper's /data/Qwen3-1.7B on a machine without it

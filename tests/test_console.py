@@ -19,13 +19,13 @@ from absl import logging
 from configs import base
 from configs import opd_train
 from configs import teacher_sweep
-from opd_jax import checklist
+from opd_jax.study import checklist
 from opd_jax import main as cli
-from opd_jax import stages
+from opd_jax import terminal
 from opd_jax.report import console
 from opd_jax.training import loop
 from tests import cli_batch
-from tests import test_report
+from tests.report import test_report
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ABSL_PREFIX = re.compile(r"^[IWE]\d{4} ", re.M)
@@ -34,8 +34,8 @@ ABSL_PREFIX = re.compile(r"^[IWE]\d{4} ", re.M)
 @pytest.fixture(autouse=True)
 def _restore_console():
   yield
-  stages.detach_log()
-  stages.ENABLED = True
+  terminal.detach_log()
+  terminal.ENABLED = True
 
 
 def test_switch_task_resets_what_the_config_chose_for_its_own_task():
@@ -87,16 +87,16 @@ def test_clip_keeps_both_ends_on_one_line():
 
 
 def test_console_sends_info_to_the_log_file_and_warnings_between_bars(tmp_path, capsys):
-  stages.console(progress=False)
+  terminal.console(progress=False)
   logging.info("before the log file")
-  path = stages.attach_log(tmp_path)
+  path = terminal.attach_log(tmp_path)
   logging.info("stage x: 1.0 s")
   logging.warning("few questions were informative")
   pylogging.getLogger("jax._src.xla_bridge").info("Unable to initialize backend 'tpu': INTERNAL: no libtpu.so")
   pylogging.getLogger("jax._src.xla_bridge").warning("a real JAX warning")
-  with stages.bar("report"), stages.bar("scoring", total=3) as b:
+  with terminal.bar("report"), terminal.bar("scoring", total=3) as b:
     b.update(1)
-  stages.detach_log()
+  terminal.detach_log()
   err = capsys.readouterr().err
   assert err.splitlines() == ["warning: few questions were informative", "warning: a real JAX warning"]
   assert not ABSL_PREFIX.search(err)
@@ -107,13 +107,13 @@ def test_console_sends_info_to_the_log_file_and_warnings_between_bars(tmp_path, 
 
 
 def test_bars_follow_the_progress_flag(capsys):
-  stages.console(progress=True)
-  with stages.bar("report"):
+  terminal.console(progress=True)
+  with terminal.bar("report"):
     pass
   err = capsys.readouterr().err
   assert re.fullmatch(r"report: \d+\.\d s\n", err)                # a bar without a total shows the time only
-  stages.console(progress=False)
-  with stages.bar("report"), stages.bar("scoring", total=3) as b:
+  terminal.console(progress=False)
+  with terminal.bar("report"), terminal.bar("scoring", total=3) as b:
     b.update(3)
   assert capsys.readouterr().err == ""
 
@@ -126,12 +126,12 @@ class _Terminal(io.StringIO):
 def test_stderr_in_a_file_gets_one_line_per_stage_and_a_terminal_gets_bars(monkeypatch, capsys):
   """Issue 35, item 7: not a terminal, each stage prints one line when it ends, with its count and its measured
   time (no cursor codes, no bar drawn twice), a question block's stages indented under it; on a terminal tqdm draws, and a last line starts below a bar."""
-  stages.console(progress=True)
+  terminal.console(progress=True)
   t0 = time.time()
-  with stages.bar("questions", total=3, unit="q", initial=1, fill=False, leave=True) as q:
-    with stages.bar("loading models"):
+  with terminal.bar("questions", total=3, unit="q", initial=1, fill=False, leave=True) as q:
+    with terminal.bar("loading models"):
       time.sleep(0.2)
-    with stages.bar("assembling x", total=2_000_000, unit="B", unit_scale=True) as b:
+    with terminal.bar("assembling x", total=2_000_000, unit="B", unit_scale=True) as b:
       b.update(1_000_000)                                   # filled to the total on a normal exit
     q.update(1)
   lines = capsys.readouterr().err.splitlines()
@@ -139,18 +139,18 @@ def test_stderr_in_a_file_gets_one_line_per_stage_and_a_terminal_gets_bars(monke
       "  loading models: T s", "  assembling x: 2.00M B in T s", "questions: 2 q in T s"]   # inner ones indented
   loading = float(lines[0].split()[-2])
   assert 0.2 <= loading <= time.time() - t0                 # the stage's own time, not 00:00
-  with pytest.raises(KeyboardInterrupt), stages.bar("scoring", total=3):
+  with pytest.raises(KeyboardInterrupt), terminal.bar("scoring", total=3):
     raise KeyboardInterrupt                                 # an interrupted stage prints no line of its own
   assert capsys.readouterr().err == ""
-  with stages.bar("report"):
+  with terminal.bar("report"):
     pass
   assert capsys.readouterr().err.startswith("report: ")     # back at the top level after the interrupted stage
-  terminal = _Terminal()
-  monkeypatch.setattr(sys, "stderr", terminal)
-  with stages.bar("scoring", total=3) as b:
+  tty = _Terminal()
+  monkeypatch.setattr(sys, "stderr", tty)
+  with terminal.bar("scoring", total=3) as b:
     b.update(1)
-    stages.last_line("interrupted: x")                      # as the interrupt thread prints it over a bar
-  drawn = terminal.getvalue()
+    terminal.last_line("interrupted: x")                      # as the interrupt thread prints it over a bar
+  drawn = tty.getvalue()
   assert "scoring:" in drawn and "\ninterrupted: x\n" in drawn and not drawn.startswith("interrupted")
 
 
@@ -158,7 +158,7 @@ def test_a_bar_without_a_total_is_redrawn_while_its_stage_runs():
   """tqdm redraws on update only: the ticker redraws an elapsed-time bar until its stage ends (issue 35, item 7)."""
   redrawn = threading.Semaphore(0)
   fake = type("Bar", (), {"desc": "loading models", "refresh": lambda self: redrawn.release()})()
-  stop = stages._ticker(fake, every_s=0.01)  # pylint: disable=protected-access
+  stop = terminal._ticker(fake, every_s=0.01)  # pylint: disable=protected-access
   assert redrawn.acquire(timeout=60) and redrawn.acquire(timeout=60)       # redrawn, and again
   stop.set()
 
@@ -167,18 +167,18 @@ def test_the_trainer_honours_progress_false(monkeypatch, tmp_path):
   config = opd_train.get_config("smoke")
   with config.unlocked():
     config.logging.progress = False
-  stages.ENABLED = True
+  terminal.ENABLED = True
 
   def stop(*args, **kwargs):
     raise RuntimeError("stop before the models load")
   monkeypatch.setattr(loop.study, "setup", stop)
   with pytest.raises(RuntimeError, match="stop before"):
     loop.run(config, str(tmp_path))
-  assert stages.ENABLED is False
+  assert terminal.ENABLED is False
 
 
 def test_startup_chatter_is_silenced_and_real_warnings_are_not():
-  code = ("import opd_jax.stages as s; s.console(progress=False); import transformers, jax; jax.devices(); "
+  code = ("import opd_jax.terminal as s; s.console(progress=False); import transformers, jax; jax.devices(); "
           "from absl import logging; logging.warning('kept')")
   for argv in (["-c", code],):
     run = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=60,

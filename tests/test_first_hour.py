@@ -1,11 +1,11 @@
 """A newcomer's first hour (issue 27, items 1, 4, 6, 7): every bad input of the table below exits 2 with exactly
-one `error:` line naming the field (one format: opd_jax.stages.field_error), no traceback, no model loaded and no
+one `error:` line naming the field (one format: opd_jax.terminal.field_error), no traceback, no model loaded and no
 workdir left behind (a workdir that existed is left byte for byte as it was).
 
 All cases run in one interpreter start: `python tests/test_first_hour.py <root> <results.json>` builds the inputs
 under <root> (fabricated workdirs and model files: no study or trainer runs), then runs each case's command line
 (`python -m opd_jax.main` or `python -m opd_jax.report`) in a forked child, two at a time, with every model load
-refused (`study.load_model` raises): a case that reached a load would show that error instead of its own.
+refused (`pipeline.load_model` raises): a case that reached a load would show that error instead of its own.
 """
 import json
 import os
@@ -299,10 +299,10 @@ def _interrupted(*args, **kwargs):
 
 
 def _child(case: dict) -> dict:
-  from opd_jax import study  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import pipeline  # pylint: disable=g-import-not-at-top
   from opd_jax.training import loop  # pylint: disable=g-import-not-at-top
   from tests import cli_batch  # pylint: disable=g-import-not-at-top
-  study.load_model = _refuse_load
+  pipeline.load_model = _refuse_load
   if case["interrupt"] == "train":
     loop.run = _interrupted
   return cli_batch.run_cli(case["argv"], case["module"])
@@ -312,8 +312,8 @@ def run_batch(root: pathlib.Path, results_path: pathlib.Path, parallel: int = 2)
   """Every case in a forked child (`parallel` at a time); results: id -> code, stderr, and whether the case's
   input workdir was left unchanged and its paths absent."""
   from opd_jax import main  # pylint: disable=g-import-not-at-top,unused-import  (imported once, before the forks)
-  from opd_jax import preflight  # pylint: disable=g-import-not-at-top,unused-import
-  from opd_jax import study  # pylint: disable=g-import-not-at-top,unused-import
+  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top,unused-import
+  from opd_jax.study import pipeline  # pylint: disable=g-import-not-at-top,unused-import
   from opd_jax.report import build  # pylint: disable=g-import-not-at-top,unused-import
   from opd_jax.training import loop  # pylint: disable=g-import-not-at-top,unused-import
   make_inputs(root / "inputs")
@@ -373,21 +373,21 @@ def test_bad_input_fails_in_one_line_naming_the_cause(results, cid):
 
 
 def test_field_error_shapes():
-  from opd_jax import stages  # pylint: disable=g-import-not-at-top
-  assert stages.field_error("config.seed", "must be an integer >= 0", -3) == ("config.seed must be an integer >= 0, "
+  from opd_jax import terminal  # pylint: disable=g-import-not-at-top
+  assert terminal.field_error("config.seed", "must be an integer >= 0", -3) == ("config.seed must be an integer >= 0, "
                                                                               "got -3")
-  assert (stages.field_error("config.report.target", "must be 'incorrect', 'correct' or 'all'", "incorect",
+  assert (terminal.field_error("config.report.target", "must be 'incorrect', 'correct' or 'all'", "incorect",
                              choices=("incorrect", "correct", "all"), fix="see configs/base.py") ==
           "config.report.target must be 'incorrect', 'correct' or 'all', got 'incorect'; did you mean 'incorrect' or "
           "'correct'? see configs/base.py")
-  assert (stages.field_error("--x", "unknown flag", suggest=["--y"], fix="see --help") ==
+  assert (terminal.field_error("--x", "unknown flag", suggest=["--y"], fix="see --help") ==
           "--x: unknown flag; did you mean --y? see --help")
-  assert stages.field_error("f", "bad", "a\nb", fix="fix") == "f: bad, got 'a\\nb'; fix"        # one line, always
+  assert terminal.field_error("f", "bad", "a\nb", fix="fix") == "f: bad, got 'a\\nb'; fix"        # one line, always
 
 
 def test_config_difference_agrees_with_the_config_hash():
   """Fields differ exactly when records.config_hash differs (JSON: a tuple equals its list), leaves named."""
-  from opd_jax import records  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import records  # pylint: disable=g-import-not-at-top
   old = {"mesh": {"rules": [], "data": -1}, "seed": 0, "train": {"steps": 3, "optim": {"lr": 1e-4}}}
   pairs = [({"mesh": {"rules": (), "data": -1}}, []), ({"seed": 3}, ["seed"]),
            ({"train": {"steps": 9, "optim": {"lr": 1e-3}}}, ["train.optim.lr", "train.steps"]),
@@ -403,7 +403,7 @@ def test_template_check_refuses_exactly_the_placeholders_a_context_leaves_unfill
   """Each context x placeholder: `check_templates` refuses it iff `context_message` (called as the study calls it)
   leaves it verbatim or empty; the default templates and literal braces pass."""
   import types  # pylint: disable=g-import-not-at-top
-  from opd_jax import contexts  # pylint: disable=g-import-not-at-top
+  from opd_jax.teachers import contexts  # pylint: disable=g-import-not-at-top
   from opd_jax.tasks import base as task_base  # pylint: disable=g-import-not-at-top
   task = types.SimpleNamespace(name="gsm8k", prompt=lambda p: p.question)
   problem = task_base.Problem(id="q", question="What is 2 + 2?", answer="4", solution="2 + 2 = 4")

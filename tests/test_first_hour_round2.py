@@ -12,13 +12,13 @@ import pytest
 
 from configs import smoke
 from opd_jax import main
-from opd_jax import records
+from opd_jax.study import records
 from opd_jax import report
-from opd_jax import stats
+from opd_jax.estimators import stats
 from opd_jax.report import console
 from opd_jax.report import decision
-from test_report_decision import planted      # pylint: disable=g-bad-import-order
-from test_report_decision import three_configs   # pylint: disable=g-bad-import-order
+from tests.report.test_report_decision import planted      # pylint: disable=g-bad-import-order
+from tests.report.test_report_decision import three_configs   # pylint: disable=g-bad-import-order
 
 
 def _study(workdir, nodes, name="teacher_sweep"):

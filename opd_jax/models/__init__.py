@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from opd_jax import sharding
+from opd_jax.decode import sharding
 from opd_jax.models import checkpoints
 from opd_jax.models import decoder
 from opd_jax.models import tokenizer

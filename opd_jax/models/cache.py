@@ -24,7 +24,7 @@ import shutil
 import ml_dtypes
 import numpy as np
 
-from opd_jax import stages
+from opd_jax import terminal
 from opd_jax.models import decoder
 from opd_jax.models.model import resolve_dtype
 
@@ -116,7 +116,7 @@ def file_sha256(path: str | os.PathLike) -> str:
     if (m["path"], m["size"], m["mtime_ns"]) == (str(path.resolve()), st.st_size, st.st_mtime_ns):
       return m["sha256"]
   h = hashlib.sha256()
-  with open(path, "rb") as f, stages.bar(f"hashing {path.name}", total=st.st_size, unit="B", unit_scale=True) as bar:
+  with open(path, "rb") as f, terminal.bar(f"hashing {path.name}", total=st.st_size, unit="B", unit_scale=True) as bar:
     while block := f.read(1 << 24):
       h.update(block)
       bar.update(len(block))

@@ -16,7 +16,7 @@ import os
 import pathlib
 from typing import Any
 
-from opd_jax import stages
+from opd_jax import terminal
 from opd_jax.models import cache
 from opd_jax.models import decoder
 from opd_jax.models import gguf_file
@@ -128,10 +128,10 @@ def _peek_preset_header(name: str) -> tuple[decoder.Config, Any] | None:
   """`peek` of a preset not yet converted: config and tokenizer from the header in its first part (None where
   the header, or a tensor the config reads, runs past that part). Writes nothing to the cache. Read once per
   process (~10 s for a 151k-token vocabulary; the plan, the checks and the checklist all ask), under a progress
-  line (`stages.bar`)."""
+  line (`terminal.bar`)."""
   preset = PRESETS[name]
   if preset not in _headers:
-    with stages.bar(f"reading the header of {name}"):
+    with terminal.bar(f"reading the header of {name}"):
       _headers[preset] = _read_preset_header(name)
   return _headers[preset]
 

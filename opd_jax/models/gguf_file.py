@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 import tokenizers
 
-from opd_jax import stages
+from opd_jax import terminal
 from opd_jax.models import cache
 from opd_jax.models import decoder
 from opd_jax.models import hf
@@ -176,7 +176,7 @@ def _convert_gguf_params(reader, config: decoder.Config, dtype: str, path: pathl
   cache.count_conversion()
   np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
   leaves = nnx.to_flat_state(decoder.abstract(config, False, dtype)[1])
-  with stages.bar(f"converting {path.name}", total=len(leaves), unit="tensor") as bar:
+  with terminal.bar(f"converting {path.name}", total=len(leaves), unit="tensor") as bar:
     for key_path, var in leaves:   # file-backed: the converted params never sit in anonymous memory
       key, _ = decoder.leaf_key(key_path)
       shape = tuple(var.get_value().shape)
@@ -224,7 +224,7 @@ def load_gguf(path: str | os.PathLike, *, dtype=None, name: str | None = None, s
   with cache.locked(cdir):
     reader = None
     if not (cdir / "meta.json").is_file() or (tokenizer is None and not (cdir / "tokenizer.json").is_file()):
-      with stages.bar(f"reading the header of {path.name}"):            # ~10 s for a 151k-token vocabulary
+      with terminal.bar(f"reading the header of {path.name}"):            # ~10 s for a 151k-token vocabulary
         reader = _gguf_reader(path)
         info, tok_json = _convert_gguf_meta(reader, path, with_tokenizer=tokenizer is None)
       cdir.mkdir(parents=True, exist_ok=True)

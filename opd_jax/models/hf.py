@@ -23,7 +23,7 @@ from flax import nnx
 import safetensors
 import transformers
 
-from opd_jax import stages
+from opd_jax import terminal
 from opd_jax.models import cache
 from opd_jax.models import decoder
 from opd_jax.models import model as model_lib
@@ -222,7 +222,7 @@ def load_hf(folder: str | os.PathLike, *, dtype=None, shardings=None, layout: st
   config = model_lib.with_real_ids(config, tok, str(folder))
   cache.count_conversion()
   n_leaves = len(nnx.to_flat_state(decoder.abstract(config, model_lib.check_layout(layout) == "layered")[1]))
-  with stages.bar(f"converting {folder.name}", total=n_leaves, unit="tensor") as bar:
+  with terminal.bar(f"converting {folder.name}", total=n_leaves, unit="tensor") as bar:
     def read(key, index, shape, np_dtype):
       bar.update(1)
       return names.leaf(config, tensor, "hf", key, index, shape, np_dtype, str(folder))

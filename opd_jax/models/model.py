@@ -16,7 +16,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from opd_jax import sharding as sharding_lib
+from opd_jax.decode import sharding as sharding_lib
 from opd_jax.models import decoder
 from opd_jax.models import tokenizer as tokenizer_lib
 

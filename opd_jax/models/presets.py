@@ -11,7 +11,7 @@ import pathlib
 import shutil
 import tempfile
 
-from opd_jax import stages
+from opd_jax import terminal
 from opd_jax.models import cache
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +74,7 @@ def preset_file(name: str) -> tuple[pathlib.Path, str]:
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         h = hashlib.sha256()
         with cache.removed_on_error(tmp), open(tmp, "wb") as out, \
-            stages.bar(f"assembling {name}", total=size, unit="B", unit_scale=True) as bar:
+            terminal.bar(f"assembling {name}", total=size, unit="B", unit_scale=True) as bar:
           for part in parts:              # stream the parts: never more than one block in memory
             with open(part, "rb") as f:
               while block := f.read(1 << 24):

@@ -105,7 +105,7 @@ class ByteVocab:
       first pre-token any of them changes, or of the last one. For regex splits without lookbehind (Qwen2,
       Llama 3, GPT-2, SmolLM2), a continuation changes only pre-tokens whose match ran into the end of the
       text, and its first character (its first two for the contractions) decides whether it does: tested on
-      random texts and continuations against the real tokenizers (tests/test_cross_bytes.py);
+      random texts and continuations against the real tokenizers (tests/teachers/test_cross_bytes.py);
     - a non-special added token (Qwen2.5's "<tool_call>") is matched in the text before the split: when the text
       ends with the beginning of one, s is at most the stable start of the text before it; pre-tokens start
       after the last whole one.

@@ -5,12 +5,12 @@ With several studies (--workdir repeated, or a glob such as --workdir='runs/*'),
 `<out>/comparison.html` and `<out>/comparison.csv` (compare.write; --out is required). Studies whose candidate sets
 are formed differently (manifest.json "candidate_set": other views or top-k) are refused unless
 --allow_unlike_candidates, and then flagged (a `warning:` line; report/compare.py). Errors print one line
-`error: ...` (opd_jax.stages.field_error's format, as `python -m opd_jax.main`) and exit 2."""
+`error: ...` (opd_jax.terminal.field_error's format, as `python -m opd_jax.main`) and exit 2."""
 from absl import app
 from absl import flags
 
-from opd_jax import runs
-from opd_jax import stages
+from opd_jax.study import runs
+from opd_jax import terminal
 from opd_jax.report import build
 from opd_jax.report import cli
 from opd_jax.report import compare
@@ -40,9 +40,9 @@ flags.mark_flag_as_required("workdir")
 
 def main(argv) -> None:
   if len(argv) > 1:
-    stages.fail(f"unexpected arguments {argv[1:]}; flags are --name=value, e.g. --workdir=runs/x (see --help)")
+    terminal.fail(f"unexpected arguments {argv[1:]}; flags are --name=value, e.g. --workdir=runs/x (see --help)")
   f = flags.FLAGS
-  stages.console(progress=cli.progress(f.workdir))
+  terminal.console(progress=cli.progress(f.workdir))
   try:
     cli.check_flags(f)
     workdirs = compare.expand(f.workdir)
@@ -50,7 +50,7 @@ def main(argv) -> None:
       runs.check_json_files(w)
     if len(workdirs) > 1 or f.out:
       if not f.out:
-        raise ValueError(stages.field_error("--out", f"is required to compare {len(workdirs)} studies",
+        raise ValueError(terminal.field_error("--out", f"is required to compare {len(workdirs)} studies",
                                             fix="pass --out=<directory>, or one --workdir for its own report"))
       table, verdicts = compare.write(workdirs, f.out, target=f.target, n_boot=f.n_boot, seed=f.seed,
                                       allow_unlike_candidates=f.allow_unlike_candidates)
@@ -68,7 +68,7 @@ def main(argv) -> None:
                         min_effect=f.min_effect, estimand=estimand,
                         **cli.sequential_look(workdirs[0], f.min_effect, estimand))
   except (OSError, ValueError) as e:
-    stages.fail(e)
+    terminal.fail(e)
   print(console.results_text(workdirs[0]))        # the verdict, the table and where the files are (not summary.md)
 
 
@@ -77,7 +77,7 @@ def parse_flags(argv):
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
-    stages.fail(stages.flag_error(e, argv))
+    terminal.fail(terminal.flag_error(e, argv))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pandas as pd
 
-from opd_jax import records
-from opd_jax import stats
+from opd_jax.study import records
+from opd_jax.estimators import stats
 from opd_jax.report import ceiling
 from opd_jax.report import common
 from opd_jax.report import decision

@@ -12,7 +12,7 @@ shrinkage would invent noise the continuations never showed; at a fixed-outcome 
 Measured error (benchmarks/ceiling_check.py: mean estimate - mean exact E cos(g*_R, g*) over a toy's nodes, at
 R = 4 / 8 / 16): project toy -0.022 / -0.027 / -0.035, peaked +0.000 / -0.012 / -0.009, parity (V = 3, mod 2)
 -0.108 / -0.094 / -0.050, flat (scale 1) +0.183 / +0.150 / +0.107; fixed-outcome nodes 0 (-0.002 to -0.179
-before the unanimous rule). Within 0.05 on the project's toy (tests/test_report_stats.py), not in general: the
+before the unanimous rule). Within 0.05 on the project's toy (tests/estimators/test_stats.py), not in general: the
 sign and size depend on the toy (the prior shrinks P_succ toward 1/2, not the spread of P_succ over C(u); flat
 toys, where |g*| is small, come out too high).
 An alignment averaged over nodes cannot exceed roughly this ceiling even for a perfect distillation direction.
@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import pandas as pd
 
-from opd_jax import gradients
+from opd_jax.estimators import gradients
 
 PRIOR = 0.5   # Jeffreys: Beta(1/2, 1/2)
 

@@ -8,9 +8,9 @@ import pathlib
 
 import ml_collections
 
-from opd_jax import looks
-from opd_jax import records
-from opd_jax import stages
+from opd_jax.study import looks
+from opd_jax.study import records
+from opd_jax import terminal
 from opd_jax.report import decision
 from opd_jax.report import sequential
 
@@ -22,24 +22,24 @@ def check_flags(f) -> None:
   """Flag values that need no records, checked before any is read.
 
   Raises:
-    ValueError: `stages.field_error`'s line naming the flag.
+    ValueError: `terminal.field_error`'s line naming the flag.
   """
   if f.target not in TARGETS:
-    raise ValueError(stages.field_error("--target", "must be 'incorrect', 'correct' or 'all'", f.target,
+    raise ValueError(terminal.field_error("--target", "must be 'incorrect', 'correct' or 'all'", f.target,
                                         choices=TARGETS))
   if f.n_boot < 1:
-    raise ValueError(stages.field_error("--n_boot", "must be an integer >= 1", f.n_boot))
+    raise ValueError(terminal.field_error("--n_boot", "must be an integer >= 1", f.n_boot))
   if f.seed < 0:
-    raise ValueError(stages.field_error("--seed", "must be an integer >= 0", f.seed))
+    raise ValueError(terminal.field_error("--seed", "must be an integer >= 0", f.seed))
   if f.pages < 0:
-    raise ValueError(stages.field_error("--pages", "must be an integer >= 0 (0: no per-token pages)", f.pages))
+    raise ValueError(terminal.field_error("--pages", "must be an integer >= 0 (0: no per-token pages)", f.pages))
   if f.colour_by not in records.PREDICTORS:
-    raise ValueError(stages.field_error("--colour_by", f"must be one of {records.PREDICTORS}", f.colour_by,
+    raise ValueError(terminal.field_error("--colour_by", f"must be one of {records.PREDICTORS}", f.colour_by,
                                         choices=records.PREDICTORS))
   if not (math.isfinite(f.min_effect) and f.min_effect >= 0):
-    raise ValueError(stages.field_error("--min_effect", "must be a finite number >= 0 (0: not asked)", f.min_effect))
+    raise ValueError(terminal.field_error("--min_effect", "must be a finite number >= 0 (0: not asked)", f.min_effect))
   if f.estimand is not None and f.estimand not in decision.ESTIMANDS:
-    raise ValueError(stages.field_error("--estimand", f"must be one of {tuple(decision.ESTIMANDS)}", f.estimand,
+    raise ValueError(terminal.field_error("--estimand", f"must be one of {tuple(decision.ESTIMANDS)}", f.estimand,
                                         choices=tuple(decision.ESTIMANDS)))
 
 
@@ -52,13 +52,13 @@ def token_decoder(name: str):
   path = pathlib.Path(name).expanduser()
   fix = "pass an HF folder holding the student's tokenizer files (tokenizer.json, tokenizer_config.json)"
   if not path.exists() and (os.sep in name or name.startswith((".", "~"))):
-    raise ValueError(stages.field_error("--tokenizer", "folder does not exist", name, fix=fix))
+    raise ValueError(terminal.field_error("--tokenizer", "folder does not exist", name, fix=fix))
   from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
   try:
     tok = AutoTokenizer.from_pretrained(name)
   except Exception as e:  # pylint: disable=broad-except  (OSError, ValueError, hub errors, ...)
     cause = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise ValueError(stages.field_error("--tokenizer", f"does not load a tokenizer ({cause})", name,
+    raise ValueError(terminal.field_error("--tokenizer", f"does not load a tokenizer ({cause})", name,
                                         fix=fix)) from None
   return lambda t: tok.decode([t])
 
@@ -93,7 +93,7 @@ def sequential_look(workdir, margin: float, estimand: str = "alignment") -> dict
     return {}
   seq = looks.report_look(config, progress)
   if seq and estimand != "alignment" and not (margin > 0 or float(config.report.get("min_effect", 0.0)) > 0):
-    raise ValueError(stages.field_error(
+    raise ValueError(terminal.field_error(
         "--min_effect", f"must be > 0 with --estimand={estimand} on a sequential study: its equivalence margin is in "
         f"the {estimand}'s units, not the alignment's default {sequential.MARGIN:g}", margin,
         fix="e.g. --min_effect=0.005 (see docs/results.md)"))

@@ -22,7 +22,7 @@ def check_nodes(nodes: pd.DataFrame) -> None:
   missing = [c for c in REQUIRED_COLUMNS if c not in nodes.columns]
   if missing:
     raise ValueError(f"nodes is missing columns {missing} (has {list(nodes.columns)}); pass the node records "
-                     "written by opd_jax.records (pandas.read_parquet('<workdir>/records/nodes'))")
+                     "written by opd_jax.study.records (pandas.read_parquet('<workdir>/records/nodes'))")
   if nodes["correct"].isna().any():
     raise ValueError("nodes.correct has missing values; every node needs its rollout's correctness (reward == 1)")
   key = ["config_id", *NODE_KEY]

@@ -17,7 +17,7 @@ import os
 
 import pandas as pd
 
-from opd_jax import records
+from opd_jax.study import records
 from opd_jax.report import build
 from opd_jax.report import common
 from opd_jax.report import decision

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from statsmodels.stats.multitest import multipletests
 
-from opd_jax import stats
+from opd_jax.estimators import stats
 from opd_jax.report import common
 from opd_jax.report import sequential
 
@@ -53,7 +53,7 @@ def with_estimand(nodes: pd.DataFrame, estimand: str) -> pd.DataFrame:
     raise ValueError(f"unknown estimand {estimand!r}: one of {', '.join(ESTIMANDS)}")
   if estimand == "alignment":
     return nodes
-  from opd_jax import nodes as node_rows  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import nodes as node_rows  # pylint: disable=g-import-not-at-top
   values = node_rows.estimates_from_rows(nodes)[estimand]
   return nodes.assign(alignment=values, degenerate=np.isnan(values) & nodes["degenerate"].to_numpy(bool))
 

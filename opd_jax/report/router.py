@@ -18,8 +18,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from opd_jax import records
-from opd_jax import stats
+from opd_jax.study import records
+from opd_jax.estimators import stats
 from opd_jax.report import common
 
 

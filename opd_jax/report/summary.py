@@ -1,15 +1,15 @@
 """summarize: one row per (configuration, correctness group) with counts, means and cluster intervals.
 
 paper.md, "Where opd_jax goes further": every mean comes with a cluster-bootstrap interval over questions
-(opd_jax.stats.cluster_bootstrap_ci); the power rule counts questions as well as nodes (common.underpowered).
+(opd_jax.estimators.stats.cluster_bootstrap_ci); the power rule counts questions as well as nodes (common.underpowered).
 """
 import math
 
 import numpy as np
 import pandas as pd
 
-from opd_jax import records
-from opd_jax import stats
+from opd_jax.study import records
+from opd_jax.estimators import stats
 from opd_jax.report import common
 
 
@@ -108,7 +108,7 @@ def summarize(nodes: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, min_nod
     ci_level, min_nodes, min_questions: the arguments (so that the table is self-describing).
 
   Args:
-    nodes: the node records (schema: opd_jax.records), one row per (question, rollout, position, config).
+    nodes: the node records (schema: opd_jax.study.records), one row per (question, rollout, position, config).
     n_boot: bootstrap replicates per interval.
     seed: bootstrap seed; the same seed is used for every interval (deterministic summary).
     min_nodes, min_questions: the power rule (common.underpowered).

@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from opd_jax import records
+from opd_jax.study import records
 from opd_jax.report.rollout import colour as _colour
 from opd_jax.report.rollout import selector_spans
 

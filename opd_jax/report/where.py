@@ -9,7 +9,7 @@ import unicodedata
 import numpy as np
 import pandas as pd
 
-from opd_jax import stats
+from opd_jax.estimators import stats
 from opd_jax.report import common
 
 KINDS = ("number", "operator", "word", "format")

@@ -59,7 +59,7 @@ reasoning-gym numeric tasks (`extract_tagged_number`): the last non-empty `<answ
 c), else rules 1-4; only finite decimals reach the dataset's scorer, which reads the first number of what it gets.
 MATH (`last_boxed` + `math_equal`, math_answers.py): math-verify decides, on exact numbers.
 
-The kinds of cases were collected from other graders (tests/test_grading_cases.py): OpenAI grade-school-math's
+The kinds of cases were collected from other graders (tests/tasks/test_grading_cases.py): OpenAI grade-school-math's
 `extract_answer`, lm-evaluation-harness gsm8k "strict-match" (the first number after "The answer is") and
 "flexible-extract" (the last number), hendrycks/math `is_equiv` and `last_boxed_only_string` (`\\boxed 5`,
 `\\fbox`), math-verify, and reasoning-gym's scorers. None of these rules credits a number the text does not give

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.stats
 
-from opd_jax import sampling
+from opd_jax.decode import sampling
 from opd_jax.report import common as report_common
 
 

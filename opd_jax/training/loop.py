@@ -30,13 +30,13 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from opd_jax import contexts
-from opd_jax import preflight
-from opd_jax import records
-from opd_jax import sampling
-from opd_jax import sharding
-from opd_jax import stages
-from opd_jax import study
+from opd_jax.teachers import contexts
+from opd_jax.study import preflight
+from opd_jax.study import records
+from opd_jax.decode import sampling
+from opd_jax.decode import sharding
+from opd_jax import terminal
+from opd_jax.study import pipeline
 from opd_jax.report import console
 from opd_jax.tasks import grading
 from opd_jax.training import evaluate
@@ -178,13 +178,13 @@ def run(config, workdir: str) -> str:
       error of the study's setup (models, task, contexts), before anything is trained.
   """
   validate(config)
-  stages.ENABLED = bool(config.logging.progress)       # the bars (one flag for every job: stages.console)
+  terminal.ENABLED = bool(config.logging.progress)       # the bars (one flag for every job: terminal.console)
   t = config.train
   out = pathlib.Path(workdir) / "train"
   out.mkdir(parents=True, exist_ok=True)
   with config.unlocked():
     config.configurations = {"train": t.configuration}
-  env = study.setup(config, cross_ok=False)   # another tokenizer: refused at the load where headers were not cheap
+  env = pipeline.setup(config, cross_ok=False)   # another tokenizer: refused at the load where headers were not cheap
   conf = env.confs[0]
   task, pool = env.task, env.task.problems
   data = train_and_held_out(len(pool), t.eval_questions, config.seed)
@@ -243,7 +243,7 @@ def run(config, workdir: str) -> str:
   if before_path.exists():
     before = np.load(before_path)
   else:
-    with stages.bar("evaluation before training"):
+    with terminal.bar("evaluation before training"):
       before = evaluate_now()
     records.atomic_write_bytes(before_path, _npy(before))
   records.atomic_write_json(out / "eval_questions.json", [p.id for p in held])   # the rows of eval_*.npy
@@ -256,7 +256,7 @@ def run(config, workdir: str) -> str:
           if json.loads(line)["step"] <= start]   # a resumed run rewrites the steps after its checkpoint
   records.atomic_write_bytes(samples_path, "".join(line + "\n" for line in kept).encode())
   try:
-    with stages.bar("training", total=t.steps - start, unit="step") as bar:
+    with terminal.bar("training", total=t.steps - start, unit="step") as bar:
       for s in range(start, t.steps):
         t0 = time.time()
         qs = step_questions(data, s, t.batch_questions)
@@ -289,7 +289,7 @@ def run(config, workdir: str) -> str:
         metrics.append({"step": s + 1, **m, "train_reward": float(np.mean(rewards)),
                         "response_tokens": float(np.mean(got.lengths)), "seconds": time.time() - t0})
         if (s + 1) % t.eval_every == 0 or s + 1 == t.steps:
-          with stages.bar(f"evaluation at step {s + 1}"):
+          with terminal.bar(f"evaluation at step {s + 1}"):
             after = evaluate_now()
           records.atomic_write_bytes(out / f"eval_step{s + 1}.npy", _npy(after))   # [Q, S] rewards, as before's
           paired = evaluate.paired_difference(before, after)

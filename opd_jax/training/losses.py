@@ -1,6 +1,6 @@
 """Per-token on-policy distillation losses on the full vocabulary, chunked over positions (issue 13, item 1).
 
-Every divergence of the registry (`opd_jax/distillation.py`: reverse KL, forward KL, JSD_beta in GKD/TRL's
+Every divergence of the registry (`opd_jax/estimators/divergences.py`: reverse KL, forward KL, JSD_beta in GKD/TRL's
 convention, the sampled-token advantage of tinker-cookbook / Thinking Machines' OPD, the clipped reverse KL, the
 top-k reverse KL, and whatever a fork adds) is applied per response position t over the whole vocabulary
 (C(u) = V) to the study's p and q (paper.md, "Policy"; one definition for the study, the trainer and the
@@ -14,12 +14,12 @@ both as log-probabilities (log_softmax in fp32): every log term of the loss is f
 probabilities, so a loss is exact in fp32 at any logit gap (`distillation` module docstring). The backward pass
 is the registry's direction g = -dLoss/du with respect to the policy's logits u = log p, taken back to the raw
 logits through the policy map: -dloss_t / dz_t = J^T g (for T = 1 without truncation exactly
-`gradients.distillation_gradient(divergence, p_t, q_t, ...)`; tests/test_losses.py).
+`gradients.distillation_gradient(divergence, p_t, q_t, ...)`; tests/training/test_losses.py).
 
 Memory: the output heads run inside a chunk of `chunk` positions (a `lax.scan` over chunks whose body is
 `jax.checkpoint`ed), so at most [B, chunk, V] logits exist at once, in the forward pass and in the backward pass
 (which recomputes a chunk's logits from its hidden states); never a [B, T, V] array. The backward pass through
-the loss is the registry's direction (`distillation.direction`: the closed form where registered, else -jax.grad
+the loss is the registry's direction (`divergences.direction`: the closed form where registered, else -jax.grad
 of the loss), so a teacher equal to the student gives exactly zero loss and zero gradients.
 
 The functions are pure and traceable: call them inside the trainer's `jax.jit` over the model state, with heads
@@ -33,8 +33,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from opd_jax import distillation
-from opd_jax import sampling
+from opd_jax.estimators import divergences
+from opd_jax.decode import sampling
 
 Head = Callable[[jax.Array], jax.Array] | jax.Array
 
@@ -77,7 +77,7 @@ def check_policies(policy: sampling.SamplingParams | None, teacher_policy: sampl
                                      or teacher_policy.top_p < 1.0):
     raise ValueError("the teacher q is softmax(z_q / T_q) with T_q > 0 and never truncated "
                      "(config.scoring.teacher_temperature)")
-  name, _ = distillation.parse(divergence, where=field)
+  name, _ = divergences.parse(divergence, where=field)
   if name == "forward_kl" and policy is not None and (policy.top_k or policy.top_p < 1.0):
     raise ValueError(f"{field}: forward_kl is infinite under a truncated policy (config.sampling.top_k="
                      f"{policy.top_k}, top_p={policy.top_p}): the teacher puts mass on tokens the student cannot "
@@ -102,7 +102,7 @@ def token_losses(student_hidden: jax.Array, student_head: Head, teacher_hidden: 
     teacher_head: the teacher's head, as student_head.
     tokens: [B, T] int the sampled response token y_t at each position (used by sampled-token divergences).
     divergence: a registry spec `name[@param]`, e.g. "reverse_kl", "jsd@0.5", "clipped_reverse_kl@0.5",
-      "topk_reverse_kl@8" (`distillation.parse`).
+      "topk_reverse_kl@8" (`divergences.parse`).
     chunk: positions per chunk (> 0); the peak logits array is [B, chunk, V].
     vocab_size: keep only the first vocab_size logits on both sides (the tokenizer's real tokens when the two
       embeddings are padded to different sizes); None: both heads must give the same V.
@@ -116,9 +116,9 @@ def token_losses(student_hidden: jax.Array, student_head: Head, teacher_hidden: 
     ValueError: unknown divergence or bad parameter (naming `field` and the registered names), chunk <= 0,
       mismatched shapes, vocabulary sizes that differ, or policies without an objective (`check_policies`).
   """
-  name, options = distillation.parse(divergence, where=field)
+  name, options = divergences.parse(divergence, where=field)
   check_policies(policy, teacher_policy, divergence, field=field)
-  div = distillation.REGISTRY[name]
+  div = divergences.REGISTRY[name]
   if not (isinstance(chunk, int) and chunk > 0):
     raise ValueError(f"chunk must be a positive int (positions per chunk), got {chunk!r}")
   tokens = jnp.asarray(tokens)
@@ -148,7 +148,7 @@ def token_losses(student_hidden: jax.Array, student_head: Head, teacher_hidden: 
   def loss_bwd(res, ct):   # d loss / du = -direction at u = log p (closed form, else autodiff), then J^T to z
     z, lq, y = res
     lp, pull = jax.vjp(lambda z: _logprobs(z, policy), z)
-    g = distillation.direction(name, jnp.exp(lp), jnp.exp(lq), sampled_token=y if div.sampled else None,
+    g = divergences.direction(name, jnp.exp(lp), jnp.exp(lq), sampled_token=y if div.sampled else None,
                                logp=lp, logq=lq, **options)
     (dz,) = pull(-ct[..., None] * g)
     return dz, jnp.zeros_like(lq), None

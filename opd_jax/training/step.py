@@ -27,8 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from opd_jax import sampling
-from opd_jax import scoring
+from opd_jax.decode import sampling
+from opd_jax.decode import scoring
 from opd_jax.models import decoder
 from opd_jax.training import lora
 from opd_jax.training import losses

@@ -1,0 +1,1 @@
+"""Decoding and scoring kernels: sampling, truncation, scoring, sharding, and the stop rules of continuations."""

@@ -1,0 +1,131 @@
+"""The sequential study (issue 33, item 2): look at the verdict after blocks of questions, stop once it is decided.
+
+`budget.looks = (n_1, ..., n_K)`: the study looks when it has selected n_k questions (ascending); the cap
+`budget.questions` is always the last look (appended when missing). At look k the verdict is
+`decision.decide(..., design=design(config), look=k)` on the records of the first n_k selected questions (pool
+order, so a look sees the same questions in a resumed run as in an uninterrupted one); the study stops when it is
+decided (`verdict["decided"]`: one configuration could be best, or every one that could be is equivalent to it
+within the margin `report.min_effect`), else goes on to the next look. The error rates hold over every look
+taken (alpha spending: report/sequential.py). `budget.looks = ()` is the fixed design: one look, at the cap, and
+records exactly as before.
+
+Each look taken is kept in the progress file (`progress["looks"]`: look, questions, decided, decision, line),
+written with the question that reached it; a run killed between a question's records and its look takes the look
+on resume (the records are the same, so is the look). A decided look marks the run done.
+
+One process only: with several processes the questions of a look would depend on how fast each process runs;
+`check` refuses it before any model loads.
+"""
+from __future__ import annotations
+
+import math
+import pathlib
+
+from opd_jax.study import records
+from opd_jax import terminal
+from opd_jax.report import decision
+from opd_jax.report import sequential
+
+
+MIN_LOOK = 2              # below the power rule's 10 questions a look never decides (it is underpowered)
+
+
+def schedule(config) -> tuple[int, ...]:
+  """The question counts at which the study looks, ascending, the cap `budget.questions` last ((cap,) for the
+  fixed design)."""
+  cap = int(config.budget.questions)
+  looks = sorted({int(n) for n in tuple(config.budget.get("looks", ()) or ()) if int(n) < cap})
+  return tuple(looks) + (cap,)
+
+
+# Mean questions at stopping over the cap, measured (benchmarks/verdict_calibration.py --cells=sequential --sims=500,
+# looks 10/20/40/80, two configurations; uniform / geometric nodes per question): a difference of 0.5 paired-node
+# sd stops at 0.51 / 0.65 of the cap, one of 0.3 at 0.78 / 0.86, none at 0.95 / 0.99.
+MEASURED_STOP = {0.5: (0.51, 0.65), 0.3: (0.78, 0.86), 0.0: (0.95, 0.99)}
+
+
+def expected_text(config) -> str:
+  """The plan's line on the sequential design's questions (`MEASURED_STOP`, stated as measured)."""
+  sched = schedule(config)
+  cap, lo = sched[-1], MEASURED_STOP[0.5][0]
+  return (f"sequential: looks at {', '.join(map(str, sched[:-1]))} questions and stops once decided (cap {cap}): "
+          f">= {sched[0]} questions; in the verdict's calibration (looks 10/20/40/80) the mean stop was "
+          f"{lo:.2f}-{MEASURED_STOP[0.5][1]:.2f} of the cap for a large difference, "
+          f"{MEASURED_STOP[0.0][0]:.2f}-{MEASURED_STOP[0.0][1]:.2f} for none (~{math.ceil(lo * cap)}-{cap} here)")
+
+
+def is_sequential(config) -> bool:
+  return len(schedule(config)) > 1
+
+
+def design(config) -> sequential.Design:
+  """The sequential design of a study config (`sequential.Design`): its looks, alpha = 5%, and the equivalence
+  margin `report.min_effect` (`sequential.MARGIN` when 0)."""
+  return sequential.Design(looks=schedule(config), margin=float(config.report.min_effect) or sequential.MARGIN)
+
+
+def check(config, process_count: int) -> None:
+  """Refuses a sequential study across processes (ValueError with the fix), before any model loads."""
+  if is_sequential(config) and process_count > 1:
+    raise ValueError(terminal.field_error(
+        "config.budget.looks", f"needs one process, got {process_count} (a look's questions would depend on the "
+        "processes' speed)", tuple(config.budget.looks), fix="set --config.budget.looks='()' to run the fixed "
+        "design across processes"))
+
+
+def validate(config) -> None:
+  """budget.looks: question counts >= MIN_LOOK, strictly increasing, each <= budget.questions (ValueError in
+  `terminal.field_error`'s format)."""
+  looks = config.budget.get("looks", ())
+  fix = ("e.g. --config.budget.looks='(10, 20, 40)' with budget.questions=80 (the cap is the last look), or () "
+         "for the fixed design")
+  if not isinstance(looks, (tuple, list)) or not all(isinstance(n, int) and not isinstance(n, bool) for n in looks):
+    raise ValueError(terminal.field_error("config.budget.looks", "must be a tuple of question counts", looks, fix=fix))
+  if list(looks) != sorted(set(looks)) or any(n < MIN_LOOK or n > config.budget.questions for n in looks):
+    raise ValueError(terminal.field_error(
+        "config.budget.looks", f"must be strictly increasing counts in [{MIN_LOOK}, budget.questions = "
+        f"{config.budget.questions}]", tuple(looks), fix=fix))
+
+
+def verdict(nodes, config, look: int, final: bool = False, **kwargs) -> dict:
+  """decision.decide at `look` (1-based) of the config's design on `nodes` (its target group and margin)."""
+  d = design(config)
+  return decision.decide(nodes, target=config.report.target, level=1.0 - d.alpha, min_effect=d.margin, design=d,
+                         look=look, final=final, estimand=config.report.get("estimand", "alignment"), **kwargs)
+
+
+def take(workdir: pathlib.Path, config, selected: list[str], look: int) -> dict:
+  """Look `look` (1-based): the verdict on the first schedule(config)[look - 1] selected questions; returns the
+  progress entry {look, questions, decided, decision, line}."""
+  n = schedule(config)[look - 1]
+  nodes = records.read_table(workdir, "nodes")
+  nodes = nodes[nodes["question_id"].isin(set(selected[:n]))].reset_index(drop=True)
+  v = verdict(nodes, config, look, n_boot=200)          # the bootstrap intervals are descriptive: few suffice
+  return {"look": look, "questions": n, "decided": bool(v["decided"]), "decision": v["decision"], "line": v["line"]}
+
+
+def pending(config, selected: list[str], taken: list[dict]) -> list[int]:
+  """Looks (1-based) that `selected` has reached and that were not taken yet, in order; the cap's excluded (the
+  last look is the report itself)."""
+  done = {t["look"] for t in taken}
+  return [k + 1 for k, n in enumerate(schedule(config)[:-1]) if n <= len(selected) and k + 1 not in done]
+
+
+def stopped(taken: list[dict]) -> dict | None:
+  """The decided look that stopped the study, or None."""
+  return next((t for t in taken if t["decided"]), None)
+
+
+def report_look(config, progress: dict) -> dict:
+  """The design arguments of a finished run's report (`report.write_summary`): {design, look, final}. The fixed
+  design is one look (its verdict reads equivalence within the margin too, at the fixed design's level); a
+  sequential one's: the look that stopped it; the last look when it reached the cap; else (the pool ran out
+  first) the look after the ones taken, final, spending what is left."""
+  d, taken = design(config), list(progress.get("looks") or [])
+  stop = stopped(taken)
+  if stop is not None:
+    return {"design": d, "look": stop["look"], "final": False}
+  K = d.n_looks
+  if K == 1 or len(progress.get("selected") or []) >= d.looks[-1]:
+    return {"design": d, "look": K, "final": False}
+  return {"design": d, "look": min(len(taken) + 1, K), "final": True}

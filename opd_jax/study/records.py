@@ -1,0 +1,441 @@
+"""Records: directory datasets of parquet parts, written atomically; resume bookkeeping; config hash.
+
+Layout (design.md, "Records"):
+  <workdir>/config.json            the resolved config
+  <workdir>/manifest.json          schema version, config hash, versions, seeds, checksums, mesh, timings
+  <workdir>/progress.json          questions processed so far (the commit point of resume; runs.py)
+  <workdir>/records/{rollouts,tokens,nodes}/part-<question_id>.parquet
+Read a table whole with `pandas.read_parquet("<workdir>/records/nodes")`.
+
+This module is the one definition of every table's columns, dtypes and meanings (`SCHEMAS`, `describe_schema`),
+of the predictor columns (`PREDICTORS`) and of the reasons an alignment is NaN (`NAN_REASONS`): the study, the
+report and the tests import them from here.
+
+A question's parts are written first (each atomically: temporary file, then rename), then its progress file
+(also atomically: `runs.write_progress`). A run killed anywhere and rerun redoes at most the question in flight,
+whose parts are deterministic, so the records end equal to an uninterrupted run's.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import io
+import json
+import math
+import os
+import pathlib
+import tempfile
+from typing import Any, Mapping
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from opd_jax.estimators import predictors
+from opd_jax.estimators import gradients
+
+SCHEMA_VERSION = 3
+TABLES = ("rollouts", "tokens", "nodes")
+# Per-token and per-node predictor columns (paper.md, "Divergence predictors"), computed by
+# `predictors.predictors` (whose module holds the tuple next to the code that computes each).
+PREDICTORS: tuple[str, ...] = predictors.PREDICTORS
+# The study's alignment_nan_reason where a view's context does not exist for a rollout (contrastive without
+# another incorrect rollout).
+CONTEXT_UNAVAILABLE = "context_unavailable"
+# A cross-tokenizer view (`cross.py`) without q at a node: the text before the node's boundary is text the
+# teacher's normalizer changes (it is never given such text to read), or the exact sum needs more teacher states
+# than scoring.cross_tokenizer.max_tree_nodes.
+TEACHER_NORMALIZES_TEXT = "teacher_normalizes_text"
+TEACHER_STATE_BOUND = "teacher_state_bound"
+# Why an alignment is NaN: every non-empty value of nodes.alignment_nan_reason ("" = defined). The estimator's
+# reasons are `gradients.NAN_REASONS` (indexed by `gradients.nan_reason`'s code), then the study's own.
+NAN_REASONS: tuple[str, ...] = tuple(r for r in gradients.NAN_REASONS if r) + (
+    CONTEXT_UNAVAILABLE, TEACHER_NORMALIZES_TEXT, TEACHER_STATE_BOUND)
+
+# Probability conventions of the records (also in manifest.json, "conventions"). "raw" = softmax of the model's
+# logits (temperature 1, no truncation); "sampled policy" = what the sampler draws from (`sampling.
+# policy_logprobs`: logits / sampling.temperature, then top-k, then top-p, renormalised); "scaled teacher" =
+# softmax(teacher logits / T_q), T_q = scoring.teacher_temperature (0 = the sampling temperature, as GKD and
+# TRL divide both sides by one temperature; 1 with greedy sampling), never truncated (a truncated q makes KL
+# infinite).
+CONVENTIONS = {
+    "p": "sampled policy (temperature, top-k, top-p applied) restricted to C(u) and renormalised",
+    "q": "scaled teacher softmax(z_q / T_q) restricted to C(u) and renormalised; never truncated",
+    "tokens": "raw (T = 1, untruncated) log-probs and predictors of student and teacher",
+    "estimators": "V, g*, g_D, alignment, teacher advantage and sampled_advantage use the node columns p and q",
+    "not run": "a candidate outside the sampled policy's support (p = 0 under top-k / top-p) gets no continuations "
+               "unless budget.continue_unsupported, nor (budget.allocation='weighted') one whose p and every q are "
+               "below budget.allocation_min_mass: its n is 0, rewards empty, p_succ, p_succ_lo, p_succ_hi NaN; "
+               "V, g*, alignment and degenerate use the candidates run (p renormalised over them: "
+               "targeted.estimator_p_succ; no change where p = 0); "
+               "teacher_advantage = sum_k q'_k P_succ(k) - V over the candidates run, q' = q renormalised there "
+               "(NaN when q has no mass on them), i.e. q's mass outside p's support is left out",
+    "cross-tokenizer view": "a teacher with another tokenizer (or scoring.cross_tokenizer.force) reads text "
+                            "(opd_jax/teachers/cross.py): q(k) is the probability of the event that its continuation of the "
+                            "node's text writes k's bytes and not those of a longer candidate that begins with them "
+                            "(scoring.cross_tokenizer.mode: exact over every teacher tokenization, or its canonical "
+                            "tokens' path, less the paths that extend it), divided by the exact probability of the "
+                            "boundary's tail; candidates with one event (equal bytes, stop tokens) share it equally; "
+                            "the events are disjoint, so q_mass <= 1 (up to pruning's bound); its C(u) has no "
+                            "teacher top-k; in tokens, logq is of the sampled token's text, logq_minus_logp and "
+                            "entropy_p are defined, the predictors comparing two distributions over one vocabulary "
+                            "(kl_pq, kl_qp, js, jsd_beta, tv, cosine, entropy_q, topk_overlap) are NaN; a node "
+                            "without q (q empty, logq NaN at its position) has alignment_nan_reason "
+                            "teacher_normalizes_text (the text before its boundary is changed by the teacher's "
+                            "normalizer, e.g. NFC: never conditioned on) or teacher_state_bound (more than "
+                            "scoring.cross_tokenizer.max_tree_nodes teacher states)",
+}
+
+_PRED = "raw predictor (predictors.predictors, T = 1) of this (teacher, context) at the node's position"
+_LIST = lambda t: pa.list_(t)
+_COLUMNS = {
+    "rollouts": [
+        ("question_id", pa.string(), "task question id"),
+        ("question_index", pa.int64(), "index in the task's question pool (seeds the question's randomness)"),
+        ("rollout_id", pa.int64(), "rollout index within the question"),
+        ("prompt_ids", _LIST(pa.int64()), "student prompt token ids (chat-rendered question)"),
+        ("response_ids", _LIST(pa.int64()), "sampled response token ids, stop token included"),
+        ("text", pa.string(), "decoded response (special tokens skipped)"),
+        ("length", pa.int64(), "response length in tokens"),
+        ("truncated", pa.bool_(), "hit sampling.max_new_tokens without a stop token"),
+        ("reward", pa.float64(), "task verifier's reward in {0, 1} (0 when truncated unless task.grade_truncated)"),
+        ("answer", pa.string(), "gold answer"),
+        ("extracted", pa.string(), "answer extracted from the response (null if none)"),
+        ("logprob_sum", pa.float64(), "sum of the response tokens' log-probs under the sampled policy (nats)"),
+        ("fields", pa.string(), "task fields of the question, JSON"),
+    ],
+    "tokens": [
+        ("question_id", pa.string(), "task question id"),
+        ("rollout_id", pa.int64(), "rollout index within the question"),
+        ("position", pa.int64(), "0-based response position t"),
+        ("token", pa.int64(), "sampled token y_t"),
+        ("teacher", pa.string(), "teacher of the view ('self' = the student)"),
+        ("context", pa.string(), "teacher context of the view"),
+        ("logp", pa.float64(), "raw log p(y_t) of the student (T = 1)"),
+        ("logq", pa.float64(), "raw log q(y_t) of the teacher in its context (T = 1)"),
+    ] + [(k, pa.float64(), "raw predictor (predictors.predictors, T = 1)") for k in PREDICTORS],
+    "nodes": [
+        ("question_id", pa.string(), "task question id"),
+        ("rollout_id", pa.int64(), "rollout index within the question"),
+        ("config_id", pa.string(), "configuration name (config.configurations)"),
+        ("teacher", pa.string(), "teacher ('self' = the student)"),
+        ("context", pa.string(), "teacher context"),
+        ("divergence", pa.string(), "distillation divergence"),
+        ("beta", pa.float64(), "JSD_beta weight (NaN unless jsd)"),
+        ("clip", pa.float64(), "clip threshold tau (NaN unless clipped_reverse_kl)"),
+        ("correct", pa.bool_(), "the node's rollout was correct"),
+        ("position", pa.int64(), "0-based response position t of the node"),
+        ("sampled_token", pa.int64(), "y_t, also candidates[0]"),
+        ("candidates", _LIST(pa.int64()), "C(u): the sampled token, the student's top-k_s, each view's top-k_t"),
+        ("p", _LIST(pa.float64()), "sampled policy on C(u), renormalised (CONVENTIONS)"),
+        ("q", _LIST(pa.float64()), "scaled teacher on C(u), renormalised (CONVENTIONS); empty if unavailable"),
+        ("successes", _LIST(pa.int64()), "successful continuations per candidate"),
+        ("n", _LIST(pa.int64()), "continuations run per candidate (may differ between candidates)"),
+        ("rewards", _LIST(_LIST(pa.int8())), "per candidate, the 0/1 reward of each continuation, in order"),
+        ("continuations", pa.int64(), "targeted continuations run at the node, every candidate (a fixed branch "
+         "once: its outcome is decided without sampling)"),
+        ("continuation_tokens", pa.int64(), "tokens sampled by the node's continuations (-1: not counted)"),
+        ("p_succ", _LIST(pa.float64()), "P_succ = successes / n per candidate; empty if unavailable"),
+        ("p_succ_lo", _LIST(pa.float64()), "95% Wilson lower bound of each P_succ"),
+        ("p_succ_hi", _LIST(pa.float64()), "95% Wilson upper bound of each P_succ"),
+        ("value", pa.float64(), "V = sum_k p_k P_succ(k)"),
+        ("alignment", pa.float64(), "cos(g*, g_D); NaN with alignment_nan_reason"),
+        ("alignment_nan_reason", pa.string(), "'' or one of NAN_REASONS"),
+        ("teacher_advantage", pa.float64(), "sum_k q_k P_succ(k) - V"),
+        ("sampled_advantage", pa.float64(),
+         "log q(y_t) - log p(y_t) over the full vocabulary, scaled teacher and sampled policy (the sampled_token "
+         "divergence's advantage, clipped to +-1e30)"),
+        ("degenerate", pa.bool_(), "P_succ equal on every candidate (decided on the integer counts)"),
+        ("p_mass", pa.float64(), "mass of the sampled policy on C(u) before renormalising"),
+        ("q_mass", pa.float64(), "mass of the scaled teacher on C(u) before renormalising"),
+        ("noise_ceiling", pa.float64(),
+         "split-half noise ceiling: cos of g* from each candidate's first and next floor(n_k / 2) rewards"),
+    ] + [(k, pa.float64(), _PRED) for k in PREDICTORS],
+}
+SCHEMAS = {t: pa.schema([pa.field(n, ty) for n, ty, _ in cols]) for t, cols in _COLUMNS.items()}
+
+
+def describe_schema() -> dict:
+  """{table: {column: {"type": arrow type, "doc": meaning}}} and the probability conventions (manifest.json)."""
+  tables = {t: {n: {"type": str(ty), "doc": doc} for n, ty, doc in cols} for t, cols in _COLUMNS.items()}
+  return {"version": SCHEMA_VERSION, "tables": tables, "conventions": CONVENTIONS}
+# Config fields that may change between a run and its resume (they do not change any record).
+VOLATILE_FIELDS = ("logging",)
+
+
+class WriteError(OSError):
+  """A file that could not be written (a full disk, a quota, permissions): names the file and, once a caller
+  sets it (`writing`), the stage that wrote it; errno and strerror are the cause's."""
+
+  def __init__(self, path, cause: OSError, stage: str = ""):
+    super().__init__(cause.errno, cause.strerror or str(cause), str(path))
+    self.path, self.stage = str(path), stage
+
+  def __str__(self) -> str:
+    fix = {errno.ENOSPC: "free space on that disk", errno.EDQUOT: "free space under your quota",
+           errno.EACCES: "make the folder writable", errno.EROFS: "write to a writable disk (--workdir)"}.get(
+               self.errno, "check the disk")
+    code = errno.errorcode.get(self.errno, self.errno) if self.errno is not None else "no errno"
+    return (f"{self.stage + ': ' if self.stage else ''}cannot write {self.path}: {self.strerror} ({code}); {fix} "
+            "and rerun the same command (files already there are whole: each is replaced at once or not at all)")
+
+
+@contextlib.contextmanager
+def writing(stage: str):
+  """Name `stage` (e.g. "report", "records") in the `WriteError` of any write inside the block that has none."""
+  try:
+    yield
+  except WriteError as e:
+    e.stage = e.stage or stage
+    raise
+
+
+def _temporary(path: pathlib.Path, data: bytes | str) -> str:
+  """`data` in a new temporary file beside `path` (fsynced, usual umask permissions: mkstemp alone would leave
+  0600); its name. Raises WriteError naming `path` (nothing left behind)."""
+  tmp = None
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+      f.write(data.encode() if isinstance(data, str) else data)
+      f.flush()
+      os.fsync(f.fileno())
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    return tmp
+  except BaseException as e:
+    if tmp is not None and os.path.exists(tmp):
+      os.unlink(tmp)
+    if isinstance(e, OSError) and not isinstance(e, WriteError):
+      raise WriteError(path, e) from e
+    raise
+
+
+def atomic_write_files(files: Mapping[str | os.PathLike, bytes | str | None]) -> None:
+  """Write several files as one: each to a temporary file beside it (`_temporary`), and only when all are
+  written, each renamed over its path (`os.replace`); then the paths whose data is None are removed. A failure
+  while writing (a full disk) leaves every file as it was and no temporary file: files that belong together (a
+  report: summary.md, report.html, the csvs, html/) are never part new, part old, and readers never see half a
+  file.
+
+  Raises:
+    WriteError: naming the file that could not be written (`writing` adds the stage).
+  """
+  done = []
+  try:
+    for path, data in files.items():
+      if data is not None:
+        done.append((_temporary(pathlib.Path(path), data), path))
+  except BaseException:
+    for tmp, _ in done:
+      pathlib.Path(tmp).unlink(missing_ok=True)
+    raise
+  for tmp, path in done:
+    os.replace(tmp, path)
+  for path, data in files.items():
+    if data is None:
+      pathlib.Path(path).unlink(missing_ok=True)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes | str) -> None:
+  """Write `data` to `path` through a temporary file in the same directory and `os.replace` (readers never see
+  half a file); the file gets the usual umask permissions (mkstemp alone would leave 0600).
+
+  Raises:
+    WriteError: naming `path` (a full disk, ...); `path` is left as it was.
+  """
+  atomic_write_files({path: data})
+
+
+def strict_json(obj: Any) -> Any:
+  """`obj` with every non-finite float (NaN, +-inf; numpy's too) as None: strict JSON readers reject bare NaN."""
+  if isinstance(obj, dict):
+    return {k: strict_json(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [strict_json(v) for v in obj]
+  if isinstance(obj, float) and not math.isfinite(obj):
+    return None
+  if hasattr(obj, "dtype") and getattr(obj, "ndim", None) == 0 and obj.dtype.kind == "f":   # numpy scalars
+    return float(obj) if math.isfinite(float(obj)) else None
+  return obj
+
+
+def json_text(obj: Any) -> str:
+  """`obj` as the strict JSON text `atomic_write_json` writes (`strict_json`: NaN and inf become null)."""
+  return json.dumps(strict_json(obj), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n"
+
+
+def atomic_write_json(path, obj: Any) -> None:
+  """`obj` as strict JSON (`json_text`), written atomically."""
+  atomic_write_bytes(path, json_text(obj).encode())
+
+
+def to_arrow(table: str, frame: pd.DataFrame) -> pa.Table:
+  """`frame` as an Arrow table of the table's one schema (SCHEMAS[table]; an empty frame gives an empty table).
+
+  Raises:
+    ValueError: unknown table, or columns missing from / not in the schema.
+  """
+  if table not in TABLES:
+    raise ValueError(f"unknown table {table!r}; use one of {TABLES}")
+  schema = SCHEMAS[table]
+  if frame.empty and not len(frame.columns):
+    return schema.empty_table()
+  missing, extra = set(schema.names) - set(frame.columns), set(frame.columns) - set(schema.names)
+  if missing or extra:
+    raise ValueError(f"records table {table!r}: columns missing {sorted(missing)}, not in the schema "
+                     f"{sorted(extra)}; add them to records._COLUMNS (and bump SCHEMA_VERSION)")
+  return pa.Table.from_pandas(frame[schema.names].reset_index(drop=True), schema=schema, preserve_index=False)
+
+
+PART_HASH_KEY = b"opd_jax.config_hash"     # parquet key-value metadata of every part: its study's config hash
+
+
+def write_part(workdir, table: str, question_id: str, frame: pd.DataFrame,
+               config_hash: str | None = None) -> pathlib.Path:
+  """Write one question's rows of `table` as records/<table>/part-<question_id>.parquet, atomically, with the
+  table's one schema (`to_arrow`): every part reads back with the same columns and types, even an empty one.
+  `config_hash` (the study's `config_hash`) is stored in the part's metadata, so that `check_parts` can refuse
+  parts of another study copied into records/."""
+  arrow = to_arrow(table, frame)
+  if config_hash is not None:
+    arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), PART_HASH_KEY: config_hash.encode()})
+  path = pathlib.Path(workdir) / "records" / table / f"part-{question_id}.parquet"
+  buffer = io.BytesIO()
+  pq.write_table(arrow, buffer)
+  atomic_write_bytes(path, buffer.getvalue())
+  return path
+
+
+def part_files(workdir, table: str) -> list[pathlib.Path]:
+  """The part files of one table, in name order: `part-*.parquet` only (never a temporary file)."""
+  d = pathlib.Path(workdir) / "records" / table
+  return sorted(d.glob("part-*.parquet")) if d.is_dir() else []
+
+
+def check_parts(workdir, tables=TABLES) -> int:
+  """Refuse records that cannot be one study's: a part that is not readable parquet (truncated, damaged), or
+  whose config hash (`write_part`) is not that of `<workdir>/config.json` (copied from another study). Reads the
+  parts' footers only. Parts without a hash (written before hashes were stored) are accepted.
+
+  Returns:
+    the number of parts checked.
+  Raises:
+    ValueError: naming the first bad part and what to do.
+  """
+  workdir = pathlib.Path(workdir)
+  cfg = workdir / "config.json"
+  want = config_hash(json.loads(cfg.read_text())) if cfg.is_file() else None
+  n = 0
+  for table in tables:
+    for part in part_files(workdir, table):
+      meta = _footer(part)
+      if meta is None:
+        raise ValueError(f"record part {part} is not readable parquet; it is truncated or damaged: rerun the "
+                         "study's command with --repair added, which computes its question again (the same "
+                         "records: every draw is seeded)")
+      got = meta.get(PART_HASH_KEY)
+      if want is not None and got is not None and got.decode() != want:
+        raise ValueError(f"record part {part} belongs to another study (config hash {got.decode()[:12]}, this "
+                         f"workdir's config.json {want[:12]}); move the foreign parts out of {part.parent}")
+      n += 1
+  return n
+
+
+def _footer(part: pathlib.Path) -> dict | None:
+  """The key-value metadata of a part's parquet footer, or None when the file does not read as parquet."""
+  try:
+    return pq.read_metadata(part).metadata or {}
+  except (OSError, pa.ArrowException):
+    return None
+
+
+def damaged_parts(workdir, tables=TABLES) -> list[pathlib.Path]:
+  """The record parts that do not read as parquet (truncated, damaged; footers only), in table and name order."""
+  return [part for table in tables for part in part_files(workdir, table) if _footer(part) is None]
+
+
+def question_of(part: pathlib.Path) -> str:
+  """The question id of a part `records/<table>/part-<question_id>.parquet` (`write_part`)."""
+  return part.name[len("part-"):-len(".parquet")]
+
+
+def read_table(workdir, table: str) -> pd.DataFrame:
+  """All parts of one table, read with its schema (an empty frame with the schema's columns when none).
+
+  Raises:
+    ValueError: a part is unreadable or of another study (`check_parts`).
+  """
+  check_parts(workdir, (table,))
+  parts = part_files(workdir, table)
+  if not parts:
+    return SCHEMAS[table].empty_table().to_pandas()
+  return pq.read_table([str(p) for p in parts], schema=SCHEMAS[table]).to_pandas()
+
+
+MISSING = object()   # a field one config dict has and the other lacks (`config_difference`)
+
+
+# Config fields added after studies had run, with the value that does what a config without them did: at that
+# value the field is left out of the hash and the comparison, so a run started before it resumes.
+ADDED_FIELDS = {"report.estimand": "alignment"}
+
+
+def _without_added(config_dict: dict) -> dict:
+  """A copy of config_dict without the ADDED_FIELDS that hold their old behaviour's value."""
+  d = json.loads(json.dumps(config_dict, default=str))
+  for field, value in ADDED_FIELDS.items():
+    *groups, leaf = field.split(".")
+    node = d
+    for g in groups:
+      node = node.get(g) if isinstance(node, dict) else None
+    if isinstance(node, dict) and node.get(leaf, MISSING) == value:
+      del node[leaf]
+  return d
+
+
+def config_hash(config_dict: dict) -> str:
+  """sha256 of the resolved config without VOLATILE_FIELDS and ADDED_FIELDS at their old value (canonical JSON)."""
+  d = {k: v for k, v in _without_added(config_dict).items() if k not in VOLATILE_FIELDS}
+  return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def config_difference(old: dict, new: dict, ignore: tuple[str, ...] = ()) -> list[str]:
+  """Dotted paths of the fields that differ between two config dicts, compared as JSON (a tuple equals its list),
+  leaves first where both sides are groups; `ignore` drops fields (and the groups' fields under them), and
+  ADDED_FIELDS at their old value are left out on both sides."""
+  norm = lambda d: json.loads(json.dumps(_without_added(d), sort_keys=True, default=str))
+  out = []
+
+  def walk(a, b, prefix):
+    if isinstance(a, dict) and isinstance(b, dict):
+      for k in sorted(set(a) | set(b)):
+        walk(a.get(k, MISSING), b.get(k, MISSING), f"{prefix}.{k}" if prefix else k)
+    elif a != b and not any(prefix == f or prefix.startswith(f + ".") for f in ignore):
+      out.append(prefix)
+  walk(norm(old), norm(new), "")
+  return out
+
+
+def check_workdir(workdir, config_dict: dict) -> None:
+  """Claim `workdir` for this config (writes config.json), or refuse one written by another config (leaving it
+  untouched). The progress to resume from is `runs.read_progress`'s.
+
+  Raises:
+    ValueError: the workdir's config.json has a different hash (any field but logging).
+  """
+  workdir = pathlib.Path(workdir)
+  h = config_hash(config_dict)
+  cfg_path = workdir / "config.json"
+  if cfg_path.exists():
+    old = json.loads(cfg_path.read_text())
+    if config_hash(old) != h:
+      changed = config_difference(old, config_dict, VOLATILE_FIELDS)
+      raise ValueError(f"--workdir={workdir} holds a run of a different config (fields differ: "
+                       f"{', '.join(changed) or 'nested values'}); pass a new --workdir or rerun with the "
+                       "same config to resume")
+  else:
+    atomic_write_json(cfg_path, config_dict)

@@ -1,0 +1,390 @@
+"""One study run across processes, on a shared workdir: who does which question, progress, and "all done".
+
+Across processes (jax.distributed, one process per host: TPU pods, multi-GPU nodes), nothing is shared but
+the workdir, which must be on a filesystem every host sees (NFS, gcsfuse): `split_questions` deals the
+question pool round-robin by pool index, each process runs its questions on its own local mesh (sharding.py)
+and writes its own record parts and `progress.<i>-of-<n>.json` (`progress.json` with one process: the commit
+point of resume, written after the question's parts); every process marks itself done, `wait_for_processes`
+waits until all are, and then process 0 alone builds the summary from all parts. No collective crosses
+processes. `workdir_lock` keeps two runs with the same process index off one workdir; `check_workdir_for`
+refuses, before anything loads, a workdir that holds another kind of job, another config or damaged files.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import pathlib
+import re
+import socket
+import time
+from typing import Any, Sequence
+
+import jax
+from absl import logging
+from jax.sharding import Mesh
+
+from opd_jax.study import records
+
+# ----------------------------------------------------------------------------------------------------------
+# Processes: question split and quotas.
+
+def process_index() -> int:
+  """This process's index in [0, process_count()) (`jax.process_index`; 0 without jax.distributed)."""
+  return jax.process_index()
+
+
+def process_count() -> int:
+  """Number of processes of the run (`jax.process_count`; 1 without jax.distributed)."""
+  return jax.process_count()
+
+
+def _check_process(process_index: int, process_count: int) -> None:
+  if not isinstance(process_count, int) or process_count < 1:
+    raise ValueError(f"process_count must be an int >= 1, got {process_count!r}")
+  if not isinstance(process_index, int) or not 0 <= process_index < process_count:
+    raise ValueError(f"process_index must be an int in [0, {process_count}), got {process_index!r}")
+
+
+def split_questions(ids: Sequence[Any], process_index: int, process_count: int) -> list:
+  """This process's share of the question pool: ids[k] for k = process_index (mod process_count).
+
+  Round-robin by pool index, so every process gets early (informative-selection) questions and the shares
+  are disjoint, cover the pool, and depend on nothing but (len(ids), process_index, process_count).
+  """
+  _check_process(process_index, process_count)
+  return list(ids)[process_index::process_count]
+
+
+def question_quota(total: int, process_index: int, process_count: int) -> int:
+  """Questions this process selects out of `total` (config.budget.questions): as even as possible, sum = total.
+
+  Each process stops after its quota of selected questions from its own share, so which questions are
+  selected depends on process_count (each selected question's records do not).
+  """
+  _check_process(process_index, process_count)
+  return total // process_count + (process_index < total % process_count)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Progress files, and waiting for every process.
+
+_PROGRESS = re.compile(r"^progress\.(\d+)-of-(\d+)\.json$")
+
+
+def progress_path(workdir, process_index: int, process_count: int) -> pathlib.Path:
+  """`<workdir>/progress.json` for one process, else `<workdir>/progress.<i>-of-<n>.json`."""
+  _check_process(process_index, process_count)
+  workdir = pathlib.Path(workdir)
+  return workdir / ("progress.json" if process_count == 1 else f"progress.{process_index}-of-{process_count}.json")
+
+
+def _check_count(workdir: pathlib.Path, process_count: int) -> None:
+  """Refuse to resume a workdir started with another number of processes (the question split would differ)."""
+  counts = {int(m.group(2)) for p in workdir.glob("progress.*-of-*.json") if (m := _PROGRESS.match(p.name))}
+  if (workdir / "progress.json").exists():
+    counts.add(1)
+  other = sorted(counts - {process_count})
+  if other:
+    raise ValueError(f"--workdir={workdir} was started with {other[0]} process(es), this run has {process_count}; "
+                     f"rerun with {other[0]} process(es) to resume, or pass a new --workdir")
+
+
+def read_progress(workdir, process_index: int, process_count: int) -> dict:
+  """This process's progress to resume from: {"processed": [...], "selected": [...], "done": bool, ...}.
+
+  Raises:
+    ValueError: the workdir holds progress files of another process count.
+  """
+  path = progress_path(workdir, process_index, process_count)
+  _check_count(path.parent, process_count)
+  progress = {"processed": [], "selected": [], "done": False}
+  if path.exists():
+    progress.update(json.loads(path.read_text()))
+  return progress
+
+
+def write_progress(workdir, progress: dict, process_index: int, process_count: int, *, done: bool = False,
+                   error: str | None = None) -> None:
+  """Write this process's progress atomically (`records.atomic_write_json`), with its done / error status.
+
+  Args:
+    progress: {"processed": [...], "selected": [...]} plus anything else JSON-serialisable (e.g. timings).
+    done: this process has finished all its questions (`wait_for_processes` waits for every process's).
+    error: a one-line failure; the processes waiting for this one then raise instead of waiting forever.
+  """
+  status = {"done": bool(done), "error": error, "process_index": process_index, "process_count": process_count}
+  with records.writing("progress"):
+    records.atomic_write_json(progress_path(workdir, process_index, process_count), {**progress, **status})
+
+
+def _read_json(path: pathlib.Path) -> dict | None:
+  """The file's JSON, or None while it is absent or (on a filesystem without atomic rename) half written."""
+  try:
+    return json.loads(path.read_text())
+  except (FileNotFoundError, json.JSONDecodeError):
+    return None
+
+
+def wait_for_processes(workdir, process_count: int, *, timeout_s: float | None = None,
+                       poll_s: float = 1.0) -> list[dict]:
+  """Block until every process has written its progress with done=True; returns them in process order.
+
+  File-based (the workdir is shared), so it needs no collective and works on any platform; call it in every
+  process after `write_progress(..., done=True)` so no process exits (and enters jax.distributed's shutdown
+  barrier) long before the others, then let process 0 build the summary.
+
+  With one process it returns at once ([its progress], or [{}] when none was written).
+
+  Raises:
+    RuntimeError: a process reported an error.
+    TimeoutError: not all done after timeout_s seconds (None: wait forever); names the processes missing.
+  """
+  paths = [progress_path(workdir, i, process_count) for i in range(process_count)]
+  if process_count == 1:                                   # nobody to wait for
+    return [json.loads(paths[0].read_text()) if paths[0].exists() else {}]
+  start, last_log = time.monotonic(), time.monotonic()
+  while True:
+    states = [_read_json(p) for p in paths]
+    failed = [(i, s["error"]) for i, s in enumerate(states) if s and s.get("error")]
+    if failed:
+      raise RuntimeError(f"process {failed[0][0]} of {process_count} failed: {failed[0][1]}; fix it and rerun all "
+                         "processes with the same --workdir to resume")
+    missing = [i for i, s in enumerate(states) if not (s and s.get("done"))]
+    if not missing:
+      return states
+    now = time.monotonic()
+    if timeout_s is not None and now - start > timeout_s:
+      raise TimeoutError(f"processes {missing} of {process_count} did not finish within {timeout_s:.0f} s (no "
+                         f"done status in {paths[missing[0]].name}); check their logs, then rerun all processes "
+                         "with the same --workdir to resume")
+    if now - last_log > 60:
+      logging.info("waiting for processes %s of %d to finish", missing, process_count)
+      last_log = now
+    time.sleep(poll_s)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The workdir: a writable directory, complete or not, held by one run per process index.
+
+def check_workdir_path(workdir: pathlib.Path) -> bool:
+  """Refuse a workdir that is a file or cannot be created (before any work); returns whether it is writable.
+
+  Raises:
+    ValueError: naming the path and the fix.
+  """
+  if workdir.exists() and not workdir.is_dir():
+    raise ValueError(f"--workdir={workdir} is a file, not a directory; pass a directory (it is created if missing)")
+  try:
+    workdir.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f"--workdir={workdir} cannot be created ({e.strerror}); pass a writable directory") from None
+  check_json_files(workdir)
+  _check_study_config(workdir)
+  return os.access(workdir, os.W_OK | os.X_OK)
+
+
+# What each kind of job writes in its workdir: one kind per workdir (config.json's "job" says which; a study's
+# config has none). A study: config.json, records/, progress*.json, manifest.json and the report beside them.
+JOB_FOLDERS = {"train": "train", "lookahead": "lookahead"}
+_STUDY_FILES = ("records", "progress.json", "manifest.json")
+# Fields that may change when a run is resumed, per job (besides records.VOLATILE_FIELDS): the trainer may be
+# extended (training.loop._identity_hash).
+RESUMABLE_FIELDS = {"study": (), "train": ("train.steps", "train.export"), "lookahead": ()}
+
+
+def _json_object(path: pathlib.Path, fix: str) -> dict:
+  try:
+    value = json.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); {fix}") from None
+  except UnicodeDecodeError:
+    raise ValueError(f"{path}: not valid JSON (not UTF-8 text); {fix}") from None
+  if not isinstance(value, dict):
+    raise ValueError(f"{path}: not a JSON object (a {type(value).__name__}); {fix}")
+  return value
+
+
+def check_json_files(workdir) -> None:
+  """Refuse a workdir whose bookkeeping JSON is damaged, naming the file (json's own error names none):
+  config.json, manifest.json and the progress files.
+
+  Raises:
+    ValueError: naming the file, the position and the fix.
+  """
+  workdir = pathlib.Path(workdir)
+  fixes = {"config.json": "it records the run's config: restore it, or pass a new --workdir",
+           "manifest.json": "it is rewritten when the run finishes: delete it and rerun the same command",
+           "progress": "it records which questions are done: restore it, or pass a new --workdir"}
+  paths = [workdir / "config.json", workdir / "manifest.json", workdir / "progress.json",
+           *sorted(workdir.glob("progress.*-of-*.json"))]
+  for path in paths:
+    if path.is_file():
+      _json_object(path, fixes.get(path.name, fixes["progress"]))
+
+
+def workdir_jobs(workdir) -> set[str]:
+  """The kinds of job whose outputs `workdir` holds ("study", "train", "lookahead"; empty when none)."""
+  workdir = pathlib.Path(workdir)
+  found = {job for job, folder in JOB_FOLDERS.items() if (workdir / folder).is_dir()}
+  if any((workdir / f).exists() for f in _STUDY_FILES) or any(workdir.glob("progress.*-of-*.json")):
+    found.add("study")
+  if (workdir / "config.json").is_file():
+    found.add(_json_object(workdir / "config.json", "restore it, or pass a new --workdir").get("job", "study"))
+  return found
+
+
+def _check_study_config(workdir: pathlib.Path) -> None:
+  """A study's outputs without config.json cannot be matched to a config: refused, not taken for this one's."""
+  made = [f for f in _STUDY_FILES if (workdir / f).exists()] + [p.name for p in workdir.glob("progress.*-of-*.json")]
+  if made and not (workdir / "config.json").is_file():
+    raise ValueError(f"--workdir={workdir} holds a study's {', '.join(made)} but no config.json, so which config "
+                     "made them is unknown; restore config.json, or pass a new --workdir")
+
+
+def check_workdir_for(workdir, config_dict: dict, job: str) -> None:
+  """Refuse, before anything loads or is written, a workdir that cannot hold this run: outputs of another kind
+  of job (a workdir holds one: `workdir_jobs`), damaged JSON (`check_json_files`), a study's outputs without
+  config.json, or config.json of another config (naming the fields that differ, with both values; the fields of
+  RESUMABLE_FIELDS[job] and records.VOLATILE_FIELDS may change). A missing or empty workdir passes.
+
+  Raises:
+    ValueError: naming the workdir, what it holds and the fix.
+  """
+  workdir = pathlib.Path(workdir)
+  if workdir.exists() and not workdir.is_dir():
+    raise ValueError(f"--workdir={workdir} is a file, not a directory; pass a directory (it is created if missing)")
+  if not workdir.is_dir():
+    return
+  check_json_files(workdir)
+  other = sorted(workdir_jobs(workdir) - {job})
+  if other:
+    raise ValueError(f"--workdir={workdir} holds a {other[0]} run and this is a {job} run (config.job="
+                     f"{job!r}); a workdir holds one kind of job: pass another --workdir")
+  if job == "study":
+    _check_study_config(workdir)
+  path = workdir / "config.json"
+  if path.is_file():
+    old = json.loads(path.read_text())
+    ignore = tuple(records.VOLATILE_FIELDS) + RESUMABLE_FIELDS.get(job, ())
+    changed = records.config_difference(old, config_dict, ignore)
+    if changed:
+      flat = lambda d, f: functools.reduce(lambda x, k: x.get(k, records.MISSING) if isinstance(x, dict) else records.MISSING,
+                                           f.split("."), d)
+      shown = [f"config.{f}: {_short(flat(old, f))} -> {_short(flat(config_dict, f))}" for f in changed[:4]]
+      more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+      raise ValueError(f"--workdir={workdir} holds a run of a different config (fields differ: {'; '.join(shown)}"
+                       f"{more}); pass another --workdir, or rerun with the same config to resume")
+
+
+def _short(value, width: int = 40) -> str:
+  if value is records.MISSING:
+    return "(absent)"
+  text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+  return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def is_complete(workdir: pathlib.Path, process_count: int) -> bool:
+  """Every process of the run marked itself done and the manifest was written: nothing left to run."""
+  if not (workdir / "manifest.json").is_file():
+    return False
+  return all(read_progress(workdir, i, process_count)["done"] for i in range(process_count))
+
+
+def lock_path(workdir, process_index: int) -> pathlib.Path:
+  return pathlib.Path(workdir) / f"lock.{process_index}.json"
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:                      # another user's live process
+    return True
+  return True
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir, process_index: int):
+  """Hold `<workdir>/lock.<process_index>.json` (pid and hostname) while the block runs: one run per process
+  index on a workdir. Created with O_CREAT | O_EXCL, which NFS and gcsfuse honour (flock is unreliable there);
+  processes of one multi-process run hold different indices, so they share the workdir by design.
+
+  A lock whose pid is gone on this host is stale (a killed run): it is taken over with a warning. A lock held by
+  another host cannot be checked: it is refused like a live one.
+
+  Raises:
+    ValueError: the lock is held by a live run; the message names its pid, host and the lock file.
+  """
+  path, host = lock_path(workdir, process_index), socket.gethostname()
+  mine = json.dumps({"pid": os.getpid(), "host": host, "started": time.time()})
+  for _ in range(3):
+    try:
+      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+      holder = _read_json(path) or {}
+      pid, other = holder.get("pid"), holder.get("host")
+      if other == host and isinstance(pid, int) and not _alive(pid):
+        logging.warning("taking over the stale lock %s of pid %d on %s (that run is gone)", path, pid, host)
+        path.unlink(missing_ok=True)
+        continue
+      raise ValueError(f"--workdir={path.parent} is in use by another run with process index {process_index} "
+                       f"(pid {pid} on host {other}, lock {path}); wait for it to finish, or delete the lock "
+                       "file if that run is gone") from None
+    with os.fdopen(fd, "w") as f:
+      f.write(mine)
+    break
+  else:
+    raise ValueError(f"could not take the lock {path}: it keeps reappearing; another run is starting on this "
+                     "--workdir")
+  _HELD.add(path)
+  try:
+    yield path
+  finally:
+    _HELD.discard(path)
+    if (_read_json(path) or {}).get("pid") == os.getpid():
+      path.unlink(missing_ok=True)
+
+
+_HELD: set[pathlib.Path] = set()          # the locks `workdir_lock` holds in this process
+
+
+def release_locks() -> None:
+  """Remove the locks this process holds (`workdir_lock`), for an exit that skips their `finally` (main's
+  `os._exit` on Ctrl-C); safe from any thread."""
+  for path in list(_HELD):
+    if (_read_json(path) or {}).get("pid") == os.getpid():
+      path.unlink(missing_ok=True)
+
+
+def forget_damaged(workdir, process_index: int, process_count: int) -> list[str]:
+  """Drop the record parts that do not read (`records.damaged_parts`) with every other part of their questions,
+  and forget those questions in this process's progress (no longer processed, still selected, not done) and the
+  manifest, so that the run computes them again (study.run_questions): --repair. Call holding the lock.
+
+  Returns:
+    the question ids forgotten, sorted.
+  """
+  workdir = pathlib.Path(workdir)
+  ids = sorted({records.question_of(p) for p in records.damaged_parts(workdir)})
+  if not ids:
+    return []
+  for table in records.TABLES:
+    for part in records.part_files(workdir, table):
+      if records.question_of(part) in ids:
+        part.unlink()
+  progress = read_progress(workdir, process_index, process_count)
+  status = ("done", "error", "process_index", "process_count")
+  progress["processed"] = [q for q in progress["processed"] if q not in ids]
+  write_progress(workdir, {k: v for k, v in progress.items() if k not in status}, process_index, process_count)
+  (workdir / "manifest.json").unlink(missing_ok=True)
+  return ids
+
+
+def describe(mesh: Mesh) -> dict:
+  """Where this process ran, for the run manifest ("mesh_shape"): {"data": n, "model": m, "devices": n * m,
+  "platform": ..., "process_index": i, "process_count": n}."""
+  return {"data": mesh.shape["data"], "model": mesh.shape["model"], "devices": int(mesh.devices.size),
+          "platform": mesh.devices.flat[0].platform, "process_index": process_index(), "process_count": process_count()}

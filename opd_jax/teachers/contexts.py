@@ -1,0 +1,191 @@
+"""Teacher configurations: (teacher model, context, divergence), written `teacher:context:divergence[@x]`.
+
+paper.md, "Objects" and "Self-distillation contexts". The teacher reads the student's own response token ids
+verbatim after its own context (never decoded and re-tokenized), so response position t scores the same
+token id on both sides. Every context is a user message rendered with the student's chat template and flags.
+
+  self:solution:reverse_kl                         the student, given a reference solution, reverse KL
+  qwen2.5-coder-1.5b-instruct:plain:jsd@0.5        an external teacher, the plain question, JSD_beta=0.5
+  self:plain:clipped_reverse_kl@0.5                the student itself (q = p), clip 0.5
+  self:solution:topk_reverse_kl@8                  reverse KL over the student's top-8 candidates
+
+Divergence names and their '@' parameters are the registry's (opd_jax/estimators/divergences.py, `divergences.parse`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Mapping, Sequence
+
+from opd_jax.estimators import divergences
+from opd_jax import models
+from opd_jax import terminal
+from opd_jax.tasks import base as task_base
+
+CONTEXTS = ("plain", "solution", "summary", "answer", "contrastive", "misleading")
+NEEDS_SOLUTION = ("solution", "summary", "contrastive")
+# Contexts that show another rollout graded wrong ({incorrect}): unavailable for a rollout without one
+# (`contrastive_source`). "misleading" shows it as if it were the reference solution: a control whose sign is
+# known in advance (it should hurt: docs/results.md, "The validation experiment", issue 36).
+NEEDS_INCORRECT = ("contrastive", "misleading")
+SELF = "self"
+
+# Default context templates [ours, configurable via config.contexts.templates]. `{prompt}` is the student's
+# own user message (task template applied); {solution}, {summary}, {answer}, {incorrect} are filled per
+# question (and per rollout for {incorrect}). PLACEHOLDERS: the ones each context fills (`check_templates`).
+TEMPLATES = {
+    "plain": "{prompt}",
+    "solution": ("{prompt}\n\nHere is a reference solution:\n{solution}\n\n"
+                 "Using it as a guide, solve the problem yourself."),
+    "summary": ("{prompt}\n\nThe key equations of a reference solution, in order:\n{summary}\n\n"
+                "Using them as a guide, solve the problem yourself."),
+    "answer": "{prompt}\n\nThe correct final answer is {answer}. Solve the problem yourself.",
+    "contrastive": ("{prompt}\n\nHere is a reference solution:\n{solution}\n\n"
+                    "Here is an INCORRECT attempt; do not repeat its mistakes:\n{incorrect}\n\n"
+                    "Using the reference solution as a guide, solve the problem yourself."),
+    "misleading": ("{prompt}\n\nHere is a reference solution:\n{incorrect}\n\n"
+                   "Using it as a guide, solve the problem yourself."),
+}
+
+
+PLACEHOLDERS = {c: ("prompt", "solution", "answer") + (("summary",) if c == "summary" else ())
+                + (("incorrect",) if c in NEEDS_INCORRECT else ()) for c in CONTEXTS}
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def check_templates(templates: Mapping[str, str], field: str = "config.contexts.templates") -> None:
+  """Refuse a context template the teacher would get with a placeholder left in it: a context name that is not
+  one of CONTEXTS, a value that is not a string, or a `{name}` that its context does not fill (PLACEHOLDERS:
+  {summary} only in 'summary', {incorrect} only in NEEDS_INCORRECT); literal braces such as `\\boxed{}` pass.
+
+  Raises:
+    ValueError: naming the template's field, the placeholder and the ones its context fills.
+  """
+  for context, template in dict(templates or {}).items():
+    where = f"{field}[{context!r}]"
+    if context not in CONTEXTS:
+      raise ValueError(terminal.field_error(field, f"unknown context {context!r}", choices=CONTEXTS, near=context,
+                                          fix=f"templates exist for {CONTEXTS}"))
+    if not isinstance(template, str):
+      raise ValueError(terminal.field_error(where, "must be a string", template))
+    for name in _PLACEHOLDER.findall(template):
+      if name not in PLACEHOLDERS[context]:
+        fills = ", ".join("{" + p + "}" for p in PLACEHOLDERS[context])
+        raise ValueError(terminal.field_error(where, f"has the placeholder {{{name}}}, which the {context!r} context "
+                                            "does not fill", choices=fills.split(", "), near="{" + name + "}",
+                                            quote=False, fix=f"it fills {fills}"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TeacherConfig:
+  """One configuration c = (teacher, context, divergence) of paper.md.
+
+  config_id: the name given in `config.configurations`; teacher: "self" or a model spec (preset, HF folder,
+  .gguf path); options: the divergence's checked keyword parameter as ((name, value),) or () (the registry's
+  `divergences.options`, e.g. (("beta", 0.5),)); beta, clip: the record columns, JSD_beta's beta (NaN unless
+  divergence == "jsd") and the clipped reverse KL's threshold tau (NaN unless divergence ==
+  "clipped_reverse_kl").
+  """
+  config_id: str
+  teacher: str
+  context: str
+  divergence: str
+  beta: float = math.nan
+  clip: float = math.nan
+  options: tuple[tuple[str, float], ...] = ()
+
+  @property
+  def scoring_key(self) -> tuple[str, str]:
+    """(teacher, context): configurations sharing it share one teacher forward and one q."""
+    return (self.teacher, self.context)
+
+
+def parse(config_id: str, spec: str, *, field: str | None = None) -> TeacherConfig:
+  """Parse `teacher:context:divergence[@param]` (the teacher may itself contain ':', e.g. a path); `field` names
+  the config field in errors (default config.configurations[config_id]).
+
+  Raises:
+    ValueError: malformed spec, unknown context or divergence (listing the registered ones), a non-finite '@'
+      parameter (nan, inf), jsd beta outside (0, 1), clip <= 0 or missing, or another bad parameter.
+  """
+  field = field or f"config.configurations[{config_id!r}]"
+  where = f"{field} = {spec!r}"
+  parts = spec.rsplit(":", 2)
+  if len(parts) != 3 or not all(parts):
+    raise ValueError(f"{where}: expected 'teacher:context:divergence', e.g. 'self:solution:reverse_kl'")
+  teacher, context, div = parts
+  if context not in CONTEXTS:
+    raise ValueError(terminal.field_error(field, f"unknown context {context!r} in {spec!r}", choices=CONTEXTS,
+                                        near=context, fix=f"use one of {CONTEXTS}"))
+  name, options = divergences.parse(div, where=where)
+  beta, clip = options.get("beta", math.nan), options.get("clip", math.nan)
+  return TeacherConfig(config_id=config_id, teacher=teacher, context=context, divergence=name, beta=beta,
+                       clip=clip, options=tuple(sorted(options.items())))
+
+
+WITH_SOLUTIONS = ("gsm8k", "math500", "reasoning_gym:gsm_symbolic", "reasoning_gym:chain_sum",
+                  "reasoning_gym:basic_arithmetic")     # tasks whose problems carry reference solutions
+
+
+def parse_all(configurations: Mapping[str, str], *, has_solutions: bool, task_name: str,
+              fields: Mapping[str, str] | None = None) -> list[TeacherConfig]:
+  """Parse `config.configurations` (name -> spec), sorted by name, checking contexts against the task; `fields`
+  names a configuration's config field in errors (default config.configurations['<name>']).
+
+  Raises:
+    ValueError: empty mapping, a bad spec, or a context that needs a reference solution on a task without one.
+  """
+  if not configurations:
+    raise ValueError("config.configurations is empty: add at least one 'name': 'teacher:context:divergence'")
+  field = lambda k: (fields or {}).get(k) or f"config.configurations[{k!r}]"
+  out = [parse(k, v, field=field(k)) for k, v in sorted(configurations.items())]
+  with_solutions = [t for t in WITH_SOLUTIONS if not task_name.startswith(t)]
+  for c in out:
+    if c.context in NEEDS_SOLUTION and not has_solutions:
+      raise ValueError(f"{field(c.config_id)}: context {c.context!r} needs a reference "
+                       f"solution, but task {task_name!r} has none; use 'plain' or 'answer', or a task with "
+                       f"solutions ({', '.join(with_solutions[:-1])} or {with_solutions[-1]})")
+  return out
+
+
+def render_chat(tokenizer, user_message: str, *, system_prompt: str = "",
+                chat_kwargs: Mapping | None = None) -> list[int]:
+  """Token ids of a one-turn chat prompt (generation prompt added), the same way for student and teacher:
+  `models.chat_ids`, the one rendering function (the template's special tokens only: one BOS, never two)."""
+  messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+      {"role": "user", "content": user_message}]
+  return models.chat_ids(tokenizer, messages, **dict(chat_kwargs or {}))
+
+
+def study_chat(tokenizer, user_message: str, config) -> list[int]:
+  """`render_chat` with a study config's `chat` settings (system_prompt, kwargs): the prompt ids every stage of
+  a study (and its preflight and cost model) gives the student or a teacher."""
+  return render_chat(tokenizer, user_message, system_prompt=config.chat.system_prompt,
+                     chat_kwargs=config.chat.kwargs)
+
+
+def context_message(context: str, task, problem: task_base.Problem, *, incorrect: str | None = None,
+                    templates: Mapping[str, str] | None = None) -> str | None:
+  """The teacher's user message for `context`, or None when it is unavailable (NEEDS_INCORRECT, no incorrect
+  rollout other than the one scored)."""
+  template = dict(TEMPLATES, **dict(templates or {}))[context]
+  if context in NEEDS_INCORRECT and incorrect is None:
+    return None
+  fields = {"prompt": task.prompt(problem), "solution": problem.solution or "", "answer": problem.answer,
+            "incorrect": incorrect or ""}
+  if context == "summary":
+    fields["summary"] = task_base.summarize_solution(task.name, problem.solution)
+  out = template
+  for k, v in fields.items():       # plain replacement: solutions contain braces (\boxed{...})
+    out = out.replace("{" + k + "}", v)
+  return out
+
+
+def contrastive_source(rewards: Sequence[float], scored: int) -> int | None:
+  """Index of the incorrect rollout shown in a NEEDS_INCORRECT context of rollout `scored`: the first incorrect
+  rollout other than `scored` (never the scored one: that would leak its tokens), else None."""
+  for i, r in enumerate(rewards):
+    if i != scored and r != 1.0:
+      return i
+  return None

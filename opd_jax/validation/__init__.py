@@ -1,0 +1,1 @@
+"""Exact toys and lookahead checks that validate the estimators against known truth."""

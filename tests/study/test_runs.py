@@ -1,0 +1,125 @@
+"""The process split, per-process progress files, waiting for every process, and the workdir lock (runs.py).
+
+Two real jax.distributed processes running them: test_sharding.py.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from opd_jax.study import records
+from opd_jax.study import runs
+
+
+def test_split_questions_round_robin_and_quotas():
+  ids = [f"q{i}" for i in range(11)]
+  shares = [runs.split_questions(ids, i, 3) for i in range(3)]
+  assert shares[1] == ["q1", "q4", "q7", "q10"]
+  assert sorted(sum(shares, []), key=lambda s: int(s[1:])) == ids
+  assert runs.split_questions(ids, 0, 1) == ids
+  assert [runs.question_quota(7, i, 3) for i in range(3)] == [3, 2, 2]
+  assert [runs.question_quota(2, i, 4) for i in range(4)] == [1, 1, 0, 0]
+  with pytest.raises(ValueError, match="process_index must be an int in \\[0, 3\\), got 3"):
+    runs.split_questions(ids, 3, 3)
+
+
+class _Clock:
+  """A fake `time` for runs.wait_for_processes: monotonic() reads it, sleep(s) advances it and calls on_sleep."""
+
+  def __init__(self):
+    self.now, self.sleeps, self.on_sleep = 0.0, [], None
+
+  def monotonic(self):
+    return self.now
+
+  def sleep(self, s):
+    self.sleeps.append(s)
+    self.now += s
+    if self.on_sleep:
+      self.on_sleep()
+
+
+def test_progress_files_and_waiting_for_all_processes(tmp_path, monkeypatch):
+  assert runs.progress_path(tmp_path, 0, 1).name == "progress.json"
+  assert runs.wait_for_processes(tmp_path / "single", 1) == [{}]       # one process waits for nobody
+  assert runs.read_progress(tmp_path, 1, 3) == {"processed": [], "selected": [], "done": False}
+  runs.write_progress(tmp_path, {"processed": ["q0"], "selected": ["q0"]}, 0, 3, done=True)
+  runs.write_progress(tmp_path, {"processed": ["q1"], "selected": []}, 1, 3)
+  assert runs.read_progress(tmp_path, 1, 3)["processed"] == ["q1"]
+  clock = _Clock()                                   # the waiting runs on a fake clock: no wall time, no race
+  monkeypatch.setattr(runs, "time", clock)
+  with pytest.raises(TimeoutError, match=r"processes \[1, 2\] of 3"):
+    runs.wait_for_processes(tmp_path, 3, timeout_s=0.2, poll_s=0.05)
+  assert 0.2 < clock.now <= 0.3 and set(clock.sleeps) == {0.05}     # polled until the timeout, then gave up
+
+  def finish():                                      # the other processes finish during the third poll's sleep
+    if len(clock.sleeps) == 3:
+      runs.write_progress(tmp_path, {"processed": ["q1"], "selected": []}, 1, 3, done=True)
+      runs.write_progress(tmp_path, {"processed": ["q2"], "selected": ["q2"]}, 2, 3, done=True)
+
+  clock.sleeps, clock.on_sleep = [], finish
+  states = runs.wait_for_processes(tmp_path, 3, timeout_s=20, poll_s=0.05)
+  assert clock.sleeps == [0.05] * 3                  # it waited for them, and returned at the first poll after
+  assert [s["processed"] for s in states] == [["q0"], ["q1"], ["q2"]] and all(s["done"] for s in states)
+  runs.write_progress(tmp_path, {"processed": [], "selected": []}, 2, 3, error="OOM on question q5")
+  with pytest.raises(RuntimeError, match="process 2 of 3 failed: OOM on question q5"):
+    runs.wait_for_processes(tmp_path, 3, timeout_s=5, poll_s=0.05)
+  with pytest.raises(ValueError, match="started with 3 process"):
+    runs.read_progress(tmp_path, 0, 2)
+  with pytest.raises(ValueError, match="started with 3 process"):
+    runs.read_progress(tmp_path, 0, 1)
+
+
+def test_workdir_lock_refuses_a_live_holder_and_takes_over_a_stale_one(tmp_path, caplog):
+  with runs.workdir_lock(tmp_path, 0) as path:
+    held = json.loads(path.read_text())
+    assert held["pid"] == os.getpid() and held["host"] == socket.gethostname()
+    with pytest.raises(ValueError, match=rf"in use by another run with process index 0 \(pid {os.getpid()} on "
+                                         rf"host {socket.gethostname()}"):
+      with runs.workdir_lock(tmp_path, 0):
+        pass
+    with runs.workdir_lock(tmp_path, 1):               # another process index of the same run: allowed
+      pass
+  assert not path.exists()                                  # released
+  dead = subprocess.Popen([sys.executable, "-c", "pass"])
+  dead.wait()
+  path.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+  with caplog.at_level("WARNING"):
+    with runs.workdir_lock(tmp_path, 0):
+      assert json.loads(path.read_text())["pid"] == os.getpid()
+  assert "stale lock" in caplog.text
+  path.write_text(json.dumps({"pid": dead.pid, "host": "another-host"}))   # cannot check a pid elsewhere
+  with pytest.raises(ValueError, match="another-host"):
+    with runs.workdir_lock(tmp_path, 0):
+      pass
+
+
+def test_release_locks_removes_only_the_locks_this_process_holds(tmp_path):
+  (tmp_path / "a").mkdir()
+  with runs.workdir_lock(tmp_path / "a", 0) as mine:
+    other = runs.lock_path(tmp_path, 0)
+    other.write_text(json.dumps({"pid": os.getpid() + 1, "host": socket.gethostname()}))   # not held here
+    runs.release_locks()                                     # what main's forced exit on Ctrl-C calls
+    assert not mine.exists() and other.exists()
+
+
+def test_forget_damaged_drops_the_question_and_keeps_the_rest(tmp_path):
+  """--repair (issue 35, item 3): a part that does not read takes its question's other parts with it, and the
+  question is no longer processed (still selected: the run computes it again) nor done; the manifest goes."""
+  frame = lambda table: records.SCHEMAS[table].empty_table().to_pandas()
+  for q in ("q1", "q2"):
+    for table in records.TABLES:
+      records.write_part(tmp_path, table, q, frame(table))
+  bad = records.part_files(tmp_path, "tokens")[1]
+  bad.write_bytes(bad.read_bytes()[:-20])
+  runs.write_progress(tmp_path, {"processed": ["q0", "q1", "q2"], "selected": ["q1", "q2"]}, 0, 1, done=True)
+  (tmp_path / "manifest.json").write_text("{}")
+  assert records.damaged_parts(tmp_path) == [bad] and runs.forget_damaged(tmp_path, 0, 1) == ["q2"]
+  assert [records.question_of(p) for t in records.TABLES for p in records.part_files(tmp_path, t)] == ["q1"] * 3
+  progress = runs.read_progress(tmp_path, 0, 1)
+  assert progress["processed"] == ["q0", "q1"] and progress["selected"] == ["q1", "q2"] and not progress["done"]
+  assert not (tmp_path / "manifest.json").exists() and records.check_parts(tmp_path) == 3
+  assert runs.forget_damaged(tmp_path, 0, 1) == []           # nothing damaged: nothing changes
