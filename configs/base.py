@@ -21,7 +21,7 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             >= 0.01: greedy 0 makes every rollout of a question the same)
   sampling.max_new_tokens   response cap; a rollout hitting it is unfinished and gets reward 0
   configurations            dict name -> "teacher:context:divergence[@x]" (opd_jax/teachers/contexts.py)
-  contexts.templates        dict context -> template overriding opd_jax.teachers.contexts.TEMPLATES
+  contexts.templates        dict context -> template overriding the templates of opd_jax.teachers.contexts.REGISTRY
   budget.questions          questions to study (kept in pool order, see selection)
   budget.rollouts_per_question          base rollouts per question
   budget.node_rollouts_per_question     rollouts that get nodes (balanced correct / incorrect)
@@ -124,6 +124,8 @@ that switches the task sets both itself.
 """
 import ml_collections
 
+from opd_jax.tasks import TASK_CHOSEN     # the task-chosen fields' defaults ("Switching the task", above)
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   del arg
@@ -134,10 +136,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.random_model = dict(arch="qwen2", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64,
                         init_scale=0.5, max_seq_len=4096)
   c.task = dict(name="reasoning_gym:gsm_symbolic", path="", data_dir="", split="test", num_problems=0,
-                download=False, template="", grade_truncated=False,
+                download=False, template=TASK_CHOSEN["task.template"], grade_truncated=False,
                 skip_bad_answers=False)
   c.chat = dict(system_prompt="", kwargs={})
-  c.sampling = dict(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=256)
+  c.sampling = dict(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=TASK_CHOSEN["sampling.max_new_tokens"])
   c.configurations = {"solution": "self:solution:reverse_kl"}
   c.contexts = dict(templates={})
   c.budget = dict(questions=4, rollouts_per_question=8, node_rollouts_per_question=2, nodes_per_rollout=4,

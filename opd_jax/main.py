@@ -40,6 +40,7 @@ from absl import logging
 from ml_collections import config_flags
 from ml_collections.config_flags import config_flags as config_flags_lib
 
+from opd_jax import tasks
 from opd_jax import terminal
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Study config file (configs/*.py[:variant]); fields: "
@@ -182,17 +183,17 @@ def with_configurations(config, items) -> list[str]:
   return notes
 
 
-# Fields a config chooses for its own task (config.task.name as its file sets it): on another task (an override of
-# --config.task.name) each one that is not overridden too takes its default of configs/base.py.
-TASK_CHOSEN = ("task.template", "sampling.max_new_tokens")
+# Fields a config chooses for its own task (config.task.name as its file sets it), with their defaults: on another
+# task (an override of --config.task.name) each one that is not overridden too takes its default.
+TASK_CHOSEN = tasks.TASK_CHOSEN
 
 
 def switch_task(config, own_task: str, overrides) -> str | None:
   """A task switch resets what the config chose for its own task (configs/base.py, "Switching the task").
 
   When config.task.name differs from `own_task` (the config file's own task), each `TASK_CHOSEN` field not in
-  `overrides` and not at its default (configs/base.get_config: template "" = the task's own, stating its answer
-  format; max_new_tokens 256) is set to the default, in place.
+  `overrides` and not at its default (`tasks.TASK_CHOSEN`: template "" = the task's own, stating its answer format;
+  max_new_tokens 256) is set to the default, in place.
 
   Args:
     own_task: config.task.name as the config file (and variant) set it, before the command line's overrides.
@@ -200,13 +201,12 @@ def switch_task(config, own_task: str, overrides) -> str | None:
   Returns:
     The one `note:` line saying what was reset and how to choose it, or None when nothing was.
   """
-  from configs import base  # pylint: disable=g-import-not-at-top  (the config files' own import)
   if config.task.name == own_task:
     return None
-  defaults, changed = base.get_config(), []
-  for field in TASK_CHOSEN:
+  changed = []
+  for field, default in TASK_CHOSEN.items():
     group, name = field.split(".")
-    value, default = config[group][name], defaults[group][name]
+    value = config[group][name]
     if field not in overrides and value != default:
       config[group][name] = default
       changed.append(f"config.{field}={default!r} (was {value!r})")
@@ -333,22 +333,23 @@ def main(argv):
       jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
                                  process_id=_PROCESS_ID.value)
     # pylint: disable=g-import-not-at-top  (after distributed init)
+    from opd_jax.study import pipeline
     from opd_jax.study import preflight
     from opd_jax.study import runs
-    from opd_jax.study import pipeline
     # pylint: enable=g-import-not-at-top
     workdir = workdir or os.path.join("runs", preflight.check_name(config.name))
     if _REPAIR.value and (job != "study" or _DRY_RUN.value):
       raise ValueError(f"--repair rewrites a study's damaged records; it does not apply to a {job} "
                        f"{'dry run' if _DRY_RUN.value else 'run'}: drop it")
     if job == "train":                                     # configs/opd_train.py: OPD training (opd_jax/training)
+      from opd_jax.training import checks as train_checks  # pylint: disable=g-import-not-at-top
       from opd_jax.training import loop  # pylint: disable=g-import-not-at-top
       loop.validate(config)                                # config.train, the optimizer's too (validate_train)
       if _DRY_RUN.value:
         from opd_jax.training import costs as train_costs  # pylint: disable=g-import-not-at-top
         print(train_costs.describe(config, _COST_MODEL.value or "cpu"))
         return
-      preflight.check_train(config)                        # task, model specs, LoRA targets: before any load
+      train_checks.check_train(config)                     # task, model specs, LoRA targets: before any load
       runs.check_workdir_for(workdir, config.to_dict(), "train")
       with failed_start_undone(workdir, enabled=not multi_process):
         _log_to(workdir, multi_process)

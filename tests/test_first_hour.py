@@ -260,11 +260,12 @@ def make_inputs(inputs: pathlib.Path) -> None:
   for folder in ("garbage_st", "missing_shard"):
     (inputs / folder).mkdir()
     (inputs / folder / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"]}))
-  (inputs / "garbage_st" / "model.safetensors").write_bytes(os.urandom(4096))
+  garbage = bytes((i * 37 + 11) % 256 for i in range(4096))   # fixed bytes: the error lines quote headers
+  (inputs / "garbage_st" / "model.safetensors").write_bytes(garbage)
   (inputs / "missing_shard" / "model.safetensors.index.json").write_text(json.dumps(
       {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
   (inputs / "missing_shard" / "model-00001-of-00002.safetensors").write_bytes(b"")
-  (inputs / "garbage.gguf").write_bytes(b"GGML" + os.urandom(60))
+  (inputs / "garbage.gguf").write_bytes(b"GGML" + bytes(range(100, 160)))
   (inputs / "empty.jsonl").write_text("")
   (inputs / "gsm8k.jsonl").write_text("\n".join(json.dumps({"question": f"q{i}", "answer": f"so\n#### {i}"})
                                                 for i in range(4)) + "\n")
@@ -407,13 +408,13 @@ def test_template_check_refuses_exactly_the_placeholders_a_context_leaves_unfill
   from opd_jax.tasks import base as task_base  # pylint: disable=g-import-not-at-top
   task = types.SimpleNamespace(name="gsm8k", prompt=lambda p: p.question)
   problem = task_base.Problem(id="q", question="What is 2 + 2?", answer="4", solution="2 + 2 = 4")
-  contexts.check_templates(contexts.TEMPLATES)
+  contexts.check_templates({c.name: c.template for c in contexts.REGISTRY.values()})
   contexts.check_templates({"answer": "{prompt} Put it in \\boxed{}, as {x: 1} or { x }."})
-  for context in contexts.CONTEXTS:
+  for context in contexts.REGISTRY:
     for name in ("prompt", "solution", "answer", "summary", "incorrect", "nosuch"):
       template = f"<{{{name}}}>"
       msg = contexts.context_message(context, task, problem, templates={context: template},
-                                     incorrect="a wrong attempt" if context in contexts.NEEDS_INCORRECT else None)
+                                     incorrect="a wrong attempt" if contexts.get(context).needs_incorrect else None)
       filled = msg not in (template, "<>")
       try:
         contexts.check_templates({context: template})

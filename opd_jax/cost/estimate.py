@@ -18,7 +18,7 @@ are analytic: weights once per program call, the KV cache it reads (`flops.decod
 Work counted (`Work`; upper bounds, as `preflight.plan`): every question selected, every base rollout at the
 token cap; continuations of n_tok / 2 tokens on average in full `branch_batch` batches (rows that stop leave the
 batch: work ~ tokens); prompts and teacher contexts of the lengths measured on the task with the student's
-tokenizer (`planned_work`; `PROMPT_TOKENS` and `CONTEXT_TOKENS` where the tokenizer is not cheap to read); one
+tokenizer (`planned_work`; `PROMPT_TOKENS` and each context's `assumed_tokens` where the tokenizer is not cheap to read); one
 student pass per scored rollout serves every (teacher, context) view (`study.score_views`); the node heads
 (`scoring.head_logprobs`, a few rows) are left out. `benchmarks/cost_check.py` fills `Work` from a finished
 run's records instead and compares the estimate with the run's stage times.
@@ -87,8 +87,6 @@ CPU_BW = 12.3e9
 # gsm_symbolic prompts measure 145 on average, max 181, with the Qwen2.5 chat template; the solution / summary
 # contexts add ~130.
 PROMPT_TOKENS = 160
-CONTEXT_TOKENS = {"plain": 0, "answer": 16}      # other contexts: +CONTEXT_DEFAULT; contrastive also + n_tok
-CONTEXT_DEFAULT = 128
 
 # Architectures of checkpoints that may be absent (HF folders named in `:paper`), by the lower-cased last path
 # component of the spec (config.json of the published checkpoints).
@@ -306,8 +304,9 @@ class Work:
   Attributes:
     prompt_tokens: student prompt, chat-rendered (tokens, mean over questions).
     context_tokens: a teacher context's prompt tokens beyond the student's prompt, per context (mean); contexts
-      not named take `CONTEXT_TOKENS` / `CONTEXT_DEFAULT`. Contrastive's excludes the incorrect rollout.
-    incorrect_tokens: contrastive's incorrect rollout (tokens; None: the response cap).
+      not named take the context's `assumed_tokens` (`contexts.Context`); a context that shows an incorrect
+      rollout counts it apart (`incorrect_tokens`).
+    incorrect_tokens: the incorrect rollout a `needs_incorrect` context shows (tokens; None: the response cap).
     sampled_questions: questions whose base rollouts were sampled (None: the questions selected, plan.questions).
     continuations: targeted continuations run (None: the plan's bound, every candidate distinct).
     continuation_tokens: mean tokens sampled per continuation (None: half the response cap).
@@ -319,20 +318,21 @@ class Work:
   sampled_questions: int | None = None
   continuations: float | None = None
   continuation_tokens: float | None = None
-  source: str = f"assumed ({PROMPT_TOKENS}-token prompts, teacher contexts +{CONTEXT_DEFAULT})"
+  source: str = f"assumed ({PROMPT_TOKENS}-token prompts, teacher contexts +{contexts.ASSUMED_TOKENS})"
 
   def extra(self, context: str, n_tok: int) -> float:
-    """Tokens a teacher's prompt adds to the student's in `context` (contrastive: + the incorrect rollout)."""
-    out = self.context_tokens.get(context, CONTEXT_TOKENS.get(context, CONTEXT_DEFAULT))
-    if context not in contexts.NEEDS_INCORRECT:
+    """Tokens a teacher's prompt adds to the student's in `context` (+ the incorrect rollout it may show)."""
+    ctx = contexts.get(context)
+    out = self.context_tokens.get(context, ctx.assumed_tokens)
+    if not ctx.needs_incorrect:
       return out
     return out + (n_tok if self.incorrect_tokens is None else self.incorrect_tokens)
 
 
 def context_lengths(config, task, problems, tokenizer, names) -> tuple[float, dict[str, float]]:
   """(mean student prompt tokens, {context: mean tokens its teacher prompt adds} for the context `names`) over
-  `problems` of `task`, chat-rendered as the study renders them (`contexts.study_chat`; contrastive without its
-  incorrect rollout)."""
+  `problems` of `task`, chat-rendered as the study renders them (`contexts.study_chat`; the incorrect rollout a
+  context may show left out: `Work.incorrect_tokens`)."""
   chat = lambda m: len(contexts.study_chat(tokenizer, m, config))
   prompts = [chat(task.prompt(p)) for p in problems]
   extra = {c: float(np.mean([chat(contexts.context_message(c, task, p, incorrect="",
@@ -418,8 +418,8 @@ def calls(config, *, student_passes: str = "once", work: Work | None = None) -> 
 
   def side(stage, name, cfg, prompt_tokens, distinct=1):
     # Each distinct prompt of a batch is prefilled once (scoring.score): the question's rollouts share the
-    # student's prompt and a context, except "contrastive" (2: the first incorrect rollout's text, or for that
-    # rollout itself the next one's).
+    # student's prompt and a context, except a context that shows an incorrect rollout (2: the first incorrect
+    # rollout's text, or for that rollout itself the next one's).
     c, width = scoring.prompt_chunks(scoring.prompt_width(math.ceil(prompt_tokens)) - 1, config.scoring.chunk)
     return [Call(stage, "prompt", name, cfg, min(distinct, sb), c, width + T_pad, batches * width // c),
             Call(stage, "chunk", name, cfg, sb, C, width + T_pad, batches * chunks)]
@@ -431,9 +431,9 @@ def calls(config, *, student_passes: str = "once", work: Work | None = None) -> 
     else:
       out.append(Call("scoring", "head", "student", s_cfg, sb, C, 0, batches * chunks))
     if not identical:
-      extra = 0 if ctx == "plain" else w.extra(ctx, n_tok)
+      extra = w.extra(ctx, n_tok)
       out += side("scoring", f"{'student' if teacher == contexts.SELF else teacher} ({ctx})", cfgs[teacher],
-                  prompt + extra, 2 if ctx in contexts.NEEDS_INCORRECT else 1)
+                  prompt + extra, 2 if contexts.get(ctx).needs_incorrect else 1)
     out.append(Call("scoring", "predictors", "-", s_cfg, sb, C, 0, batches * chunks))
   # Continuations: one prefill of the node rollouts per question, then full branch batches (one start step each).
   seq = bucket(prompt + n_tok, 16)
@@ -544,7 +544,7 @@ def describe(config, name: str) -> str:
       lines.append(f"  WARNING: weights + the largest KV cache need {need / 1e9:.0f} GB, more than {chips} x "
                    f"{chip.hbm_bytes / 1e9:.0f} GB of HBM: lower config.budget.branch_batch / question_batch or "
                    "add chips")
-  lines.append(f"  lengths {work.source}; contrastive also + the response cap; continuations average half the "
+  lines.append(f"  lengths {work.source}; a context showing an incorrect rollout also + the response cap; continuations average half the "
                "cap in full batches, each step reading the suffix written so far (2/3 of the mean length)")
   return "\n".join(lines)
 

@@ -24,9 +24,11 @@ large finite push (not inf). Either way a slot with p = 0 adds nothing to p-weig
 
 Add a divergence: write its loss `fn(p, q, *, <param>, logp=None, logq=None)` forming its log terms with
 `logs(p, q, logp, logq)` and its p-weighted terms with `weighted` (and, optionally, its closed-form direction
-with the same arguments), add one `Divergence(...)` to `REGISTRY` below, one case to tests/estimators/test_divergences.py
-(`topk_reverse_kl` is the worked example: registered without a closed form, tested against numpy) and one
-float64 reference to tests/training/test_losses.py (`_np_loss_and_direction`: the any-gap exactness test).
+with the same arguments), add one `Divergence(...)` to `REGISTRY` below (with an `example` parameter value when
+the parameter has no default); the registry tests run it (tests/estimators/test_divergences.py: its direction is
+-jax.grad of its loss; tests/test_registries.py: through the smoke study). `topk_reverse_kl` is the worked
+example (registered without a closed form, tested against numpy); a float64 reference in
+tests/training/test_losses.py (`_np_loss_and_direction`) adds the any-gap exactness test.
 """
 from __future__ import annotations
 
@@ -310,6 +312,8 @@ class Divergence:
   default: the parameter's value when the spec has no '@' (None: the parameter is required).
   check: fn(value) -> the static value passed on; raises ValueError (with a fix) on a bad or missing value.
   sampled: whether loss/direction take the sampled token (`sampled_token`, `advantage`).
+  example: a parameter value the registry tests run it at (tests/estimators/test_divergences.py,
+    tests/test_registries.py); needed when the parameter has no default.
   """
   name: str
   loss: Callable[..., jax.Array]
@@ -318,17 +322,20 @@ class Divergence:
   default: float | None = None
   check: Callable[[Any], Any] | None = None
   sampled: bool = False
+  example: float | None = None
 
 
 REGISTRY: dict[str, Divergence] = {d.name: d for d in (
     Divergence(name="reverse_kl", loss=reverse_kl, direction=_reverse_kl_direction),
     Divergence(name="forward_kl", loss=forward_kl, direction=_forward_kl_direction),
     Divergence(name="jsd", loss=jsd, direction=_jsd_direction, param="beta", default=0.5,
-               check=predictors.check_beta),
+               check=predictors.check_beta, example=0.3),
     Divergence(name="sampled_token", loss=sampled_token_loss, direction=_sampled_token_direction, sampled=True),
     Divergence(name="clipped_reverse_kl", loss=clipped_reverse_kl, direction=_clipped_reverse_kl_direction,
-               param="clip", check=check_clip),
-    Divergence(name="topk_reverse_kl", loss=topk_reverse_kl, param="k", check=check_k),   # autodiff direction
+               param="clip", check=check_clip,
+               example=10.0),
+    Divergence(name="topk_reverse_kl", loss=topk_reverse_kl, param="k", check=check_k,
+               example=3),                                                               # autodiff direction
 )}
 DIVERGENCES = tuple(REGISTRY)
 

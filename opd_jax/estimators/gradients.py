@@ -36,6 +36,7 @@ NORM_EPS = 1e-12  # a gradient whose L2 norm is below this is treated as zero by
 # (log-probs from fp32 logits carry relative errors of ~1e-6): `nan_reason` calls it zero, never a cosine of noise.
 DISTILLATION_NOISE = 1e-5
 NAN_REASONS = ("", "degenerate", "zero_distillation_gradient", "zero_ideal_gradient")  # indexed by nan_reason
+DEGENERATE, ZERO_DISTILLATION_GRADIENT, ZERO_IDEAL_GRADIENT = NAN_REASONS[1:]    # the names other modules use
 
 
 _float, _log, _centred, _check_same = (divergences.as_float, divergences.safe_log, divergences.centred,

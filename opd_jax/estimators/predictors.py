@@ -22,14 +22,53 @@ Conventions (shared by every function here):
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import numbers
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 
-PREDICTORS = ("kl_pq", "kl_qp", "js", "jsd_beta", "tv", "cosine", "entropy_p", "entropy_q", "topk_overlap",
-              "logq_minus_logp")
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Predictor:
+  """One per-position predictor: a record column of every view's `tokens` and `nodes` rows and a row of the
+  report's predictor table. The one place a predictor is described.
+
+  Attributes:
+    name: the record column.
+    about: what it measures, with its units.
+    fn: `fn(logp [..., V], logq [..., V], tokens [...]) -> [...]` float, jittable, reducing the vocabulary axis
+      (a fork's predictor); None: one of the sums of the fused single pass (`predictors`).
+    on_text: how a view whose teacher reads text (another tokenizer: `teachers/cross_view.py`) forms it, as
+      `on_text(logp [L], logq [L], own [L]) -> [L]` float64 from the student's log p and the teacher's log q of
+      each sampled token's text and the value the student's own pass gave; None: undefined there (NaN), the
+      default, since a predictor that compares two distributions over one vocabulary has no meaning across two.
+  """
+  name: str
+  about: str
+  fn: Callable | None = None
+  on_text: Callable | None = None
+
+
+# Registered predictors, in record-column order. A fork adds one `Predictor(name=..., about=..., fn=...)` here
+# (docs/usage.md, "Extending"); the registry test (tests/test_registries.py) runs every entry through the smoke
+# study.
+REGISTRY: dict[str, Predictor] = {p.name: p for p in (
+    Predictor(name="kl_pq", about="KL(p || q), nats"),
+    Predictor(name="kl_qp", about="KL(q || p), nats"),
+    Predictor(name="js", about="JSD_0.5(p, q), nats"),
+    Predictor(name="jsd_beta", about="JSD_beta(p, q) at config.scoring.beta, nats"),
+    Predictor(name="tv", about="total variation (1/2) sum |p - q|"),
+    Predictor(name="cosine", about="cos(p, q) of the probability vectors"),
+    Predictor(name="entropy_p", about="H(p), the student's entropy, nats", on_text=lambda lp, lq, own: own),
+    Predictor(name="entropy_q", about="H(q), the teacher's entropy, nats"),
+    Predictor(name="topk_overlap", about="|top-k(p) & top-k(q)| / k, k = config.scoring.top_k"),
+    Predictor(name="logq_minus_logp", about="log q(y_t) - log p(y_t) of the sampled token, nats",
+              on_text=lambda lp, lq, own: lq - lp),
+)}
+PREDICTORS = tuple(REGISTRY)
 
 
 def check_beta(beta: float) -> float:
@@ -270,13 +309,15 @@ def predictors(logp: jax.Array, logq: jax.Array, tokens: jax.Array, *, beta: flo
     beta: static float strictly inside (0, 1), the teacher weight of "jsd_beta" ("js" always uses 0.5).
     top_k: static int k of "topk_overlap", 1 <= k <= V.
   Returns:
-    {name: [...] float} for every name in PREDICTORS: "kl_pq" KL(p || q), "kl_qp" KL(q || p), "js" JSD_0.5,
+    {name: [...] float} for every name in PREDICTORS (`REGISTRY`, a fork's `fn` after the fused pass): "kl_pq" KL(p || q), "kl_qp" KL(q || p), "js" JSD_0.5,
     "jsd_beta" JSD_beta, "tv" total variation, "cosine" cos(p, q), "entropy_p" H(p), "entropy_q" H(q) (nats),
     "topk_overlap", "logq_minus_logp" log q(y_t) - log p(y_t). Conventions in the module docstring.
   Raises:
     ValueError: on mismatched shapes, beta outside (0, 1), or k outside [1, V].
   """
-  return _predictors_jit(logp, logq, tokens, beta=check_beta(beta), top_k=_check_k(top_k, jnp.shape(logp)[-1:]))
+  extra = tuple(k for k, p in REGISTRY.items() if p.fn is not None)
+  return _predictors_jit(logp, logq, tokens, beta=check_beta(beta), top_k=_check_k(top_k, jnp.shape(logp)[-1:]),
+                         extra=extra)
 
 
 # Vocabulary ids per step of `predictors`' single pass: a [rows, 1024] slice of every temporary stays in cache,
@@ -301,8 +342,8 @@ def _add_sums(a, b):
   return {k: (a[k] | b[k]) if a[k].dtype == jnp.bool_ else a[k] + b[k] for k in a}
 
 
-@functools.partial(jax.jit, static_argnames=("beta", "top_k"))
-def _predictors_jit(logp, logq, tokens, *, beta, top_k):
+@functools.partial(jax.jit, static_argnames=("beta", "top_k", "extra"))
+def _predictors_jit(logp, logq, tokens, *, beta, top_k, extra=()):
   """`predictors` in one pass over the vocabulary in blocks of PREDICTOR_BLOCK ids (then top-k on the whole).
 
   Same formulas as the individual functions (kl, jsd, ...), summed block by block; cosine is sum pq /
@@ -333,4 +374,5 @@ def _predictors_jit(logp, logq, tokens, *, beta, top_k):
       "entropy_q": sums["entropy_q"],
       "topk_overlap": _topk_overlap_jit(logp, logq, k=top_k),
       "logq_minus_logp": logq_minus_logp(logp, logq, tokens),
+      **{k: REGISTRY[k].fn(logp, logq, tokens).astype(logp.dtype) for k in extra},
   }

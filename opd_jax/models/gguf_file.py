@@ -16,7 +16,6 @@ import json
 import os
 import pathlib
 import shutil
-from typing import Any
 
 import gguf
 import ml_dtypes

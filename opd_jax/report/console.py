@@ -6,6 +6,8 @@ import pathlib
 
 import pandas as pd
 
+from opd_jax.estimators import gradients
+
 
 def diagnose(nodes: pd.DataFrame) -> str | None:
   """A loud one-paragraph warning when the study measured nothing (no node, or no defined alignment), with the
@@ -22,7 +24,7 @@ def diagnose(nodes: pd.DataFrame) -> str | None:
             "continuation succeeds or every one fails: check the task's accuracy and its gold answers), or "
             "R = config.budget.continuations_per_candidate too small to tell candidates apart: raise it")
   reasons = nodes.loc[~degenerate, "alignment_nan_reason"].fillna("").value_counts().to_dict()
-  if set(reasons) == {"zero_distillation_gradient"}:
+  if set(reasons) == {gradients.ZERO_DISTILLATION_GRADIENT}:
     return (f"WARNING: every alignment is NaN ({int(degenerate.sum())} of {len(nodes)} node rows degenerate; the "
             f"other {int((~degenerate).sum())} have a zero distillation gradient: the teacher's q equals the "
             "student's p on every candidate set, or the clip binds), so the alignment table and plot are empty; "

@@ -1,7 +1,10 @@
 """summary.md: the verdict first, then tables of a `summarize` result, the predictors, the oracle filter, and last
 the run's facts and config."""
+import math
+
 import pandas as pd
 
+from opd_jax.estimators import divergences
 from opd_jax.report import decision
 from opd_jax.report import router as rt
 from opd_jax.report.common import ci
@@ -11,8 +14,12 @@ from opd_jax.report.common import underpowered_reason
 
 
 def divergence_label(row: pd.Series) -> str:
-  params = [f"{k}={row[k]:g}" for k in ("beta", "clip") if k in row.index and not pd.isna(row[k])]
-  return f"{row['divergence']}({', '.join(params)})" if params else str(row["divergence"])
+  """`name(param=value)` of a configuration's divergence, its parameter named by the registry (records before
+  `divergence_param`: their beta / clip columns)."""
+  entry = divergences.REGISTRY.get(str(row["divergence"]))
+  param = entry.param if entry else None
+  value = row.get("divergence_param", row.get(param, math.nan)) if param else math.nan
+  return f"{row['divergence']}({param}={value:g})" if not pd.isna(value) else str(row["divergence"])
 
 
 def meta_lines(meta: dict) -> list[str]:

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from opd_jax.estimators import gradients
 from opd_jax.study import records
 from opd_jax.estimators import stats
 from opd_jax.report import common
@@ -16,7 +17,7 @@ from opd_jax.report import common
 def config_columns(rows: pd.DataFrame, config_id: str) -> dict:
   """teacher, context, divergence (and beta, clip when recorded) of one configuration; must be unique."""
   out = {}
-  for column in ("teacher", "context", "divergence", "beta", "clip"):
+  for column in ("teacher", "context", "divergence", "beta", "clip", "divergence_param"):
     if column not in rows.columns:
       continue
     values = rows[column].drop_duplicates()
@@ -36,7 +37,7 @@ def _group_row(rows: pd.DataFrame, *, n_boot: int, seed: int, level: float, min_
   reasons = rows["alignment_nan_reason"].fillna("").astype(str).to_numpy()
   degenerate = rows["degenerate"].astype(bool).to_numpy()
   undefined = ~defined & ~degenerate
-  named = {r: int((undefined & (reasons == r)).sum()) for r in records.NAN_REASONS if r != "degenerate"}
+  named = {r: int((undefined & (reasons == r)).sum()) for r in records.NAN_REASONS if r != gradients.DEGENERATE}
   n_questions = int(rows["question_id"].nunique())
   n_defined_questions = int(pd.unique(questions[defined]).size)
   row = {

@@ -26,6 +26,7 @@ import jax
 import numpy as np
 import pandas as pd
 
+from opd_jax.estimators import divergences
 from opd_jax.estimators import gradients
 from opd_jax.study import records
 from opd_jax.decode import sampling
@@ -167,7 +168,7 @@ def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response:
     view = conf.scoring_key
     base = {"question_id": question_id, "rollout_id": rollout_id, "config_id": conf.config_id,
             "teacher": conf.teacher, "context": conf.context, "divergence": conf.divergence, "beta": conf.beta,
-            "clip": conf.clip, "correct": correct}
+            "clip": conf.clip, "divergence_param": conf.param, "correct": correct}
 
     def per_node(m, t):
       valid = cands[m] >= 0
@@ -233,8 +234,8 @@ def estimates_from_rows(rows: pd.DataFrame, counts: dict | None = None) -> dict[
 
   For the report and benchmarks that read records: `gradients.projection` is not a record column, and `counts`
   replaces the rows' counts, e.g. by a subsample of their rewards (benchmarks/fewer_continuations.py). The
-  divergence's parameters are read from the beta and clip columns; a divergence with another parameter raises
-  (records keep only those two).
+  divergence's parameter is read from `divergence_param` (records written before it: the beta / clip column
+  that its registry entry's `param` names).
 
   Args:
     rows: node rows (records.SCHEMAS["nodes"]), any configurations and nodes.
@@ -259,15 +260,14 @@ def estimates_from_rows(rows: pd.DataFrame, counts: dict | None = None) -> dict[
     p = pad([x if ok else np.zeros(len(c)) for x, c, ok in zip(sub["p"], sub["candidates"], has_q)], np.float64)
     q = pad([x if ok else np.zeros(len(c)) for x, c, ok in zip(sub["q"], sub["candidates"], has_q)], np.float64)
     first = sub.iloc[0]
-    div, opts = str(first["divergence"]), {}
-    if div == "jsd":
-      opts["beta"] = float(first["beta"])
-    if div == "clipped_reverse_kl":
-      opts["clip"] = float(first["clip"])
+    div = str(first["divergence"])
+    param = divergences.get(div).param          # records before `divergence_param` have beta / clip columns
+    value = first.get("divergence_param", first.get(param, math.nan)) if param else math.nan
+    opts = divergences.options(div, None if pd.isna(value) else float(value))
     est = targeted.node_estimates(p, q, pad(succ, np.int64), pad(n, np.int64), divergence=div,
                                   sampled_index=np.zeros(len(sub), np.int64),
                                   advantage=np.nan_to_num(sub["sampled_advantage"].to_numpy(np.float64)), **opts)
-    undirected = est.nan_reason == gradients.NAN_REASONS[2]            # no distillation direction
+    undirected = est.nan_reason == gradients.ZERO_DISTILLATION_GRADIENT       # no distillation direction
     with jax.enable_x64(True):
       proj = np.asarray(gradients.projection(est.g_ideal, est.g_distill))
     out["alignment"][idx] = np.where(has_q, est.alignment, np.nan)

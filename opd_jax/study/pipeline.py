@@ -235,10 +235,8 @@ def score_views(env: Env, problem, prompt: list[int], views: list[nodes.View], v
       teacher, ctx = view
       rows, t_prompts = [], []
       for r in scored:
-        incorrect = None
-        if ctx in contexts.NEEDS_INCORRECT:
-          src = contexts.contrastive_source(v.rewards, r)
-          incorrect = None if src is None else v.texts[src]
+        src = contexts.incorrect_source(ctx, v.rewards, r)
+        incorrect = None if src is None else v.texts[src]
         msg = contexts.context_message(ctx, env.task, problem, incorrect=incorrect, templates=c.contexts.templates)
         if msg is not None:
           rows.append(r)

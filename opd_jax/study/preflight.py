@@ -11,7 +11,6 @@ import json
 import math
 import os
 import pathlib
-import re
 import struct
 from typing import Any, Mapping
 
@@ -499,7 +498,7 @@ def _excluded(task, path: str):
 def check_context(config, task, confs, tokenizer, limits: dict[str, int]) -> None:
   """Every question fits the models' contexts: the student prompt + sampling.max_new_tokens in every model's
   (the plain view scores it), and each teacher's context message (+ an incorrect rollout of at most
-  max_new_tokens for contrastive) + max_new_tokens in that teacher's.
+  max_new_tokens for a context that shows one) + max_new_tokens in that teacher's.
 
   Args:
     tokenizer: the student's (teachers share it: `study.setup` checks).
@@ -520,7 +519,7 @@ def check_context(config, task, confs, tokenizer, limits: dict[str, int]) -> Non
       if ctx == "plain":
         continue
       msg = contexts.context_message(ctx, task, problem, incorrect="", templates=c.contexts.templates)
-      shows_incorrect = ctx in contexts.NEEDS_INCORRECT
+      shows_incorrect = contexts.get(ctx).needs_incorrect
       need = len(chat(msg)) + n_tok * (2 if shows_incorrect else 1)
       if need > limits[teacher]:
         raise ValueError(f"question {problem.id}: the {ctx!r} context of teacher {teacher!r} needs up to {need} "
@@ -676,48 +675,6 @@ def _check_gguf(path: pathlib.Path, field: str) -> None:
                      f"version 1-3), named by {field}; the file is damaged or not GGUF: re-download it")
 
 
-# ----------------------------------------------------------------------------------------------------------
-# The trainer's checks (`python -m opd_jax.main` runs them before training.loop.run, so a bad config loads no
-# model and writes nothing).
-
-def validate_train(config) -> None:
-  """config.train.optim errors that need nothing loaded (the optimizer would otherwise take them as they are:
-  a negative clip_norm as no clipping, a warmup longer than the run as a learning rate that never peaks), and
-  integers out of numpy's and JAX's range (`check_integers`).
-
-  Raises:
-    ValueError: naming the field (`terminal.field_error`).
-  """
-  check_integers(config.to_dict())
-  t, o = config.train, config.train.optim
-  is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)
-  number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-  if not (number(o.learning_rate) and o.learning_rate > 0):
-    raise _bad("config.train.optim.learning_rate", "must be a number > 0", o.learning_rate)
-  if not (number(o.clip_norm) and o.clip_norm >= 0):
-    raise _bad("config.train.optim.clip_norm", "must be a number >= 0 (the global-norm bound; 0: no clipping)",
-               o.clip_norm)
-  if not (number(o.weight_decay) and o.weight_decay >= 0):
-    raise _bad("config.train.optim.weight_decay", "must be a number >= 0", o.weight_decay)
-  for f in ("b1", "b2"):
-    if not (number(o[f]) and 0 <= o[f] < 1):
-      raise _bad(f"config.train.optim.{f}", "must lie in [0, 1)", o[f])
-  if o.schedule not in ("constant", "cosine"):
-    raise _bad("config.train.optim.schedule", "must be 'constant' or 'cosine'", o.schedule,
-               choices=("constant", "cosine"))
-  if not (is_int(o.accumulate) and o.accumulate >= 1):
-    raise _bad("config.train.optim.accumulate", "must be an integer >= 1 (1: one update per step)", o.accumulate)
-  if not (is_int(o.warmup_steps) and o.warmup_steps >= 0):
-    raise _bad("config.train.optim.warmup_steps", "must be an integer >= 0", o.warmup_steps)
-  if is_int(t.steps) and t.steps > 0:
-    updates = -(-t.steps // o.accumulate)
-    if o.warmup_steps > updates:
-      raise _bad("config.train.optim.warmup_steps",
-                 f"must be <= the run's {updates} updates (config.train.steps={t.steps}, optim.accumulate="
-                 f"{o.accumulate}): the learning rate would never reach optim.learning_rate", o.warmup_steps,
-                 fix="lower it, or raise config.train.steps")
-
-
 def model_config(spec: str, config) -> models.Config | None:
   """The decoder config of a model spec without weights: a random:<seed> model's (config.random_model, the byte
   tokenizer's vocabulary), else the checkpoint's header where it is cheap (`models.checkpoints.peek`); None
@@ -732,46 +689,3 @@ def model_config(spec: str, config) -> models.Config | None:
     return None
   peeked = models.checkpoints.peek(spec)
   return None if peeked is None else peeked[0]
-
-
-def check_train(config):
-  """The trainer's checks that need data but no weights, after `validate_train` and `training.loop.validate`:
-  the study checks of its configuration (`check`: model specs, task, contexts; errors name
-  config.train.configuration), held-out questions that leave training questions, and LoRA targets matched
-  against the student's parameter shapes (`models.decoder.abstract`: shapes only). Returns (task, confs)."""
-  t = config.train
-  study = config.copy_and_resolve_references()
-  with study.unlocked():
-    study.configurations = {"train": t.configuration}
-  task, confs = check(study, fields={"train": "config.train.configuration"}, hand_off=True, cross_ok=False)
-  pool = len(task.problems)
-  if t.eval_questions >= pool:
-    raise _bad("config.train.eval_questions", f"must be < the task's pool of {pool} questions (the rest are "
-               "trained on)", t.eval_questions, fix="lower it, or raise config.task.num_problems")
-  if t.lora.rank > 0:
-    _check_lora(config)
-  return task, confs
-
-
-def _check_lora(config) -> None:
-  from opd_jax.training import lora  # pylint: disable=g-import-not-at-top  (training imports this module)
-  t = config.train
-  try:
-    re.compile(t.lora.targets)
-  except re.error as e:
-    raise _bad("config.train.lora.targets", f"must be a regular expression ({e})", t.lora.targets) from None
-  cfg = model_config(config.student.name, config)
-  if cfg is None:
-    return
-  _, state = models.decoder.abstract(cfg, layered=models.default_layout() == "layered")
-  try:
-    found = lora.targets(state, t.lora.targets)
-  except ValueError:
-    paths = sorted(lora.targets(state, r".").keys())
-    raise _bad("config.train.lora.targets", "matches no matrix of the student", t.lora.targets,
-               fix=f"patterns are searched in param paths such as {paths[:4]}; the default is "
-                   f"{lora.DEFAULT_TARGETS!r}") from None
-  for path, shape in sorted(found.items()):
-    if t.lora.rank > min(shape[-2:]):
-      raise _bad("config.train.lora.rank", f"must be <= {min(shape[-2:])}, the smaller side of {path} {shape}",
-                 t.lora.rank)

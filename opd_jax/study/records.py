@@ -124,6 +124,8 @@ _COLUMNS = {
         ("divergence", pa.string(), "distillation divergence"),
         ("beta", pa.float64(), "JSD_beta weight (NaN unless jsd)"),
         ("clip", pa.float64(), "clip threshold tau (NaN unless clipped_reverse_kl)"),
+        ("divergence_param", pa.float64(), "the divergence's '@' parameter, named by its registry entry's `param` "
+                                           "(beta, clip, k, ...); NaN if it takes none"),
         ("correct", pa.bool_(), "the node's rollout was correct"),
         ("position", pa.int64(), "0-based response position t of the node"),
         ("sampled_token", pa.int64(), "y_t, also candidates[0]"),

@@ -1,8 +1,10 @@
-"""GSM8K (JSONL) and MATH-500 (JSON) from local files; nothing is downloaded.
+"""GSM8K (JSONL), MATH-500 (JSON) and any JSONL file of questions and answers, from local files; nothing is
+downloaded.
 
 GSM8K rows: {"question", "answer"}, the answer being the worked solution (with calculator annotations
 `<<48/2=24>>`) then `#### <number>`. MATH-500 rows: {"problem", "solution", "answer", "subject", "level",
-"unique_id"}, the solution ending in `\\boxed{answer}`.
+"unique_id"}, the solution ending in `\\boxed{answer}`. A task's own JSONL file (`jsonl:<grader>`): one object per
+line, `JSONL_SCHEMA`.
 """
 import json
 import pathlib
@@ -124,3 +126,71 @@ def math_grader():
     return answers.math_equal(parsed_golds[problem.answer], answer)
 
   return grade
+
+
+GRADERS = ("numeric", "math")
+JSONL_SCHEMA = {
+    "question": "string, required: the question, without any answer-format instruction (the template adds it)",
+    "answer": "string or number, required: the gold answer",
+    "solution": "string, optional: a worked reference solution (the solution, summary and contrastive contexts "
+                "need it on every row)",
+    "id": "string, optional: a stable id (default <file stem>-<row:05d>); ids must be unique",
+}
+
+
+def grading(grader: str, where: str) -> tuple:
+  """(extractor, grader) of a grading rule: "numeric" (`answers.extract_number`, exact decimal equality, as gsm8k)
+  or "math" (the last `\\boxed{}`, math-verify, as math500).
+
+  Raises:
+    ValueError: another name, naming `where` and the rules.
+  """
+  if grader == "math":
+    return answers.last_boxed, math_grader()
+  if grader == "numeric":
+    return answers.extract_number, lambda p, a: answers.numbers_equal(p.answer, a)
+  raise ValueError(f"{where}: grader must be one of {GRADERS}, got {grader!r}")
+
+
+def load_jsonl(grader: str, *, path=None, split: str = "test", num_problems: int | None = None,
+               template: str | None = None) -> base.Task:
+  """A task from a JSONL file of questions and answers (`JSONL_SCHEMA`), graded by `grader` (`GRADERS`).
+
+  Args:
+    grader: "numeric" or "math" (`grading`); the task's name is `jsonl:<grader>`.
+    path: the JSONL file (config.task.path).
+    split: names nothing but the default ids' prefix (kept for the loader's common signature).
+    num_problems: the first n rows in file order (None: all).
+    template: the user message with `{question}`; default: gsm8k's (numeric) or math500's (math).
+  Raises:
+    ValueError: no path, a line that is not a JSON object, a row without a string question or an answer, a bad
+      grader, duplicate ids (each naming the file and the line).
+    FileNotFoundError: a missing file.
+    EmptyTaskError: a file without rows.
+  """
+  name = f"jsonl:{grader}"
+  extractor, grade = grading(grader, f"task {name!r}")
+  if path is None:
+    raise ValueError(f"task {name!r} reads a JSONL file: set config.task.path (rows {sorted(JSONL_SCHEMA)})")
+  file = pathlib.Path(path)
+  if not file.is_file():
+    raise FileNotFoundError(f"task {name!r}: file {str(file)!r} not found")
+  problems = []
+  with open(file, encoding="utf-8") as f:
+    for row, (lineno, line) in enumerate((i, l) for i, l in enumerate(f, 1) if l.strip()):
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{file}: line {lineno} is not valid JSON ({e.msg}); expected one object per line "
+                         f"with {sorted(JSONL_SCHEMA)}") from None
+      if not isinstance(record, dict) or not isinstance(record.get("question"), str) or record.get("answer") is None:
+        raise ValueError(f"{file}: line {lineno} needs a string 'question' and an 'answer' (schema: "
+                         f"{', '.join(f'{k}: {v}' for k, v in JSONL_SCHEMA.items())})")
+      solution = record.get("solution")
+      problems.append(base.Problem(id=base.safe_id(str(record.get("id") or f"{file.stem}-{split}-{row:05d}")),
+                                   question=record["question"], answer=str(record["answer"]).strip(),
+                                   solution=None if solution is None else str(solution), fields={"row": row}))
+  problems = base.limit(problems, num_problems, str(file))
+  template = template or (GSM8K_TEMPLATE if grader == "numeric" else MATH_TEMPLATE)
+  return base.Task(name=name, problems=problems, template=base.check_template(template), extractor=extractor,
+                   grader=grade)

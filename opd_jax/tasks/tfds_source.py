@@ -12,11 +12,9 @@ Examples: DeepMind `math_dataset/algebra__linear_1d` (fields question/answer, no
 `huggingface:gsm8k/main` with `answer_marker="####", grader="numeric"` (its answer field holds the worked
 solution, then `#### <number>`).
 """
-from opd_jax.tasks import answers
 from opd_jax.tasks import base
 from opd_jax.tasks import files
 
-GRADERS = ("math", "numeric")
 _INSTALL = "pip install tensorflow-datasets array-record (tensorflow itself is not needed)"
 
 
@@ -57,8 +55,7 @@ def load(name: str, *, split: str = "test", data_dir=None, download: bool = Fals
   Returns:
     A Task named "tfds:<name>", ids "<name>-<split>-<index:05d>" (characters outside [A-Za-z0-9_.-] -> "_").
   """
-  if grader not in GRADERS:
-    raise ValueError(f"tfds:{name}: grader must be one of {GRADERS}, got {grader!r}")
+  files.grading(grader, f"tfds:{name}")                      # a bad grader fails before tfds is imported
   template = template or (files.MATH_TEMPLATE if grader == "math" else files.GSM8K_TEMPLATE)
   try:
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
@@ -97,9 +94,6 @@ def load(name: str, *, split: str = "test", data_dir=None, download: bool = Fals
     problems.append(base.Problem(id=base.safe_id(name, split, f"{index:05d}"),
                                  question=_field(example, question_field, name, available),
                                  answer=answer.strip(), solution=solution, fields={"index": index}))
-  if grader == "math":
-    extractor, grade = answers.last_boxed, files.math_grader()
-  else:
-    extractor, grade = answers.extract_number, lambda p, a: answers.numbers_equal(p.answer, a)
+  extractor, grade = files.grading(grader, f"tfds:{name}")
   return base.Task(name=f"tfds:{name}", problems=problems, template=base.check_template(template),
                    extractor=extractor, grader=grade)

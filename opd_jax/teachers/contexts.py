@@ -23,58 +23,93 @@ from opd_jax import models
 from opd_jax import terminal
 from opd_jax.tasks import base as task_base
 
-CONTEXTS = ("plain", "solution", "summary", "answer", "contrastive", "misleading")
-NEEDS_SOLUTION = ("solution", "summary", "contrastive")
-# Contexts that show another rollout graded wrong ({incorrect}): unavailable for a rollout without one
-# (`contrastive_source`). "misleading" shows it as if it were the reference solution: a control whose sign is
-# known in advance (it should hurt: docs/results.md, "The validation experiment", issue 36).
-NEEDS_INCORRECT = ("contrastive", "misleading")
 SELF = "self"
-
-# Default context templates [ours, configurable via config.contexts.templates]. `{prompt}` is the student's
-# own user message (task template applied); {solution}, {summary}, {answer}, {incorrect} are filled per
-# question (and per rollout for {incorrect}). PLACEHOLDERS: the ones each context fills (`check_templates`).
-TEMPLATES = {
-    "plain": "{prompt}",
-    "solution": ("{prompt}\n\nHere is a reference solution:\n{solution}\n\n"
-                 "Using it as a guide, solve the problem yourself."),
-    "summary": ("{prompt}\n\nThe key equations of a reference solution, in order:\n{summary}\n\n"
-                "Using them as a guide, solve the problem yourself."),
-    "answer": "{prompt}\n\nThe correct final answer is {answer}. Solve the problem yourself.",
-    "contrastive": ("{prompt}\n\nHere is a reference solution:\n{solution}\n\n"
-                    "Here is an INCORRECT attempt; do not repeat its mistakes:\n{incorrect}\n\n"
-                    "Using the reference solution as a guide, solve the problem yourself."),
-    "misleading": ("{prompt}\n\nHere is a reference solution:\n{incorrect}\n\n"
-                   "Using it as a guide, solve the problem yourself."),
-}
+ASSUMED_TOKENS = 128      # tokens a context adds to the prompt, assumed where they are not measured (cost model)
 
 
-PLACEHOLDERS = {c: ("prompt", "solution", "answer") + (("summary",) if c == "summary" else ())
-                + (("incorrect",) if c in NEEDS_INCORRECT else ()) for c in CONTEXTS}
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Context:
+  """One self-distillation context: what the teacher reads before the student's response (paper.md,
+  "Self-distillation contexts"). The one place a context is described; every stage asks it, never its name.
+
+  Attributes:
+    name: the `context` of a `teacher:context:divergence` spec.
+    template: the teacher's user message [ours; config.contexts.templates overrides it]: `{prompt}` is the
+      student's own user message (task template applied), the other placeholders are filled per question
+      ({solution}, {summary}, {answer}) and per rollout ({incorrect}).
+    fills: the placeholders the context fills (a template with any other one is refused: `check_templates`).
+    needs_solution: the task must carry reference solutions (refused otherwise, before any model loads).
+    needs_incorrect: shows another rollout of the question graded wrong ({incorrect}); unavailable for a rollout
+      without one (`incorrect_source`), and its teacher prompt grows by that rollout (the cost model).
+    assumed_tokens: tokens the context adds to the student's prompt where the tokenizer is not read (the cost
+      model's `planned_work` measures them on the task otherwise), the incorrect rollout not counted.
+  """
+  name: str
+  template: str
+  fills: tuple[str, ...] = ("prompt", "solution", "answer")
+  needs_solution: bool = False
+  needs_incorrect: bool = False
+  assumed_tokens: int = ASSUMED_TOKENS
+
+
+_SOLUTION = "{prompt}\n\nHere is a reference solution:\n{solution}\n\nUsing it as a guide, solve the problem yourself."
+# Registered contexts, by name. A fork adds one `Context(...)` here (docs/usage.md, "Extending"); the registry
+# test (tests/test_registries.py) runs every entry through the smoke study.
+REGISTRY: dict[str, Context] = {c.name: c for c in (
+    Context(name="plain", template="{prompt}", assumed_tokens=0),
+    Context(name="solution", template=_SOLUTION, needs_solution=True),
+    Context(name="summary", template=("{prompt}\n\nThe key equations of a reference solution, in order:\n{summary}\n\n"
+                                      "Using them as a guide, solve the problem yourself."),
+            fills=("prompt", "solution", "answer", "summary"), needs_solution=True),
+    Context(name="answer", template="{prompt}\n\nThe correct final answer is {answer}. Solve the problem yourself.",
+            assumed_tokens=16),
+    Context(name="contrastive",
+            template=("{prompt}\n\nHere is a reference solution:\n{solution}\n\n"
+                      "Here is an INCORRECT attempt; do not repeat its mistakes:\n{incorrect}\n\n"
+                      "Using the reference solution as a guide, solve the problem yourself."),
+            fills=("prompt", "solution", "answer", "incorrect"), needs_solution=True, needs_incorrect=True),
+    # A wrong attempt shown as if it were the reference solution: a control whose sign is known in advance (it
+    # should hurt: docs/results.md, "The validation experiment", issue 36).
+    Context(name="misleading",
+            template="{prompt}\n\nHere is a reference solution:\n{incorrect}\n\nUsing it as a guide, solve the problem yourself.",
+            fills=("prompt", "solution", "answer", "incorrect"), needs_incorrect=True),
+)}
+
+
+def get(name: str, field: str = "config.configurations") -> Context:
+  """The registered context `name`.
+
+  Raises:
+    ValueError: one line naming `field`, the nearest registered names and all of them.
+  """
+  if name not in REGISTRY:
+    raise ValueError(terminal.field_error(field, f"unknown context {name!r}", choices=tuple(REGISTRY), near=name,
+                                          fix=f"use one of {tuple(REGISTRY)}"))
+  return REGISTRY[name]
+
+
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def check_templates(templates: Mapping[str, str], field: str = "config.contexts.templates") -> None:
   """Refuse a context template the teacher would get with a placeholder left in it: a context name that is not
-  one of CONTEXTS, a value that is not a string, or a `{name}` that its context does not fill (PLACEHOLDERS:
-  {summary} only in 'summary', {incorrect} only in NEEDS_INCORRECT); literal braces such as `\\boxed{}` pass.
+  registered (`REGISTRY`), a value that is not a string, or a `{name}` that its context does not fill
+  (`Context.fills`); literal braces such as `\\boxed{}` pass.
 
   Raises:
     ValueError: naming the template's field, the placeholder and the ones its context fills.
   """
   for context, template in dict(templates or {}).items():
     where = f"{field}[{context!r}]"
-    if context not in CONTEXTS:
-      raise ValueError(terminal.field_error(field, f"unknown context {context!r}", choices=CONTEXTS, near=context,
-                                          fix=f"templates exist for {CONTEXTS}"))
+    fills = get(context, field).fills
     if not isinstance(template, str):
       raise ValueError(terminal.field_error(where, "must be a string", template))
     for name in _PLACEHOLDER.findall(template):
-      if name not in PLACEHOLDERS[context]:
-        fills = ", ".join("{" + p + "}" for p in PLACEHOLDERS[context])
+      if name not in fills:
+        named = ", ".join("{" + p + "}" for p in fills)
         raise ValueError(terminal.field_error(where, f"has the placeholder {{{name}}}, which the {context!r} context "
-                                            "does not fill", choices=fills.split(", "), near="{" + name + "}",
-                                            quote=False, fix=f"it fills {fills}"))
+                                            "does not fill", choices=named.split(", "), near="{" + name + "}",
+                                            quote=False, fix=f"it fills {named}"))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -96,6 +131,12 @@ class TeacherConfig:
   options: tuple[tuple[str, float], ...] = ()
 
   @property
+  def param(self) -> float:
+    """The value of the divergence's '@' parameter (its registry `param`: beta, clip, k, ...), NaN if it takes
+    none: the records' `divergence_param`."""
+    return float(self.options[0][1]) if self.options else math.nan
+
+  @property
   def scoring_key(self) -> tuple[str, str]:
     """(teacher, context): configurations sharing it share one teacher forward and one q."""
     return (self.teacher, self.context)
@@ -115,9 +156,7 @@ def parse(config_id: str, spec: str, *, field: str | None = None) -> TeacherConf
   if len(parts) != 3 or not all(parts):
     raise ValueError(f"{where}: expected 'teacher:context:divergence', e.g. 'self:solution:reverse_kl'")
   teacher, context, div = parts
-  if context not in CONTEXTS:
-    raise ValueError(terminal.field_error(field, f"unknown context {context!r} in {spec!r}", choices=CONTEXTS,
-                                        near=context, fix=f"use one of {CONTEXTS}"))
+  get(context, field)
   name, options = divergences.parse(div, where=where)
   beta, clip = options.get("beta", math.nan), options.get("clip", math.nan)
   return TeacherConfig(config_id=config_id, teacher=teacher, context=context, divergence=name, beta=beta,
@@ -142,7 +181,7 @@ def parse_all(configurations: Mapping[str, str], *, has_solutions: bool, task_na
   out = [parse(k, v, field=field(k)) for k, v in sorted(configurations.items())]
   with_solutions = [t for t in WITH_SOLUTIONS if not task_name.startswith(t)]
   for c in out:
-    if c.context in NEEDS_SOLUTION and not has_solutions:
+    if get(c.context).needs_solution and not has_solutions:
       raise ValueError(f"{field(c.config_id)}: context {c.context!r} needs a reference "
                        f"solution, but task {task_name!r} has none; use 'plain' or 'answer', or a task with "
                        f"solutions ({', '.join(with_solutions[:-1])} or {with_solutions[-1]})")
@@ -167,14 +206,19 @@ def study_chat(tokenizer, user_message: str, config) -> list[int]:
 
 def context_message(context: str, task, problem: task_base.Problem, *, incorrect: str | None = None,
                     templates: Mapping[str, str] | None = None) -> str | None:
-  """The teacher's user message for `context`, or None when it is unavailable (NEEDS_INCORRECT, no incorrect
-  rollout other than the one scored)."""
-  template = dict(TEMPLATES, **dict(templates or {}))[context]
-  if context in NEEDS_INCORRECT and incorrect is None:
+  """The teacher's user message for `context`, or None when it is unavailable (a context that `needs_incorrect`
+  without an incorrect rollout other than the one scored).
+
+  Raises:
+    ValueError: an unregistered context.
+  """
+  ctx = get(context)
+  template = dict(templates or {}).get(context, ctx.template)
+  if ctx.needs_incorrect and incorrect is None:
     return None
   fields = {"prompt": task.prompt(problem), "solution": problem.solution or "", "answer": problem.answer,
             "incorrect": incorrect or ""}
-  if context == "summary":
+  if "summary" in ctx.fills:
     fields["summary"] = task_base.summarize_solution(task.name, problem.solution)
   out = template
   for k, v in fields.items():       # plain replacement: solutions contain braces (\boxed{...})
@@ -182,9 +226,12 @@ def context_message(context: str, task, problem: task_base.Problem, *, incorrect
   return out
 
 
-def contrastive_source(rewards: Sequence[float], scored: int) -> int | None:
-  """Index of the incorrect rollout shown in a NEEDS_INCORRECT context of rollout `scored`: the first incorrect
-  rollout other than `scored` (never the scored one: that would leak its tokens), else None."""
+def incorrect_source(context: str, rewards: Sequence[float], scored: int) -> int | None:
+  """Index of the incorrect rollout a `needs_incorrect` context shows when it scores rollout `scored`: the first
+  incorrect rollout other than `scored` (never the scored one: that would leak its tokens), else None; None for
+  a context that shows none."""
+  if not get(context).needs_incorrect:
+    return None
   for i, r in enumerate(rewards):
     if i != scored and r != 1.0:
       return i

@@ -75,11 +75,12 @@ def reads_text(config, teacher: str) -> bool:
 # ----------------------------------------------------------------------------------------------------------
 # A study's cross-tokenizer view: its dense records and its q at the nodes.
 
-# Dense predictors defined for a view that reads text: entropy_p (the student's alone) and logq_minus_logp (of the
-# sampled token's text). Every other predictor compares two distributions over one vocabulary and is undefined
-# across tokenizers (NaN in the view's `tokens` rows; records.CONVENTIONS["cross-tokenizer view"]): a predictor
-# added to predictors.PREDICTORS is undefined here unless listed (issue 37), never the student's value by mistake.
-DEFINED = ("entropy_p", "logq_minus_logp")
+# Dense predictors defined for a view that reads text: those whose registry entry says how (`Predictor.on_text`:
+# entropy_p, the student's alone; logq_minus_logp, of the sampled token's text). Every other predictor compares two
+# distributions over one vocabulary and is undefined across tokenizers (NaN in the view's `tokens` rows;
+# records.CONVENTIONS["cross-tokenizer view"]): a registered predictor is undefined here unless it says otherwise,
+# never the student's value by mistake.
+DEFINED = tuple(k for k, p in predictors.REGISTRY.items() if p.on_text is not None)
 UNDEFINED = tuple(k for k in predictors.PREDICTORS if k not in DEFINED)
 
 
@@ -91,7 +92,7 @@ def pending(teacher_prompt: Sequence[int]) -> dict:
 def score_view(student: Any, teacher: Any, view, responses, dense: dict, at: dict, *, options,
                teacher_temperature: float) -> cross.Result | None:
   """Fill one cross view's records of a question in place: dense[view][r] "logq" (raw, T = 1: log q of the
-  sampled token's text at every position), "logq_minus_logp", NaN for `UNDEFINED`; at[r].q_at[view] (the
+  sampled token's text at every position), each predictor by its `on_text` (NaN for `UNDEFINED`); at[r].q_at[view] (the
   scaled teacher's log q on C(u), config's teacher temperature; None where the view has no context) and
   at[r].q_reason[view] (per node, "" or why its q are NaN: `cross.Result.reasons`).
 
@@ -127,9 +128,10 @@ def score_view(student: Any, teacher: Any, view, responses, dense: dict, at: dic
     L = len(responses[r])
     logq = np.array([q[0, 0] for q in res.logq[i][:L]], np.float64)
     d["logq"] = logq.astype(np.float32)
-    d["logq_minus_logp"] = (logq - np.asarray(d["logp"], np.float64)).astype(np.float32)
-    for k in UNDEFINED:
-      d[k] = np.full(len(logq), np.nan, np.float32)
+    logp = np.asarray(d["logp"], np.float64)
+    for k, pred in predictors.REGISTRY.items():
+      d[k] = (np.full(len(logq), np.nan) if pred.on_text is None else
+              np.asarray(pred.on_text(logp, logq, np.asarray(d[k], np.float64)), np.float64)).astype(np.float32)
     node = at.get(r)
     if node is not None:
       q_at = np.full(node.candidates.shape, -np.inf, np.float64)

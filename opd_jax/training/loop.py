@@ -39,6 +39,7 @@ from opd_jax import terminal
 from opd_jax.study import pipeline
 from opd_jax.report import console
 from opd_jax.tasks import grading
+from opd_jax.training import checks
 from opd_jax.training import evaluate
 from opd_jax.training import lora
 from opd_jax.training import losses
@@ -48,8 +49,8 @@ from opd_jax.training import step as step_lib
 
 def validate(config) -> None:
   """config.train errors that need no model (each names the field and the fix; the optimizer's:
-  `preflight.validate_train`)."""
-  preflight.validate_train(config)
+  `checks.validate_train`)."""
+  checks.validate_train(config)
   t = config.train
   for f in ("steps", "batch_questions", "rollouts_per_question", "eval_questions", "eval_samples", "eval_every",
             "checkpoint_every", "chunk"):
@@ -124,7 +125,7 @@ def _teacher_prompts(env, conf, problem, prompt: list[int], texts: list[str], re
   rendered = {}                         # message -> ids: one chat rendering per distinct context message
   out = []
   for r in range(len(texts)):
-    src = contexts.contrastive_source(rewards, r) if conf.context in contexts.NEEDS_INCORRECT else None
+    src = contexts.incorrect_source(conf.context, rewards, r)
     msg = contexts.context_message(conf.context, env.task, problem, templates=env.config.contexts.templates,
                                    incorrect=None if src is None else texts[src])
     if msg is not None and msg not in rendered:

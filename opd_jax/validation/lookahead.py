@@ -60,7 +60,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sp_stats
 
-from opd_jax.teachers import contexts
 from opd_jax.estimators import divergences
 from opd_jax.estimators import gradients
 from opd_jax.study import preflight
@@ -156,18 +155,19 @@ def node_value(logp: np.ndarray, p_succ: np.ndarray) -> float:
 # ----------------------------------------------------------------------------------------------------------
 # The study: its config, nodes and models.
 
-def study_config(workdir) -> ml_collections.ConfigDict:
-  """The config of a finished study (<workdir>/config.json) over configs/base.py's defaults.
+def study_config(workdir, defaults: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The config of a finished study (<workdir>/config.json) over `defaults` (the lookahead job's own config,
+  configs/base.py's fields: they fill what a study recorded before a field existed), `lookahead` left out.
 
   Raises:
     ValueError: no config.json there.
   """
-  from configs import base  # pylint: disable=g-import-not-at-top
   path = pathlib.Path(workdir) / "config.json"
   if not path.is_file():
     raise ValueError(f"config.lookahead.study_workdir={str(workdir)!r} holds no config.json; pass the --workdir of "
                      "a study run (python -m opd_jax.main --config=configs/smoke.py --workdir=...)")
-  config = base.get_config()
+  config = ml_collections.ConfigDict(
+      {k: v for k, v in defaults.copy_and_resolve_references().to_dict().items() if k != "lookahead"})
 
   def put(dst, src):
     for k, v in src.items():
@@ -407,7 +407,7 @@ def run(config, workdir: str) -> str:
   validate(config)
   la = config.lookahead
   terminal.ENABLED = bool(config.logging.progress)
-  scfg = study_config(la.study_workdir)
+  scfg = study_config(la.study_workdir, config)
   task, confs = preflight.check(scfg)
   wanted = list(la.configurations) or [c.config_id for c in confs]
   unknown = sorted(set(wanted) - {c.config_id for c in confs})

@@ -13,6 +13,7 @@ from configs import smoke
 from opd_jax.cost import estimate
 from opd_jax.study import preflight
 from opd_jax.models import decoder
+from opd_jax.teachers import contexts
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # Matmul-dominated tiny shapes (the head and the MLP dwarf softmax and norms), 4 layers: extrapolated from 1 and 2.
@@ -81,7 +82,7 @@ def test_realized_work_sets_the_prompt_widths_and_counts(monkeypatch):
   assert width("student (contrastive)") == 128                 # 41 + 50 + 6 = 97 -> 128
   decode, = one("continuations", "decode")
   assert decode.count == pytest.approx(q * 1 + 90 * 3 / 32)    # 30 per question: one batch of 32 rows each
-  assert work.extra("summary", n_tok) == estimate.CONTEXT_DEFAULT and work.extra("contrastive", n_tok) == 56
+  assert work.extra("summary", n_tok) == contexts.ASSUMED_TOKENS and work.extra("contrastive", n_tok) == 56
 
 
 def test_architecture_table_without_weights_and_bad_names():

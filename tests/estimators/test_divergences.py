@@ -9,14 +9,14 @@ from opd_jax.teachers import contexts
 from opd_jax.estimators import divergences
 from opd_jax.estimators import gradients
 
-# A parameter for each registered divergence whose parameter has no default; a new entry adds one here.
-EXAMPLE_PARAMS = {"jsd": 0.3, "clipped_reverse_kl": 10.0, "topk_reverse_kl": 3}
+# The registry's example parameter of each divergence that declares one (`Divergence.example`).
+EXAMPLE_PARAMS = {d.name: d.example for d in divergences.REGISTRY.values() if d.example is not None}
 
 
 def example_options(name):
   div = divergences.REGISTRY[name]
   if div.param is not None and div.default is None:
-    assert name in EXAMPLE_PARAMS, f"add an example parameter for {name!r} to EXAMPLE_PARAMS"
+    assert div.example is not None, f"give {name!r} an `example` parameter value in its registry entry"
   return divergences.options(name, EXAMPLE_PARAMS.get(name))
 
 

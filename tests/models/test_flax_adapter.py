@@ -110,7 +110,7 @@ def reference(student, r):
   return rows
 
 
-predictors = jax.jit(functools.partial(predictors.predictors, beta=0.5, top_k=3))
+all_predictors = jax.jit(functools.partial(predictors.predictors, beta=0.5, top_k=3))
 
 
 def test_flax_teacher_scores_like_numpy_on_its_full_logits():
@@ -128,7 +128,7 @@ def test_flax_teacher_scores_like_numpy_on_its_full_logits():
             "tv": 0.5 * np.abs(p - q).sum(-1), "entropy_q": -(q * lq).sum(-1)}
     for k, v in want.items():
       np.testing.assert_allclose(got[k][r], v, atol=2e-5, err_msg=k)
-    ref = predictors(*(np.pad(a, ((0, W - len(y)), (0, 0)), mode="edge").astype(np.float32) for a in (lp, lq)),
+    ref = all_predictors(*(np.pad(a, ((0, W - len(y)), (0, 0)), mode="edge").astype(np.float32) for a in (lp, lq)),
                      np.pad(y, (0, W - len(y))))              # padded to W rows: one compile
     for k in predictors.PREDICTORS:                          # every predictor, on the full-vocabulary reference
       np.testing.assert_allclose(got[k][r], np.asarray(ref[k])[:len(y)], atol=2e-5, err_msg=k)

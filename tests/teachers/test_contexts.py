@@ -6,8 +6,8 @@ from opd_jax import tasks
 
 
 def test_a_new_context_is_one_entry_in_contexts_py(monkeypatch):
-  monkeypatch.setattr(contexts, "CONTEXTS", contexts.CONTEXTS + ("answer_first",))
-  monkeypatch.setitem(contexts.TEMPLATES, "answer_first", "The answer is {answer}.\n\n{prompt}")
+  monkeypatch.setitem(contexts.REGISTRY, "answer_first",
+                      contexts.Context(name="answer_first", template="The answer is {answer}.\n\n{prompt}"))
   conf = contexts.parse("mine", "self:answer_first:reverse_kl")
   assert (conf.teacher, conf.context, conf.divergence) == ("self", "answer_first", "reverse_kl")
   task = tasks.load_task("synthetic:parity", num_problems=2, seed=0)
@@ -61,10 +61,12 @@ def test_the_misleading_context_shows_a_wrong_attempt_as_the_reference_and_never
   contrastive it is unavailable without one, and the rollout scored is never shown to its own teacher."""
   task = tasks.load_task("synthetic:parity", num_problems=1)
   problem = task.problems[0]
-  assert "misleading" in contexts.NEEDS_INCORRECT and "incorrect" in contexts.PLACEHOLDERS["misleading"]
+  ctx = contexts.get("misleading")
+  assert ctx.needs_incorrect and not ctx.needs_solution and "incorrect" in ctx.fills
   msg = contexts.context_message("misleading", task, problem, incorrect="WRONG ATTEMPT")
   assert msg.startswith(task.prompt(problem)) and "reference solution:\nWRONG ATTEMPT\n" in msg
   assert (problem.solution or "") not in msg.replace(task.prompt(problem), "") or not problem.solution
   assert contexts.context_message("misleading", task, problem, incorrect=None) is None
   rewards = [1.0, 0.0, 1.0, 0.0]
-  assert [contexts.contrastive_source(rewards, r) for r in range(4)] == [1, 3, 1, 1]
+  assert [contexts.incorrect_source("misleading", rewards, r) for r in range(4)] == [1, 3, 1, 1]
+  assert [contexts.incorrect_source("solution", rewards, r) for r in range(4)] == [None] * 4

@@ -303,31 +303,8 @@ def test_identity_with_the_same_tokenizer(pair):
       assert np.allclose(x, y, atol=1e-5, equal_nan=True), f
 
 
-def test_a_cross_tokenizer_study_writes_its_records(tmp_path):
-  """The smoke study with its external teacher forced through text: records with q on C(u), alignment, the
-  sampled token's advantage, and NaN for the predictors that need one vocabulary."""
-  import pandas as pd  # pylint: disable=g-import-not-at-top
-  from opd_jax.study import pipeline  # pylint: disable=g-import-not-at-top
-  config = smoke.get_config()
-  config.configurations = {"external": "random:1:plain:reverse_kl"}
-  config.budget.questions = 1
-  config.budget.nodes_per_rollout = 2
-  config.budget.continuations_per_candidate = 2
-  config.budget.teacher_top_k = 0
-  config.scoring.cross_tokenizer.force = True
-  config.logging.progress = False
-  pipeline.run(config, str(tmp_path))
-  n = pd.read_parquet(tmp_path / "records" / "nodes")
-  t = pd.read_parquet(tmp_path / "records" / "tokens")
-  assert len(n) and n.q.map(len).gt(0).all() and n.alignment.notna().any()
-  assert np.isfinite(t.logq).all()
-  assert np.allclose(t.logq_minus_logp, t.logq - t.logp, atol=1e-5)
-  # Every predictor a view that reads text does not declare defined is NaN (a new one is undefined by default).
-  from opd_jax.teachers import cross_view  # pylint: disable=g-import-not-at-top,multiple-imports
-  from opd_jax.estimators import predictors
-  undefined = [k for k in predictors.PREDICTORS if k not in cross_view.DEFINED]
-  assert "kl_pq" in undefined and "cosine" in undefined and t[undefined].isna().all().all()
-  assert t[list(cross_view.DEFINED)].notna().all().all()
+# The cross-tokenizer view inside a study (q on C(u), alignment, the sampled token's log q from its text, NaN for
+# the predictors without `on_text`): tests/test_registries.py, whose study forces the external teacher through text.
 
 
 def test_refusals_name_the_field():

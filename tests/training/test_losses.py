@@ -124,7 +124,8 @@ def _np_policy(z, temperature=1.0, top_k=0, top_p=1.0):
 
 
 def _np_loss_and_direction(name, lp, lq, y, param):
-  """float64 value and direction g = -dLoss/du (u = log p) of each registered divergence, by hand."""
+  """float64 value and direction g = -dLoss/du (u = log p) of each registered divergence, by hand; None for one
+  without a reference here (a fork's new entry: the registry tests still run it)."""
   p, q = np.exp(lp), np.exp(lq)
   xlogy = lambda w, x: np.where(w > 0, w * np.where(w > 0, x, 0), 0.0)
   centred = lambda f: p * (np.where(p > 0, f, 0) - (xlogy(p, f)).sum(-1, keepdims=True))
@@ -153,7 +154,7 @@ def _np_loss_and_direction(name, lp, lq, y, param):
     ps, d = np.exp(ls), np.where(on, lqs, 0) - np.where(on, ls, 0)
     kl = xlogy(ps, -d).sum(-1)
     return kl, np.where(on, ps * (d + kl[..., None]), 0.0)
-  raise AssertionError(f"add a float64 reference for {name!r}")
+  return None
 
 
 @pytest.mark.parametrize("gap", [0.0, 30.0, 90.0, 120.0, 200.0])
@@ -169,8 +170,12 @@ def test_every_loss_and_direction_is_exact_in_fp32_at_any_logit_gap(gap):
   z[..., 5:7] -= gap                      # and the student far below the teacher's
   y = rng.integers(0, 3, (2, 3))
   lp, lq = _np_logsoftmax(z), _np_logsoftmax(zq)
+  assert {"reverse_kl", "forward_kl", "jsd", "sampled_token", "clipped_reverse_kl", "topk_reverse_kl"} <= set(
+      divergences.DIVERGENCES)
   for name in divergences.DIVERGENCES:
     param = EXAMPLE_PARAMS.get(name)
+    if _np_loss_and_direction(name, lp, lq, y, param) is None:
+      continue
     want, g_want = _np_loss_and_direction(name, lp, lq, y, param)
     fn = lambda z: losses.token_losses(z, ident, jnp.asarray(zq, jnp.float32), ident, jnp.asarray(y),
                                        divergence=spec(name))
