@@ -8,7 +8,7 @@ reward: sum = 0 mod 3), de-duplicated (the study's node_strategy "all" on the to
 Exact g* = p (P_succ - V) from `ToyPolicy.exact_p_succ` (enumeration); nodes with |g*| < 1e-9 (degenerate) are
 left out of the mean. Both sides run `targeted.estimate_successes` (uniform: R = --uniform at every candidate;
 adaptive: R = --r0 in round 0, then `allocation.allocate` up to --means x candidates in total, r_max = --r_max)
-and `targeted.node_estimates`; cos(ĝ, g*) = 0 where ĝ = 0. Per side and budget: mean cos over nodes and seeds,
+and `success.node_estimates`; cos(ĝ, g*) = 0 where ĝ = 0. Per side and budget: mean cos over nodes and seeds,
 continuations run, mean split-half noise ceiling (NaN nodes left out; it compares two halves of the replicates,
 so it sits below the mean cos of all of them), and mean cos split into last-position
 nodes (t = H - 1: every branch there has reached the token cap, so its outcome is fixed and run once,
@@ -72,14 +72,15 @@ def cosines(g_hat: np.ndarray, g: np.ndarray) -> np.ndarray:
 
 def run_side(setup, *, key, R: int, adaptive=None) -> dict:
   """One estimate over every node: mean cos(ĝ, g*), continuations spent, mean noise ceiling, per-node cos."""
+  from opd_jax.estimators import success  # pylint: disable=g-import-not-at-top
   from opd_jax.study import targeted  # pylint: disable=g-import-not-at-top
-  from opd_jax.validation import exact_toys
+  from opd_jax.validation import exact_toys  # pylint: disable=g-import-not-at-top
   student, rollouts, probs, exact, _ = setup
   outs = targeted.estimate_successes(student, exact_toys.task_verifier(exact_toys.sum_mod_verifier(3)), [], rollouts, R=R,
                                      key=key, max_response_len=student.horizon, adaptive=adaptive, probs=probs)
   cos, ceil, last, spent, nominal = [], [], [], 0, 0
   for out, p, g, (_, _, pos, _) in zip(outs, probs, exact, rollouts):
-    ne = targeted.node_estimates(p, p, out.successes, out.n, divergence="reverse_kl")
+    ne = success.node_estimates(p, p, out.successes, out.n, divergence="reverse_kl")
     keep = np.linalg.norm(g, axis=-1) >= 1e-9
     cos.append(cosines(ne.g_ideal, g)[keep])
     ceil.append(targeted.split_half_noise_ceiling(p, out)[keep])

@@ -4,8 +4,8 @@
   python benchmarks/continuations.py --segments=64,4 --reps=3 --questions=8
 
 One process, the real default models (warm cache): the first block of teacher_sweep's questions is sampled,
-verified, scored and given its nodes once (`study`'s own functions); then `pipeline.continuations` of every
-informative question runs for each --segments value in turn (`sampling.branch`'s `segment`), --reps times
+verified, scored and given its nodes once (`study`'s own functions); then `questions.continuations` of every
+informative question runs for each --segments value in turn (`branching.branch`'s `segment`), --reps times
 interleaved. The first repetition includes compiles; the last is the one to read. Prints seconds per segment,
 the decode row-steps (rows x steps of every decode call) against the tokens generated, and checks that every
 segment gives the same outcomes (a row's tokens depend on its key alone). Ends with one JSON line.
@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main():
+  from opd_jax.study import questions  # pylint: disable=g-import-not-at-top
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--segments", default="64,8,4")
   ap.add_argument("--reps", type=int, default=2)
@@ -30,27 +31,28 @@ def main():
 
   import numpy as np  # pylint: disable=g-import-not-at-top
   from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
+  from opd_jax.decode import branching  # pylint: disable=g-import-not-at-top
   from opd_jax.decode import sampling  # pylint: disable=g-import-not-at-top
-  from opd_jax.study import pipeline
+  from opd_jax.study import environment
 
   config = teacher_sweep.get_config(None)
   config.logging.progress = False
-  env = pipeline.setup(config)
+  env = environment.setup(config)
   block = list(range(args.questions))
   views = sorted({conf.scoring_key for conf in env.confs})
   ready = []
-  for i, out in zip(block, pipeline.base_rollouts(env, block)):
+  for i, out in zip(block, questions.base_rollouts(env, block)):
     problem = env.task.problems[i]
     prompt = env.chat(env.task.prompt(problem))
-    v = pipeline.verify(env, i, problem, prompt, out)
+    v = questions.verify(env, i, problem, prompt, out)
     if all(v.correct) or not any(v.correct):
       continue
-    rollouts = pipeline.choose_node_rollouts(env, v)
-    dense, h_p = pipeline.score_views(env, problem, prompt, views, v, rollouts)
-    ready.append((i, problem, prompt, v.responses, pipeline.nodes_of(env, views, rollouts, v.responses, dense, h_p)))
+    rollouts = questions.choose_node_rollouts(env, v)
+    dense, h_p = questions.score_views(env, problem, prompt, views, v, rollouts)
+    ready.append((i, problem, prompt, v.responses, questions.nodes_of(env, views, rollouts, v.responses, dense, h_p)))
 
-  branch, decode, segment, steps = sampling.branch, sampling.decode, [64], {"row_steps": 0, "tokens": 0}
-  sampling.branch = lambda *a, **k: branch(*a, **{**k, "segment": segment[0]})
+  branch, decode, segment, steps = branching.branch, sampling.decode, [64], {"row_steps": 0, "tokens": 0}
+  branching.branch = lambda *a, **k: branch(*a, **{**k, "segment": segment[0]})
 
   def counted(*a, **k):
     out = decode(*a, **k)
@@ -67,7 +69,7 @@ def main():
       segment[0] = s
       steps.update(row_steps=0, tokens=0)
       t = time.time()
-      got = [pipeline.continuations(env, i, p, prompt, resp, at) for i, p, prompt, resp, at in ready]
+      got = [questions.continuations(env, i, p, prompt, resp, at) for i, p, prompt, resp, at in ready]
       seconds.setdefault(s, []).append(time.time() - t)
       flat = np.concatenate([o.rewards.ravel() for q in got for o in q])
       assert s not in outcomes or np.array_equal(outcomes[s], flat)

@@ -33,6 +33,7 @@ def realized_work(workdir: pathlib.Path, config):
   import pandas as pd  # pylint: disable=g-import-not-at-top
   from opd_jax.cost import estimate  # pylint: disable=g-import-not-at-top
   from opd_jax.study import preflight
+  from opd_jax.study import model_specs
 
   rollouts = pd.read_parquet(workdir / "records" / "rollouts")
   nodes = pd.read_parquet(workdir / "records" / "nodes").drop_duplicates(["question_id", "rollout_id", "position"])
@@ -40,7 +41,7 @@ def realized_work(workdir: pathlib.Path, config):
   task = preflight.load_task(config)
   chosen = set(rollouts.question_id)
   problems = [p for p in task.problems if p.id in chosen]
-  _, extra = estimate.context_lengths(config, task, problems, preflight.header(config.student.name, config)[1],
+  _, extra = estimate.context_lengths(config, task, problems, model_specs.header(config.student.name, config)[1],
                                    estimate.context_names(config))
   n = nodes.n.map(sum)
   rest = nodes.merge(rollouts[["question_id", "rollout_id", "length"]], on=["question_id", "rollout_id"])

@@ -6,7 +6,7 @@ For each node of the configuration (a cross-tokenizer view), q on the recorded C
 (`cross.candidate_logprobs`); the exact one is checked against the records (the study's own numbers), then
 canonical against exact: |q_canonical - q_exact| per candidate (after renormalising over C(u)), the mass the
 candidates cover in each mode, and the alignment and teacher advantage recomputed from the records' p and
-successes with each q (`targeted.node_estimates`): their differences and how often alignment's sign flips.
+successes with each q (`success.node_estimates`): their differences and how often alignment's sign flips.
 Loads the student and that teacher only.
 """
 import argparse
@@ -20,9 +20,9 @@ import pandas as pd
 
 from opd_jax.teachers import contexts
 from opd_jax.teachers import cross
+from opd_jax.estimators import success
+from opd_jax.study import environment
 from opd_jax.study import preflight
-from opd_jax.study import pipeline as study_lib
-from opd_jax.study import targeted
 
 
 def _renorm(logq):
@@ -39,7 +39,7 @@ def main():
   config = ml_collections.ConfigDict(json.loads((wd / "config.json").read_text()))
   task, confs = preflight.check(config)
   conf = next(c for c in confs if c.config_id == a.config_id)
-  student, teacher = study_lib.load_model(config.student.name, config), study_lib.load_model(conf.teacher, config)
+  student, teacher = environment.load_model(config.student.name, config), environment.load_model(conf.teacher, config)
   t_q = preflight.teacher_policy(config).temperature
   roll = pd.read_parquet(wd / "records" / "rollouts")
   nd = pd.read_parquet(wd / "records" / "nodes")
@@ -76,7 +76,7 @@ def main():
       if k < 2:
         res.append((np.nan, np.nan))
         continue
-      o = targeted.node_estimates(e["p"][None], e["q"][None], e["succ"][None], e["n"][None],
+      o = success.node_estimates(e["p"][None], e["q"][None], e["succ"][None], e["n"][None],
                                   divergence=e["divergence"], sampled_index=np.zeros(1, np.int64),
                                   advantage=np.zeros(1))
       res.append((float(o.alignment[0]), float(o.teacher_advantage[0])))

@@ -12,7 +12,7 @@ trip counts (XLA's `cost_analysis()` counts a loop body once). A decode step is 
 loop (draw + forward of [rows, 1]). The ideal step reads the weights once and the whole KV cache once
 (`flops.decode_bytes_per_step`). Also printed: the largest copy-like op inside the loop (a cache-sized copy
 means the cache is copied every step) and XLA's temporary memory against the cache.
---branch: a targeted-continuation batch (`sampling.branch`): each row holds only its suffix, --suffix slots (the
+--branch: a targeted-continuation batch (`branching.branch`): each row holds only its suffix, --suffix slots (the
 cache grows with the continuation: 2048 at :paper's cap, 811 its mean per step in the cost model), and the
 G = --groups node prefixes of --prefix slots (the window of the batch's longest node prefix) are held once
 (shared-prefix attention); --slots is the per-branch width S_base + N + 1 of a branch that copies its base row,
@@ -63,7 +63,7 @@ def main():
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from opd_jax.cost import estimate, flops  # pylint: disable=g-import-not-at-top
-  from opd_jax.decode import sampling
+  from opd_jax.decode import sampling  # pylint: disable=g-import-not-at-top
   from opd_jax.models import decoder  # pylint: disable=g-import-not-at-top
   cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
   sds = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=cpu)

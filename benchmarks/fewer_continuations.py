@@ -6,7 +6,7 @@
 A study at R continuations per candidate holds, for every node, each candidate's R rewards (node records,
 `rewards`). Keeping r < R of them, drawn without replacement, gives in law the study that had run r: the same
 nodes, candidates, p and q, and r exchangeable draws of each forced branch. Per r and draw the script recomputes
-every configuration's alignment (`targeted.node_estimates`, the study's estimator) and the verdict's paired
+every configuration's alignment (`success.node_estimates`, the study's estimator) and the verdict's paired
 comparisons (`report.decision.compare_arrays`, the fixed design: CR2 standard errors by question), and reports,
 averaged over draws:
   - each configuration's mean alignment on the target group, and its shift from the full-R records (the bias

@@ -117,7 +117,7 @@ def _fmt(v) -> str:
 
 # Random models: "random:<name>[@seed]". Same shapes as the published checkpoints (config.json of Qwen3-0.6B and
 # Qwen3-1.7B); the tiny ones exercise the same code paths in seconds. Our side draws the params
-# (decoder.init_params, normal(0, 0.02)); with --export_dir it writes them as an HF folder (config.json,
+# (param_init.init_params, normal(0, 0.02)); with --export_dir it writes them as an HF folder (config.json,
 # model.safetensors, tokenizer) that the HF side loads: both sides run the same weights.
 RANDOM = {
     "qwen3-0.6b": dict(vocab_size=151936, d_model=1024, n_layers=28, n_heads=16, n_kv_heads=8, head_dim=128,
@@ -146,13 +146,14 @@ def parse_random(spec: str) -> tuple[str, int] | None:
 def random_config(name: str):
   """decoder.Config of a RANDOM entry (arch qwen3: q/k RMSNorm, no qkv bias)."""
   from opd_jax.models import decoder  # pylint: disable=g-import-not-at-top
+  from opd_jax.models import param_init
   return decoder.Config(arch="qwen3", qk_norm=True, qkv_bias=False, norm_eps=1e-6, **RANDOM[name])
 
 
 def ours_model(spec: str, dtype: str, export_dir: str | None = None):
   """Our `Model` for a preset / HF folder / .gguf path (models.load) or a random spec (see RANDOM).
 
-  A random model is drawn from its seed with decoder.init_params; with export_dir it is also written to
+  A random model is drawn from its seed with param_init.init_params; with export_dir it is also written to
   `<export_dir>/<name>@<seed>` as an HF folder for the HF side (`hf_model`).
   """
   from opd_jax import models  # pylint: disable=g-import-not-at-top

@@ -4,7 +4,7 @@
   python benchmarks/hlo_bytes.py --early_exit --new_tokens=64 --max_copy_bytes=65536
   python benchmarks/hlo_bytes.py --hlo=module.txt --trip_count=while.76=64    # HLO text (compiled.as_text())
 
-The decode program is `sampling.decode` compiled on abstract weights (`estimate._params`: nothing is initialised)
+The decode program is `sampling.decode` compiled on abstract weights (`programs._params`: nothing is initialised)
 for --rows rows and a cache of --slots slots; its loop runs --new_tokens steps (with --early_exit the loop's
 count is data-dependent: metered at the cap). Beside the report: XLA's cost_analysis (loop bodies once) and
 the formula `flops.decode_bytes_per_step` (weights + the whole KV cache per step). Exits 1 when a copy in a
@@ -22,18 +22,18 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def decode_program(args):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from opd_jax.cost import estimate  # pylint: disable=g-import-not-at-top
+  from opd_jax.cost import programs
   from opd_jax.decode import sampling
   from opd_jax.models import decoder  # pylint: disable=g-import-not-at-top
   cfg = decoder.Config(arch="qwen3", vocab_size=args.vocab, d_model=args.d_model, n_layers=args.layers, n_heads=4,
                        n_kv_heads=2, head_dim=args.d_model // 4, d_ff=4 * args.d_model, qk_norm=True,
                        tie_embeddings=True, max_seq_len=args.slots)
-  g, p = estimate._params(cfg)  # pylint: disable=protected-access
+  g, p = programs._params(cfg)  # pylint: disable=protected-access
   fn = lambda p, c, lg, pos, k, d, caps: sampling.decode.fun(
       p, c, lg, pos, k, d, caps, 0, graphdef=g, sp=sampling.SamplingParams(), max_new_tokens=args.new_tokens,
       stop_ids=(0,), early_exit=args.early_exit)
   B, i32 = args.rows, lambda: jax.ShapeDtypeStruct((args.rows,), jnp.int32)
-  cache = estimate._cache(cfg, B, args.slots)  # pylint: disable=protected-access
+  cache = programs._cache(cfg, B, args.slots)  # pylint: disable=protected-access
   abstract = (p, cache, jax.ShapeDtypeStruct((B, cfg.vocab_size), jnp.float32), i32(),
               jax.eval_shape(lambda: jax.random.split(jax.random.key(0), B)), jax.ShapeDtypeStruct((B,), jnp.bool_),
               i32())

@@ -9,8 +9,8 @@ same calls with the same model weights, tokens, keys and row ids; the first call
 excluded, then --reps interleaved repetitions, medians. Workloads (the public API both trees share):
   decode     `sampling.sample` of --batch rows of one prompt, exactly --new tokens each (stop_ids=()).
   rollouts   the same with the model's stop ids (rows stop where the model stops, as base rollouts do).
-  targeted   `sampling.prefill_sequences` of a context of P - 1 tokens (P in --prefixes; not timed), then
-             `sampling.branch` of --branches continuations forcing the next tokens at position P - 1, exactly
+  targeted   `branching.prefill_sequences` of a context of P - 1 tokens (P in --prefixes; not timed), then
+             `branching.branch` of --branches continuations forcing the next tokens at position P - 1, exactly
              --new tokens each: the study's targeted continuations.
 Prints a table and one JSON line: per workload seconds of both sides, `new_over_old` speed ratio (old seconds /
 new seconds; > 1: the new tree is faster), the fraction of rows whose tokens are identical, and where the other
@@ -35,6 +35,7 @@ def worker(args):
     del sys.modules[name]                             # (harness imported this tree's opd_jax.cost.flops)
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
+  from opd_jax.decode import branching  # pylint: disable=g-import-not-at-top
   from opd_jax.decode import sampling  # pylint: disable=g-import-not-at-top
   assert os.path.dirname(os.path.dirname(sampling.__file__)) == os.path.abspath(args.tree), sampling.__file__
   model = harness.ours_model(args.model, args.dtype)
@@ -52,9 +53,9 @@ def worker(args):
     else:
       P = cmd["prefix"]
       if P not in caches:
-        caches[P] = sampling.prefill_sequences(model, [text[:P - 1]])
+        caches[P] = branching.prefill_sequences(model, [text[:P - 1]])
       t0 = time.perf_counter()
-      out = sampling.branch(model, caches[P], base_rows=[0] * args.branches, prefix_lens=[P - 1] * args.branches,
+      out = branching.branch(model, caches[P], base_rows=[0] * args.branches, prefix_lens=[P - 1] * args.branches,
                             forced_tokens=text[P - 1:P - 1 + args.branches], key=key, max_new_tokens=args.new,
                             row_ids=list(range(args.branches)), stop_ids=(), pad_to=args.branches)
     jax.block_until_ready(out.tokens)

@@ -66,7 +66,7 @@ def ours(args):
     if trace:
       jax.profiler.stop_trace()
     assert int(out.lengths.sum()) == B * N
-    slots = sampling._bucket(len(prompt), 16) + N        # sampling.sample's cache size  pylint: disable=protected-access
+    slots = sampling.bucket(len(prompt), 16) + N        # sampling.sample's cache size  pylint: disable=protected-access
     return {"seconds": dt, "tokens": B * N, "first_call_s": compile_s, "n_params": n_params,
             "dtype": args.dtype, "threads": os.cpu_count(), "prompt_len": len(prompt), "device": jax.default_backend(),
             "matmul_gflops": ceiling[B],

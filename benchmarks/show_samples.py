@@ -28,14 +28,14 @@ _STEP = flags.DEFINE_integer("step", None, "the checkpoint's step (default: the 
 
 def main(_):
   import jax  # pylint: disable=g-import-not-at-top
-  from opd_jax.study import pipeline  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import environment
   from opd_jax.training import evaluate, lora, loop  # pylint: disable=g-import-not-at-top
   from opd_jax.training import state as state_lib  # pylint: disable=g-import-not-at-top
   config = _CONFIG.value
   t = config.train
   with config.unlocked():
     config.configurations = {"train": t.configuration}
-  env = pipeline.setup(config, cross_ok=False)
+  env = environment.setup(config, cross_ok=False)
   student, task, pool = env.student, env.task, env.task.problems
   out = pathlib.Path(_WORKDIR.value) / "train"
   ckpts = state_lib.Checkpoints(out / "checkpoints", identity={})

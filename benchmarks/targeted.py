@@ -5,7 +5,7 @@
   python benchmarks/targeted.py --model=random:qwen3-0.6b --dtype=bfloat16 --branches=128   # GPU
 
 Both sides are ours (the sampler of `opd_jax.decode.sampling`), on the same model, tokens, keys and row ids:
-  reuse      `sampling.prefill_sequences` once on the shared context, then `sampling.branch` for the branches
+  reuse      `branching.prefill_sequences` once on the shared context, then `branching.branch` for the branches
              (--batch per call): the study's path (`targeted.ModelPolicy`).
   reprefill  `sampling.sample` with prompts = context + forced token, --batch branches per call: every branch
              prefills the whole prefix again.
@@ -32,6 +32,7 @@ from benchmarks import harness  # pylint: disable=g-import-not-at-top
 def worker(args):
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
+  from opd_jax.decode import branching  # pylint: disable=g-import-not-at-top
   from opd_jax.decode import sampling  # pylint: disable=g-import-not-at-top
   model = harness.ours_model(args.model, args.dtype)
   P, N, M, bs = args.prefix, args.branches, args.continuation, args.batch
@@ -44,10 +45,10 @@ def worker(args):
   def run(key):
     outs = []
     if args.side == "reuse":
-      cache = sampling.prefill_sequences(model, [context])
+      cache = branching.prefill_sequences(model, [context])
       for s in range(0, N, bs):
         n = len(forced[s:s + bs])
-        outs.append(sampling.branch(model, cache, base_rows=[0] * n, prefix_lens=[P - 1] * n,
+        outs.append(branching.branch(model, cache, base_rows=[0] * n, prefix_lens=[P - 1] * n,
                                     forced_tokens=forced[s:s + bs], key=key, max_new_tokens=M,
                                     row_ids=list(range(s, s + n)), stop_ids=(), pad_to=bs))
     else:

@@ -11,7 +11,7 @@ Prints a table per (teacher, divergence) (means over seeds), the Spearman rho of
 with bootstrap intervals over configurations, how the finite-R estimates of (a) and (b) degrade with R, and the
 runtime. Writes configs.csv, spearman.csv and toy_training.png to --out.
 
-Beyond the sign (issue 25, item 6; `ttoy.beyond_sign`, one JSON line per dJ setting, beyond_sign.{jsonl,md}):
+Beyond the sign (issue 25, item 6; `toy_analysis.beyond_sign`, one JSON line per dJ setting, beyond_sign.{jsonl,md}):
 every interval resamples the 10 teachers (the 200 configurations are 10 teachers' worth of clusters; "naive"
 resamples configurations, "teacher x seed" both factors); beside each predictor, the sign-only predictor
 sign(dJ) (the Spearman of a predictor that knows only whether a configuration helps), the Spearman within the
@@ -40,6 +40,7 @@ import pandas as pd
 
 from opd_jax.estimators import stats
 from opd_jax.validation import toy_training as ttoy
+from opd_jax.validation import toy_analysis
 
 
 def main():
@@ -70,7 +71,7 @@ def main():
   targets = [f"dJ_{opt}_{s}" for opt, _ in config.learning_rates for s in config.steps]
   exact = ["align", "align_filled", "align_uniform", "first_order"]
   estimated = [f"{name}_R{r}_d0" for r in rs for name in ("align", "first_order")]    # bootstrap: draw 0
-  spear = ttoy.spearman_table(df, exact + estimated, targets, n_boot=args.n_boot)
+  spear = toy_analysis.spearman_table(df, exact + estimated, targets, n_boot=args.n_boot)
   df.to_csv(out / "configs.csv", index=False)
   spear.to_csv(out / "spearman.csv", index=False)
 
@@ -121,7 +122,7 @@ def _beyond_sign(df, config, args, out):
   iv = lambda t: f"{t[0]:+.3f} [{t[1]:+.3f}, {t[2]:+.3f}]"
   results, lines = [], []
   for target in targets:
-    res = ttoy.beyond_sign(df, target, names, n_boot=args.n_boot)
+    res = toy_analysis.beyond_sign(df, target, names, n_boot=args.n_boot)
     draws = {f"align_S{r}": [stats.spearman(df[f"align_S{r}_d{i}"], df[target]) for i in range(config.r_draws)]
              for r in config.rs}
     line = {"setting": target, "n": res["n"], "n_helpful": res["n_helpful"], "teachers": df.teacher.nunique(),

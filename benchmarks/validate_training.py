@@ -91,9 +91,10 @@ def _job(config, workdir: pathlib.Path, job: str) -> None:
   from opd_jax.study import preflight, runs, pipeline
   terminal.console(progress=config.logging.progress, verbosity=config.logging.verbosity)
   if job == "train":
+    from opd_jax.training import checks  # pylint: disable=g-import-not-at-top
     from opd_jax.training import loop  # pylint: disable=g-import-not-at-top
     loop.validate(config)
-    preflight.check_train(config)
+    checks.check_train(config)
     runs.check_workdir_for(str(workdir), config.to_dict(), "train")
     main.record_train_config(str(workdir), config)
     print(loop.run(config, str(workdir)), flush=True)

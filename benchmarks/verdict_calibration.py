@@ -41,7 +41,7 @@ Issue 33 (--cells=sequential,planted; not in the default cells):
     sd ~0.6 per question; the study's default MARGIN = 0.05 is on the one-hour study's).
   planted: the detectable difference reported by one study of G questions (two equal configurations), planted
     as the true difference of an independent study of G questions, is detected ("use" of the right one) at this
-    rate: se_known (stats.detectable_difference as issue 25 reported it) and se_estimated (with se_df = df,
+    rate: se_known (sample_size.detectable_difference as issue 25 reported it) and se_estimated (with se_df = df,
     issue 33 item 3); the target is 0.8 +- 0.05.
 """
 import argparse
@@ -54,6 +54,8 @@ import pandas as pd
 import statsmodels.api as sm
 
 from opd_jax.estimators import stats
+
+from opd_jax.estimators import sample_size
 from opd_jax.report import decision
 from opd_jax.report import sequential
 
@@ -144,7 +146,7 @@ def run_cell(kind, mu, questions, nodes, sims, rng, n_check, **sim_kw) -> dict:
     if ru >= 0:
       row["ru_covered"] = res["ci_lo"][b, ru] <= truth[b] - truth[ru] <= res["ci_hi"][b, ru]
       if kind == "effect":
-        row["mde"] = stats.detectable_difference(res["se"][b, ru], res["df"][b, ru], alpha=1 - res["ci_level"])
+        row["mde"] = sample_size.detectable_difference(res["se"][b, ru], res["df"][b, ru], alpha=1 - res["ci_level"])
     if kind == "sparse":
       row["sparse_flagged"] = bool(res["distinguishable"][2].any())
       row["sparse_comparable"] = bool(res["comparable"][2].any())
@@ -253,7 +255,7 @@ def run_planted(questions, nodes, sims, rng) -> dict:
       continue
     n += 1
     for name, se_df in (("se_known", None), ("se_estimated", df)):
-      d = stats.detectable_difference(se, df, alpha=0.05, se_df=se_df)
+      d = sample_size.detectable_difference(se, df, alpha=0.05, se_df=se_df)
       res = decision.compare_arrays(*simulate(rng, [d, 0.0], questions, nodes))
       hits[name] += res["verdict"] == "use" and res["best"] == 0
   return {"cell": "planted", "questions": questions, "nodes": nodes, "sims": n,

@@ -13,7 +13,7 @@ teacher advantage from it.
 Designs: uniform R (every candidate R times) and weighted at a mean budget (`allocation.weighted_counts` from p
 and both q, r_max 64, minimum 2, --min_mass). Outcomes: `draws` binomial draws s_k ~ Binomial(n_k, P_succ(k))
 per node (what `targeted.estimate_successes` returns in law: each continuation is an independent draw of the
-forced branch); estimates by `targeted.node_estimates` (a degenerate node's alignment, NaN in the records, counts
+forced branch); estimates by `success.node_estimates` (a degenerate node's alignment, NaN in the records, counts
 as 0 here, as cos(ĝ, g*) does in benchmarks/adaptive.py). With --policy_check=S the toy policy itself runs both
 designs through `targeted.estimate_successes` for S keys and their mean P^ is compared with the binomial one.
 
@@ -59,10 +59,10 @@ def toy_setup(seed: int = 0):
 
 def estimates(p, qs, s, n):
   """V [.., M], alignment [C, .., M] (NaN -> 0), defined [C, .., M], teacher advantage [C, .., M], P_succ."""
-  from opd_jax.study import targeted  # pylint: disable=g-import-not-at-top
+  from opd_jax.estimators import success  # pylint: disable=g-import-not-at-top
   shape = s.shape
   flat = lambda a: np.broadcast_to(a, shape).reshape(-1, shape[-1])
-  out = [targeted.node_estimates(flat(p), flat(q), flat(s), flat(n), divergence="reverse_kl") for q in qs]
+  out = [success.node_estimates(flat(p), flat(q), flat(s), flat(n), divergence="reverse_kl") for q in qs]
   lead = shape[:-1]
   al = np.stack([o.alignment.reshape(lead) for o in out])
   return {"value": out[0].value.reshape(lead), "alignment": np.nan_to_num(al), "defined": np.isfinite(al),
@@ -90,6 +90,7 @@ def score(setup, counts, *, draws: int, seed: int) -> dict:
 def policy_check(setup, counts_of, *, keys: int) -> dict:
   """Mean P^ from the toy policy (`targeted.estimate_successes`, uniform R = 4 and weighted mean 2) against the
   exact P_succ: max |z| over the candidates run (a code-path check of the binomial model)."""
+  from opd_jax.estimators import success  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   from opd_jax.study import targeted  # pylint: disable=g-import-not-at-top
   from opd_jax.validation import exact_toys
@@ -105,7 +106,7 @@ def policy_check(setup, counts_of, *, keys: int) -> dict:
                                         probs=[p[i:i + 1] for i in range(len(p))],
                                         teacher_probs=[[q[i:i + 1] for q in qs] for i in range(len(p))], **kw)
       n = np.concatenate([o.n for o in got])
-      acc = acc + np.concatenate([targeted.p_succ(o.successes, o.n) for o in got]) / keys
+      acc = acc + np.concatenate([success.p_succ(o.successes, o.n) for o in got]) / keys
     run = n > 0
     z = (acc - ps)[run] / np.sqrt(ps[run] * (1 - ps[run]) / n[run] / keys + 1e-12)
     out[name] = {"continuations": int(n.sum()), "max_abs_z": float(np.abs(z).max()),
@@ -114,7 +115,8 @@ def policy_check(setup, counts_of, *, keys: int) -> dict:
 
 
 def compare(setup, *, uniform, means, draws: int, min_mass: float, r_max: int = 64, minimum: int = 2) -> dict:
-  from opd_jax.study import allocation, targeted  # pylint: disable=g-import-not-at-top
+  from opd_jax.estimators import success  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import allocation  # pylint: disable=g-import-not-at-top
   p, qs, ps = setup["p"], setup["qs"], setup["ps"]
   valid = np.ones(p.shape, bool)
   counts_of = lambda m: allocation.weighted_counts(p, qs, valid, mean=m, minimum=minimum, r_max=r_max,
@@ -138,7 +140,7 @@ def compare(setup, *, uniform, means, draws: int, min_mass: float, r_max: int = 
   # What leaving candidates out costs at exact P_succ: V over the candidates run against the exact V.
   n2 = counts_of(min(means))
   mass = lambda x: np.where(n2 > 0, 0.0, x).sum(-1)
-  v_run = targeted.estimator_p_succ(p, np.round(ps * 1e9).astype(np.int64) * (n2 > 0), np.where(n2 > 0, 10 ** 9, 0))
+  v_run = success.estimator_p_succ(p, np.round(ps * 1e9).astype(np.int64) * (n2 > 0), np.where(n2 > 0, 10 ** 9, 0))
   dropped = {"candidates": int((n2 == 0).sum()), "of": int(n2.size), "max_p_mass": float(mass(p).max()),
              "max_q_mass": float(max(mass(q).max() for q in qs)),
              "value_bias_max": float(np.abs(np.sum(p * (v_run - ps), -1)).max())}

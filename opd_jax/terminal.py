@@ -260,6 +260,11 @@ def nearest(query: str, choices: Iterable[str], n: int = 3) -> list[str]:
   return difflib.get_close_matches(str(query), [str(c) for c in choices], n=n, cutoff=0.6)
 
 
+def bad_field(field: str, problem: str, value: Any = UNSET, **kwargs) -> ValueError:
+  """The ValueError of a bad config field, in `field_error`'s one-line format (same arguments)."""
+  return ValueError(field_error(field, problem, value, **kwargs))
+
+
 def field_error(field: str, problem: str, value: Any = UNSET, *, choices: Iterable[str] = (),
                 near: Any = UNSET, quote: bool = True, suggest: Sequence[str] = (), fix: str = "") -> str:
   """One line for a bad config field or flag, the format of every config error of every entry point:

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pandas as pd
-import pytest
 
 from tests.models.test_parity import make_hf_folder  # pylint: disable=g-import-not-at-top
 
@@ -58,23 +57,23 @@ def test_paper_variant_runs_on_tiny_qwen3_folders(tmp_path):
 def test_help_lists_every_top_level_group_and_dry_run_counts_fixed_costs_in_hours(tmp_path, monkeypatch):
   from configs import base, teacher_sweep  # pylint: disable=g-import-not-at-top
   from opd_jax import main, models  # pylint: disable=g-import-not-at-top
-  from opd_jax.study import preflight
+  from opd_jax.study import planning
   doc = main.__doc__                                        # absl prints it for --help
   assert "configs/base.py" in doc
   for group in base.get_config():
     assert re.search(rf"^  [a-z_, ]*\b{group}\b", doc, re.M), group
   monkeypatch.setenv(models.checkpoints.CACHE_ENV, str(tmp_path))       # an empty cache: every preset is cold
-  small, paper = preflight.plan(base.get_config()), preflight.plan(teacher_sweep.get_config("paper"))
-  cold = {b: 2 * preflight.HEADER_S + preflight.COLD_S_PER_GB * b / 1e9 for b in (491_400_064, 1_117_320_768)}
+  small, paper = planning.plan(base.get_config()), planning.plan(teacher_sweep.get_config("paper"))
+  cold = {b: 2 * planning.HEADER_S + planning.COLD_S_PER_GB * b / 1e9 for b in (491_400_064, 1_117_320_768)}
   assert small.cold_seconds == cold[491_400_064] and "{:.1f} of them reading".format(cold[491_400_064] / 60) in (
       small.describe())                                      # issue 35, item 1: the cold load is in the estimate
-  assert small.load_compile_seconds == (preflight.LOAD_S["checkpoint"] + 3 * preflight.COMPILE_S["checkpoint"] +
+  assert small.load_compile_seconds == (planning.LOAD_S["checkpoint"] + 3 * planning.COMPILE_S["checkpoint"] +
                                         small.cold_seconds)
   for preset in models.checkpoints.PRESETS.values():        # converted: no cold term
     models.checkpoints.params_dir(preset.sha256, None).mkdir(parents=True)
-  small, paper = preflight.plan(base.get_config()), preflight.plan(teacher_sweep.get_config("paper"))
-  assert small.load_compile_seconds == preflight.LOAD_S["checkpoint"] + 3 * preflight.COMPILE_S["checkpoint"]
-  assert paper.load_compile_seconds == 2 * preflight.LOAD_S["checkpoint"] + 3 * preflight.COMPILE_S["checkpoint"]
+  small, paper = planning.plan(base.get_config()), planning.plan(teacher_sweep.get_config("paper"))
+  assert small.load_compile_seconds == planning.LOAD_S["checkpoint"] + 3 * planning.COMPILE_S["checkpoint"]
+  assert paper.load_compile_seconds == 2 * planning.LOAD_S["checkpoint"] + 3 * planning.COMPILE_S["checkpoint"]
   assert small.cold_seconds == 0 and "of them reading" not in small.describe()
   hours = (paper.seconds + paper.load_compile_seconds) / 3600
   assert hours > 1.5 and f"estimated wall time <= {hours:.1f} h" in paper.describe()

@@ -171,7 +171,7 @@ def test_the_trainer_honours_progress_false(monkeypatch, tmp_path):
 
   def stop(*args, **kwargs):
     raise RuntimeError("stop before the models load")
-  monkeypatch.setattr(loop.pipeline, "setup", stop)
+  monkeypatch.setattr(loop.environment, "setup", stop)
   with pytest.raises(RuntimeError, match="stop before"):
     loop.run(config, str(tmp_path))
   assert terminal.ENABLED is False

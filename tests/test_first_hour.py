@@ -5,7 +5,7 @@ workdir left behind (a workdir that existed is left byte for byte as it was).
 All cases run in one interpreter start: `python tests/test_first_hour.py <root> <results.json>` builds the inputs
 under <root> (fabricated workdirs and model files: no study or trainer runs), then runs each case's command line
 (`python -m opd_jax.main` or `python -m opd_jax.report`) in a forked child, two at a time, with every model load
-refused (`pipeline.load_model` raises): a case that reached a load would show that error instead of its own.
+refused (`environment.load_model` raises): a case that reached a load would show that error instead of its own.
 """
 import json
 import os
@@ -300,10 +300,10 @@ def _interrupted(*args, **kwargs):
 
 
 def _child(case: dict) -> dict:
-  from opd_jax.study import pipeline  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import environment  # pylint: disable=g-import-not-at-top
   from opd_jax.training import loop  # pylint: disable=g-import-not-at-top
   from tests import cli_batch  # pylint: disable=g-import-not-at-top
-  pipeline.load_model = _refuse_load
+  environment.load_model = _refuse_load
   if case["interrupt"] == "train":
     loop.run = _interrupted
   return cli_batch.run_cli(case["argv"], case["module"])
@@ -313,8 +313,9 @@ def run_batch(root: pathlib.Path, results_path: pathlib.Path, parallel: int = 2)
   """Every case in a forked child (`parallel` at a time); results: id -> code, stderr, and whether the case's
   input workdir was left unchanged and its paths absent."""
   from opd_jax import main  # pylint: disable=g-import-not-at-top,unused-import  (imported once, before the forks)
-  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top,unused-import
+  from opd_jax.study import environment  # pylint: disable=g-import-not-at-top,unused-import
   from opd_jax.study import pipeline  # pylint: disable=g-import-not-at-top,unused-import
+  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top,unused-import
   from opd_jax.report import build  # pylint: disable=g-import-not-at-top,unused-import
   from opd_jax.training import loop  # pylint: disable=g-import-not-at-top,unused-import
   make_inputs(root / "inputs")

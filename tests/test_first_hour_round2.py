@@ -15,8 +15,10 @@ from opd_jax import main
 from opd_jax.study import records
 from opd_jax import report
 from opd_jax.estimators import stats
+from opd_jax.estimators import sample_size
 from opd_jax.report import console
 from opd_jax.report import decision
+from opd_jax.report import verdict_text
 from tests.report.test_report_decision import planted      # pylint: disable=g-bad-import-order
 from tests.report.test_report_decision import three_configs   # pylint: disable=g-bad-import-order
 
@@ -91,15 +93,15 @@ def test_the_verdict_says_not_estimable_and_what_would_decide(tmp_path):
   top = v["comparisons"][0]
   assert top["ci_lo"] == -2.0 and top["ci_hi"] == 2.0          # the interval that printed as [-2.0000, +2.0000]
   assert "2.0000" not in v["line"] and "not estimable (5 shared questions < 10: the interval spans" in v["line"]
-  assert all("2.0000, 2.0000" not in cell for row in decision.table_rows(v) for cell in row)
-  assert decision.next_step(v).startswith("to decide: at least 10 questions with a defined alignment (now 5")
+  assert all("2.0000, 2.0000" not in cell for row in verdict_text.table_rows(v) for cell in row)
+  assert verdict_text.next_step(v).startswith("to decide: at least 10 questions with a defined alignment (now 5")
   # With min_effect: the questions needed, on the console too (they were in summary.md and report.html only),
   # and the larger variant of the default sweep.
   workdir = _study(tmp_path / "run", _six(12))
   report.write_summary(str(workdir), n_boot=50, n_boot_predictors=20, html=False, plot=False, min_effect=0.1)
   verdict = json.loads((workdir / "verdict.json").read_text())
   p = verdict["power"]
-  need = stats.questions_needed(0.1, p["se"], p["df"], p["questions"], alpha=p["alpha"], power=0.8, se_df=p["df"])
+  need = sample_size.questions_needed(0.1, p["se"], p["df"], p["questions"], alpha=p["alpha"], power=0.8, se_df=p["df"])
   assert verdict["verdict"] != "use" and p["questions_needed"] == math.ceil(need)
   lines = console.results_text(workdir).splitlines()
   assert lines[0] == verdict["line"]
@@ -107,4 +109,4 @@ def test_the_verdict_says_not_estimable_and_what_would_decide(tmp_path):
                              "a difference of 0.1 with 80% power")
   assert lines[1].endswith("or run configs/teacher_sweep.py:hour (up to 80 questions, ~1 h on a 2-core CPU)")
   assert f"to detect 0.1: {math.ceil(need)} questions" in (workdir / "summary.md").read_text()
-  assert decision.next_step(verdict) in (workdir / "summary.md").read_text()     # what would decide, there too
+  assert verdict_text.next_step(verdict) in (workdir / "summary.md").read_text()     # what would decide, there too

@@ -15,7 +15,7 @@ branch batch reads its node prefixes once and the suffix slots written so far, `
 are analytic: weights once per program call, the KV cache it reads (`flops.decode_bytes_per_step`) and its
 [rows, V] fp32 logits.
 
-Work counted (`Work`; upper bounds, as `preflight.plan`): every question selected, every base rollout at the
+Work counted (`Work`; upper bounds, as `planning.plan`): every question selected, every base rollout at the
 token cap; continuations of n_tok / 2 tokens on average in full `branch_batch` batches (rows that stop leave the
 batch: work ~ tokens); prompts and teacher contexts of the lengths measured on the task with the student's
 tokenizer (`planned_work`; `PROMPT_TOKENS` and each context's `assumed_tokens` where the tokenizer is not cheap to read); one
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 import dataclasses
-import functools
 import math
 import os
 import re
@@ -42,15 +41,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from opd_jax.teachers import contexts
-from opd_jax.estimators import predictors
 from opd_jax.cost import flops
-from opd_jax.cost import hlo_bytes
-from opd_jax.study import looks
-from opd_jax.study import preflight
+from opd_jax.cost import programs
 from opd_jax.decode import sampling
 from opd_jax.decode import scoring
 from opd_jax.models import decoder
+from opd_jax.study import looks
+from opd_jax.study import model_specs
+from opd_jax.study import planning
+from opd_jax.study import preflight
+from opd_jax.teachers import contexts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,150 +146,6 @@ def model_config(spec: str, config) -> decoder.Config:
 # ----------------------------------------------------------------------------------------------------------
 # Single-step programs and their XLA FLOPs (compile only).
 
-def _abstract(fn, *args):
-  return jax.eval_shape(fn, *args)
-
-
-def _params(cfg: decoder.Config):
-  """(graphdef, abstract state) of the model in the "layered" layout."""
-  return decoder.abstract(cfg, True)
-
-
-def _cache(cfg: decoder.Config, rows: int, slots: int):
-  return _abstract(lambda: decoder.init_cache(cfg, rows, slots, jnp.float32))
-
-
-def _i32(*shape):
-  return jax.ShapeDtypeStruct(shape, jnp.int32)
-
-
-def _f32(*shape):
-  return jax.ShapeDtypeStruct(shape, jnp.float32)
-
-
-def _program(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int, groups: int = 0, prefix: int = 0):
-  """(function, abstract args) of one program call; kinds: "prefill" (sampling.prefill of [rows, tokens] into a
-  cache of `slots`), "decode" (one step of sampling.decode: draw + forward of [rows, 1]), "chunk" (one scoring
-  chunk of one side: scoring._logprob_step on [rows, tokens]), "prompt" (one prompt-prefill chunk of scoring:
-  hidden states into the cache), "head" (the student's head only: log-softmax of the logits of [rows, tokens]
-  hidden states), "predictors" (predictors.predictors on two [rows, tokens, V] log-prob arrays)."""
-  g, p = _params(cfg)
-  V = cfg.real_vocab_size
-  if kind == "prefill":
-    return (lambda p, t, q: sampling.prefill.fun(p, t, q, graphdef=g, cache_size=slots)), (p, _i32(rows, tokens),
-                                                                                            _i32(rows, tokens))
-  if kind == "decode":
-    keys = _abstract(lambda: jax.random.split(jax.random.key(0), rows))
-    fn = lambda p, c, lg, pos, k, d, caps: sampling.decode.fun(
-        p, c, lg, pos, k, d, caps, 0, graphdef=g, sp=sampling.SamplingParams(), max_new_tokens=1, stop_ids=(0,),
-        early_exit=False)
-    cache = _cache(cfg, rows, slots)
-    if groups:                                     # a branch batch: node prefixes held once (sampling.branch)
-      cache = _abstract(lambda c, q: decoder.with_prefix(c, q, jnp.zeros((rows,), jnp.int32)), cache,
-                        _cache(cfg, groups, prefix))
-    return fn, (p, cache, _f32(rows, cfg.vocab_size), _i32(rows), keys, jax.ShapeDtypeStruct((rows,), jnp.bool_),
-                _i32(rows))
-  if kind == "chunk":
-    fn = lambda p, c, t, q: scoring._logprob_step(decoder.merge(g, p), c, t, q)  # pylint: disable=protected-access
-    return fn, (p, _cache(cfg, rows, slots), _i32(rows, tokens), _i32(rows, tokens))
-  if kind == "prompt":
-    fn = lambda p, c, t, q: decoder.merge(g, p).hidden_states(t, q, c)[1]
-    return fn, (p, _cache(cfg, rows, slots), _i32(rows, tokens), _i32(rows, tokens))
-  if kind == "head":
-    real_logits = scoring._real_logits  # pylint: disable=protected-access
-    fn = lambda p, h: jax.nn.log_softmax(real_logits(decoder.merge(g, p), h), axis=-1)
-    return fn, (p, _f32(rows, tokens, cfg.d_model))
-  if kind == "predictors":
-    fn = lambda a, b, y: predictors.predictors(a, b, y, beta=0.5, top_k=8)
-    return fn, (_f32(rows, tokens, V), _f32(rows, tokens, V), _i32(rows, tokens))
-  raise ValueError(f"unknown program kind {kind!r}")
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int, groups: int = 0,
-              prefix: int = 0) -> tuple[float, float]:
-  """(XLA:CPU's FLOPs, metered bytes) of one call, compiled for the CPU whatever the default backend: XLA:GPU's
-  cost analysis leaves out the matmuls it hands to cuBLAS (a scoring program on an H200 reported 0.05x its
-  matmul FLOPs). Bytes: `hlo_bytes.analyze` of the compiled HLO, the cache and logits donated as in
-  `sampling.decode` (operand + output bytes of every op, fp32)."""
-  fn, args = _program(kind, cfg, rows, tokens, slots, groups, prefix)
-  try:
-    cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
-    args = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=cpu), args)
-  except RuntimeError:                                   # JAX_PLATFORMS without cpu: the default backend's count
-    pass
-  compiled = jax.jit(fn, donate_argnums=(1, 2) if kind == "decode" else ()).lower(*args).compile()
-  return flops.xla_cost(compiled)["flops"], hlo_bytes.analyze(compiled).bytes
-
-
-def _compiled_flops(*key) -> float:
-  return _compiled(*key)[0]
-
-
-def _flops_keys(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int, groups: int = 0,
-                prefix: int = 0) -> list[tuple]:
-  """The `_compiled` arguments that `program_flops` and `decode_bytes` need."""
-  if kind in ("head", "predictors") or cfg.n_layers <= 2:
-    return [(kind, cfg, rows, tokens, slots, groups, prefix)]
-  return [(kind, dataclasses.replace(cfg, n_layers=n), rows, tokens, slots, groups, prefix) for n in (1, 2)]
-
-
-def compile_all(cs: list["Call"]) -> None:
-  """Compiles every distinct program of `cs` once, in threads (XLA compiles release the GIL)."""
-  import concurrent.futures  # pylint: disable=g-import-not-at-top
-  todo = list(dict.fromkeys(k for c in cs for k in _flops_keys(c.kind, c.cfg, c.rows, c.tokens, c.slots, c.groups,
-                                                                c.prefix)))
-  with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
-    list(pool.map(lambda k: _compiled(*k), todo))
-
-
-def _compiled_bytes(*key) -> float:
-  return _compiled(*key)[1]
-
-
-def _by_depth(of, kind, cfg, rows, tokens, slots, groups, prefix) -> float:
-  """`of(key)` (FLOPs or bytes of one compile) at the full depth L, from 1 and 2 layers (`program_flops`)."""
-  keys = _flops_keys(kind, cfg, rows, tokens, slots, groups, prefix)
-  if len(keys) == 1:                                              # no extrapolation needed: one compile
-    return of(*keys[0])
-  f1, f2 = (of(*k) for k in keys)
-  return f1 + (cfg.n_layers - 1) * (f2 - f1)
-
-
-def program_flops(kind: str, cfg: decoder.Config, rows: int, tokens: int = 1, slots: int = 0, groups: int = 0,
-                  prefix: int = 0) -> float:
-  """XLA FLOPs of one call of `_program(kind, ...)` for the full depth L: compiled with 1 and 2 layers,
-  f1 + (L - 1) (f2 - f1) (layered layout: no loop that XLA would count once; exact when the layers are
-  identical, also where XLA drops the last layer's unused outputs); L <= 2 is compiled as is."""
-  return _by_depth(_compiled_flops, kind, cfg, rows, tokens, slots, groups, prefix)
-
-
-def decode_bytes(cfg: decoder.Config, rows: int, slots: int, bytes_per_el: int, groups: int = 0,
-                 prefix: int = 0) -> float:
-  """Bytes of one decode step of the compiled program (`sampling.decode`; with `groups` node prefixes of `prefix`
-  slots held once, a branch batch): metered on its HLO (`hlo_bytes`) at 1 and 2 layers and extrapolated to L
-  as `program_flops`. Compiled in fp32 on the CPU; bytes_per_el 2 (bf16 weights and KV cache on an accelerator)
-  halves it, so the fp32 logits and softmax statistics are under-counted 2x there (a few % of a step)."""
-  return _by_depth(_compiled_bytes, "decode", cfg, rows, 1, slots, groups, prefix) * bytes_per_el / 4
-
-
-def program_bytes(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots: int, bytes_per_el: int,
-                  groups: int = 0, prefix: int = 0) -> float:
-  """HBM bytes of one call. "decode": the compiled program's (`decode_bytes`). Else analytic: the matmul weights
-  once and the KV cache over all slots (`flops.decode_bytes_per_step`; the head's weights only for "head", none
-  for "predictors") plus the fp32 [rows, tokens, V] log-prob arrays written and read (the last position only for
-  "prefill")."""
-  if kind == "decode":
-    return decode_bytes(cfg, rows, slots, bytes_per_el, groups, prefix)
-  V = cfg.real_vocab_size
-  logits = 2 * rows * (1 if kind in ("prefill", "decode") else tokens) * V * 4
-  if kind == "head":
-    return cfg.d_model * cfg.vocab_size * bytes_per_el + logits
-  if kind == "predictors":
-    return 2 * logits
-  body = flops.decode_bytes_per_step(cfg, rows, slots, bytes_per_el)
-  return body if kind == "prompt" else body + logits
-
 
 # ----------------------------------------------------------------------------------------------------------
 # The study's calls.
@@ -298,7 +154,7 @@ def program_bytes(kind: str, cfg: decoder.Config, rows: int, tokens: int, slots:
 class Work:
   """What sets a study's shapes and trip counts besides its config: token lengths and counts.
 
-  A None field takes the plan's upper bound (`preflight.plan`). `planned_work` measures the prompt lengths on the
+  A None field takes the plan's upper bound (`planning.plan`). `planned_work` measures the prompt lengths on the
   task; `benchmarks/cost_check.py` reads every field from a finished run's records.
 
   Attributes:
@@ -349,9 +205,9 @@ def context_names(config) -> set[str]:
 def planned_work(config, names=None) -> Work:
   """`Work` at the plan's bounds with the prompt and context lengths measured on the task's first 64 questions
   (`context_lengths`; contexts `names`, default the study's `context_names`), or at the assumed lengths (`Work()`)
-  where the student's tokenizer is not cheap to read (`preflight.header`). Loads the task (seconds; raises what
+  where the student's tokenizer is not cheap to read (`model_specs.header`). Loads the task (seconds; raises what
   `preflight.load_task` raises)."""
-  head = preflight.header(config.student.name, config)
+  head = model_specs.header(config.student.name, config)
   if head is None:
     return Work()
   tokenizer = head[1]
@@ -375,7 +231,7 @@ class Call:
   tokens: int
   slots: int
   count: float
-  groups: int = 0      # "decode" of a branch batch: node prefixes of `prefix` slots held once (sampling.branch)
+  groups: int = 0      # "decode" of a branch batch: node prefixes of `prefix` slots held once (branching.branch)
   prefix: int = 0
   max_slots: int = 0   # a growing cache's largest size (slots is its mean per step); 0: slots
 
@@ -384,13 +240,13 @@ def calls(config, *, student_passes: str = "once", work: Work | None = None) -> 
   """The program calls of a study (see the module docstring for what is counted).
 
   Args:
-    config: a study config (validated by `preflight.plan`).
+    config: a study config (validated by `planning.plan`).
     student_passes: "once" (today: one student pass per scored rollout serves every view) or "per_view" (a
       student pass per (teacher, context) view: the code before the reuse, for comparing older measurements).
     work: token lengths and counts (default `Work()`: assumed prompt lengths, the plan's bounds).
   """
   w = work or Work()
-  plan = preflight.plan(config)
+  plan = planning.plan(config)
   b, n_tok, q = config.budget, config.sampling.max_new_tokens, plan.questions
   confs = [contexts.parse(k, v) for k, v in config.configurations.items()]
   keys = sorted({c.scoring_key for c in confs})
@@ -401,7 +257,7 @@ def calls(config, *, student_passes: str = "once", work: Work | None = None) -> 
   # Base rollouts: per block of question_batch questions, one prefill of the distinct prompts, n_tok steps.
   sampled = plan.questions if w.sampled_questions is None else w.sampled_questions
   blocks = -(-sampled // b.question_batch)
-  bucket = sampling._bucket  # pylint: disable=protected-access
+  bucket = sampling.bucket  # pylint: disable=protected-access
   P, rows = bucket(prompt, 16), bucket(b.question_batch * b.rollouts_per_question, 1)
   out.append(Call("rollouts", "prefill", "student", s_cfg, bucket(b.question_batch, 1), P, P + n_tok, blocks))
   # Rows at the cap: a step reads the prompt and the slots written so far (the cache grows, sampling.GROW).
@@ -442,12 +298,12 @@ def calls(config, *, student_passes: str = "once", work: Work | None = None) -> 
   tokens = n_tok / 2 if w.continuation_tokens is None else w.continuation_tokens
   n_calls = q * -(-(conts // q) // nb)
   # A batch of nb branches holds each of its nodes' prefixes once: the nodes' branches are consecutive, so a
-  # batch spans about nb / (branches per node) + 1 nodes (sampling.branch rounds it up to a power of two).
+  # batch spans about nb / (branches per node) + 1 nodes (branching.branch rounds it up to a power of two).
   groups = bucket(min(nb, -(-nb * plan.nodes // max(conts, 1)) + 1), 1)
-  # A step reads the suffix slots written so far (sampling._decode_compacting grows the cache by GROW slots):
+  # A step reads the suffix slots written so far (sampling.decode_compacting grows the cache by GROW slots):
   # with lengths uniform up to the cap (mean `tokens`), a generated token's step reads 2/3 x tokens slots on
   # average (sum of L^2 / 2 over sum of L), + GROW / 2 of rounding. The prefix window is the longest node
-  # prefix of the batch rounded up to a power of two (sampling.branch); nodes sit early in their rollouts
+  # prefix of the batch rounded up to a power of two (branching.branch); nodes sit early in their rollouts
   # (exponential positions): a quarter of the cap is taken as the typical node position.
   suffix = min(n_tok + 1, math.ceil(2 * tokens / 3 + sampling.GROW / 2))
   window = min(seq, max(sampling.GROW, bucket(math.ceil(prompt + n_tok / 4), 1)))
@@ -484,15 +340,15 @@ def cost(cs: list[Call], chip: Accelerator | None, chips: int = 1, cpu_bytes_per
          eff: tuple[float, float] = (EFF_FLOPS, EFF_BW)) -> Cost:
   """Sum over calls of XLA FLOPs, analytic bytes (bf16 weights and KV on the accelerator; fp32 for the CPU
   estimate) and roofline times (module docstring) at `eff` = (fraction of peak FLOP/s, of HBM bandwidth)."""
-  compile_all(cs)
+  programs.compile_all(cs)
   f = by = cpu = cpu_c = acc = acc_c = 0.0
   for c in cs:
-    fl = program_flops(c.kind, c.cfg, c.rows, c.tokens, c.slots, c.groups, c.prefix)
+    fl = programs.program_flops(c.kind, c.cfg, c.rows, c.tokens, c.slots, c.groups, c.prefix)
     t_c = fl / cpu_rate(c.rows * c.tokens)
-    t = max(t_c, program_bytes(c.kind, c.cfg, c.rows, c.tokens, c.slots, cpu_bytes_per_el, c.groups, c.prefix)
+    t = max(t_c, programs.program_bytes(c.kind, c.cfg, c.rows, c.tokens, c.slots, cpu_bytes_per_el, c.groups, c.prefix)
             / CPU_BW)
     cpu, cpu_c = cpu + c.count * t, cpu_c + (c.count * t if t_c >= t else 0.0)
-    bts = program_bytes(c.kind, c.cfg, c.rows, c.tokens, c.slots, 2 if chip else cpu_bytes_per_el, c.groups,
+    bts = programs.program_bytes(c.kind, c.cfg, c.rows, c.tokens, c.slots, 2 if chip else cpu_bytes_per_el, c.groups,
                         c.prefix)
     f, by = f + c.count * fl, by + c.count * bts
     if chip:
@@ -512,7 +368,7 @@ def describe(config, name: str) -> str:
   chip, chips = accelerator(name)
   work = planned_work(config)
   cs = calls(config, work=work)
-  plan = preflight.plan(config)
+  plan = planning.plan(config)
   where = "cpu" if chip is None else f"{chips} x {chip.name}"
   head = ["stage", "FLOPs", "bytes", "CPU est", "bound"] if chip is None else [
       "stage", "FLOPs", "HBM bytes", "CPU est", f"roofline ({name})", "bound"]
@@ -526,7 +382,7 @@ def describe(config, name: str) -> str:
   widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
   fmt = lambda r: "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip()
   lines = [f"cost model ({where}; compile-only XLA FLOPs, decode bytes metered on the compiled HLO, other bytes "
-           "analytic; upper bounds of preflight.plan):"]
+           "analytic; upper bounds of planning.plan):"]
   lines += [fmt(head)] + [fmt(r) for r in rows]
   lines.append(f"  CPU estimate: fp32 matmul rate at each program's M from CPU_MATMUL_GFLOPS "
                f"({min(CPU_MATMUL_GFLOPS.values()):.0f}-{max(CPU_MATMUL_GFLOPS.values()):.0f} GFLOP/s), "
@@ -551,13 +407,13 @@ def describe(config, name: str) -> str:
 
 def _design_hours(config, work: Work, per_q: float, chip, chips: int, where: str) -> list[str]:
   """The fixed design's hours per question beside the configured design's (issue 33, item 5): continuations at
-  the design's count (preflight.plan), and for a sequential study the questions it is expected to run, from the
+  the design's count (planning.plan), and for a sequential study the questions it is expected to run, from the
   verdict's calibration (looks.MEASURED_STOP), per question of the cap. [] for the fixed design."""
   if preflight.allocation(config) == "uniform" and not looks.is_sequential(config):
     return []
   fixed = config.copy_and_resolve_references()
   fixed.budget.allocation, fixed.budget.adaptive, fixed.budget.looks = "uniform", False, ()
-  bound = cost(calls(fixed, work=work), chip, chips).acc_s / preflight.plan(fixed).questions / 3600
+  bound = cost(calls(fixed, work=work), chip, chips).acc_s / planning.plan(fixed).questions / 3600
   out = [f"  the fixed design (uniform R = {config.budget.continuations_per_candidate}, every question): {bound:.3g} h "
          f"per question on {where}; this design: {per_q:.3g} h per question run"]
   if looks.is_sequential(config):

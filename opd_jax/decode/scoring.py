@@ -11,10 +11,9 @@ Array layout (the jitted function `score_arrays`; the Python wrapper `score` bui
                          prompt token i of a row sits at position i.
   response int32 [B, T]  right-padded (any id beyond each row's length), lengths [B] in [0, T]; token t of a
                          row sits at position prompt_len + t.
-V is the number of ids that exist, `Config.real_vocab_size` (the tokenizer's real tokens; student and teacher
-share it, their embeddings may be padded to different sizes beyond it, `check_vocab`).
-Masks come from `prompt_len` and `lengths` only, never from a pad id (Qwen's pad id is also an end-of-text id,
-which a response may contain inside its length).
+V is the number of ids that exist, `Config.real_vocab_size` (shared by student and teacher, whose embeddings may
+be padded beyond it: `heads.check_vocab`). Masks come from `prompt_len` and `lengths` only, never from a pad id
+(Qwen's pad id is also an end-of-text id, which a response may contain inside its length).
 
 Streaming (both models, one pass): the prompt minus its last token is prefilled into a KV cache in chunks of
 at most C tokens; then the feed sequence [last prompt token, y_0, .., y_{T-2}] runs through the model C
@@ -31,10 +30,9 @@ Compiled numbers for a tiny model are printed by `pytest -s tests/decode/test_sc
 Self-teacher: pass the student itself as the teacher (`teacher is student`; `t_params=None` in the jitted
 functions). Both sides then run through one `lax.map` over a leading "side" axis of 2, i.e. the same compiled
 code; with identical prompts q and p are bitwise identical and every predictor is exactly 0 (cosine and top-k
-overlap exactly 1): the `self:plain` check of paper.md. (The wrappers take this path when the two prompt widths
-bucket alike, which identical prompts always do; a much longer self-teacher context runs as a separate model
-instead of padding the student's prompts to it. Two different param trees with equal values, or the separate
-path, give values equal up to float round-off only.) The `lax.map` path holds one extra copy of the KV caches.
+overlap exactly 1): the `self:plain` check of paper.md. (Taken when the two prompt widths bucket alike, as identical
+prompts do; a much longer self-teacher context runs as a separate model. Equal param trees, or the separate path,
+give values equal up to float round-off only.) The `lax.map` path holds one extra copy of the KV caches.
 
 External teacher: a user's Flax NNX module with the google/tunix call (`models.flax_adapter.from_module`) runs
 one full forward over [teacher prompt; response] instead of the KV-cache stream (its own memory); its hidden
@@ -50,12 +48,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from opd_jax.estimators import predictors
+from opd_jax.decode import heads
 from opd_jax.decode import sampling
 from opd_jax.decode import sharding
+from opd_jax.decode.sharding import PARAMS, ROWS
+from opd_jax.estimators import predictors
 from opd_jax.models import decoder
 from opd_jax.models import flax_adapter
-from opd_jax.decode.sharding import PARAMS, ROWS
 
 DENSE_KEYS = ("logp", "logq") + predictors.PREDICTORS  # outputs of `score_arrays` besides "mask"
 
@@ -115,41 +114,11 @@ def prompt_chunks(n: int, chunk: int) -> tuple[int, int]:
   return c, (k * c if n else 0)
 
 
-def _real_logits(model, h):
-  """fp32 logits [..., V] over the ids that exist, V = config.real_vocab_size: the head's logits less the
-  embedding padding (-inf there, decoder.head), so a student and a teacher padded to different sizes score on the
-  same shared ids (check_vocab), and every softmax is the one over the real ids."""
-  logits, n = model.head(h), model.config.real_vocab_size
-  return logits if logits.shape[-1] == n else logits[..., :n]
-
-
-def _head_logprobs_of(model, h):
-  """fp32 log-softmax [..., V] over the real ids of the next-token logits at final hidden states h [..., D]."""
-  return jax.nn.log_softmax(_real_logits(model, h), axis=-1)
-
-
 def _logprob_step(model, cache, tokens, positions):
   """One chunk through the model: (cache, fp32 log-softmax [B, C, V] of the next-token logits over the real ids,
   h [B, C, D])."""
   h, cache = model.hidden_states(tokens, positions, cache)
-  return cache, _head_logprobs_of(model, h), h
-
-
-def _node_outputs(model, h, candidates, valid, *, top_k, policy=None):
-  """Full-vocabulary log-probs at node hidden states h [B, M, D]: gathered at candidates and top-k.
-
-  policy: None (raw log-softmax) or a `sampling.SamplingParams` whose distribution is taken instead
-  (`sampling.policy_logprobs`: temperature, top-k, top-p, renormalised).
-  """
-  if policy is None:
-    logp = _head_logprobs_of(model, h)                                                # [B, M, V]
-  else:
-    logp = sampling.policy_logprobs(_real_logits(model, h), policy)
-  ok = valid[..., None] & (candidates >= 0)
-  at = jnp.take_along_axis(logp, jnp.where(ok, candidates, 0), axis=-1)
-  top_lp, top_ids = jax.lax.top_k(logp, top_k)
-  return (jnp.where(ok, at, -jnp.inf), jnp.where(valid[..., None], top_ids, -1).astype(jnp.int32),
-          jnp.where(valid[..., None], top_lp, -jnp.inf))
+  return cache, heads.logprobs_of(model, h), h
 
 
 def _sides(mode, fn, s, t, *xs):
@@ -196,7 +165,7 @@ def _setup(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_len, r
     if s_prompt.shape != t_prompt.shape:
       raise ValueError(f"with the student as teacher (t_params=None) both prompts must be padded to one width, got "
                        f"s_prompt {s_prompt.shape} and t_prompt {t_prompt.shape}")
-  check_vocab(s_config, t_config)
+  heads.check_vocab(s_config, t_config)
   B, T = response.shape
   if (s_rows is None) != (t_rows is None):
     raise ValueError("pass both s_rows and t_rows (distinct prompts on both sides) or neither")
@@ -290,7 +259,7 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
     if hidden is None:
       return _logprob_step(model, cache, sl(feed[0]), sl(feed[1]))
     h = sl(hidden)
-    return cache, _head_logprobs_of(model, h), h
+    return cache, heads.logprobs_of(model, h), h
 
   def body(caches, j):
     sl = lambda a: jax.lax.dynamic_slice_in_dim(a, j * C, C, axis=1)
@@ -301,7 +270,7 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
                                  pack(sl(s_feed[1]), sl(t_feed[1])))
     else:                                                           # identical: the student's head serves both
       h_p = sl(s_hidden)
-      logp = _head_logprobs_of(s, h_p)
+      logp = heads.logprobs_of(s, h_p)
       logps, hs = (logp, logp), (h_p, h_p)
     logp, logq = logps[0], logps[1]                                              # [B, C, V] fp32 each
     y, m = sl(targets), sl(mask)
@@ -317,17 +286,6 @@ def score_arrays(s_params, t_params, s_prompt, s_prompt_len, t_prompt, t_prompt_
   result = {k: jnp.moveaxis(v, 0, 1).reshape(B, T_pad, *v.shape[3:])[:, :T] for k, v in outs.items()}
   result["mask"] = mask[:, :T]
   return result
-
-
-def check_vocab(s_config: decoder.Config, t_config: decoder.Config) -> None:
-  """Raises ValueError unless student and teacher have the same number of real ids (paper.md: shared tokenizer;
-  `Config.real_vocab_size`). Their embeddings may be padded differently (Qwen2.5 0.5B: 151,936 rows, 7B:
-  152,064, one tokenizer of 151,665 ids): scoring uses the shared real ids only."""
-  if s_config.real_vocab_size != t_config.real_vocab_size:
-    raise ValueError(f"student and teacher must share the tokenizer, but their real vocabularies differ: student "
-                     f"{s_config.real_vocab_size} ids, teacher {t_config.real_vocab_size} (embedding rows "
-                     f"{s_config.vocab_size} and {t_config.vocab_size}); pick a teacher of the student's family "
-                     "with the same tokenizer")
 
 
 # ----------------------------------------------------------------------------------------------- Python wrappers
@@ -362,7 +320,7 @@ def _prepare(student, teacher, student_prompts, teacher_prompts, responses, chun
   _check_positive("chunk", chunk)
   _check_positive("batch_size", batch_size)
   s_config, t_config = student.config, teacher.config
-  check_vocab(s_config, t_config)
+  heads.check_vocab(s_config, t_config)
   if isinstance(teacher, flax_adapter.FlaxTeacher):
     teacher.check_student(student)
   shared = teacher is student or (teacher.params is student.params and teacher.graphdef == student.graphdef)
@@ -507,7 +465,7 @@ def score(student: Any, teacher: Any, student_prompts: Sequence[Sequence[int]],
 @sharding.sharded_jit(in_specs=(PARAMS, ROWS, ROWS), out_specs=ROWS, static_argnames=("graphdef", "top_k", "policy"))
 def _head_logprobs(params, h, candidates, *, graphdef, top_k, policy):
   valid = jnp.ones(h.shape[:-1], bool)
-  out = _node_outputs(decoder.merge(graphdef, params), h[None], candidates[None], valid[None], top_k=top_k,
+  out = heads.node_outputs(decoder.merge(graphdef, params), h[None], candidates[None], valid[None], top_k=top_k,
                       policy=policy)
   return tuple(a[0] for a in out)                                    # [N, ...]: rows over "data"
 

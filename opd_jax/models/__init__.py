@@ -27,9 +27,11 @@ from opd_jax.models import checkpoints
 from opd_jax.models import decoder
 from opd_jax.models import tokenizer
 from opd_jax.models.checkpoints import CONVERTER_VERSION, PRESETS, Model, default_layout, load, peek, with_layout
-from opd_jax.models.decoder import Config, init_params
-from opd_jax.models.tokenizer import (byte_tokenizer, chat_ids, check_same_tokenizer, real_vocab_size, same_tokenizer,
-                                      tokenizer_difference, tokenizer_differences)
+from opd_jax.models.decoder import Config
+from opd_jax.models.param_init import init_params
+from opd_jax.models.tokenizer import byte_tokenizer, chat_ids, real_vocab_size
+from opd_jax.models.tokenizer_compare import (check_same_tokenizer, same_tokenizer, tokenizer_difference,
+                                              tokenizer_differences)
 
 __all__ = ["CONVERTER_VERSION", "PRESETS", "Config", "Model", "byte_tokenizer", "chat_ids", "check_same_tokenizer",
            "checkpoints", "decoder",
@@ -63,7 +65,7 @@ def logits(model: Model, tokens) -> jax.Array:
 
 
 def random_model(config: Config, *, seed: int, tokenizer=None, dtype=jnp.float32, layout: str | None = None) -> Model:
-  """A randomly initialised model (decoder.init_params) for tests and smoke runs.
+  """A randomly initialised model (param_init.init_params) for tests and smoke runs.
 
   Args:
     config: the architecture; its vocab_size must cover the tokenizer's ids (byte_tokenizer(): 259); set

@@ -54,7 +54,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 Params = dict[str, Any]
@@ -105,71 +104,9 @@ class Config:
     return self.vocab_size if self.n_real_ids is None else self.n_real_ids
 
 
-def init_params(key: jax.Array, config: Config, dtype=jnp.float32, scale: float = 0.02) -> Params:
-  """Random params (normal(0, scale) matrices, unit norms) with the layout of the module docstring."""
-  c, L = config, config.n_layers
-  qd, kd = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
-  shapes = {"wq": (L, c.d_model, qd), "wk": (L, c.d_model, kd), "wv": (L, c.d_model, kd),
-            "wo": (L, qd, c.d_model), "w_gate": (L, c.d_model, c.d_ff), "w_up": (L, c.d_model, c.d_ff),
-            "w_down": (L, c.d_ff, c.d_model)}
-  if c.qkv_bias:
-    shapes.update(bq=(L, qd), bk=(L, kd), bv=(L, kd))
-  keys = jax.random.split(key, len(shapes) + 2)
-  drawn = _normals(keys, tuple(shapes.values()) + ((c.vocab_size, c.d_model), (c.d_model, c.vocab_size)), scale,
-                   jnp.dtype(dtype))
-  layers = dict(zip(shapes, drawn))
-  layers["attn_norm"] = jnp.ones((L, c.d_model), dtype)
-  layers["mlp_norm"] = jnp.ones((L, c.d_model), dtype)
-  if c.qk_norm:
-    layers["q_norm"] = jnp.ones((L, c.head_dim), dtype)
-    layers["k_norm"] = jnp.ones((L, c.head_dim), dtype)
-  params = {"embed": drawn[-2], "final_norm": jnp.ones((c.d_model,), dtype), "layers": layers}
-  if not c.tie_embeddings:
-    params["lm_head"] = drawn[-1]
-  return params
-
-
-def _normals(keys: jax.Array, shapes: tuple, scale: float, dtype) -> list[jax.Array]:
-  """[(scale * jax.random.normal(k, s)).astype(dtype) for k, s in zip(keys, shapes)], bitwise.
-
-  Small models (tests, smoke runs): in one compile (`_prefix_normals`); separate draws cost a compile each (~1 s
-  on a CPU, the bulk of a tiny model's loading). Real-size models (a benchmark's random Qwen3) draw each matrix
-  alone, as written above: len(shapes) x the largest would not fit."""
-  sizes = [int(np.prod(s)) for s in shapes]
-  if jax.config.jax_threefry_partitionable and len(sizes) * max(sizes) <= 2**24:
-    return _prefix_normals(keys, shapes, scale, dtype)
-  return [(scale * jax.random.normal(k, s)).astype(dtype) for k, s in zip(keys, shapes)]
-
-
-@functools.partial(jax.jit, static_argnums=(1, 2, 3))
-def _prefix_normals(keys: jax.Array, shapes: tuple, scale: float, dtype) -> list[jax.Array]:
-  """`_normals` as one vmapped draw of the largest size, each cut to its own: with partitionable threefry (the
-  default) element i of a draw depends on the key and i alone, so a prefix of a longer draw is the shorter draw."""
-  sizes = [int(np.prod(s)) for s in shapes]
-  flat = jax.vmap(lambda k: jax.random.normal(k, (max(sizes),)))(keys)
-  return [(scale * flat[i, :n].reshape(s)).astype(dtype) for i, (n, s) in enumerate(zip(sizes, shapes))]
-
-
 def is_layered(params: Params) -> bool:
   """True for the "layered" layout (a tuple of per-layer dicts), False for "stacked"."""
   return isinstance(params["layers"], (list, tuple))
-
-
-def unstack_layers(params: Params) -> Params:
-  """"stacked" -> "layered": params["layers"] becomes a tuple of L per-layer dicts (copies each slice)."""
-  if is_layered(params):
-    return params
-  layers = params["layers"]
-  L = next(iter(layers.values())).shape[0]
-  return {**params, "layers": tuple({k: v[i] for k, v in layers.items()} for i in range(L))}
-
-
-def stack_layers(params: Params) -> Params:
-  """"layered" -> "stacked"."""
-  if not is_layered(params):
-    return params
-  layers = params["layers"]
-  return {**params, "layers": {k: jnp.stack([lp[k] for lp in layers]) for k in layers[0]}}
 
 
 def init_cache(config: Config, batch: int, size: int, dtype=jnp.float32) -> Cache:
@@ -182,7 +119,7 @@ def init_cache(config: Config, batch: int, size: int, dtype=jnp.float32) -> Cach
 
 
 def with_prefix(cache: Cache, prefix: Cache, group: jax.Array, limit: jax.Array | None = None) -> Cache:
-  """A cache whose rows also attend to a shared prefix (shared-prefix attention; `sampling.branch`).
+  """A cache whose rows also attend to a shared prefix (shared-prefix attention; `branching.branch`).
 
   Args:
     cache: the rows' own cache (`init_cache`, B rows): their suffixes.
@@ -285,8 +222,6 @@ def _attention_blocked(q, k, v, q_pos, k_pos, block: int):
   out = jax.lax.map(lambda a: one(*a), (jnp.moveaxis(q.reshape(B, n, block, H, Dh), 1, 0),
                                         jnp.moveaxis(q_pos.reshape(B, n, block), 1, 0)))
   return jnp.moveaxis(out, 0, 1).reshape(B, n * block, H, Dh)[:, :T]
-
-
 
 
 # ----------------------------------------------------------------------------------------------------------

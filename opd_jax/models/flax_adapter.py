@@ -38,6 +38,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from opd_jax.models import tokenizer as tokenizer_lib
+from opd_jax.models import tokenizer_compare
 
 SOWN = "all_hidden_states"
 
@@ -141,11 +142,11 @@ class FlaxTeacher:
   def check_student(self, student) -> None:
     """Raises ValueError unless the student's tokenizer is this teacher's (`tokenizer_difference`; once per
     student tokenizer). A student without a tokenizer (bare random models) is checked by vocabulary size only
-    (`scoring.check_vocab`)."""
+    (`heads.check_vocab`)."""
     tok = getattr(student, "tokenizer", None)
     if tok is None or tok is self.tokenizer or id(tok) in self._checked:
       return
-    diff = tokenizer_lib.tokenizer_difference(tok, self.tokenizer)
+    diff = tokenizer_compare.tokenizer_difference(tok, self.tokenizer)
     if diff is not None:
       raise ValueError(f"flax teacher {self.name!r} does not share the student's tokenizer ({diff}); build it "
                        "with the student's tokenizer (per-token distillation needs identical ids)")

@@ -17,6 +17,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from opd_jax.decode import sharding as sharding_lib
 from opd_jax.models import decoder
+from opd_jax.models import param_init
 from opd_jax.models import tokenizer as tokenizer_lib
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -30,7 +31,7 @@ class Model:
   `graphdef` and `params` are `nnx.split(decoder.Decoder(config))`: jitted functions take `params` (an
   `nnx.State`, a pytree of arrays with their logical axes) and `graphdef` (static) and merge them inside
   (`decoder.merge`). Constructed with `params` a nested dict of arrays in decoder.py's layout (e.g.
-  `decoder.init_params`) and no graphdef, the dict is converted (`decoder.from_arrays`, no copy). `config` is
+  `param_init.init_params`) and no graphdef, the dict is converted (`decoder.from_arrays`, no copy). `config` is
   the one source of the architecture: a graphdef built for another config (`dataclasses.replace(model,
   config=...)`) is rebuilt for this one (the modules' static `config`), the arrays unchanged.
   """
@@ -47,7 +48,7 @@ class Model:
     if self.graphdef is None:
       if not isinstance(self.params, dict):
         raise ValueError("Model(params=...) without graphdef needs a nested dict of arrays in decoder.py's layout "
-                         f"(decoder.init_params), got {type(self.params).__name__}; pass graphdef= with an nnx.State")
+                         f"(param_init.init_params), got {type(self.params).__name__}; pass graphdef= with an nnx.State")
       graphdef, state = decoder.from_arrays(self.config, self.params)
       object.__setattr__(self, "graphdef", graphdef)
       object.__setattr__(self, "params", state)

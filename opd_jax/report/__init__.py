@@ -21,19 +21,19 @@ Reads `<workdir>/records/nodes/part-*.parquet` (one part per question, from ever
   console    what a run prints: the results table, and the warnings when nothing was measured or grades failed.
 paper.md, "What the paper reports" and "Where opd_jax goes further".
 """
-from opd_jax.study.records import NAN_REASONS
-from opd_jax.study.records import PREDICTORS
 from opd_jax.report.build import read_records
 from opd_jax.report.build import write_summary
 from opd_jax.report.common import GROUPS
+from opd_jax.report.common import REQUIRED_COLUMNS
 from opd_jax.report.console import diagnose
 from opd_jax.report.console import grading_warning
 from opd_jax.report.console import results_text
-from opd_jax.report.common import REQUIRED_COLUMNS
 from opd_jax.report.decision import decide
 from opd_jax.report.markdown import render_markdown
 from opd_jax.report.rollout import rollout_html
 from opd_jax.report.summary import summarize
+from opd_jax.study.records import NAN_REASONS
+from opd_jax.study.records import PREDICTORS
 
 
 def plot_alignment(summary, path: str) -> None:

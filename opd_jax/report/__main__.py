@@ -9,13 +9,13 @@ are formed differently (manifest.json "candidate_set": other views or top-k) are
 from absl import app
 from absl import flags
 
-from opd_jax.study import runs
 from opd_jax import terminal
 from opd_jax.report import build
 from opd_jax.report import cli
 from opd_jax.report import compare
 from opd_jax.report import console
 from opd_jax.report import token_pages
+from opd_jax.study import runs
 
 flags.DEFINE_multi_string("workdir", None, "Study working directory holding records/nodes; repeat it (or pass a "
                           "glob) to compare several studies into --out.")

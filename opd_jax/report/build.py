@@ -7,7 +7,6 @@ import os
 import numpy as np
 import pandas as pd
 
-from opd_jax.study import records
 from opd_jax.estimators import stats
 from opd_jax.report import ceiling
 from opd_jax.report import common
@@ -20,6 +19,7 @@ from opd_jax.report import router as rt
 from opd_jax.report import summary as summ
 from opd_jax.report import token_pages
 from opd_jax.report import where
+from opd_jax.study import records
 
 
 def read_records(workdir: str, table: str = "nodes", columns: list[str] | None = None) -> pd.DataFrame:
@@ -99,7 +99,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
       With a design the margin is design.margin and min_effect is not read.
     min_effect: the smallest difference of interest (> 0): the verdict adds the questions needed to detect it
       with 80% power (decision.decide); 0: not asked.
-    estimand: what the verdict compares per node (decision.ESTIMANDS): "alignment" or "projection"; min_effect
+    estimand: what the verdict compares per node (common.ESTIMANDS): "alignment" or "projection"; min_effect
       and a design's margin are in its units.
     plot: write alignment.png and link it from the markdown.
     html: write report.html (with the where and predictor figures).

@@ -33,7 +33,7 @@ def expected_cosine(p: np.ndarray, successes: np.ndarray, n: np.ndarray, *, n_si
   For node m: P~_k = (s_k + 1/2) / (n_k + 1), or P~_k = s_k / n_k where every candidate run has s_k in
   {0, n_k} and `unanimous` (no shrinkage-invented noise: the estimate is then 1 wherever g~ != 0; candidates
   with n_k = 0, padding or not run, have no say: p is taken over the candidates run, as
-  `targeted.estimator_p_succ` does); g~ = ideal_gradient(p, P~); n_sim draws s'_k ~ Binomial(n_k, P~_k)
+  `success.estimator_p_succ` does); g~ = ideal_gradient(p, P~); n_sim draws s'_k ~ Binomial(n_k, P~_k)
   give g' = ideal_gradient(p, s' / n); the estimate is the mean of cos(g', g~) over the draws where g' != 0
   (a degenerate draw has no alignment, as in the records). gradients.ideal_gradient and gradients.alignment do
   the vector work (float64).

@@ -8,11 +8,11 @@ import pathlib
 
 import ml_collections
 
+from opd_jax import terminal
+from opd_jax.report import common
+from opd_jax.report import sequential
 from opd_jax.study import looks
 from opd_jax.study import records
-from opd_jax import terminal
-from opd_jax.report import decision
-from opd_jax.report import sequential
 
 
 TARGETS = ("incorrect", "correct", "all")
@@ -38,9 +38,9 @@ def check_flags(f) -> None:
                                         choices=records.PREDICTORS))
   if not (math.isfinite(f.min_effect) and f.min_effect >= 0):
     raise ValueError(terminal.field_error("--min_effect", "must be a finite number >= 0 (0: not asked)", f.min_effect))
-  if f.estimand is not None and f.estimand not in decision.ESTIMANDS:
-    raise ValueError(terminal.field_error("--estimand", f"must be one of {tuple(decision.ESTIMANDS)}", f.estimand,
-                                        choices=tuple(decision.ESTIMANDS)))
+  if f.estimand is not None and f.estimand not in common.ESTIMANDS:
+    raise ValueError(terminal.field_error("--estimand", f"must be one of {tuple(common.ESTIMANDS)}", f.estimand,
+                                        choices=tuple(common.ESTIMANDS)))
 
 
 def token_decoder(name: str):

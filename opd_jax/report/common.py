@@ -13,6 +13,12 @@ REQUIRED_COLUMNS = ("config_id", "question_id", "rollout_id", "position", "teach
 MIN_NODES = 10       # fewer defined alignments in a group: underpowered
 MIN_QUESTIONS = 10   # fewer questions: underpowered (a 95% cluster interval over 3 questions covers ~71%)
 MIN_SHARED_QUESTIONS = 5   # fewer questions behind a paired difference: not comparable (no test, no veto)
+# What the verdict compares per node (issue 33: docs/results.md, "How many continuations per candidate").
+ESTIMANDS = {
+    "alignment": "cos(g*, g_D), the paper's (the records' column); undefined on degenerate nodes",
+    "projection": "<g*, g_D> / |g_D| (gradients.projection): linear in P_succ, so unbiased at any number of "
+                  "continuations; 0 on a degenerate node; in units of V per unit step of the logits",
+}
 
 
 def check_nodes(nodes: pd.DataFrame) -> None:
@@ -80,3 +86,8 @@ def table(header: list[str], body: list[list[str]]) -> list[str]:
   """A markdown table as lines."""
   lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
   return lines + ["| " + " | ".join(cells) + " |" for cells in body]
+
+
+def counted(n: int, word: str) -> str:
+  """"1 question", "2 questions": `n` and `word`, plural unless n == 1."""
+  return f"{n} {word}" + ("" if n == 1 else "s")

@@ -56,10 +56,10 @@ LARGER = {"teacher_sweep": "or run configs/teacher_sweep.py:hour (up to 80 quest
 
 
 def next_line(verdict: dict, config_name: str | None = None) -> str:
-  """The verdict's next step (`decision.next_step`: the questions that would decide, or detect
+  """The verdict's next step (`verdict_text.next_step`: the questions that would decide, or detect
   config.report.min_effect), with the larger variant of the config when it has one (`LARGER`); "" if none."""
-  from opd_jax.report import decision  # pylint: disable=g-import-not-at-top  (decision imports statsmodels)
-  text = decision.next_step(verdict)
+  from opd_jax.report import verdict_text
+  text = verdict_text.next_step(verdict)
   if text.startswith("to decide") and config_name in LARGER:
     text += f"; {LARGER[config_name]}"
   return text

@@ -19,7 +19,7 @@ what it says, with few questions and a best chosen from the data (benchmarks/ver
 Issue 33: with a `sequential.Design` the study looks after blocks of questions; each look's intervals are at the
 level the design's alpha spending gives that look (sequential.nominal_alpha), the verdict says whether it is
 decided ("use" one configuration, or "equivalent" within the margin) or the study goes on, and the power statement
-averages over the sampling error of the estimated standard error (stats.expected_t_power). Without a design the
+averages over the sampling error of the estimated standard error (sample_size.expected_t_power). Without a design the
 outputs are those of issue 25.
 """
 import math
@@ -28,18 +28,14 @@ import numpy as np
 import pandas as pd
 from statsmodels.stats.multitest import multipletests
 
+from opd_jax.estimators import sample_size
 from opd_jax.estimators import stats
 from opd_jax.report import common
 from opd_jax.report import sequential
+from opd_jax.report import verdict_text
 
 MIN_SHARED_QUESTIONS = common.MIN_SHARED_QUESTIONS   # pairs sharing fewer questions: not comparable
 POWER = 0.8                # the power of the detectable difference and of the questions needed
-# What the verdict compares per node (issue 33: docs/results.md, "How many continuations per candidate").
-ESTIMANDS = {
-    "alignment": "cos(g*, g_D), the paper's (the records' column); undefined on degenerate nodes",
-    "projection": "<g*, g_D> / |g_D| (gradients.projection): linear in P_succ, so unbiased at any number of "
-                  "continuations; 0 on a degenerate node; in units of V per unit step of the logits",
-}
 
 
 def with_estimand(nodes: pd.DataFrame, estimand: str) -> pd.DataFrame:
@@ -49,8 +45,8 @@ def with_estimand(nodes: pd.DataFrame, estimand: str) -> pd.DataFrame:
   Raises:
     ValueError: an unknown estimand (naming the known ones).
   """
-  if estimand not in ESTIMANDS:
-    raise ValueError(f"unknown estimand {estimand!r}: one of {', '.join(ESTIMANDS)}")
+  if estimand not in common.ESTIMANDS:
+    raise ValueError(f"unknown estimand {estimand!r}: one of {', '.join(common.ESTIMANDS)}")
   if estimand == "alignment":
     return nodes
   from opd_jax.study import nodes as node_rows  # pylint: disable=g-import-not-at-top
@@ -142,7 +138,7 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
   sequential_looks = design is not None and design.n_looks > 1
   nominal = sequential.nominal_alpha(design, look, pairs=m, final=final) if sequential_looks else alpha / max(m, 1)
   ci_level = 1.0 - nominal
-  lo, hi, p = stats.t_test(res.mean, res.se, res.df, ci_level)
+  lo, hi, p = sample_size.t_test(res.mean, res.se, res.df, ci_level)
   lo, hi = np.maximum(lo, -2.0), np.minimum(hi, 2.0)    # a difference of two cosines lies in [-2, 2]
   p_adj = np.full(p.shape, np.nan)
   if m and sequential_looks:
@@ -230,7 +226,7 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
            final: bool = False, estimand: str = "alignment") -> dict:
   """Ranks the configurations on the target group and decides whether the best one is distinguishable.
 
-  `estimand` (ESTIMANDS) is what is compared per node: "alignment" (default) or "projection" (`with_estimand`);
+  `estimand` (common.ESTIMANDS) is what is compared per node: "alignment" (default) or "projection" (`with_estimand`);
   min_effect and a design's margin are in its units. The output's keys keep their names (mean_alignment holds the
   estimand's mean) and out["estimand"] names it.
 
@@ -239,7 +235,7 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
   mean teacher advantage with the percentile cluster-bootstrap interval of summary.summarize (the same call, so the
   same numbers: stats.cluster_bootstrap_ci with n_boot, level, seed); and power for the best against the runner-up
   at the family's per-pair level (1 - level) / m: the smallest difference detectable with 80% power at this budget
-  (stats.detectable_difference) and, given min_effect, the questions needed (stats.questions_needed).
+  (sample_size.detectable_difference) and, given min_effect, the questions needed (sample_size.questions_needed).
 
   With a design (issue 33), the study loop calls this after each block of questions with look = 1, 2, ... and
   stops when `stop` is true (decided, or the last look):
@@ -251,7 +247,7 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
   The comparisons are compare_arrays' at that look's level; `decision` is "use" (one configuration could be
   best), "equivalent" (every pair of those that could be best is within +-margin: any of them), "continue", or
   "cap" (the last look, undecided); the power statement is at the level of the design's last look, averaged over
-  the sampling error of the standard error (stats.detectable_difference and questions_needed with se_df), and
+  the sampling error of the standard error (sample_size.detectable_difference and questions_needed with se_df), and
   min_effect is the design's margin.
 
   Args:
@@ -365,7 +361,7 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
     i = index[c["config_id"]]
     c["equivalent"] = bool(res["equivalent"][i, b])
     if res["could_be_best"][i] and not c["equivalent"]:
-      need = stats.questions_needed(design.margin, c["se"], c["df"], c["n_shared_questions"], alpha=alpha,
+      need = sample_size.questions_needed(design.margin, c["se"], c["df"], c["n_shared_questions"], alpha=alpha,
                                     power=POWER, se_df=c["df"]) if c["comparable"] else math.nan
       out["undecided"].append({"config_id": c["config_id"], "vs": c["vs"],
                                "questions_needed": math.ceil(need) if math.isfinite(need) else None})
@@ -381,7 +377,7 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
                    f"{', '.join(members)} (use any of them: every pair of them within the margin; "
                    + (f"{', '.join(behind)} distinguishably behind; " if behind else "")
                    + f"{100 * out['level']:g}% simultaneous intervals over "
-                   f"{_count(out['family_size'], 'pairwise comparison')}, paired on shared nodes, CR2 by question"
+                   f"{common.counted(out['family_size'], 'pairwise comparison')}, paired on shared nodes, CR2 by question"
                    + (f", {family})" if family else ")"))
   else:
     at = "" if one else " at the last look's level"
@@ -396,29 +392,25 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
   return out
 
 
-def _count(n: int, word: str) -> str:
-  return f"{n} {word}" + ("" if n == 1 else "s")
-
-
 def _short(n_defined: int, n_questions: int, min_nodes: int, min_questions: int, estimand: str = "alignment") -> str:
   """What a configuration is short of under the power rule, in words ("" when it is not)."""
-  parts = [f"{_count(n_questions, 'question')} with a defined {estimand}, need {min_questions}"] * (
+  parts = [f"{common.counted(n_questions, 'question')} with a defined {estimand}, need {min_questions}"] * (
       n_questions < min_questions)
-  parts += [f"{_count(n_defined, 'node')} with a defined {estimand}, need {min_nodes}"] * (n_defined < min_nodes)
+  parts += [f"{common.counted(n_defined, 'node')} with a defined {estimand}, need {min_nodes}"] * (n_defined < min_nodes)
   return "; ".join(parts)
 
 
 def _power(res: dict, b: int, ru: int, configs: list, level: float, min_effect: float | None,
            alpha: float | None = None) -> dict:
   """Power of the best against the runner-up at the family's per-pair level (alpha given: a design's level at this
-  look), averaged over the sampling error of se (se_df = df; stats.expected_t_power: issue 33 item 3, planting the
+  look), averaged over the sampling error of se (se_df = df; sample_size.expected_t_power: issue 33 item 3, planting the
   reported difference is detected with 80% power at 10 questions too, benchmarks/verdict_calibration.py
   --cells=planted)."""
   alpha = (1.0 - level) / max(res["m"], 1) if alpha is None else alpha
   out = {"vs": configs[ru] if ru >= 0 else None, "alpha": alpha, "power": POWER, "min_effect": min_effect,
          "diff": math.nan, "se": math.nan, "df": math.nan, "questions": 0, "detectable_difference": math.nan,
          "questions_needed": None, "more_questions": None, "estimable": False, "reason": ""}
-  out["expected"] = True              # power averaged over the sampling error of se (stats.expected_t_power)
+  out["expected"] = True              # power averaged over the sampling error of se (sample_size.expected_t_power)
   if ru < 0:
     out["reason"] = f"no configuration shares {MIN_SHARED_QUESTIONS} questions with {configs[b]}"
     return out
@@ -433,79 +425,12 @@ def _power(res: dict, b: int, ru: int, configs: list, level: float, min_effect: 
   else:
     out["estimable"] = True
     se_df = df
-    out["detectable_difference"] = stats.detectable_difference(se, df, alpha=alpha, power=POWER, se_df=se_df)
+    out["detectable_difference"] = sample_size.detectable_difference(se, df, alpha=alpha, power=POWER, se_df=se_df)
     if min_effect is not None:
-      need = stats.questions_needed(min_effect, se, df, g, alpha=alpha, power=POWER, se_df=se_df)
+      need = sample_size.questions_needed(min_effect, se, df, g, alpha=alpha, power=POWER, se_df=se_df)
       out["questions_needed"] = math.ceil(need) if math.isfinite(need) else None
       out["more_questions"] = max(0, math.ceil(need) - g) if math.isfinite(need) else None
   return out
-
-
-def power_text(power: dict | None) -> str:
-  """The power sentence of the report ("" without data)."""
-  if not power:
-    return ""
-  if not power["estimable"]:
-    return f"Power: not estimable ({power['reason']})."
-  text = (f"Power ({power['vs']} against the best, level {power['alpha']:.3g} per comparison): the smallest "
-          f"difference detectable with {100 * power['power']:g}% "
-          + ("expected power (averaged over the error of the estimated se) " if power.get("expected") else "power ")
-          + f"at this budget ({power['questions']} shared "
-          f"questions) is {power['detectable_difference']:.4f}"
-          + (" (more than 2, the largest a difference of cosines can be: none is detectable)"
-             if power["detectable_difference"] > 2 else ""))
-  if power["min_effect"] is not None:
-    need = power["questions_needed"]
-    text += (f"; to detect {power['min_effect']:g}: {need} questions ({power['more_questions']} more)"
-             if need is not None else f"; {power['min_effect']:g} is not detectable with any number of questions")
-  return text + "."
-
-
-def spans_everything(lo: float, hi: float) -> bool:
-  """An interval cut to [-2, 2] at both ends (or NaN): it excludes no difference two cosines can have."""
-  return not (lo > -2.0 or hi < 2.0)
-
-
-def interval_text(c: dict, min_questions: int, *, flip: bool = False, signed: bool = True) -> str:
-  """A comparison's interval ("[lo, hi]"; `flip`: of the best minus the configuration), or "not estimable (...)"
-  when it spans [-2, 2], every difference two cosines can have (`spans_everything`: too few shared questions for
-  the family's level; printed as [-2.0000, +2.0000] it looked like a bug)."""
-  lo, hi = (-c["ci_hi"], -c["ci_lo"]) if flip else (c["ci_lo"], c["ci_hi"])
-  if math.isnan(lo) or math.isnan(hi):
-    return "n/a"
-  if spans_everything(lo, hi):
-    g = c["n_shared_questions"]
-    return ("not estimable (" + (f"{_count(g, 'shared question')} < {min_questions}: " if g < min_questions else "")
-            + "the interval spans every possible difference, [-2, 2])")
-  return f"[{lo:+.4f}, {hi:+.4f}]" if signed else common.ci(lo, hi)
-
-
-def next_step(verdict: dict) -> str:
-  """What would decide, for the console (`console.results_text`): "" when the verdict is decided and no
-  min_effect was asked; else the questions that would detect min_effect (or the design's margin) with 80% power,
-  or, without min_effect, the power rule's questions and the difference this budget can detect."""
-  if not verdict.get("ranking") or verdict.get("best") is None:
-    return ""
-  p, n = verdict.get("power") or {}, verdict["n_questions"]
-  decided = verdict.get("decided", verdict["verdict"] == "use")
-  needs = [u["questions_needed"] for u in verdict.get("undecided") or () if u["questions_needed"] is not None]
-  if needs and not decided:
-    return (f"to decide: ~{max(needs)} questions would detect {verdict['margin']:g} with 80% expected power (now "
-            f"{n}): raise config.budget.questions, the cap")
-  effect, need = p.get("min_effect"), p.get("questions_needed")
-  if effect is not None and need is not None:
-    return (f"{'to decide' if not decided else 'power'}: ~{need} questions ({p['more_questions']} more) would detect "
-            f"a difference of {effect:g} with 80% power (config.report.min_effect): raise config.budget.questions")
-  if decided:
-    return "" if effect is None else f"power: {effect:g} is not detectable with any number of questions"
-  short = verdict["ranking"][0].get("short")
-  text = (f"to decide: at least {verdict['min_questions']} questions with a defined "
-          f"{verdict.get('estimand', 'alignment')} (now {n}; raise "
-          "config.budget.questions)" if short else "to decide: more questions (raise config.budget.questions)")
-  if p.get("estimable"):
-    text += (f"; this budget detects differences >= {p['detectable_difference']:.3f} only: "
-             "--config.report.min_effect=<the smallest worth detecting> prints the questions that would detect it")
-  return text
 
 
 def _line(out: dict, target: str) -> str:
@@ -520,9 +445,9 @@ def _line(out: dict, target: str) -> str:
                  f"{', '.join(sparse)}" if sparse else "") + (
                      f"; no defined {word}: {', '.join(empty)}" if empty else "")
   top = next((c for c in comps if c["comparable"]), None)
-  lead = (f"{best} - {top['config_id']} = {-top['diff']:+.4f} {interval_text(top, out['min_questions'], flip=True)}"
+  lead = (f"{best} - {top['config_id']} = {-top['diff']:+.4f} {verdict_text.interval_text(top, out['min_questions'], flip=True)}"
           if top else "")
-  family = (f"{pct} simultaneous intervals over {_count(out['family_size'], 'pairwise comparison')}, paired on "
+  family = (f"{pct} simultaneous intervals over {common.counted(out['family_size'], 'pairwise comparison')}, paired on "
             "shared nodes, CR2 by question")
   if out["verdict"] == "underpowered":
     short = out["ranking"][0]["short"]
@@ -545,50 +470,3 @@ def _line(out: dict, target: str) -> str:
           f"{', '.join(out['best_set'])}{mde}{absent_text}")
 
 
-TABLE_HEADER = ["config", "nodes", "questions", "mean align", "teacher adv", "shared nodes", "shared questions",
-                "diff vs best", "CI", "p (adjusted)", "vs best", "could be best", "power rule"]
-
-
-def table_rows(verdict: dict) -> list[list[str]]:
-  """The verdict table's rows (TABLE_HEADER) for summary.md and report.html, in the ranking's order."""
-  comps = {c["config_id"]: c for c in verdict["comparisons"]}
-  rows = []
-  for r in verdict["ranking"]:
-    c = comps.get(r["config_id"])
-    if c is None:
-      cells = ["", "", "", "", "", "best" if r["config_id"] == verdict["best"] else ""]
-    else:
-      status = ("distinguishable" if c["distinguishable"] else "not distinguishable") if c["comparable"] else (
-          f"not comparable (< {verdict['min_shared_questions']} shared questions)")
-      status += f"; equivalent within +-{verdict['margin']:g}" if c.get("equivalent") else ""
-      cells = [str(c["n_shared"]), str(c["n_shared_questions"]), common.fmt(c["diff"]),
-               interval_text(c, verdict["min_questions"], signed=False), common.fmt(c["p_adjusted"], 3), status]
-    rule = f"no defined {verdict.get('estimand', 'alignment')}" if not r["n_defined"] else f"indicative: {r['short']}" if r["short"] else ""
-    rows.append([str(r["config_id"]), str(r["n_defined"]), str(r["n_questions"]), common.fmt(r["mean_alignment"]),
-                 common.fmt(r["mean_teacher_advantage"]), *cells, "yes" if r["could_be_best"] else "no", rule])
-  return rows
-
-
-def table_note(verdict: dict) -> str:
-  """How to read the verdict table, in one paragraph."""
-  m, lvl = verdict["family_size"], f"{100 * verdict['level']:g}%"
-  family = (f"each CI at {100 * verdict['ci_level']:.4g}%, so {lvl} simultaneous over all "
-            f"{_count(m, 'comparable pair')} of configurations (Bonferroni: it holds for a best chosen from the "
-            f"data); p (adjusted) = min(1, {m} p)" if m else "no pair is comparable, so nothing is tested")
-  if m and len(verdict.get("looks") or ()) > 1:
-    family = (f"each CI at {100 * verdict['ci_level']:.4g}%, this look's level in a sequential design spending "
-              f"{100 - 100 * verdict['level']:g}% / {m} per pair over looks at {verdict['looks']} questions "
-              f"({verdict['spending']} alpha spending), so {lvl} simultaneous over all {_count(m, 'comparable pair')}"
-              f" and every look; p (adjusted) = min(1, p {1 - verdict['level']:g} / "
-              f"{1 - verdict['ci_level']:.3g}); equivalent: the CI inside +-{verdict['margin']:g}")
-  est = verdict.get("estimand", "alignment")
-  what = "" if est == "alignment" else (f"The verdict compares the {est}, {ESTIMANDS[est]}, per node ('mean align' "
-                                        "and 'diff vs best' hold it). ")
-  return (f"{what}Configurations on {verdict['target']} nodes ({verdict['n_questions']} questions with a defined "
-          f"{est}), the best first, then by their paired difference against it. diff vs best = mean of "
-          f"(configuration - best) over the nodes both define (paired), with a CR2 cluster-robust standard error by "
-          f"question and Bell-McCaffrey degrees of freedom; {family}. Pairs sharing fewer than "
-          f"{verdict['min_shared_questions']} questions are not comparable (not tested, no veto). could be best: no "
-          f"comparable configuration is distinguishably better (a {lvl} confidence set for the best). mean align "
-          "and teacher adv are over each configuration's own nodes (their intervals: the table by configuration x "
-          "correctness). questions: questions with a defined alignment.")

@@ -5,8 +5,8 @@ import math
 import pandas as pd
 
 from opd_jax.estimators import divergences
-from opd_jax.report import decision
 from opd_jax.report import router as rt
+from opd_jax.report import verdict_text
 from opd_jax.report.common import ci
 from opd_jax.report.common import fmt
 from opd_jax.report.common import table
@@ -37,11 +37,11 @@ def meta_lines(meta: dict) -> list[str]:
 def verdict_lines(verdict: dict) -> list[str]:
   """The decision section: the verdict line, what would decide it, the table of configurations against the best,
   power."""
-  step = decision.next_step(verdict)             # what would decide it: the console's line after the verdict
-  lines = ["## Verdict", "", f"**{verdict['line']}**", "", *([step, ""] if step else []), decision.table_note(verdict),
+  step = verdict_text.next_step(verdict)             # what would decide it: the console's line after the verdict
+  lines = ["## Verdict", "", f"**{verdict['line']}**", "", *([step, ""] if step else []), verdict_text.table_note(verdict),
            ""]
-  lines += table(decision.TABLE_HEADER, decision.table_rows(verdict))
-  power = decision.power_text(verdict.get("power"))
+  lines += table(verdict_text.TABLE_HEADER, verdict_text.table_rows(verdict))
+  power = verdict_text.power_text(verdict.get("power"))
   return lines + (["", power] if power else []) + [""]
 
 

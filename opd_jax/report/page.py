@@ -5,8 +5,8 @@ import html
 
 import pandas as pd
 
-from opd_jax.report import decision
 from opd_jax.report import router as rt
+from opd_jax.report import verdict_text
 from opd_jax.report.common import ci
 from opd_jax.report.common import fmt
 
@@ -138,13 +138,13 @@ def render_html(*, title: str, verdict: dict, summary: pd.DataFrame, figures: di
            'are in the <a href="#glossary">glossary</a> at the end.</p>']
   weak = "" if verdict.get("verdict") == "use" else " weak"
   parts.append(f'<h2>Verdict</h2><p class="verdict{weak}">{html.escape(verdict["line"])}</p>')
-  step = decision.next_step(verdict)             # what would decide it: the console's line after the verdict
+  step = verdict_text.next_step(verdict)             # what would decide it: the console's line after the verdict
   if step:
     parts.append(f'<p class="note">{html.escape(step)}</p>')
-  note = html.escape(decision.table_note(verdict))
+  note = html.escape(verdict_text.table_note(verdict))
   parts.append(f'<h2>Ranking: configurations against the best</h2><p class="note">{note}</p>'
-               + _table(decision.TABLE_HEADER, decision.table_rows(verdict), titles=TABLE_TITLES["ranking"]))
-  power = decision.power_text(verdict.get("power"))
+               + _table(verdict_text.TABLE_HEADER, verdict_text.table_rows(verdict), titles=TABLE_TITLES["ranking"]))
+  power = verdict_text.power_text(verdict.get("power"))
   if power:
     parts.append(f'<p class="note">{html.escape(power)}</p>')
   if "alignment" in figures:

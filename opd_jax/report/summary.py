@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from opd_jax.estimators import gradients
-from opd_jax.study import records
 from opd_jax.estimators import stats
 from opd_jax.report import common
+from opd_jax.study import records
 
 
 def config_columns(rows: pd.DataFrame, config_id: str) -> dict:

@@ -6,7 +6,7 @@
   budget:   8 rollouts/question (4 with nodes x 3 nodes), <= 8 candidates/node, R = 4 continuations/candidate
   models:   student qwen2.5-coder-0.5b-instruct; teachers self, qwen2.5-coder-1.5b-instruct; dtype float32
   memory:   ~ 8.3 GiB (weights 7.9 GiB + KV cache 0.4 GiB: 64 rows x 354 slots)
-  planned:  ... (preflight.Plan.describe: work and estimated wall time)
+  planned:  ... (planning.Plan.describe: work and estimated wall time)
 
 Nothing is loaded but the task (seconds; not even that when it fails: the line says why) and checkpoint headers.
 """
@@ -15,9 +15,11 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-from opd_jax.teachers import contexts
 from opd_jax.cost import flops
+from opd_jax.study import model_specs
+from opd_jax.study import planning
 from opd_jax.study import preflight
+from opd_jax.teachers import contexts
 
 PROMPT_CHARS = 160                   # the rendered first prompt, clipped in the middle to this many characters
 GIB = 2 ** 30
@@ -52,7 +54,7 @@ def describe(config, task: Any = None) -> str:
   """The checklist of `config` (see the module docstring); `task`: the loaded task, else it is loaded here."""
   from opd_jax.cost import estimate  # pylint: disable=g-import-not-at-top  (imports jax)
   preflight.classify_teachers(config)
-  plan = preflight.plan(config)
+  plan = planning.plan(config)
   b, n_tok = config.budget, config.sampling.max_new_tokens
   lines, problem = [], None
   if task is None:
@@ -78,7 +80,7 @@ def describe(config, task: Any = None) -> str:
       limits.append(f"{who} {cfgs[who].max_seq_len}")
     except (ValueError, OSError):
       limits.append(f"{who} unknown until loaded")
-  found = preflight.header(config.student.name, config) if problem is not None else None
+  found = model_specs.header(config.student.name, config) if problem is not None else None
   if found is not None:
     prompt_tokens = len(contexts.study_chat(found[1], task.prompt(problem), config))
   lines.append(f"caps:     max_new_tokens={n_tok}; contexts: {', '.join(limits)} tokens"

@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 import pathlib
 
-from opd_jax.study import records
 from opd_jax import terminal
 from opd_jax.report import decision
 from opd_jax.report import sequential
+from opd_jax.study import records
 
 
 MIN_LOOK = 2              # below the power rule's 10 questions a look never decides (it is underpowered)

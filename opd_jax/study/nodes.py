@@ -4,7 +4,7 @@ paper.md, "Candidate set" and "Gradients in logit space": at a node u (a positio
 C(u) = {y_t} ∪ top-k_s(p) ∪ top-k_t(q_v) over every view v = (teacher, context); p (the student's sampled
 policy) and every q_v (the scaled teacher of the view) are evaluated at C(u) from the hidden states of the
 scoring pass (no second forward), restricted to C(u) and renormalised; with the successes of the targeted
-continuations they give V, g*, g_D, alignment and teacher advantage per configuration (`targeted.node_estimates`).
+continuations they give V, g*, g_D, alignment and teacher advantage per configuration (`success.node_estimates`).
 One row per (node, configuration), with the columns of `records.SCHEMAS["nodes"]`.
 
 C(u) is the study's, not a configuration's (paper.md, "Candidate set" [ours]): every configuration is scored on
@@ -26,12 +26,14 @@ import jax
 import numpy as np
 import pandas as pd
 
-from opd_jax.estimators import divergences
-from opd_jax.estimators import gradients
-from opd_jax.study import records
 from opd_jax.decode import sampling
 from opd_jax.decode import scoring
+from opd_jax.estimators import divergences
+from opd_jax.estimators import gradients
+from opd_jax.estimators import success
+from opd_jax.study import records
 from opd_jax.study import targeted
+
 
 View = tuple[str, str]          # (teacher, context): one scoring pass, one q, shared by its configurations
 
@@ -153,11 +155,11 @@ def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response:
   positions, cands, p_at, q_at = at.positions, at.candidates, at.p_at, at.q_at
   rows = []
   succ, n = outcomes.successes, outcomes.n
-  lo, hi = targeted.wilson_interval(succ, n)
-  ps_all = targeted.p_succ(succ, n)
+  lo, hi = success.wilson_interval(succ, n)
+  ps_all = success.p_succ(succ, n)
   # A candidate not run (n = 0: outside the sampled policy's support, or left out by weighted allocation) has no
   # estimate: NaN in the records (records.CONVENTIONS["not run"]); the estimators impute it
-  # (targeted.estimator_p_succ).
+  # (success.estimator_p_succ).
   not_run = (cands >= 0) & (n == 0)
   lo, hi, ps_rec = (np.where(not_run, np.nan, a) for a in (lo, hi, ps_all))
   noise = None
@@ -195,7 +197,7 @@ def node_rows(confs, question_id: str, rollout_id: int, correct: bool, response:
     # Full-vocabulary log q(y_t) - log p(y_t) of the scaled teacher and the sampled policy; -inf where q(y_t)
     # underflows to 0.
     adv = np.clip(np.asarray(q_at[view][:, 0], np.float64) - np.asarray(p_at[:, 0], np.float64), -1e30, 1e30)
-    est = targeted.node_estimates(p, q, succ, n, divergence=conf.divergence, sampled_index=sampled_index,
+    est = success.node_estimates(p, q, succ, n, divergence=conf.divergence, sampled_index=sampled_index,
                                   advantage=adv, **dict(conf.options))
     if noise is None:
       noise = targeted.split_half_noise_ceiling(p, outcomes)
@@ -230,7 +232,7 @@ ROW_ESTIMANDS = ("alignment", "teacher_advantage", "projection")
 
 
 def estimates_from_rows(rows: pd.DataFrame, counts: dict | None = None) -> dict[str, np.ndarray]:
-  """Recomputes estimates of node rows from what they record (p, q, successes, n): `targeted.node_estimates`.
+  """Recomputes estimates of node rows from what they record (p, q, successes, n): `success.node_estimates`.
 
   For the report and benchmarks that read records: `gradients.projection` is not a record column, and `counts`
   replaces the rows' counts, e.g. by a subsample of their rewards (benchmarks/fewer_continuations.py). The
@@ -264,7 +266,7 @@ def estimates_from_rows(rows: pd.DataFrame, counts: dict | None = None) -> dict[
     param = divergences.get(div).param          # records before `divergence_param` have beta / clip columns
     value = first.get("divergence_param", first.get(param, math.nan)) if param else math.nan
     opts = divergences.options(div, None if pd.isna(value) else float(value))
-    est = targeted.node_estimates(p, q, pad(succ, np.int64), pad(n, np.int64), divergence=div,
+    est = success.node_estimates(p, q, pad(succ, np.int64), pad(n, np.int64), divergence=div,
                                   sampled_index=np.zeros(len(sub), np.int64),
                                   advantage=np.nan_to_num(sub["sampled_advantage"].to_numpy(np.float64)), **opts)
     undirected = est.nan_reason == gradients.ZERO_DISTILLATION_GRADIENT       # no distillation direction

@@ -11,30 +11,27 @@ import json
 import math
 import os
 import pathlib
-import struct
-from typing import Any, Mapping
+from typing import Mapping
 
+from opd_jax import models
+from opd_jax import tasks
+from opd_jax import terminal
+from opd_jax.decode import sampling
+from opd_jax.decode import sharding
+from opd_jax.report import common
+from opd_jax.study import looks
+from opd_jax.study import model_specs
+from opd_jax.study import records
+from opd_jax.study import targeted
 from opd_jax.teachers import contexts
 from opd_jax.teachers import cross_tree
 from opd_jax.teachers import cross_view
-from opd_jax.study import looks
-from opd_jax import models
-from opd_jax.study import records
-from opd_jax.decode import sampling
-from opd_jax.decode import sharding
-from opd_jax import terminal
-from opd_jax.decode import stops
-from opd_jax.study import targeted
-from opd_jax import tasks
-from opd_jax.report import decision
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Configuration checks and the policies.
 
-def _bad(field: str, problem: str, value: Any = terminal.UNSET, **kwargs) -> ValueError:
-  """The ValueError of a bad config field, in `terminal.field_error`'s one-line format."""
-  return ValueError(terminal.field_error(field, problem, value, **kwargs))
+_bad = terminal.bad_field       # the ValueError of a bad config field, in `terminal.field_error`'s one-line format
 
 
 def _positive(config, field: str) -> int:
@@ -153,9 +150,9 @@ def validate(config) -> None:
       math.isfinite(min_effect) and min_effect >= 0):
     raise _bad("config.report.min_effect", "must be a finite number >= 0 (0: not asked)", min_effect)
   estimand = r.get("estimand", "alignment")
-  if estimand not in decision.ESTIMANDS:
-    raise _bad("config.report.estimand", f"must be one of {tuple(decision.ESTIMANDS)}", estimand,
-               choices=tuple(decision.ESTIMANDS))
+  if estimand not in common.ESTIMANDS:
+    raise _bad("config.report.estimand", f"must be one of {tuple(common.ESTIMANDS)}", estimand,
+               choices=tuple(common.ESTIMANDS))
   if estimand != "alignment" and tuple(config.budget.get("looks", ()) or ()) and not min_effect > 0:
     raise _bad("config.report.min_effect", f"must be > 0 with report.estimand={estimand!r} and budget.looks: the "
                f"equivalence margin is in the {estimand}'s units, not the alignment's default 0.05", min_effect,
@@ -324,114 +321,6 @@ def teacher_policy(config) -> sampling.SamplingParams:
   return sampling.SamplingParams(temperature=float(t_q))
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
-  """Planned work (upper bounds: every question selected, every rollout at the token cap)."""
-  questions: int
-  rollouts: int
-  scored_rollouts: int
-  scoring_passes: int
-  nodes: int
-  candidates_per_node: int
-  continuations: int
-  tokens_generated: int
-  tokens_scored: int
-  seconds: float
-  load_compile_seconds: float = 0.0     # model loading and compiles, cold_seconds included
-  cold_seconds: float = 0.0             # reading, assembling and converting presets not yet in the cache
-  cross_views: int = 0                  # views whose teacher reads text (`cross.py`), as far as checked
-  cross_strings: int = 0                # their strings asked of the teacher (tail + candidate), at most
-  design: tuple[str, ...] = ()          # the work-saving designs' expected work beside the fixed design's bound
-
-  def describe(self) -> str:
-    total = self.seconds + self.load_compile_seconds
-    when = f"{total / 3600:.1f} h" if total >= 5400 else f"{total / 60:.1f} min"
-    return "\n".join([
-        f"planned: {self.questions} questions, {self.rollouts} base rollouts, {self.scored_rollouts} scored "
-        f"rollouts x {self.scoring_passes} (teacher, context) scorings",
-        f"         {self.nodes} nodes x <= {self.candidates_per_node} candidates -> <= {self.continuations} "
-        f"targeted continuations",
-        f"         <= {self.tokens_generated:,} tokens generated, <= {self.tokens_scored:,} tokens scored",
-        *([f"         {self.cross_views} of the scorings read text (teachers of another tokenizer): + <= "
-           f"{self.cross_strings:,} strings asked of them, each a few teacher tokens off the cached response "
-           "(not in the estimate; benchmarks/cross_cost.py)"] if self.cross_views else []),
-        *(f"         {line}" for line in self.design),
-        f"         estimated wall time <= {when} (2-core CPU rates of the 0.5B student: "
-        f"{self.load_compile_seconds / 60:.1f} min of model loading and compiles"
-        + (f", {self.cold_seconds / 60:.1f} of them reading, assembling and converting models not yet in the cache"
-           if self.cold_seconds else "") + "; scale by model size and hardware)"])
-
-
-# Rates of the default study on the 2-core CPU, fp32 (0.5B student, 1.5B teacher), for the dry-run estimate
-# only, measured in a cold `configs/teacher_sweep.py` run (manifest timings_s): base rollouts 2 x 32 rows x 256
-# token slots in 334 s (49 slots/s); scoring 2 rollouts x 4 (teacher, context) passes of <= 256 response tokens
-# in 151 s, compiles included (the contexts' prompts are prefilled too).
-DECODE_TOKENS_PER_S = 49.0
-SCORE_TOKENS_PER_S = 14.0
-# Model loading (a bound of a load from the cache: 51 s measured for the 0.5B's cold load on an idle machine) and
-# jit compiles (prefill, decode, branch and one scoring program per (teacher, context); the scoring compiles are
-# inside SCORE_TOKENS_PER_S), per checkpoint; random models load and compile in seconds.
-LOAD_S = {"checkpoint": 60.0, "random": 2.0}
-COMPILE_S = {"checkpoint": 40.0, "random": 4.0}
-# A preset not yet converted in the cache (`cold_seconds`) adds: its header read twice (by the checks, then by the
-# conversion: HEADER_S each, models/checkpoints.py `_peek_preset_header`), and assembly, hashing and conversion
-# at COLD_S_PER_GB of GGUF file, from issue 35's cold run of configs/teacher_sweep.py on a loaded 2-core CPU: ~11
-# min before the first bar for the 0.5B and 1.5B presets (1.61 GB), ~68 s of which were header reads.
-HEADER_S = 10.0
-COLD_S_PER_GB = 370.0
-
-
-def cold_seconds(spec: str, dtype) -> float:
-  """Seconds that reading, assembling and converting the preset `spec` adds to its load when its params for
-  `dtype` (None: the platform default) are not in the cache yet; 0 for a converted preset or another spec."""
-  preset = models.checkpoints.PRESETS.get(spec)
-  if preset is None or models.checkpoints.params_dir(preset.sha256, dtype).is_dir():
-    return 0.0
-  return 2 * HEADER_S + COLD_S_PER_GB * preset.size / 1e9
-
-
-def plan(config) -> Plan:
-  """The work a config asks for, printed by `--dry_run` and before a run (no model or data loaded)."""
-  validate(config)
-  b, n_tok = config.budget, config.sampling.max_new_tokens
-  confs = [contexts.parse(k, v) for k, v in config.configurations.items()]
-  views = {c.scoring_key for c in confs}                 # (teacher, context) pairs: one scoring pass each
-  q = b.questions
-  rollouts = -(-q // b.question_batch) * b.question_batch * b.rollouts_per_question   # whole decode batches
-  scored = q * (b.rollouts_per_question if config.scoring.all_rollouts else b.node_rollouts_per_question)
-  nodes = q * b.node_rollouts_per_question * (n_tok if b.node_strategy == "all" else b.nodes_per_rollout)
-  cross = {v for v in views if v[0] != contexts.SELF and cross_view.reads_text(config, v[0])}
-  cand = 1 + b.student_top_k + b.teacher_top_k * (len(views) - len(cross))   # text views add no top-k
-  per_candidate = b.continuations_per_candidate if allocation(config) == "uniform" else b.continuations_mean
-  cont = int(nodes * cand * per_candidate)
-  gen = rollouts * n_tok + cont * n_tok // 2
-  scored_tokens = scored * n_tok * len(views)
-  secs = gen / DECODE_TOKENS_PER_S + scored_tokens / SCORE_TOKENS_PER_S
-  specs = {config.student.name} | {c.teacher for c in confs if c.teacher != contexts.SELF}
-  kind = lambda spec: "random" if spec.startswith("random:") else "checkpoint"
-  cold = sum(cold_seconds(m, config.student.get("dtype", "") or None) for m in specs)
-  fixed = sum(LOAD_S[kind(m)] for m in specs) + 3 * COMPILE_S[kind(config.student.name)] + cold
-  strings = len(cross) * (scored * n_tok + nodes * cand)          # every position's token, every candidate
-  return Plan(q, rollouts, scored, len(views), nodes, cand, cont, gen, scored_tokens, secs, fixed, cold,
-              len(cross), strings, _design_lines(config, nodes * cand))
-
-
-def _design_lines(config, slots: int) -> tuple[str, ...]:
-  """What the work-saving designs of issue 33 expect to spend, beside the fixed design's bound (Plan.design)."""
-  b, out = config.budget, []
-  how = allocation(config)
-  if how != "uniform":
-    out.append(f"{how} allocation: {b.continuations_mean:g} continuations per candidate on average (the fixed "
-               f"design's R = {b.continuations_per_candidate}: <= {slots * b.continuations_per_candidate} "
-               "continuations)")
-  if b.get("stop_at_answer", False):
-    out.append(f"continuations stop where their answer tag closes: {stops.MEASURED_SAVING:.1%} of continuation "
-               "tokens saved on the default study (measured; the estimate above does not count it)")
-  if looks.is_sequential(config):
-    out.append(looks.expected_text(config))
-  return tuple(out)
-
-
 # ----------------------------------------------------------------------------------------------------------
 # The task and the context lengths.
 
@@ -530,33 +419,23 @@ def check_context(config, task, confs, tokenizer, limits: dict[str, int]) -> Non
 def classify_teachers(config) -> None:
   """Find which teachers read text (`cross_view.cross_teacher`) from the checkpoints' headers, for `plan` (the dry run's
   checklist; a run's `check` does it anyway). Errors are left to `check`."""
-  student = header(config.student.name, config)
+  student = model_specs.header(config.student.name, config)
   for c in (contexts.parse(k, v) for k, v in config.configurations.items()):
     if c.teacher == contexts.SELF or cross_view.checked(config, c.teacher) or student is None:
       continue
     try:
-      h = header(c.teacher, config)
+      h = model_specs.header(c.teacher, config)
       if h is not None:
         cross_view.cross_teacher(config, c.teacher, student[1], h[1], where=c.teacher)
     except (ValueError, OSError):
       pass
 
 
-def header(spec: str, config) -> tuple[int, Any] | None:
-  """(context length, tokenizer) of a model spec without its weights: a random:<seed> model's
-  (config.random_model.max_seq_len, the byte tokenizer), else the checkpoint's header where it is cheap to read
-  (`models.checkpoints.peek`); None otherwise."""
-  if spec.startswith("random:"):
-    return config.random_model.max_seq_len, models.byte_tokenizer()
-  peeked = models.checkpoints.peek(spec)
-  return None if peeked is None else (peeked[0].max_seq_len, peeked[1])
-
-
 _handoff: dict[str, tuple] = {}     # config JSON -> (task, confs) of a check made for a run about to start
 
 
 def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = False, cross_ok: bool = True):
-  """Everything checkable before any model loads (seconds): config, model specs (`check_model`), task and gold
+  """Everything checkable before any model loads (seconds): config, model specs (`model_specs.check_model`), task and gold
   answers, configurations against the task, and the context lengths from the checkpoints' headers where they
   are cheap to read (`models.checkpoints.peek`; otherwise `study.setup` checks them after the load).
 
@@ -574,13 +453,14 @@ def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = F
     return _handoff.pop(key)
   validate(config)
   for field, spec in _model_specs(config, fields).items():
-    check_model(spec, field)
+    random_seed(spec, field)
+    model_specs.check_model(spec, field)
   task = load_task(config)
   confs = contexts.parse_all(dict(config.configurations), has_solutions=task.has_solutions, task_name=task.name,
                              fields=fields)
   specs = {contexts.SELF: config.student.name}
   specs.update({conf.teacher: conf.teacher for conf in confs if conf.teacher != contexts.SELF})
-  headers = {name: header(spec, config) for name, spec in specs.items()}
+  headers = {name: model_specs.header(spec, config) for name, spec in specs.items()}
   student = headers[contexts.SELF]
   for conf in confs:                    # the same tokenizer, or one the cross-tokenizer path reads (`cross_teacher`)
     h = headers.get(conf.teacher)
@@ -594,98 +474,3 @@ def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = F
     _handoff.clear()
     _handoff[key] = (task, confs)
   return task, confs
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Model specs: what a load would read, checked from names and file headers only.
-
-def check_model(spec: str, field: str) -> None:
-  """A model spec names something loadable, checked in milliseconds without weights: "random:<seed>", a preset,
-  an HF folder with config.json and valid safetensors headers (`safetensors.safe_open`: header size, offsets
-  covering the file, dtypes; every file of the index), or a .gguf file starting with GGUF's magic and version
-  ("flax:" specs are imported at load). A typo in a teacher then fails before the student's load (tens of
-  seconds for a checkpoint), not after it.
-
-  Raises:
-    ValueError / FileNotFoundError: naming `field`, the spec or file and the fix, with the nearest presets or
-      paths.
-  """
-  if spec.startswith("random:"):
-    random_seed(spec, field)
-    return
-  if spec.startswith("flax:") or spec in models.PRESETS:
-    return
-  path = pathlib.Path(spec).expanduser()
-  if path.is_dir():
-    _check_hf_folder(path, field)
-  elif path.is_file() and path.suffix == ".gguf":
-    _check_gguf(path, field)
-  elif path.is_file():
-    raise _bad(field, "is a file but not a .gguf file", spec,
-               fix="pass a .gguf file, an HF folder (config.json + safetensors + tokenizer) or a preset")
-  elif os.sep not in spec and not spec.endswith(".gguf"):
-    raise _bad(field, "unknown model preset", spec, choices=sorted(models.PRESETS),
-               fix=f"known presets: {sorted(models.PRESETS)} (or pass an HF folder or a .gguf path)")
-  else:
-    parent = path.parent
-    near = [str(parent / p.name) for _, p in zip(range(1000), parent.iterdir())] if parent.is_dir() else []
-    raise FileNotFoundError(terminal.field_error(field, "model path does not exist", spec, choices=near,
-                                               fix="pass an HF folder, a .gguf file or a preset"))
-
-
-def _check_hf_folder(path: pathlib.Path, field: str) -> None:
-  import safetensors  # pylint: disable=g-import-not-at-top
-  if not (path / "config.json").is_file():
-    raise FileNotFoundError(f"{field}: no config.json in {path}; an HF folder needs config.json, model.safetensors "
-                            "(or an index and its shards) and the tokenizer files")
-  index = path / "model.safetensors.index.json"
-  if index.is_file():
-    weight_map = models.checkpoints.read_json(index).get("weight_map")
-    if not isinstance(weight_map, dict):
-      raise ValueError(f"{index}: no 'weight_map' object; re-download the checkpoint's index")
-    files = sorted({path / f for f in weight_map.values()})
-  elif (path / "model.safetensors").is_file():
-    files = [path / "model.safetensors"]
-  else:
-    raise FileNotFoundError(f"{field}: no model.safetensors or model.safetensors.index.json in {path}; only "
-                            "safetensors checkpoints are supported (resave a pytorch_model.bin with save_pretrained)")
-  for f in files:
-    if not f.is_file():
-      raise FileNotFoundError(f"{f}: listed in {index} but missing; re-download the checkpoint")
-  for f in files:
-    try:
-      with safetensors.safe_open(str(f), framework="numpy"):
-        pass
-    except Exception as e:  # pylint: disable=broad-except  (SafetensorError, OSError, ...)
-      raise ValueError(f"{f}: not a valid safetensors file ({e}); re-download or resave it with "
-                       "save_pretrained") from None
-
-
-def _check_gguf(path: pathlib.Path, field: str) -> None:
-  """GGUF's header: magic b"GGUF", version 1-3, tensor and key-value counts that fit the file."""
-  with open(path, "rb") as f:
-    head = f.read(24)
-  size = path.stat().st_size
-  ok = len(head) == 24 and head[:4] == b"GGUF"
-  if ok:
-    version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:])
-    ok = 1 <= version <= 3 and n_tensors <= size and n_kv <= size
-  if not ok:
-    raise ValueError(f"{path}: not a valid GGUF file (header {head[:8]!r}; a GGUF file starts with b'GGUF' and "
-                     f"version 1-3), named by {field}; the file is damaged or not GGUF: re-download it")
-
-
-def model_config(spec: str, config) -> models.Config | None:
-  """The decoder config of a model spec without weights: a random:<seed> model's (config.random_model, the byte
-  tokenizer's vocabulary), else the checkpoint's header where it is cheap (`models.checkpoints.peek`); None
-  otherwise."""
-  if spec.startswith("random:"):
-    r = config.random_model
-    return models.Config(arch=r.arch, vocab_size=len(models.byte_tokenizer()), d_model=r.d_model,
-                         n_layers=r.n_layers, n_heads=r.n_heads, n_kv_heads=r.n_kv_heads, head_dim=r.head_dim,
-                         d_ff=r.d_ff, qkv_bias=r.arch == "qwen2", qk_norm=r.arch == "qwen3",
-                         max_seq_len=r.max_seq_len)
-  if spec.startswith("flax:"):
-    return None
-  peeked = models.checkpoints.peek(spec)
-  return None if peeked is None else peeked[0]

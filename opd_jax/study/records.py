@@ -32,8 +32,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from opd_jax.estimators import predictors
 from opd_jax.estimators import gradients
+from opd_jax.estimators import predictors
 
 SCHEMA_VERSION = 3
 TABLES = ("rollouts", "tokens", "nodes")
@@ -68,7 +68,7 @@ CONVENTIONS = {
                "unless budget.continue_unsupported, nor (budget.allocation='weighted') one whose p and every q are "
                "below budget.allocation_min_mass: its n is 0, rewards empty, p_succ, p_succ_lo, p_succ_hi NaN; "
                "V, g*, alignment and degenerate use the candidates run (p renormalised over them: "
-               "targeted.estimator_p_succ; no change where p = 0); "
+               "success.estimator_p_succ; no change where p = 0); "
                "teacher_advantage = sum_k q'_k P_succ(k) - V over the candidates run, q' = q renormalised there "
                "(NaN when q has no mass on them), i.e. q's mass outside p's support is left out",
     "cross-tokenizer view": "a teacher with another tokenizer (or scoring.cross_tokenizer.force) reads text "

@@ -16,9 +16,9 @@ from typing import Callable
 
 from opd_jax.tasks.base import EmptyTaskError
 from opd_jax.tasks.base import Problem
+from opd_jax.tasks.base import Task
 from opd_jax.tasks.base import check_answers
 from opd_jax.tasks.base import summarize_solution
-from opd_jax.tasks.base import Task
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

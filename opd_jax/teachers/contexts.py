@@ -18,9 +18,9 @@ import math
 import re
 from typing import Mapping, Sequence
 
-from opd_jax.estimators import divergences
 from opd_jax import models
 from opd_jax import terminal
+from opd_jax.estimators import divergences
 from opd_jax.tasks import base as task_base
 
 SELF = "self"

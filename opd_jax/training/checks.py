@@ -6,12 +6,12 @@ import re
 
 from opd_jax import models
 from opd_jax import terminal
+from opd_jax.study import model_specs
 from opd_jax.study import preflight
 from opd_jax.training import lora
 
 
-def _bad(field: str, problem: str, value=terminal.UNSET, **kwargs) -> ValueError:
-  return ValueError(terminal.field_error(field, problem, value, **kwargs))
+_bad = terminal.bad_field
 
 
 def validate_train(config) -> None:
@@ -77,7 +77,7 @@ def _check_lora(config) -> None:
     re.compile(t.lora.targets)
   except re.error as e:
     raise _bad("config.train.lora.targets", f"must be a regular expression ({e})", t.lora.targets) from None
-  cfg = preflight.model_config(config.student.name, config)
+  cfg = model_specs.model_config(config.student.name, config)
   if cfg is None:
     return
   _, state = models.decoder.abstract(cfg, layered=models.default_layout() == "layered")

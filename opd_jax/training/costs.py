@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
-from opd_jax.teachers import contexts
 from opd_jax.cost import estimate
 from opd_jax.decode import sampling
+from opd_jax.teachers import contexts
 
 STAGES = ("rollouts", "train step", "evaluation")
 
@@ -27,7 +27,7 @@ def calls(config) -> list[estimate.Call]:
   conf = contexts.parse("train", t.configuration, field="config.train.configuration")
   s_cfg = estimate.model_config(config.student.name, config)
   t_cfg = s_cfg if conf.teacher == contexts.SELF else estimate.model_config(conf.teacher, config)
-  bucket = sampling._bucket  # pylint: disable=protected-access
+  bucket = sampling.bucket  # pylint: disable=protected-access
   work = estimate.planned_work(config, {conf.context})
   prompt = math.ceil(work.prompt_tokens)
   P = bucket(prompt, 16)

@@ -30,15 +30,15 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from opd_jax.teachers import contexts
-from opd_jax.study import preflight
-from opd_jax.study import records
+from opd_jax import terminal
 from opd_jax.decode import sampling
 from opd_jax.decode import sharding
-from opd_jax import terminal
-from opd_jax.study import pipeline
 from opd_jax.report import console
+from opd_jax.study import environment
+from opd_jax.study import preflight
+from opd_jax.study import records
 from opd_jax.tasks import grading
+from opd_jax.teachers import contexts
 from opd_jax.training import checks
 from opd_jax.training import evaluate
 from opd_jax.training import lora
@@ -185,7 +185,7 @@ def run(config, workdir: str) -> str:
   out.mkdir(parents=True, exist_ok=True)
   with config.unlocked():
     config.configurations = {"train": t.configuration}
-  env = pipeline.setup(config, cross_ok=False)   # another tokenizer: refused at the load where headers were not cheap
+  env = environment.setup(config, cross_ok=False)   # another tokenizer: refused at the load where headers were not cheap
   conf = env.confs[0]
   task, pool = env.task, env.task.problems
   data = train_and_held_out(len(pool), t.eval_questions, config.seed)

@@ -33,8 +33,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from opd_jax.estimators import divergences
 from opd_jax.decode import sampling
+from opd_jax.estimators import divergences
 
 Head = Callable[[jax.Array], jax.Array] | jax.Array
 

@@ -76,6 +76,7 @@ def _study_rows(n_questions=8):
 
 def test_the_verdict_on_the_projection_compares_numpys_projection_with_degenerate_nodes_at_zero():
   from opd_jax.report import decision  # pylint: disable=g-import-not-at-top
+  from opd_jax.report import verdict_text
   rows = _study_rows()
   want = []
   for r in rows.itertuples():                               # numpy: g* = p (P - V), g_D of each divergence
@@ -92,7 +93,7 @@ def test_the_verdict_on_the_projection_compares_numpys_projection_with_degenerat
     assert math.isclose(a["mean_alignment"], b["mean_alignment"], rel_tol=1e-9)
   for a, b in zip(got["comparisons"], ref["comparisons"]):
     assert math.isclose(a["diff"], b["diff"], rel_tol=1e-9) and math.isclose(a["se"], b["se"], rel_tol=1e-9)
-  assert "projection" in decision.table_note(got)
+  assert "projection" in verdict_text.table_note(got)
   plain = decision.decide(rows, target="all", n_boot=50)                      # the default: the records' column
   assert plain["ranking"][0]["n_defined"] < len(rows) // 2 and plain["estimand"] == "alignment"
   with pytest.raises(ValueError, match="unknown estimand 'cosine'"):

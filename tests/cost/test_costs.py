@@ -11,7 +11,8 @@ import pytest
 from benchmarks import harness
 from configs import smoke
 from opd_jax.cost import estimate
-from opd_jax.study import preflight
+from opd_jax.cost import programs
+from opd_jax.study import planning
 from opd_jax.models import decoder
 from opd_jax.teachers import contexts
 
@@ -24,23 +25,23 @@ TINY = decoder.Config(arch="qwen3", vocab_size=4096, d_model=512, n_layers=4, n_
 @pytest.mark.parametrize("kind,rows,tokens,slots,layers", [("chunk", 2, 16, 32, 4), ("decode", 8, 1, 32, 2)])
 def test_single_step_flops_match_2N_per_token_plus_attention(kind, rows, tokens, slots, layers):
   c = dataclasses.replace(TINY, n_layers=layers)           # 4: extrapolated from 1 and 2 layers; 2: compiled as is
-  got = estimate.program_flops(kind, c, rows, tokens, slots)
+  got = programs.program_flops(kind, c, rows, tokens, slots)
   attention = 4 * c.n_layers * rows * tokens * slots * c.n_heads * c.head_dim     # q.k and p.v over every slot
   want = 2 * harness.matmul_params(c) * rows * tokens + attention
   assert abs(got / want - 1) < 0.15, (got, want)
 
 
 def test_layer_extrapolation_equals_the_full_depth_compile():
-  direct = estimate._compiled_flops("chunk", TINY, 2, 16, 32)                 # 4 layers unrolled, one compile
-  assert estimate.program_flops("chunk", TINY, 2, 16, 32) == pytest.approx(direct, rel=1e-6)
+  direct = programs._compiled_flops("chunk", TINY, 2, 16, 32)                 # 4 layers unrolled, one compile
+  assert programs.program_flops("chunk", TINY, 2, 16, 32) == pytest.approx(direct, rel=1e-6)
 
 
 def test_trip_counts_of_the_smoke_study_and_their_sum(monkeypatch):
   # Per-call FLOPs stubbed by a known function of the shapes (no compile): the test is about the counts.
   fake = lambda kind, cfg, rows, tokens, slots, *_: float(cfg.n_layers * rows * tokens * (slots + 1) + len(kind))
-  monkeypatch.setattr(estimate, "_compiled_flops", fake)
+  monkeypatch.setattr(programs, "_compiled_flops", fake)
   config = smoke.get_config()
-  plan = preflight.plan(config)
+  plan = planning.plan(config)
   cs = estimate.calls(config)
   count = lambda stage, kind: sum(c.count for c in cs if (c.stage, c.kind) == (stage, kind))
   n_tok, blocks = 12, 2                          # 3 questions in blocks of 2; token cap 12
@@ -66,7 +67,7 @@ def test_realized_work_sets_the_prompt_widths_and_counts(monkeypatch):
   """`Work` replaces the plan's bounds: sampled questions -> rollout blocks, prompt tokens -> prefill widths,
   a context's extra tokens (+ the incorrect rollout for contrastive) -> its scoring prompt, continuations and
   their length -> decode steps."""
-  monkeypatch.setattr(estimate, "_compiled_flops", lambda *key: 1.0)
+  monkeypatch.setattr(programs, "_compiled_flops", lambda *key: 1.0)
   config = smoke.get_config()
   n_tok, q = 12, 3
   work = estimate.Work(prompt_tokens=40.5, context_tokens={"solution": 30.0, "contrastive": 50.0}, incorrect_tokens=6,
@@ -116,7 +117,7 @@ def test_cli_prints_the_table_for_smoke_and_one_line_errors(tmp_path):
 
 def test_measured_efficiencies_scale_the_roofline(monkeypatch):
   """The dry run's second estimate: the same calls at estimate.MEASURED's fractions of peak instead of the assumed."""
-  monkeypatch.setattr(estimate, "_compiled_flops", lambda *key: 1e15)             # compute-bound on any chip
+  monkeypatch.setattr(programs, "_compiled_flops", lambda *key: 1e15)             # compute-bound on any chip
   cs = [estimate.Call("scoring", "chunk", "student", TINY, 1, 16, 32, 10)]
   chip, n = estimate.accelerator("h200")
   assumed, measured = (estimate.cost(cs, chip, n, eff=e).acc_s for e in ((estimate.EFF_FLOPS, estimate.EFF_BW),

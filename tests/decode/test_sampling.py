@@ -9,8 +9,11 @@ import pytest
 from scipy import stats
 
 from opd_jax.decode import sampling
+
+from opd_jax.decode import branching
 from opd_jax import models
 from opd_jax.models import decoder
+from opd_jax.models import param_init
 
 CONFIG = decoder.Config(arch="qwen3", vocab_size=48, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                         head_dim=8, d_ff=64, qk_norm=True, max_seq_len=256)
@@ -18,7 +21,7 @@ CONFIG = decoder.Config(arch="qwen3", vocab_size=48, d_model=32, n_layers=2, n_h
 
 @pytest.fixture(scope="module")
 def model():
-  params = decoder.init_params(jax.random.key(0), CONFIG, scale=0.3)   # peaked enough to vary lengths
+  params = param_init.init_params(jax.random.key(0), CONFIG, scale=0.3)   # peaked enough to vary lengths
   return models.Model(config=CONFIG, params=params, tokenizer=None, stop_ids=(5,), name="test", sha256=None,
                       source="random")
 
@@ -152,12 +155,12 @@ def test_branches_equal_decoding_from_scratch_with_one_prefill(model):
   seq = prompt + response
   T = len(response)
   sampling.COUNTERS.clear()
-  cache = sampling.prefill_sequences(model, [seq])
+  cache = branching.prefill_sequences(model, [seq])
   ts = [1, T // 2, T - 1]
   forced = [6, 7, 8, 9, 10, 11]
   rows = [(t, f) for t in ts for f in forced[:2]]
   key = jax.random.key(8)
-  out = sampling.branch(model, cache, base_rows=[0] * len(rows), prefix_lens=[len(prompt) + t for t, _ in rows],
+  out = branching.branch(model, cache, base_rows=[0] * len(rows), prefix_lens=[len(prompt) + t for t, _ in rows],
                         forced_tokens=[f for _, f in rows], key=key, max_new_tokens=10,
                         row_ids=list(range(len(rows))))
   assert sampling.COUNTERS["prefill_rows"] == 1 and sampling.COUNTERS["prefill_calls"] == 1
@@ -184,12 +187,12 @@ def test_compacting_segments_equal_one_decode(model):
   np.testing.assert_allclose(one.logprobs, seg.logprobs, atol=1e-5)
   # Branches too, with per-row caps.
   seq = prompts[3] + one.tokens[3, :one.lengths[3]].tolist()
-  cache = sampling.prefill_sequences(model, [seq])
+  cache = branching.prefill_sequences(model, [seq])
   bkw = dict(base_rows=[0] * 6, prefix_lens=[5, 6, 6, 7, 8, 9], forced_tokens=[6, 7, 8, 9, 10, 11],
              key=jax.random.key(12), max_new_tokens=16, row_ids=list(range(6)), caps=[16, 3, 16, 9, 16, 1])
-  a = sampling.branch(model, cache, **bkw)
+  a = branching.branch(model, cache, **bkw)
   ticks = []
-  b = sampling.branch(model, cache, segment=2, min_rows=1, progress=ticks.append, **bkw)
+  b = branching.branch(model, cache, segment=2, min_rows=1, progress=ticks.append, **bkw)
   assert sum(ticks) == int(a.lengths.sum())
   np.testing.assert_array_equal(a.tokens, b.tokens)
   np.testing.assert_array_equal(a.lengths, b.lengths)
@@ -206,13 +209,13 @@ def test_shared_prefix_branches_of_several_rollouts_equal_decoding_from_scratch(
   prompts = [[1, 2, 3, 4], [9, 8]]
   base = sampling.sample(model, prompts, key=jax.random.key(21), max_new_tokens=10, stop_ids=())
   seqs = [p + base.tokens[i].tolist() for i, p in enumerate(prompts)]
-  cache = sampling.prefill_sequences(model, seqs)                    # 16 slots per row, left-padded
+  cache = branching.prefill_sequences(model, seqs)                    # 16 slots per row, left-padded
   nodes = [(0, 5), (0, 7), (1, 3), (1, 8)]                           # (base row, prefix length): window 8 of 16
   rows = [(b, c, f, r) for b, c in nodes for f in (6, 5, 7) for r in range(2)]   # 5 is the stop id
   caps = [16 if j % 5 else 2 for j in range(len(rows))]
   sampling.COUNTERS.clear()
   key = jax.random.key(22)
-  out = sampling.branch(model, cache, base_rows=[b for b, *_ in rows], prefix_lens=[c for _, c, *_ in rows],
+  out = branching.branch(model, cache, base_rows=[b for b, *_ in rows], prefix_lens=[c for _, c, *_ in rows],
                         forced_tokens=[f for _, _, f, _ in rows], key=key, max_new_tokens=16,
                         row_ids=list(range(len(rows))), caps=caps, segment=3, min_rows=1, early_exit=early_exit)
   assert sampling.COUNTERS["branch_prefixes"] == len(nodes) and sampling.COUNTERS["compactions"] >= 1
@@ -226,7 +229,7 @@ def test_shared_prefix_branches_of_several_rollouts_equal_decoding_from_scratch(
     np.testing.assert_allclose(out.logprobs[j, :n], scratch.logprobs[0, :n], atol=1e-5)
     assert out.finished[j] == (f == 5 or (scratch.finished[0] and scratch.lengths[0] <= caps[j]))
   # The jitted start holds each prefix once ([G, K, S_base, Dh]) and per branch only its suffix (N + 1 slots).
-  start, *_ = sampling._branch_start(model.params, cache, np.array([0, 1], np.int32), np.array([5, 3], np.int32),
+  start, *_ = branching._branch_start(model.params, cache, np.array([0, 1], np.int32), np.array([5, 3], np.int32),
                                      np.array([0, 1, 1, 0], np.int32), np.array([5, 3, 3, 5], np.int32),
                                      np.array([6, 6, 7, 7], np.int32), graphdef=model.graphdef, slots=17,
                                      prefix_slots=8, stop_ids=(5,))
@@ -238,8 +241,8 @@ def test_shared_prefix_branches_of_several_rollouts_equal_decoding_from_scratch(
 
 
 def test_forced_stop_ends_branch_at_once(model):
-  cache = sampling.prefill_sequences(model, [[1, 2, 3, 4, 6, 7]])
-  out = sampling.branch(model, cache, base_rows=[0, 0], prefix_lens=[5, 5], forced_tokens=[5, 6],
+  cache = branching.prefill_sequences(model, [[1, 2, 3, 4, 6, 7]])
+  out = branching.branch(model, cache, base_rows=[0, 0], prefix_lens=[5, 5], forced_tokens=[5, 6],
                         key=jax.random.key(9), max_new_tokens=6, row_ids=[0, 1], stop_ids=(5,))
   assert out.lengths[0] == 0 and out.finished[0] and np.all(out.tokens[0] == 0)
   assert out.lengths[1] > 0
@@ -299,10 +302,11 @@ def test_tempered_candidate_policy_gives_the_issue_value_and_ideal_gradient():
   # V = 0.2174, g* = (-0.1701, 0.1531, 0.0170) (the raw p would give V = 0.4, g* = (-0.24, 0.18, 0.06)).
   from opd_jax.estimators import gradients  # pylint: disable=g-import-not-at-top
   from opd_jax.study import targeted
+  from opd_jax.estimators import success
   tempered = sampling.SamplingParams(temperature=0.5)
   logp = sampling.policy_logprobs(jnp.log(jnp.array([[0.6, 0.3, 0.1]])), tempered)
   p, _ = gradients.restrict(logp, jnp.array([[0, 1, 2]]))
-  est = targeted.node_estimates(np.asarray(p), np.asarray(p), np.array([[0, 4, 4]]), np.array([[4, 4, 4]]),
+  est = success.node_estimates(np.asarray(p), np.asarray(p), np.array([[0, 4, 4]]), np.array([[4, 4, 4]]),
                                 divergence="forward_kl")
   np.testing.assert_allclose(p[0], [0.36 / 0.46, 0.09 / 0.46, 0.01 / 0.46], atol=1e-6)
   np.testing.assert_allclose(est.value, [0.2174], atol=1e-4)

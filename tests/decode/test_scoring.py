@@ -13,6 +13,7 @@ from opd_jax.study import nodes, targeted
 from opd_jax.decode import sampling, scoring
 from opd_jax import models
 from opd_jax.models import decoder
+from opd_jax.models import param_init
 
 V = 97
 STUDENT = decoder.Config(arch="qwen2", vocab_size=V, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
@@ -32,9 +33,9 @@ BETA, TOP_K = 0.3, 5
 
 
 def random_model(config, seed):
-  """decoder.init_params' layout with numpy values (no compile): normal(0, 0.3) weights (peaked distributions),
+  """param_init.init_params' layout with numpy values (no compile): normal(0, 0.3) weights (peaked distributions),
   norm scales normal(1, 0.1)."""
-  shapes = jax.eval_shape(lambda: decoder.init_params(jax.random.key(0), config))
+  shapes = jax.eval_shape(lambda: param_init.init_params(jax.random.key(0), config))
   gen = np.random.default_rng(seed)
 
   def draw(path, s):

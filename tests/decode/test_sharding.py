@@ -23,6 +23,7 @@ from opd_jax import models
 from opd_jax.study import runs
 from opd_jax.decode import sharding
 from opd_jax.models import decoder
+from opd_jax.models import param_init
 from flax import nnx
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -51,7 +52,7 @@ def _wait(proc, timeout=300):
 def _model(spec: dict, seed: int) -> models.Model:
   """A random model with numpy-drawn params (no jax.random compiles: those dominate tiny tests)."""
   config = decoder.Config(**spec)
-  shapes = jax.eval_shape(lambda: decoder.init_params(jax.random.key(0), config))
+  shapes = jax.eval_shape(lambda: param_init.init_params(jax.random.key(0), config))
   rng = np.random.default_rng(seed)
   params = jax.tree.map(lambda s: (0.3 * rng.standard_normal(s.shape)).astype(np.float32), shapes)
   return models.Model(config=config, params=params, tokenizer=None, stop_ids=(), name=f"test-{seed}", sha256=None,
@@ -94,7 +95,7 @@ def placed_sample(m):
   # the cache with rows over "data"; keys committed elsewhere (replicated) are moved, not rejected.
   mesh = sharding.mesh_of(m.params)
   B = sharding.pad_rows(len(sp), mesh)
-  tokens, positions = sampling._left_pad(list(sp) + [[0]] * (B - len(sp)), 16, 0)
+  tokens, positions = sampling.left_pad(list(sp) + [[0]] * (B - len(sp)), 16, 0)
   positions[len(sp):] = -1
   rows = np.concatenate([np.arange(len(sp)), np.arange(B - len(sp)) + 2**30]).astype(np.uint32)
   done = np.arange(B) >= len(sp)
@@ -443,6 +444,7 @@ if pid >= 0:                                              # pid -1: the one-proc
                              initialization_timeout=60)
 from configs import smoke
 from opd_jax.study import pipeline
+from opd_jax.study import environment
 config = smoke.get_config()
 config.logging.progress = False
 config.budget.questions = 2                               # one per process
@@ -513,7 +515,7 @@ config.mesh.data, config.mesh.model = data, model
 config.mesh.rules = ast.literal_eval(sys.argv[6])
 specs, shard_model = {}, sharding.shard_model
 
-def spy(m, mesh, rules=None):    # the placement pipeline.setup asks for, recorded for the parent
+def spy(m, mesh, rules=None):    # the placement environment.setup asks for, recorded for the parent
   out = shard_model(m, mesh, rules)
   layers = out.params["layers"]
   layer = layers[0] if 0 in layers else layers                # either layout: the last two dims [D, *]
@@ -561,7 +563,7 @@ def test_smoke_study_on_8_devices_equals_one_device(tmp_path):
   procs = [_run(MESH_STUDY, *runs[name], tmp_path / name, 0.3, rules[name]) for name in runs]
   for p in procs:
     _wait(p, timeout=600)
-  # pipeline.setup placed the params by config.mesh.rules: wq [D, H*Dh] as by RULES, w_up [D, F] not over "model".
+  # environment.setup placed the params by config.mesh.rules: wq [D, H*Dh] as by RULES, w_up [D, F] not over "model".
   specs = json.loads((tmp_path / "eight.specs.json").read_text())
   assert specs == {"wq": ["data", "model"], "w_up": ["data", None]}
   manifests = {n: json.loads((tmp_path / n / "manifest.json").read_text()) for n in runs}

@@ -6,9 +6,11 @@ import pytest
 
 from opd_jax import models
 from opd_jax.decode import sampling
+from opd_jax.decode import branching
 from opd_jax.decode import stops
 from opd_jax.study import targeted
 from opd_jax.models import decoder
+from opd_jax.models import param_init
 from opd_jax.models import token_bytes
 from opd_jax.tasks import answers
 from opd_jax.tasks import base
@@ -89,7 +91,7 @@ CONFIG = decoder.Config(arch="qwen3", vocab_size=48, d_model=32, n_layers=2, n_h
 
 @pytest.fixture(scope="module")
 def model():
-  params = decoder.init_params(jax.random.key(0), CONFIG, scale=0.3)   # 20 of the 48 ids are tag pieces
+  params = param_init.init_params(jax.random.key(0), CONFIG, scale=0.3)   # 20 of the 48 ids are tag pieces
   return models.Model(config=CONFIG, params=params, tokenizer=None, stop_ids=(47,), name="test", sha256=None,
                       source="random")
 
@@ -114,7 +116,7 @@ def test_table_matches_the_byte_reference_on_split_tags():
 
 
 def test_model_policy_stops_where_the_full_response_closes_its_answer(model):
-  """On device (ModelPolicy -> sampling.branch -> decode) against the host reference: the full continuation
+  """On device (ModelPolicy -> branching.branch -> decode) against the host reference: the full continuation
   (no stop; draws are keyed per row and step) cut after the token that closes the first answer span of the
   response (prefix and forced token included), graded finished. Batches of 8 rows: no compaction, one shape."""
   table = stops.span_table(PIECES, SPAN, 48)

@@ -10,6 +10,8 @@ import statsmodels.api as sm
 from statsmodels.stats.power import TTestPower
 
 from opd_jax.estimators import stats
+
+from opd_jax.estimators import sample_size
 from opd_jax.validation import exact_toys
 from opd_jax.report import ceiling
 
@@ -191,10 +193,10 @@ def test_cr2_mean_equals_the_general_matrix_form_and_statsmodels_cr1_when_balanc
     if len(set(sizes)) == 1:                                   # balanced: CR2 = statsmodels CR1, df = G - 1
       fit = sm.OLS(y, np.ones((y.size, 1))).fit(cov_type="cluster", cov_kwds={"groups": g}, use_t=True)
       np.testing.assert_allclose([got.se, got.df], [fit.bse[0], len(sizes) - 1], rtol=1e-9)
-      lo, hi, p = stats.t_test(got.mean, got.se, got.df, 0.9)
+      lo, hi, p = sample_size.t_test(got.mean, got.se, got.df, 0.9)
       np.testing.assert_allclose([lo, hi, p], [*fit.conf_int(0.1)[0], fit.pvalues[0]], rtol=1e-9)
     if sizes == [1] * 9:                                       # one value per cluster: the one-sample t test
-      np.testing.assert_allclose(stats.t_test(got.mean, got.se, got.df)[2], sp_stats.ttest_1samp(y, 0).pvalue)
+      np.testing.assert_allclose(sample_size.t_test(got.mean, got.se, got.df)[2], sp_stats.ttest_1samp(y, 0).pvalue)
   # Batched over leading axes, absent clusters (count 0), one cluster, no spread.
   s, ss, n = sums_of(y, g)
   batch = stats.cr2_mean(np.stack([s, np.r_[s[:3], 0, s[4:]]]), np.stack([ss, np.r_[ss[:3], 0, ss[4:]]]),
@@ -205,21 +207,21 @@ def test_cr2_mean_equals_the_general_matrix_form_and_statsmodels_cr1_when_balanc
   np.testing.assert_allclose(batch.df, [got.df, alone.df], rtol=1e-12)
   assert np.isnan(stats.cr2_mean([2.0], [3.0], [2]).se)
   flat = stats.cr2_mean(np.zeros(5), np.zeros(5), np.full(5, 3))
-  assert flat.se == 0 and stats.t_test(flat.mean, flat.se, flat.df)[2] == 1.0
+  assert flat.se == 0 and sample_size.t_test(flat.mean, flat.se, flat.df)[2] == 1.0
   with pytest.raises(ValueError, match="one shape"):
     stats.cr2_mean([1.0], [1.0, 2.0], [1])
 
 
 def test_detectable_difference_and_questions_needed_match_statsmodels_ttestpower():
   se, df, g = 0.08, 11.0, 12
-  mde = stats.detectable_difference(se, df, alpha=0.05)
+  mde = sample_size.detectable_difference(se, df, alpha=0.05)
   # TTestPower: one-sample t with nobs = df + 1; its effect size is d / (se sqrt(nobs)).
   want = TTestPower().solve_power(nobs=df + 1, alpha=0.05, power=0.8) * se * np.sqrt(df + 1)
   np.testing.assert_allclose(mde, want, rtol=1e-5)
-  need = stats.questions_needed(0.1, se, df, g, alpha=0.01)
+  need = sample_size.questions_needed(0.1, se, df, g, alpha=0.01)
   nobs = TTestPower().solve_power(effect_size=0.1 / (se * np.sqrt(df + 1)), alpha=0.01, power=0.8)
   np.testing.assert_allclose(need, nobs * g / (df + 1), rtol=1e-5)
-  np.testing.assert_allclose(stats.questions_needed(mde, se, df, g), g, rtol=1e-5)   # the budget detects its MDE
-  big = stats.detectable_difference(1.0, 1e6, alpha=0.05)                            # normal limit (Bloom 1995)
+  np.testing.assert_allclose(sample_size.questions_needed(mde, se, df, g), g, rtol=1e-5)   # the budget detects its MDE
+  big = sample_size.detectable_difference(1.0, 1e6, alpha=0.05)                            # normal limit (Bloom 1995)
   np.testing.assert_allclose(big, stats.normal_quantile(0.975) + stats.normal_quantile(0.8), rtol=1e-4)
-  assert np.isnan(stats.detectable_difference(0.0, 5.0)) and np.isnan(stats.questions_needed(0.1, 0.1, 0.5, 3))
+  assert np.isnan(sample_size.detectable_difference(0.0, 5.0)) and np.isnan(sample_size.questions_needed(0.1, 0.1, 0.5, 3))

@@ -172,15 +172,15 @@ def smoke_teacher():
 
 
 def test_a_flax_spec_names_a_study_teacher():
-  from opd_jax.study import pipeline  # pylint: disable=g-import-not-at-top
-  teacher = pipeline.load_model("flax:tests.models.test_flax_adapter:smoke_teacher", None)
+  from opd_jax.study import environment
+  teacher = environment.load_model("flax:tests.models.test_flax_adapter:smoke_teacher", None)
   assert isinstance(teacher, flax_adapter.FlaxTeacher) and teacher.name == "tiny-flax"
   for bad, match in (("flax:tests.models.test_flax_adapter", "expected 'flax:<python.module>:<factory>'"),
                      ("flax:tests.no_such_module:f", "cannot import"),
                      ("flax:tests.models.test_flax_adapter:draw_nothing", "cannot import"),
                      ("flax:tests.models.test_flax_adapter:not_a_teacher", "returned")):
     with pytest.raises((ValueError, TypeError), match=match):
-      pipeline.load_model(bad, None)
+      environment.load_model(bad, None)
 
 
 def not_a_teacher():

@@ -10,6 +10,7 @@ import pytest
 
 from opd_jax import models
 from opd_jax.models import decoder
+from opd_jax.models import param_init
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -111,9 +112,9 @@ CONFIG = decoder.Config(arch="qwen3", vocab_size=64, d_model=32, n_layers=2, n_h
 
 
 def _params():
-  """Random params of decoder.init_params' layout: every weight, norm scale and bias random (numpy RNG)."""
+  """Random params of param_init.init_params' layout: every weight, norm scale and bias random (numpy RNG)."""
   rng = np.random.default_rng(1)
-  shapes = jax.eval_shape(lambda: decoder.init_params(jax.random.key(0), CONFIG))
+  shapes = jax.eval_shape(lambda: param_init.init_params(jax.random.key(0), CONFIG))
   return jax.tree.map(lambda s: jnp.asarray(0.3 * rng.standard_normal(s.shape), jnp.float32), shapes)
 
 
@@ -169,7 +170,7 @@ def test_left_padded_row_matches_the_prompt_alone():
 def test_layered_layout_equals_stacked():
   """The two param layouts (lax.scan over stacked layers; a loop over per-layer dicts) compute the same."""
   params = _params()
-  layered = decoder.unstack_layers(params)
+  layered = param_init.unstack_layers(params)
   assert decoder.is_layered(layered) and len(layered["layers"]) == CONFIG.n_layers
   tokens = jax.random.randint(jax.random.key(5), (2, 9), 0, CONFIG.vocab_size)
   np.testing.assert_allclose(_full(layered, tokens), _full(params, tokens), atol=1e-6, rtol=0)
@@ -178,7 +179,7 @@ def test_layered_layout_equals_stacked():
     got, cache = _step(p, tokens[:, :6], jnp.broadcast_to(jnp.arange(6), (2, 6)), cache)
     step, _ = _step(p, tokens[:, 6:7], jnp.full((2, 1), 6), cache)
     np.testing.assert_allclose(step[:, 0], _full(params, tokens)[:, 6], atol=1e-5, rtol=0)
-  back = decoder.stack_layers(layered)
+  back = param_init.stack_layers(layered)
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), back, params)
 
 
@@ -213,12 +214,12 @@ def test_training_forward_with_remat_and_query_blocks_computes_the_same():
 
 
 def test_init_params_are_one_normal_draw_per_matrix():
-  """decoder.init_params draws every matrix in one compiled program; bitwise the draws of one
+  """param_init.init_params draws every matrix in one compiled program; bitwise the draws of one
   jax.random.normal per matrix (its documented meaning, and the smoke records' weights), for matrices of several
   sizes (each a prefix of one long draw), scaled then cast (bf16)."""
   config = decoder.Config(arch="qwen2", vocab_size=16, d_model=8, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=4,
                           d_ff=12, qkv_bias=True)
-  got = decoder.init_params(jax.random.key(3), config, dtype=jnp.bfloat16, scale=0.3)
+  got = param_init.init_params(jax.random.key(3), config, dtype=jnp.bfloat16, scale=0.3)
   names = ["wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "bq", "bk", "bv"]
   keys = jax.random.split(jax.random.key(3), len(names) + 2)
   drawn = [got["layers"][n] for n in names] + [got["embed"], got["lm_head"]]

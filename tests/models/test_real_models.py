@@ -93,7 +93,7 @@ def test_tokenizer_matches_transformers_gguf_tokenizer(pair):
   ours, _, ref_tok = pair
   # transformers' GGUF tokenizers differ from the models' own on one probe each (Qwen: no NFC normaliser;
   # SmolLM2: the numerals ① and ½, which ours splits as SmolLM2's tokenizer.json does).
-  diffs = models.tokenizer.tokenizer_differences(ours.tokenizer, ref_tok)
+  diffs = models.tokenizer_differences(ours.tokenizer, ref_tok)
   assert len(diffs) == 1 and "probe texts encode differently" in diffs[0] and "½" in diffs[0], diffs
   for kind, text in TOKENIZER_TEXTS.items():
     assert ours.tokenizer(text)["input_ids"] == ref_tok(text)["input_ids"], kind

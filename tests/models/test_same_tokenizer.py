@@ -9,12 +9,13 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 
 from opd_jax.models import checkpoints
 from opd_jax.models import tokenizer as tok_lib
+from opd_jax.models import tokenizer_compare
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CORPUS = ["The quick brown fox jumps over the lazy dog, and the cat sat on the mat.",
           "def add(a, b):\n    return a + b\n", "In 2024, 123 people paid 123 dollars; 12 + 30 = 42; 1234567 123 123.",
           "Café au lait, s'il vous plaît! naïve Straße"] * 20
-DIGITS = tok_lib.PROBE_TEXTS[2]
+DIGITS = tokenizer_compare.PROBE_TEXTS[2]
 QWEN2_SPLIT, LLAMA3_SPLIT = tok_lib._QWEN2_SPLIT, tok_lib._LLAMA3_SPLIT  # pylint: disable=protected-access
 # A template with Qwen2.5's default system turn: renders a conversation without one differently from ChatML.
 DEFAULT_SYSTEM = ("{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are helpful.<|im_end|>\n"
@@ -59,7 +60,7 @@ def make(trained, *, vocab=None, merges=None, split=QWEN2_SPLIT, nfc=True, speci
 
 def both_ways(a, b) -> tuple[list[str], list[str]]:
   """The differences a -> b and b -> a (student / teacher swapped)."""
-  return tok_lib.tokenizer_differences(a, b), tok_lib.tokenizer_differences(b, a)
+  return tokenizer_compare.tokenizer_differences(a, b), tokenizer_compare.tokenizer_differences(b, a)
 
 
 def saved(tok, folder, model_type: str | None = None, **config_edits):
@@ -91,8 +92,8 @@ def test_same_files_loaded_as_two_classes_are_the_same(trained, tmp_path):
   assert (other_attrs.pad_token_id, other_attrs.model_max_length) != (ref.pad_token_id, ref.model_max_length)
   for a, b in [(ref, qwen2), (qwen2, llama), (llama, unk_null), (unk_null, other_attrs), (other_attrs, ref)]:
     assert both_ways(a, b) == ([], []), (type(a).__name__, type(b).__name__)
-    assert tok_lib.same_tokenizer(a, b) and tok_lib.tokenizer_difference(a, b) is None
-  tok_lib.check_same_tokenizer(ref, qwen2)                        # does not raise
+    assert tokenizer_compare.same_tokenizer(a, b) and tokenizer_compare.tokenizer_difference(a, b) is None
+  tokenizer_compare.check_same_tokenizer(ref, qwen2)                        # does not raise
 
 
 def test_qwen2_class_replaces_the_files_split(trained, tmp_path):
@@ -102,7 +103,7 @@ def test_qwen2_class_replaces_the_files_split(trained, tmp_path):
   llama3 = make(trained, split=LLAMA3_SPLIT)
   as_llama = saved(llama3, tmp_path / "llama", "llama")
   as_qwen2 = saved(llama3, tmp_path / "qwen2", "qwen2")
-  assert tok_lib.same_tokenizer(llama3, as_llama)
+  assert tokenizer_compare.same_tokenizer(llama3, as_llama)
   for diffs in both_ways(as_llama, as_qwen2):
     assert "probe texts encode differently" in diffs[0] and repr(DIGITS[:40] + "...") in diffs[0]
     assert "'123'" in diffs[0]                                    # one token in Llama 3's split, three in Qwen's
@@ -162,7 +163,7 @@ def test_a_different_merge(trained, edit):
       assert len(diffs) >= 2 and "probe texts encode differently" in diffs[1]
 
 
-@pytest.mark.parametrize("kind,probe", [("split", DIGITS), ("nfc", tok_lib.PROBE_TEXTS[6])])
+@pytest.mark.parametrize("kind,probe", [("split", DIGITS), ("nfc", tokenizer_compare.PROBE_TEXTS[6])])
 def test_another_split_or_normaliser(trained, kind, probe):
   """Same vocabulary and merges, another pre-tokenizer (Llama 3's digit runs) or no NFC: the probes show it."""
   a = make(trained)
@@ -226,7 +227,7 @@ def test_a_template_that_renders_differently(trained, template, says):
   for diffs in both_ways(a, b):
     assert len(diffs) == 1 and diffs[0].startswith("the chat template") and says in diffs[0]
   if template and "<think>" in template:
-    assert "[] (the end) in the student's, [27 '<', " in tok_lib.tokenizer_differences(a, b)[0]
+    assert "[] (the end) in the student's, [27 '<', " in tokenizer_compare.tokenizer_differences(a, b)[0]
 
 
 def test_a_template_written_differently_that_renders_alike(trained):
@@ -260,12 +261,12 @@ def test_check_raises_with_the_differences_and_the_fix(trained, tmp_path):
   with pytest.raises(ValueError, match=r"teacher 'm' does not share the student's tokenizer \(a model reads and "
                                        r"writes other ids through it\): eos_token_id differs: .*"
                                        r"save_pretrained\(TEACHER_FOLDER\)"):
-    tok_lib.check_same_tokenizer(a, make(trained, eos="<|endoftext|>"), where="teacher 'm'")
+    tokenizer_compare.check_same_tokenizer(a, make(trained, eos="<|endoftext|>"), where="teacher 'm'")
   # The fix it names: the student's tokenizer saved as a folder into the teacher's makes them the same.
   folder = tmp_path / "teacher"
   saved(make(trained, eos="<|endoftext|>"), folder, "qwen2")
   a.save_pretrained(folder)
-  tok_lib.check_same_tokenizer(a, checkpoints.hf_tokenizer(folder))
+  tokenizer_compare.check_same_tokenizer(a, checkpoints.hf_tokenizer(folder))
 
 
 @pytest.mark.skipif(not (checkpoints.converted_dir(checkpoints.PRESETS["qwen2.5-coder-0.5b-instruct"].sha256)
@@ -276,4 +277,4 @@ def test_the_reported_case_on_the_preset(tmp_path):
   _, preset = checkpoints.peek("qwen2.5-coder-0.5b-instruct")
   teacher = saved(preset, tmp_path / "teacher", "qwen2")
   assert (preset.unk_token_id, teacher.unk_token_id) == (None, 151643)
-  assert tok_lib.tokenizer_differences(preset, teacher) == []
+  assert tokenizer_compare.tokenizer_differences(preset, teacher) == []

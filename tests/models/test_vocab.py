@@ -12,6 +12,7 @@ from opd_jax.decode import sampling
 from opd_jax.decode import scoring
 from opd_jax.models import checkpoints
 from opd_jax.models import decoder
+from opd_jax.models import param_init
 from opd_jax.models import tokenizer as tok_lib
 from opd_jax import models
 
@@ -38,9 +39,9 @@ def config(vocab_size: int, n_real_ids: int | None = N_REAL, **kw) -> decoder.Co
 
 
 def random_params(cfg: decoder.Config, seed: int) -> dict:
-  """decoder.init_params' layout drawn with numpy (eager jax.random would compile one program per leaf)."""
+  """param_init.init_params' layout drawn with numpy (eager jax.random would compile one program per leaf)."""
   rng = np.random.default_rng(seed)
-  shapes = jax.eval_shape(lambda: decoder.init_params(jax.random.key(0), cfg))
+  shapes = jax.eval_shape(lambda: param_init.init_params(jax.random.key(0), cfg))
   return jax.tree_util.tree_map_with_path(
       lambda path, s: np.ones(s.shape, np.float32) if "norm" in jax.tree_util.keystr(path)
       else (0.02 * rng.standard_normal(s.shape)).astype(np.float32), shapes)
@@ -203,11 +204,11 @@ def test_sampler_never_emits_padded_ids():
 
 
 def test_study_setup_accepts_a_padded_pair_and_refuses_another_tokenizer(monkeypatch):
-  """pipeline.setup with student V = 288 and teacher V = 320 over one GGUF-style tokenizer (the Qwen2.5 0.5B / 7B
+  """environment.setup with student V = 288 and teacher V = 320 over one GGUF-style tokenizer (the Qwen2.5 0.5B / 7B
   case) passes as a teacher of the student's tokenizer; one whose tokenizer differs in one special id reads text
   (a cross-tokenizer teacher, `cross_view.cross_teacher`)."""
+  from opd_jax.study import environment  # pylint: disable=g-import-not-at-top
   from configs import smoke as smoke_config
-  from opd_jax.study import pipeline
   teacher_meta = {}
 
   def load(spec, cfg):
@@ -216,11 +217,11 @@ def test_study_setup_accepts_a_padded_pair_and_refuses_another_tokenizer(monkeyp
     model = padded_model(320, seed=1)
     return dataclasses.replace(model, tokenizer=tok_lib.from_gguf_metadata(gguf_meta(320, **teacher_meta)))
 
-  monkeypatch.setattr(pipeline, "load_model", load)
-  env = pipeline.setup(smoke_config.get_config())
+  monkeypatch.setattr(environment, "load_model", load)
+  env = environment.setup(smoke_config.get_config())
   assert env.teachers["random:1"].config.vocab_size == 320 and not env.cross
   teacher_meta["tokenizer.ggml.eos_token_id"] = 256
-  assert pipeline.setup(smoke_config.get_config()).cross == {"random:1"}
+  assert environment.setup(smoke_config.get_config()).cross == {"random:1"}
 
 
 # ---------------------------------------------------------------------------------------- item 5: one BOS

@@ -15,6 +15,7 @@ from opd_jax.study import records
 from opd_jax import report
 from opd_jax.report import compare
 from opd_jax.report import decision
+from opd_jax.report import verdict_text
 
 
 def planted(seed, effect, n_questions=40, n_nodes=10, sd=0.8, question_sd=0.3):
@@ -63,7 +64,7 @@ def test_underpowered_target_decides_nothing():
   assert one["verdict"] == "underpowered" and one["family_size"] == 0
   assert [(c["comparable"], c["distinguishable"], np.isnan(c["ci_lo"])) for c in one["comparisons"]] == [
       (False, False, True)]
-  assert not one["power"]["estimable"] and "not estimable" in decision.power_text(one["power"])
+  assert not one["power"]["estimable"] and "not estimable" in verdict_text.power_text(one["power"])
 
 
 def three_configs(seed=0):
@@ -206,7 +207,7 @@ def test_power_is_the_detectable_difference_and_the_questions_for_min_effect():
                      + sp_stats.nct.cdf(-c_crit, df, nc * np.sqrt(x / df))) * sp_stats.chi2.pdf(x, df)
   np.testing.assert_allclose(integrate.quad(power, 0, sp_stats.chi2.isf(1e-12, df), limit=200)[0], 0.8, atol=1e-4)
   assert p["questions_needed"] > 20 and p["more_questions"] == p["questions_needed"] - 20
-  assert "to detect 0.05:" in decision.power_text(p)
+  assert "to detect 0.05:" in verdict_text.power_text(p)
   with pytest.raises(ValueError, match="min_effect"):
     decision.decide(nodes, min_effect=0.0)
 

@@ -10,6 +10,7 @@ from scipy import stats as sp_stats
 
 from benchmarks import verdict_calibration as calibration
 from opd_jax.estimators import stats
+from opd_jax.estimators import sample_size
 from opd_jax.report import decision
 from opd_jax.report import sequential
 
@@ -118,7 +119,7 @@ def test_use_equivalent_continue_and_cap_on_constructed_tables():
   v = decision.decide(calibration.as_nodes(align[q < 20], q[q < 20]), n_boot=20, design=design, look=2)
   assert (v["decision"], v["decided"], v["stop"]) == ("continue", False, False)
   need = v["undecided"][0]["questions_needed"]
-  want = stats.questions_needed(0.05, v["comparisons"][0]["se"], v["comparisons"][0]["df"], 20,
+  want = sample_size.questions_needed(0.05, v["comparisons"][0]["se"], v["comparisons"][0]["df"], 20,
                                 alpha=sequential.nominal_alpha(design, 3), se_df=v["comparisons"][0]["df"])
   assert need == math.ceil(want) > 40 and f"(~{need} questions to detect 0.05 at the last look's level)" in v["line"]
   assert v["line"].startswith("look 2 of 3 (20 questions), continue: undecided against ")
@@ -137,10 +138,10 @@ def test_use_equivalent_continue_and_cap_on_constructed_tables():
 @pytest.mark.parametrize("nc, df, alpha", [(2.8, 9.0, 0.05), (3.5, 4.3, 0.01), (1.0, 1.5, 0.05)])
 def test_expected_t_power_matches_quadrature_over_the_chi_square(nc, df, alpha):
   """The expectation over se_hat^2 / se^2 ~ chi2(df) / df by scipy.integrate.quad on the chi-square density."""
-  want = integrate.quad(lambda x: stats.t_power(nc * math.sqrt(x / df), df, alpha) * sp_stats.chi2.pdf(x, df),
+  want = integrate.quad(lambda x: sample_size.t_power(nc * math.sqrt(x / df), df, alpha) * sp_stats.chi2.pdf(x, df),
                         0, np.inf, limit=200)[0]
-  np.testing.assert_allclose(stats.expected_t_power(nc, df, alpha, df), want, atol=1e-5)
-  assert stats.expected_t_power(nc, df, alpha, np.inf) == stats.t_power(nc, df, alpha)
+  np.testing.assert_allclose(sample_size.expected_t_power(nc, df, alpha, df), want, atol=1e-5)
+  assert sample_size.expected_t_power(nc, df, alpha, np.inf) == sample_size.t_power(nc, df, alpha)
 
 
 def test_planted_detectable_difference_is_detected_with_80_percent_power():
@@ -148,17 +149,17 @@ def test_planted_detectable_difference_is_detected_with_80_percent_power():
   independent study of the same size, is detected 80% of the time with se_df (seeded Monte Carlo with
   scipy.stats.ttest_1samp); with se taken as known it is detected less often (0.75 here)."""
   n, alpha, sims = 10, 0.05, 20_000
-  kappa = stats.detectable_difference(1.0, n - 1, alpha=alpha, se_df=n - 1)      # d = kappa se_hat (scale-free)
-  np.testing.assert_allclose(stats.detectable_difference(0.3, n - 1, alpha=alpha, se_df=n - 1), 0.3 * kappa)
-  np.testing.assert_allclose(stats.expected_t_power(kappa, n - 1, alpha, n - 1), 0.8, atol=1e-8)
+  kappa = sample_size.detectable_difference(1.0, n - 1, alpha=alpha, se_df=n - 1)      # d = kappa se_hat (scale-free)
+  np.testing.assert_allclose(sample_size.detectable_difference(0.3, n - 1, alpha=alpha, se_df=n - 1), 0.3 * kappa)
+  np.testing.assert_allclose(sample_size.expected_t_power(kappa, n - 1, alpha, n - 1), 0.8, atol=1e-8)
   rng = np.random.default_rng(0)
   pilot_se = rng.normal(size=(sims, n)).std(1, ddof=1) / math.sqrt(n)
   study = rng.normal(size=(sims, n))
-  for k, lo, hi in ((kappa, 0.785, 0.815), (stats.detectable_difference(1.0, n - 1, alpha=alpha), 0.72, 0.77)):
+  for k, lo, hi in ((kappa, 0.785, 0.815), (sample_size.detectable_difference(1.0, n - 1, alpha=alpha), 0.72, 0.77)):
     test = sp_stats.ttest_1samp(study + (k * pilot_se)[:, None], 0.0, axis=1)
     power = np.mean((test.pvalue <= alpha) & (test.statistic > 0))
     assert lo <= power <= hi, (k, power)
   # questions_needed inverts the detectable difference at the same budget, with and without se_df.
   for se_df in (None, 9.0):
-    mde = stats.detectable_difference(0.1, 9.0, alpha=alpha, se_df=se_df)
-    np.testing.assert_allclose(stats.questions_needed(mde, 0.1, 9.0, 10, alpha=alpha, se_df=se_df), 10, rtol=1e-5)
+    mde = sample_size.detectable_difference(0.1, 9.0, alpha=alpha, se_df=se_df)
+    np.testing.assert_allclose(sample_size.questions_needed(mde, 0.1, 9.0, 10, alpha=alpha, se_df=se_df), 10, rtol=1e-5)

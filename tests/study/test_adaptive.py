@@ -12,6 +12,7 @@ import pytest
 
 from opd_jax.study import allocation
 from opd_jax.study import targeted
+from opd_jax.estimators import success
 from opd_jax.validation import exact_toys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
@@ -96,7 +97,7 @@ def test_first_round_estimates_are_unbiased_and_the_pooled_bias_is_small(student
     outs = targeted.estimate_successes(student, exact_toys.task_verifier(VERIFY), [], rollouts, R=2,
                                        key=jax.random.key(100 + seed), max_response_len=6, adaptive=ada, probs=probs)
     first.append(np.concatenate([o.rewards[..., :2].mean(-1) for o in outs]))
-    pooled.append(np.concatenate([targeted.p_succ(o.successes, o.n) for o in outs]))
+    pooled.append(np.concatenate([success.p_succ(o.successes, o.n) for o in outs]))
   first, pooled, P = np.array(first), np.array(pooled), np.concatenate(exact)
   se = np.sqrt(P * (1 - P) / (2 * len(first))) + 1e-9            # binomial, from the exact P_succ
   assert np.all(np.abs(first.mean(0) - P) < 4.5 * se), (first.mean(0) - P) / se

@@ -352,9 +352,9 @@ def test_another_tokenizer_reads_text_and_the_trainer_refuses_it(monkeypatch, tm
   """A teacher whose tokenizer differs (one added special token) is a cross-tokenizer teacher of the study
   (`cross_view.cross_teacher`); the trainer, whose loss sums over one vocabulary, refuses it before training."""
   from configs import smoke as smoke_config
-  from opd_jax.study import pipeline
+  from opd_jax.study import environment
   from opd_jax.models import tokenizer as tok_lib
-  original = pipeline.load_model
+  original = environment.load_model
 
   def load(spec, config):
     model = original(spec, config)
@@ -364,11 +364,11 @@ def test_another_tokenizer_reads_text_and_the_trainer_refuses_it(monkeypatch, tm
       model = type(model)(**{**model.__dict__, "tokenizer": other})
     return model
 
-  monkeypatch.setattr(pipeline, "load_model", load)
-  env = pipeline.setup(smoke_config.get_config())
+  monkeypatch.setattr(environment, "load_model", load)
+  env = environment.setup(smoke_config.get_config())
   assert env.cross == {"random:1"} and env.is_cross(("random:1", "plain")) and not env.is_cross(("self", "plain"))
   # Its view reads q on C(u) and adds no top-k: the study's candidate-set rule leaves it out (manifest.json).
-  assert pipeline.candidate_rule(env) == {"student_top_k": 2, "teacher_top_k": 1, "views": [
+  assert environment.candidate_rule(env) == {"student_top_k": 2, "teacher_top_k": 1, "views": [
       "self:contrastive", "self:plain", "self:solution", "self:summary"]}
   from opd_jax.teachers import cross_view  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match="must share the tokenizer for the trainer"):
@@ -377,15 +377,15 @@ def test_another_tokenizer_reads_text_and_the_trainer_refuses_it(monkeypatch, tm
 
 
 def test_node_rollouts_balanced_and_prefer_finished_order():
-  from opd_jax.study import pipeline  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import questions  # pylint: disable=g-import-not-at-top
   correct = [False, True, False, False, True]
-  assert pipeline._balanced(correct, 2) == [0, 1]                       # lowest ids of each group
-  assert pipeline._balanced(correct, 3) == [0, 1, 4]                    # alternating: correct 1, wrong 0, correct 4
-  assert pipeline._balanced(correct, 9) == [0, 1, 2, 3, 4]
+  assert questions._balanced(correct, 2) == [0, 1]                       # lowest ids of each group
+  assert questions._balanced(correct, 3) == [0, 1, 4]                    # alternating: correct 1, wrong 0, correct 4
+  assert questions._balanced(correct, 9) == [0, 1, 2, 3, 4]
   finished = [False, True, False, True, True]                         # rollouts 0 and 2 hit the cap
   order = sorted(range(5), key=lambda r: (not finished[r], r))        # what budget.prefer_finished does
-  assert pipeline._balanced(correct, 2, order) == [1, 3]                 # answered-wrong 3 before truncated 0
-  assert pipeline._balanced([False, False], 2, [1, 0]) == [0, 1]
+  assert questions._balanced(correct, 2, order) == [1, 3]                 # answered-wrong 3 before truncated 0
+  assert questions._balanced([False, False], 2, [1, 0]) == [0, 1]
 
 
 def _nucleus(z, temperature, top_p):
@@ -404,6 +404,7 @@ def test_tempered_nucleus_policy_p_and_scaled_q_match_an_independent_forward(tmp
   """At T = 0.8, top-p 0.9 the node rows' p is the sampled policy, q the T-scaled teacher (GKD/TRL), and V,
   teacher advantage, sampled-token advantage and alignment follow from them: recomputed from a plain full
   forward of each model (no cache, no chunks) and numpy."""
+  from opd_jax.study import environment  # pylint: disable=g-import-not-at-top
   from configs import smoke as smoke_config  # pylint: disable=g-import-not-at-top
   from opd_jax import models  # pylint: disable=g-import-not-at-top
   from opd_jax.study import pipeline
@@ -417,7 +418,7 @@ def test_tempered_nucleus_policy_p_and_scaled_q_match_an_independent_forward(tmp
   assert manifest["policy"]["student"] == {"temperature": 0.8, "top_p": 0.9, "top_k": 0}
   assert manifest["policy"]["teacher"]["temperature"] == 0.8 and "conventions" in manifest["schema"]
   nodes, rollouts = records.read_table(tmp_path, "nodes"), records.read_table(tmp_path, "rollouts")
-  student, teacher = pipeline.load_model("random:0", config), pipeline.load_model("random:1", config)
+  student, teacher = environment.load_model("random:0", config), environment.load_model("random:1", config)
   by_id = rollouts.set_index(["question_id", "rollout_id"])
   for ro in rollouts.itertuples():                                    # the sampler's log-probs: sampled policy
     seq = list(ro.prompt_ids) + list(ro.response_ids)
@@ -499,8 +500,8 @@ def test_ctrl_c_exits_even_when_a_library_swallows_it():
 # that nothing interrupts.
 _STUCK = """import signal, sys, time
 from opd_jax import main
-from opd_jax.study import pipeline
-original, calls = pipeline.base_rollouts, []
+from opd_jax.study import questions
+original, calls = questions.base_rollouts, []
 
 def stuck(env, block):
   calls.append(block)
@@ -510,7 +511,7 @@ def stuck(env, block):
     time.sleep(600)
   return original(env, block)
 
-pipeline.base_rollouts = stuck
+questions.base_rollouts = stuck
 sys.argv = ["opd_jax.main", *sys.argv[1:]]
 main.run()
 """

@@ -1,11 +1,12 @@
 """Candidates outside the sampled policy's support get no continuations (issue 25 item 8): the other slots'
 draws, V, g* and alignment are those of the full run; the teacher advantage uses q renormalised over the slots
-run (targeted.node_estimates)."""
+run (success.node_estimates)."""
 import functools
 
 import jax
 import numpy as np
 
+from opd_jax.estimators import success
 from opd_jax.study import targeted
 from opd_jax.validation import exact_toys
 
@@ -39,8 +40,8 @@ def test_estimates_equal_the_full_run_where_p_is_0_and_advantage_renormalises_q(
   mask = np.array(mask)
   p = np.where(mask, [[0.5, 0, 0.3, 0.2], [0.6, 0.4, 0, 0]], 0.0)          # p = 0 exactly where not run
   q = np.array([[0.1, 0.4, 0.3, 0.2], [0.2, 0.3, 0.5, 0.0]])
-  a = targeted.node_estimates(p, q, full.successes, full.n, divergence="forward_kl")
-  b = targeted.node_estimates(p, q, part.successes, part.n, divergence="forward_kl")
+  a = success.node_estimates(p, q, full.successes, full.n, divergence="forward_kl")
+  b = success.node_estimates(p, q, part.successes, part.n, divergence="forward_kl")
   np.testing.assert_array_equal(a.value, b.value)
   np.testing.assert_array_equal(a.g_ideal, b.g_ideal)
   np.testing.assert_array_equal(a.alignment, b.alignment)
@@ -48,8 +49,8 @@ def test_estimates_equal_the_full_run_where_p_is_0_and_advantage_renormalises_q(
   by_hand = [(q[m] * mask[m] * ps[m]).sum() / (q[m] * mask[m]).sum() - (p[m] * ps[m]).sum() for m in range(2)]
   np.testing.assert_allclose(b.teacher_advantage, by_hand, atol=1e-12)
   q0 = np.where(mask, 0.0, [[0, 1.0, 0, 0], [0, 0, 1.0, 0]])                 # q only where nothing ran: NaN
-  assert np.isnan(targeted.node_estimates(p, q0, part.successes, part.n, divergence="forward_kl")
+  assert np.isnan(success.node_estimates(p, q0, part.successes, part.n, divergence="forward_kl")
                   .teacher_advantage).all()
   # every candidate run: the teacher advantage is the paper's formula, unchanged
-  np.testing.assert_allclose(a.teacher_advantage, np.sum((q - p) * targeted.p_succ(full.successes, full.n), -1),
+  np.testing.assert_allclose(a.teacher_advantage, np.sum((q - p) * success.p_succ(full.successes, full.n), -1),
                              atol=1e-15)

@@ -12,6 +12,7 @@ from configs import teacher_sweep
 from opd_jax.study import allocation
 from opd_jax.study import preflight
 from opd_jax.study import targeted
+from opd_jax.estimators import success
 from opd_jax.validation import exact_toys
 
 VERIFY = exact_toys.sum_mod_verifier(3)
@@ -96,7 +97,7 @@ def test_weighted_draws_are_a_uniform_r_max_runs_and_unbiased(student):
   # Unbiased: the design reads no outcome. Mean P^ over keys against the exact P_succ.
   P = np.concatenate(exact)
   keys = 12
-  mean = sum(np.concatenate([targeted.p_succ(o.successes, o.n) for o in run(jax.random.key(100 + s),
+  mean = sum(np.concatenate([success.p_succ(o.successes, o.n) for o in run(jax.random.key(100 + s),
                                                                                weighted=design, probs=probs,
                                                                                teacher_probs=teach)])
              for s in range(keys)) / keys
@@ -124,7 +125,7 @@ def test_a_candidate_left_out_is_imputed_with_the_value_of_the_others():
   p = np.array([[0.6, 0.35, 0.05]])
   q = np.array([[0.2, 0.7, 0.1]])
   s, n = np.array([[3, 1, 0]]), np.array([[4, 4, 0]])
-  est = targeted.node_estimates(p, q, s, n, divergence="reverse_kl")
+  est = success.node_estimates(p, q, s, n, divergence="reverse_kl")
   P = np.array([0.75, 0.25])
   v_run = np.sum(p[0, :2] * P) / 0.95
   np.testing.assert_allclose(est.value, [v_run], rtol=1e-12)
@@ -132,14 +133,14 @@ def test_a_candidate_left_out_is_imputed_with_the_value_of_the_others():
   np.testing.assert_allclose(est.teacher_advantage, [np.sum(q[0, :2] * P) / 0.9 - v_run], rtol=1e-12)
   # The bound: for any P_succ of the candidate left out, |V - V_run| <= its p mass, |A - A_run| <= p + q mass.
   for x in (0.0, 1.0):
-    full = targeted.node_estimates(p, q, np.array([[3, 1, 4 * x]]).astype(int), np.array([[4, 4, 4]]),
+    full = success.node_estimates(p, q, np.array([[3, 1, 4 * x]]).astype(int), np.array([[4, 4, 4]]),
                                    divergence="reverse_kl")
     assert abs(full.value[0] - est.value[0]) <= 0.05 + 1e-12
     assert abs(full.teacher_advantage[0] - est.teacher_advantage[0]) <= 0.05 + 0.1 + 1e-12
   # Nothing left out with p > 0: bitwise the plain P^ (uniform records unchanged).
   s0, n0 = np.array([[3, 1, 0]]), np.array([[4, 4, 0]])
-  np.testing.assert_array_equal(targeted.estimator_p_succ(np.array([[0.6, 0.4, 0.0]]), s0, n0),
-                                targeted.p_succ(s0, n0))
+  np.testing.assert_array_equal(success.estimator_p_succ(np.array([[0.6, 0.4, 0.0]]), s0, n0),
+                                success.p_succ(s0, n0))
 
 
 @pytest.mark.parametrize("fields, field", [

@@ -24,6 +24,7 @@ from opd_jax.study import nodes
 from opd_jax.study import preflight
 from opd_jax.decode import sampling
 from opd_jax.study import targeted
+from opd_jax.estimators import success
 from opd_jax.models import token_bytes
 from opd_jax.models import tokenizer as tokenizer_lib
 from configs import smoke
@@ -295,7 +296,7 @@ def test_identity_with_the_same_tokenizer(pair):
     p, _ = gradients.restrict(a.p_at, slots)
     succ = rng.integers(0, 5, size=a.candidates.shape)
     n = np.where(a.candidates >= 0, 4, 0)
-    est = [targeted.node_estimates(np.asarray(p, np.float64), np.asarray(q, np.float64), succ, n,
+    est = [success.node_estimates(np.asarray(p, np.float64), np.asarray(q, np.float64), succ, n,
                                    divergence="reverse_kl", sampled_index=np.zeros(len(p), np.int64),
                                    advantage=np.zeros(len(p))) for q in (q1, q2)]
     for f in ("alignment", "teacher_advantage"):

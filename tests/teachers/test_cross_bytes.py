@@ -31,6 +31,7 @@ from opd_jax.study import records
 from opd_jax.study import targeted
 from opd_jax.models import checkpoints
 from opd_jax.models import decoder
+from opd_jax.models import param_init
 from opd_jax.models import token_bytes
 from opd_jax.models import tokenizer as tokenizer_lib
 
@@ -44,7 +45,7 @@ def random_model(seed: int, tok, stop_ids, *, d: int = 32, layers: int = 2, scal
   cfg = models.Config(arch="qwen2", vocab_size=len(tok), n_real_ids=n, d_model=d, n_layers=layers, n_heads=4,
                       n_kv_heads=2, head_dim=8, d_ff=2 * d, qkv_bias=True, max_seq_len=512)
   rng = np.random.default_rng(seed)
-  shapes = jax.eval_shape(lambda: decoder.init_params(jax.random.key(0), cfg))
+  shapes = jax.eval_shape(lambda: param_init.init_params(jax.random.key(0), cfg))
   params = jax.tree_util.tree_map_with_path(
       lambda path, x: np.ones(x.shape, np.float32) if "norm" in jax.tree_util.keystr(path)
       else (scale * rng.standard_normal(x.shape)).astype(np.float32), shapes)

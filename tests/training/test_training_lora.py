@@ -10,6 +10,7 @@ import pytest
 from opd_jax import models
 from opd_jax.decode import sampling
 from opd_jax.models import decoder
+from opd_jax.models import param_init
 from opd_jax.models import model as model_lib
 from opd_jax.training import lora
 from opd_jax.training import state as state_lib
@@ -77,7 +78,7 @@ TOKENS = np.random.default_rng(0).integers(0, CFG.vocab_size, (128, 14)).astype(
 def _student(seed: int = 0, *, layout: str = "layered", wide_matrices: bool = True):
   """(bf16 model, the same weights in fp32), random, drawn in numpy (no op compiles). With wide_matrices the Block
   matrices have |W| in [1.02, 1.12] x 2^-4 (random signs): bf16's ulp there is 2^-11, so a merged update of
-  |s A B| < HALF_ULP leaves every entry as it is; else normal(0, 0.02) as decoder.init_params."""
+  |s A B| < HALF_ULP leaves every entry as it is; else normal(0, 0.02) as param_init.init_params."""
   rng = np.random.default_rng(seed)
 
   def leaf(path, x):
@@ -88,7 +89,7 @@ def _student(seed: int = 0, *, layout: str = "layered", wide_matrices: bool = Tr
       return rng.choice([-1.0, 1.0], x.shape) * (1.02 + 0.1 * rng.random(x.shape)) * 2.0 ** -4
     return 0.02 * rng.normal(size=x.shape)
 
-  shapes = jax.eval_shape(lambda: decoder.init_params(jax.random.key(0), CFG))   # the stacked layout
+  shapes = jax.eval_shape(lambda: param_init.init_params(jax.random.key(0), CFG))   # the stacked layout
   arrays = jax.tree_util.tree_map_with_path(lambda p, x: np.asarray(leaf(p, x), jnp.bfloat16), shapes)
 
   def read(key, i, shape, dtype):

@@ -1,13 +1,14 @@
 """The estimators against exact answers on the solvable toy (issue: V = 4, H = 6, sum = 0 mod 3, seed 0).
 
 Every estimate goes through the code the study runs: `targeted.estimate_successes` (forced-token
-continuations through a `Policy`, verification, counts) and `targeted.node_estimates` (g*, g_D, alignment,
+continuations through a `Policy`, verification, counts) and `success.node_estimates` (g*, g_D, alignment,
 teacher advantage). Exact values come from enumerating every continuation of the tabular policy.
 """
 import jax
 import numpy as np
 import pytest
 
+from opd_jax.estimators import success
 from opd_jax.study import targeted
 from opd_jax.validation import exact_toys
 
@@ -56,7 +57,7 @@ def run_estimator():
         rollout = (i, rollouts[i].tolist(), [t], np.arange(4)[None])
         out, = targeted.estimate_successes(student, verify, [], [rollout], R=R, key=key, max_response_len=6)
         p, q = exact[(i, t)][:2]
-        ne = targeted.node_estimates(p[None], q[None], out.successes, out.n, divergence="reverse_kl")
+        ne = success.node_estimates(p[None], q[None], out.successes, out.n, divergence="reverse_kl")
         est.setdefault((R, (i, t)), []).append((out.successes[0], ne))
   return student, teacher, rollouts, chosen, exact, est
 
@@ -105,7 +106,7 @@ def test_wilson_coverage(setup):
     for n in chosen:
       ps = exact[n][2]
       for succ, _ in est[(R, n)]:
-        lo, hi = targeted.wilson_interval(succ, np.full(4, R))
+        lo, hi = success.wilson_interval(succ, np.full(4, R))
         inside = (lo <= ps) & (ps <= hi)
         hits.extend(inside[(ps > 0) & (ps < 1)].tolist())
   coverage = np.mean(hits)
@@ -152,10 +153,10 @@ def test_degenerate_and_zero_gradient_nodes():
   p = np.array([[0.5, 0.3, 0.2]], np.float32)
   q = np.array([[0.2, 0.5, 0.3]], np.float32)
   succ, n = np.array([[3, 3, 3]]), np.array([[8, 8, 8]])
-  ne = targeted.node_estimates(p, q, succ, n, divergence="reverse_kl")
+  ne = success.node_estimates(p, q, succ, n, divergence="reverse_kl")
   assert ne.degenerate[0] and np.isnan(ne.alignment[0]) and ne.nan_reason[0] == "degenerate"
   assert np.all(ne.g_ideal == 0)
-  ne = targeted.node_estimates(p, p.copy(), np.array([[1, 5, 2]]), n, divergence="reverse_kl")
+  ne = success.node_estimates(p, p.copy(), np.array([[1, 5, 2]]), n, divergence="reverse_kl")
   assert not ne.degenerate[0] and np.isnan(ne.alignment[0])
   assert ne.nan_reason[0] == "zero_distillation_gradient"
 
@@ -169,10 +170,10 @@ def test_fp32_noise_in_q_is_a_zero_distillation_gradient_not_a_cosine():
   for div in ("reverse_kl", "forward_kl", "jsd", "sampled_token"):
     kw = dict(divergence=div, sampled_index=np.zeros(4, np.int64))
     noisy = p * (1 + 1e-7 * rng.standard_normal(p.shape))
-    ne = targeted.node_estimates(p, noisy / noisy.sum(-1, keepdims=True), succ, n, **kw)
+    ne = success.node_estimates(p, noisy / noisy.sum(-1, keepdims=True), succ, n, **kw)
     assert np.all(ne.nan_reason == "zero_distillation_gradient") and np.all(np.isnan(ne.alignment)), div
     real = p * (1 + 1e-3 * rng.standard_normal(p.shape))
-    ne = targeted.node_estimates(p, real / real.sum(-1, keepdims=True), succ, n, **kw)
+    ne = success.node_estimates(p, real / real.sum(-1, keepdims=True), succ, n, **kw)
     assert np.all(ne.nan_reason == "") and np.all(np.isfinite(ne.alignment)), div
 
 

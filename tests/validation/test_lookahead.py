@@ -3,7 +3,6 @@ gradient check), the re-run's paired interval against scipy, and the summary's w
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,8 +12,9 @@ from configs import lookahead as cfg_lookahead
 from opd_jax.teachers import contexts
 from opd_jax import models
 from opd_jax.decode import sampling
-from opd_jax.study import targeted
+from opd_jax.estimators import success
 from opd_jax.validation import lookahead
+from opd_jax.validation import lookahead_summary
 from opd_jax.training import lora
 
 
@@ -81,15 +81,15 @@ def test_rerun_interval_is_the_paired_t_interval():
   rng = np.random.default_rng(0)
   p, p_new = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
   old, new = rng.integers(0, 2, (4, 16)), rng.integers(0, 2, (4, 16))
-  got = lookahead.rerun_interval(p, p_new, old.tolist(), new.tolist())
+  got = lookahead_summary.rerun_interval(p, p_new, old.tolist(), new.tolist())
   want = stats.ttest_rel(p_new @ new, p @ old).confidence_interval(0.95)     # replicate r paired across k
   np.testing.assert_allclose([got["rerun_lo"], got["rerun_hi"]], [want.low, want.high], rtol=1e-10)
   np.testing.assert_allclose(got["rerun_mean"], p_new @ new.mean(1) - p @ old.mean(1), rtol=1e-12)
   assert got["rerun_R"] == 16
-  assert np.isnan(lookahead.rerun_interval(p, p_new, old[:, :1].tolist(), new[:, :1].tolist())["rerun_lo"])
+  assert np.isnan(lookahead_summary.rerun_interval(p, p_new, old[:, :1].tolist(), new[:, :1].tolist())["rerun_lo"])
   ragged = old.tolist()
   ragged[0] = ragged[0][:3]
-  assert np.isnan(lookahead.rerun_interval(p, p_new, ragged, new.tolist())["rerun_hi"])
+  assert np.isnan(lookahead_summary.rerun_interval(p, p_new, ragged, new.tolist())["rerun_hi"])
 
 
 def _frame(rng, n=30):
@@ -107,12 +107,12 @@ def _frame(rng, n=30):
 
 def test_summary_reports_a_gradient_check_and_agreement_against_chance():
   frame = _frame(np.random.default_rng(1))
-  summary = lookahead.summarise(frame)
+  summary = lookahead_summary.summarise(frame)
   row = summary.iloc[0]
   assert not any("pred_vs_local" in c for c in summary.columns)
   assert row["gradient_check_agree"] == 1.0 and row["gradient_check_n"] == 30 and row["chance"] == 0.5
   assert row["changed_local_vs_rerun_n"] == 21 and row["changed_local_vs_rerun_agree"] == 12 / 21
-  lo, hi = targeted.wilson_interval(12, 21)
+  lo, hi = success.wilson_interval(12, 21)
   assert (row["changed_local_vs_rerun_lo"], row["changed_local_vs_rerun_hi"]) == (lo, hi) and lo < 0.5 < hi
   np.testing.assert_allclose(row["changed_local_vs_rerun_p_chance"], stats.binomtest(12, 21, 0.5).pvalue)
   # resolved: rows 0, 5, 10, 15, 20, 25; with changed rewards: 0, 5, 10, 15, 20; agreeing: 0, 5, 10.
@@ -120,7 +120,7 @@ def test_summary_reports_a_gradient_check_and_agreement_against_chance():
   assert row["pred_vs_rerun_resolved_agree"] == 3 / 5
   config = cfg_lookahead.get_config()
   config.lookahead.study_workdir = "/study"
-  text = lookahead._summary_text(config, summary, frame)
+  text = lookahead_summary._summary_text(config, summary, frame)
   assert "gradient check" in text and "does not test whether the step raises" in text
   assert "chance (0.5)" in text and "p=" in text
   assert "5 of 30 re-runs test the predicted change" in text

@@ -12,6 +12,7 @@ from scipy import stats as stats_scipy
 from opd_jax.estimators import gradients
 from opd_jax.validation import exact_toys
 from opd_jax.validation import toy_training as ttoy
+from opd_jax.validation import toy_analysis
 
 V, H = 3, 4
 VERIFY = exact_toys.sum_mod_verifier(3)
@@ -140,7 +141,7 @@ def test_reduced_experiment_first_order_ranks_one_step_gains():
                                  learning_rates=(("sgd", 0.05),), rs=(4,))
   df = ttoy.run_experiment(config)
   assert len(df) == 24 and df["defined"].between(0, 1).all() and df["align_S4_d0"].between(-1, 1).all()
-  table = ttoy.spearman_table(df, ["first_order", "align"], ["dJ_sgd_1"], n_boot=200)
+  table = toy_analysis.spearman_table(df, ["first_order", "align"], ["dJ_sgd_1"], n_boot=200)
   rho_b = table.set_index("predictor").loc["first_order"]
   assert rho_b.rho > 0.97 and rho_b.lo - 1e-12 <= rho_b.rho <= rho_b.hi + 1e-12, table
   # dJ after one small step is (b) * eta to first order: the values themselves, not just the ranks.
@@ -193,11 +194,11 @@ def _clustered(seed=0, teachers=10, per=20):
 
 def test_teacher_resampled_interval_is_wider_when_teachers_cluster_and_replicates_are_concatenations():
   df = _clustered()
-  naive = ttoy.spearman_table(df, ["x"], ["y"], n_boot=300).iloc[0]
-  clustered = ttoy.spearman_table(df, ["x"], ["y"], n_boot=300, by=("teacher",)).iloc[0]
+  naive = toy_analysis.spearman_table(df, ["x"], ["y"], n_boot=300).iloc[0]
+  clustered = toy_analysis.spearman_table(df, ["x"], ["y"], n_boot=300, by=("teacher",)).iloc[0]
   assert naive.rho == clustered.rho
   assert clustered.hi - clustered.lo > 2.5 * (naive.hi - naive.lo), (naive, clustered)
-  w = ttoy.bootstrap_weights(df, ("teacher",), n_boot=5)
+  w = toy_analysis.bootstrap_weights(df, ("teacher",), n_boot=5)
   np.testing.assert_array_equal(w.sum(1), len(df))
   assert all(len(set(w[b, df.teacher == t])) == 1 for b in range(5) for t in df.teacher.unique())
   x, y = df.x.to_numpy(), df.y.to_numpy()
@@ -210,7 +211,7 @@ def test_teacher_resampled_interval_is_wider_when_teachers_cluster_and_replicate
 def test_beyond_sign_against_scipy():
   df = _clustered(seed=1)
   df["dJ"] = df.y - 0.3                                    # some helpful, some harmful
-  res = ttoy.beyond_sign(df, "dJ", ["x"], n_boot=200)
+  res = toy_analysis.beyond_sign(df, "dJ", ["x"], n_boot=200)
   y, x = df.dJ.to_numpy(), df.x.to_numpy()
   np.testing.assert_allclose(res["sign_only"][0], stats_scipy.spearmanr(np.sign(y), y).statistic, atol=1e-12)
   helpful = y > 0
@@ -222,6 +223,6 @@ def test_beyond_sign_against_scipy():
     assert res["x"][key][1] - 1e-9 <= res["x"][key][0] <= res["x"][key][2] + 1e-9, (key, res["x"][key])
   # Ordering within the signs by y itself is perfect: Spearman 1, a gain of 1 - sign_only.
   df["oracle"] = y
-  res = ttoy.beyond_sign(df, "dJ", ["oracle"], n_boot=50)
+  res = toy_analysis.beyond_sign(df, "dJ", ["oracle"], n_boot=50)
   np.testing.assert_allclose(res["oracle"]["sign_then"][0], 1.0)
   np.testing.assert_allclose(res["oracle"]["gain"][0], 1.0 - res["sign_only"][0])

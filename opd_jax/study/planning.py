@@ -1,0 +1,132 @@
+"""The plan of a study before any model loads: the work its budget bounds (questions, rollouts, scorings, nodes,
+continuations, tokens) and the wall time that work is estimated to take on the 2-core CPU (`plan`, `Plan`), the
+dry run's and the checklist's first lines. The cost model (`opd_jax/cost/estimate.py`) prices the same plan on
+accelerators."""
+from __future__ import annotations
+
+import dataclasses
+
+from opd_jax import models
+from opd_jax.decode import stops
+from opd_jax.study import looks
+from opd_jax.study import preflight
+from opd_jax.teachers import contexts
+from opd_jax.teachers import cross_view
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Planned work (upper bounds: every question selected, every rollout at the token cap)."""
+  questions: int
+  rollouts: int
+  scored_rollouts: int
+  scoring_passes: int
+  nodes: int
+  candidates_per_node: int
+  continuations: int
+  tokens_generated: int
+  tokens_scored: int
+  seconds: float
+  load_compile_seconds: float = 0.0     # model loading and compiles, cold_seconds included
+  cold_seconds: float = 0.0             # reading, assembling and converting presets not yet in the cache
+  cross_views: int = 0                  # views whose teacher reads text (`cross.py`), as far as checked
+  cross_strings: int = 0                # their strings asked of the teacher (tail + candidate), at most
+  design: tuple[str, ...] = ()          # the work-saving designs' expected work beside the fixed design's bound
+
+  def describe(self) -> str:
+    total = self.seconds + self.load_compile_seconds
+    when = f"{total / 3600:.1f} h" if total >= 5400 else f"{total / 60:.1f} min"
+    return "\n".join([
+        f"planned: {self.questions} questions, {self.rollouts} base rollouts, {self.scored_rollouts} scored "
+        f"rollouts x {self.scoring_passes} (teacher, context) scorings",
+        f"         {self.nodes} nodes x <= {self.candidates_per_node} candidates -> <= {self.continuations} "
+        f"targeted continuations",
+        f"         <= {self.tokens_generated:,} tokens generated, <= {self.tokens_scored:,} tokens scored",
+        *([f"         {self.cross_views} of the scorings read text (teachers of another tokenizer): + <= "
+           f"{self.cross_strings:,} strings asked of them, each a few teacher tokens off the cached response "
+           "(not in the estimate; benchmarks/cross_cost.py)"] if self.cross_views else []),
+        *(f"         {line}" for line in self.design),
+        f"         estimated wall time <= {when} (2-core CPU rates of the 0.5B student: "
+        f"{self.load_compile_seconds / 60:.1f} min of model loading and compiles"
+        + (f", {self.cold_seconds / 60:.1f} of them reading, assembling and converting models not yet in the cache"
+           if self.cold_seconds else "") + "; scale by model size and hardware)"])
+
+
+# Rates of the default study on the 2-core CPU, fp32 (0.5B student, 1.5B teacher), for the dry-run estimate
+# only, measured in a cold `configs/teacher_sweep.py` run (manifest timings_s): base rollouts 2 x 32 rows x 256
+# token slots in 334 s (49 slots/s); scoring 2 rollouts x 4 (teacher, context) passes of <= 256 response tokens
+# in 151 s, compiles included (the contexts' prompts are prefilled too).
+DECODE_TOKENS_PER_S = 49.0
+
+
+SCORE_TOKENS_PER_S = 14.0
+
+
+# Model loading (a bound of a load from the cache: 51 s measured for the 0.5B's cold load on an idle machine) and
+# jit compiles (prefill, decode, branch and one scoring program per (teacher, context); the scoring compiles are
+# inside SCORE_TOKENS_PER_S), per checkpoint; random models load and compile in seconds.
+LOAD_S = {"checkpoint": 60.0, "random": 2.0}
+
+
+COMPILE_S = {"checkpoint": 40.0, "random": 4.0}
+
+
+# A preset not yet converted in the cache (`cold_seconds`) adds: its header read twice (by the checks, then by the
+# conversion: HEADER_S each, models/checkpoints.py `_peek_preset_header`), and assembly, hashing and conversion
+# at COLD_S_PER_GB of GGUF file, from issue 35's cold run of configs/teacher_sweep.py on a loaded 2-core CPU: ~11
+# min before the first bar for the 0.5B and 1.5B presets (1.61 GB), ~68 s of which were header reads.
+HEADER_S = 10.0
+
+
+COLD_S_PER_GB = 370.0
+
+
+def cold_seconds(spec: str, dtype) -> float:
+  """Seconds that reading, assembling and converting the preset `spec` adds to its load when its params for
+  `dtype` (None: the platform default) are not in the cache yet; 0 for a converted preset or another spec."""
+  preset = models.checkpoints.PRESETS.get(spec)
+  if preset is None or models.checkpoints.params_dir(preset.sha256, dtype).is_dir():
+    return 0.0
+  return 2 * HEADER_S + COLD_S_PER_GB * preset.size / 1e9
+
+
+def plan(config) -> Plan:
+  """The work a config asks for, printed by `--dry_run` and before a run (no model or data loaded)."""
+  preflight.validate(config)
+  b, n_tok = config.budget, config.sampling.max_new_tokens
+  confs = [contexts.parse(k, v) for k, v in config.configurations.items()]
+  views = {c.scoring_key for c in confs}                 # (teacher, context) pairs: one scoring pass each
+  q = b.questions
+  rollouts = -(-q // b.question_batch) * b.question_batch * b.rollouts_per_question   # whole decode batches
+  scored = q * (b.rollouts_per_question if config.scoring.all_rollouts else b.node_rollouts_per_question)
+  nodes = q * b.node_rollouts_per_question * (n_tok if b.node_strategy == "all" else b.nodes_per_rollout)
+  cross = {v for v in views if v[0] != contexts.SELF and cross_view.reads_text(config, v[0])}
+  cand = 1 + b.student_top_k + b.teacher_top_k * (len(views) - len(cross))   # text views add no top-k
+  per_candidate = b.continuations_per_candidate if preflight.allocation(config) == "uniform" else b.continuations_mean
+  cont = int(nodes * cand * per_candidate)
+  gen = rollouts * n_tok + cont * n_tok // 2
+  scored_tokens = scored * n_tok * len(views)
+  secs = gen / DECODE_TOKENS_PER_S + scored_tokens / SCORE_TOKENS_PER_S
+  specs = {config.student.name} | {c.teacher for c in confs if c.teacher != contexts.SELF}
+  kind = lambda spec: "random" if spec.startswith("random:") else "checkpoint"
+  cold = sum(cold_seconds(m, config.student.get("dtype", "") or None) for m in specs)
+  fixed = sum(LOAD_S[kind(m)] for m in specs) + 3 * COMPILE_S[kind(config.student.name)] + cold
+  strings = len(cross) * (scored * n_tok + nodes * cand)          # every position's token, every candidate
+  return Plan(q, rollouts, scored, len(views), nodes, cand, cont, gen, scored_tokens, secs, fixed, cold,
+              len(cross), strings, _design_lines(config, nodes * cand))
+
+
+def _design_lines(config, slots: int) -> tuple[str, ...]:
+  """What the work-saving designs of issue 33 expect to spend, beside the fixed design's bound (Plan.design)."""
+  b, out = config.budget, []
+  how = preflight.allocation(config)
+  if how != "uniform":
+    out.append(f"{how} preflight.allocation: {b.continuations_mean:g} continuations per candidate on average (the fixed "
+               f"design's R = {b.continuations_per_candidate}: <= {slots * b.continuations_per_candidate} "
+               "continuations)")
+  if b.get("stop_at_answer", False):
+    out.append(f"continuations stop where their answer tag closes: {stops.MEASURED_SAVING:.1%} of continuation "
+               "tokens saved on the default study (measured; the estimate above does not count it)")
+  if looks.is_sequential(config):
+    out.append(looks.expected_text(config))
+  return tuple(out)
