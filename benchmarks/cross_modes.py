@@ -51,7 +51,7 @@ def main():
     problem = task.problems[int(r.question_index.iloc[0])]
     rids = sorted(q.rollout_id.unique())
     msg = contexts.context_message(conf.context, task, problem, templates=config.contexts.templates)
-    prompts = [contexts.study_chat(teacher.tokenizer, msg, config)] * len(rids)
+    prompts = [contexts.study_chat(teacher.tokenizer, msg, preflight.chat(config))] * len(rids)
     resp = [list(r.loc[i, "response_ids"]) for i in rids]
     queries = [[(int(x.position), list(x.candidates)) for x in q[q.rollout_id == i].itertuples()] for i in rids]
     for mode in out:

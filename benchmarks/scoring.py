@@ -9,7 +9,7 @@ PyTorch doing the same computation on the same models and tokens, side by side.
 
 The work: B rows of P + T tokens of GSM8K text (--data, default /work/shared/data/gsm8k_test.jsonl, else a
 built-in paragraph); the first P tokens are the prompt of both models, the next T the scored response. Per
-response token, both sides produce log p(y_t), log q(y_t) and every predictor of `divergences.PREDICTORS`
+response token, both sides produce log p(y_t), log q(y_t) and every predictor of `predictors.PREDICTORS`
 (KL both ways, JS, JSD_beta, TV, cosine, both entropies, top-k overlap, log q - log p):
   ours  `scoring.score(student, teacher, prompts, prompts, responses)`: prefill + chunks of C positions, so
         no [B, T, V] tensor exists (memory O(B C V)).

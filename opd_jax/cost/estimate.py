@@ -19,7 +19,7 @@ Work counted (`Work`; upper bounds, as `planning.plan`): every question selected
 token cap; continuations of n_tok / 2 tokens on average in full `branch_batch` batches (rows that stop leave the
 batch: work ~ tokens); prompts and teacher contexts of the lengths measured on the task with the student's
 tokenizer (`planned_work`; `PROMPT_TOKENS` and each context's `assumed_tokens` where the tokenizer is not cheap to read); one
-student pass per scored rollout serves every (teacher, context) view (`study.score_views`); the node heads
+student pass per scored rollout serves every (teacher, context) view (`questions.score_views`); the node heads
 (`scoring.head_logprobs`, a few rows) are left out. `benchmarks/cost_check.py` fills `Work` from a finished
 run's records instead and compares the estimate with the run's stage times.
 
@@ -121,7 +121,7 @@ def accelerator(name: str) -> tuple[Accelerator | None, int]:
 
 def model_config(spec: str, config) -> decoder.Config:
   """Architecture of a model spec without its weights: random:<seed> (config.random_model, as
-  `study.load_model`), a checkpoint's header (`checkpoints.peek`), else `ARCHITECTURES` by name.
+  `environment.load_model`), a checkpoint's header (`checkpoints.peek`), else `ARCHITECTURES` by name.
 
   Raises:
     ValueError: a spec that is neither cheap to peek nor in ARCHITECTURES (names the known ones).
@@ -189,7 +189,8 @@ def context_lengths(config, task, problems, tokenizer, names) -> tuple[float, di
   """(mean student prompt tokens, {context: mean tokens its teacher prompt adds} for the context `names`) over
   `problems` of `task`, chat-rendered as the study renders them (`contexts.study_chat`; the incorrect rollout a
   context may show left out: `Work.incorrect_tokens`)."""
-  chat = lambda m: len(contexts.study_chat(tokenizer, m, config))
+  chat_settings = preflight.chat(config)
+  chat = lambda m: len(contexts.study_chat(tokenizer, m, chat_settings))
   prompts = [chat(task.prompt(p)) for p in problems]
   extra = {c: float(np.mean([chat(contexts.context_message(c, task, p, incorrect="",
                                                            templates=config.contexts.templates)) - n

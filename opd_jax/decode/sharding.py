@@ -32,7 +32,7 @@ AXES = ("data", "model")
 # Logical-axis rules (MaxText style): the logical axes each param declares (decoder.py: nnx.Param sharding
 # metadata) -> a mesh axis or None. FSDP shards a matrix's model dim ("embed") over "data", tensor parallelism
 # its heads / MLP / vocabulary dim over "model"; layers, norms and head_dim are replicated. A study replaces
-# the whole table with `config.mesh.rules` (`rules_from_config`); `param_shardings(..., rules=)` takes any table.
+# the whole table with `config.mesh.rules` (`study/preflight.py`, `mesh_rules`); `param_shardings(..., rules=)` takes any table.
 RULES: tuple[tuple[str, str | None], ...] = (
     ("vocab", "model"), ("embed", "data"), ("q_heads", "model"), ("kv_heads", "model"), ("mlp", "model"),
     ("layers", None), ("norm", None), ("head_dim", None),
@@ -81,11 +81,6 @@ def make_mesh(data: int = -1, model: int = 1, devices: Sequence[Any] | None = No
   return Mesh(np.array(devices[:data * model], dtype=object).reshape(data, model), AXES)
 
 
-def mesh_from_config(config) -> Mesh:
-  """`make_mesh(config.mesh.data, config.mesh.model)` over the local devices."""
-  return make_mesh(config.mesh.data, config.mesh.model)
-
-
 def data_size(mesh: Mesh) -> int:
   """Size of the "data" axis: batches are padded to a multiple of it (`pad_rows`)."""
   return mesh.shape["data"]
@@ -131,11 +126,6 @@ def check_rules(rules, field: str = "rules") -> tuple[tuple[str, str | None], ..
     seen.add(name)
     out.append((name, axis))
   return tuple(out)
-
-
-def rules_from_config(config) -> tuple[tuple[str, str | None], ...]:
-  """The logical-axis rules of a study: `config.mesh.rules` (checked), or `RULES` when it is empty / absent."""
-  return check_rules(config.mesh.get("rules", ()), "config.mesh.rules") or RULES
 
 
 def _path(keys) -> str:

@@ -134,7 +134,7 @@ def distillation_gradient(divergence: str, p: jax.Array, q: jax.Array, *, beta: 
     clip: static float > 0, the threshold tau; required by "clipped_reverse_kl".
     sampled_token: [...] int, the index within the candidate axis (not the token id) of the sampled token
       y_t; required by "sampled_token"; must point to a valid slot.
-    advantage: optional [...] float A for "sampled_token"; must be finite (divergences.logq_minus_logp is -inf
+    advantage: optional [...] float A for "sampled_token"; must be finite (predictors.logq_minus_logp is -inf
       where the teacher gives y_t zero probability: clamp it first).
     **params: the static parameter of another registered divergence, e.g. k=8 for "topk_reverse_kl".
   Returns:

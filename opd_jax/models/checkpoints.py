@@ -92,7 +92,7 @@ def peek(spec: str | os.PathLike) -> tuple[decoder.Config, Any] | None:
   (meta.json and tokenizer.json; a GGUF file's hash must be known: `file_sha256`'s marker), a preset never
   converted (its header, read from the first part package: `presets.header_file`; ~10 s for a 151k-token
   vocabulary, the time gguf's reader takes to parse it). A GGUF file seen for the first time gives None: its
-  context is checked after the load (`study.setup`). Raises what `load` raises for a malformed folder or cache
+  context is checked after the load (`environment.setup`). Raises what `load` raises for a malformed folder or cache
   entry, or a preset whose packages are missing.
   """
   spec = str(spec)

@@ -1,5 +1,5 @@
 """What a study says on the console: the warning when it measured nothing (`diagnose`) or when grades timed out or
-failed (`grading_warning`), both also appended to summary.md by `study.finish`, and the results a finished run
+failed (`grading_warning`), both also appended to summary.md by `pipeline.finish`, and the results a finished run
 prints on stdout (`results_text`)."""
 import json
 import pathlib

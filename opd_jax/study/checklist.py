@@ -82,7 +82,7 @@ def describe(config, task: Any = None) -> str:
       limits.append(f"{who} unknown until loaded")
   found = model_specs.header(config.student.name, config) if problem is not None else None
   if found is not None:
-    prompt_tokens = len(contexts.study_chat(found[1], task.prompt(problem), config))
+    prompt_tokens = len(contexts.study_chat(found[1], task.prompt(problem), preflight.chat(config)))
   lines.append(f"caps:     max_new_tokens={n_tok}; contexts: {', '.join(limits)} tokens"
                + (f"; question 1's prompt {prompt_tokens} tokens" if prompt_tokens is not None else "")
                + (" (truncated responses graded)" if config.task.grade_truncated else ""))

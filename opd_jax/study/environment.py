@@ -50,6 +50,7 @@ class Env:
   mesh: Any = None                       # this process's ("data", "model") mesh; params are placed on it
   cross: frozenset = frozenset()         # teachers read through text (`cross.py`): another tokenizer, or forced
   work: dict = dataclasses.field(default_factory=dict)   # what this session spent (`count`; manifest "work")
+  chat_settings: contexts.Chat = contexts.Chat()         # config.chat resolved (`preflight.chat`)
 
   def count(self, **amounts) -> None:
     for k, v in amounts.items():
@@ -62,7 +63,7 @@ class Env:
     return view[0] in self.cross
 
   def chat(self, message: str) -> list[int]:
-    return contexts.study_chat(self.student.tokenizer, message, self.config)
+    return contexts.study_chat(self.student.tokenizer, message, self.chat_settings)
 
 
 def views_of(env: Env) -> list[nodes.View]:
@@ -94,11 +95,12 @@ def setup(config, task=None, confs=None, *, cross_ok: bool = True) -> Env:
                                     where=f"config.configurations[{c.config_id!r}]: teacher {c.teacher!r}",
                                     cross_ok=cross_ok):
           cross_names.add(c.teacher)
-  mesh = sharding.mesh_from_config(config)
-  rules = sharding.rules_from_config(config)
+  mesh = preflight.mesh(config)
+  rules = preflight.mesh_rules(config)
   student = sharding.shard_model(student, mesh, rules)
   teachers = {name: sharding.shard_model(m, mesh, rules) for name, m in teachers.items()}
-  env = Env(config, task, confs, student, teachers, {"load_s": time.time() - t0}, mesh, frozenset(cross_names))
+  env = Env(config, task, confs, student, teachers, {"load_s": time.time() - t0}, mesh, frozenset(cross_names),
+            chat_settings=preflight.chat(config))
   limits = {contexts.SELF: student.config.max_seq_len, **{k: m.config.max_seq_len for k, m in teachers.items()}}
   preflight.check_context(config, task, confs, student.tokenizer, limits)
   return env

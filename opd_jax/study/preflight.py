@@ -123,6 +123,22 @@ def _model_specs(config, fields: Mapping[str, str] | None = None) -> dict[str, s
   return out
 
 
+def chat(config) -> contexts.Chat:
+  """The study's chat settings (config.chat), resolved for `contexts.study_chat`."""
+  return contexts.Chat(system_prompt=config.chat.system_prompt, kwargs=dict(config.chat.kwargs))
+
+
+def mesh(config) -> sharding.Mesh:
+  """This process's ("data", "model") mesh of config.mesh (`sharding.make_mesh` over the local devices)."""
+  return sharding.make_mesh(config.mesh.data, config.mesh.model)
+
+
+def mesh_rules(config) -> tuple[tuple[str, str | None], ...]:
+  """The logical-axis rules of a study: config.mesh.rules (checked: `sharding.check_rules`), or `sharding.RULES`
+  when it is empty / absent."""
+  return sharding.check_rules(config.mesh.get("rules", ()), "config.mesh.rules") or sharding.RULES
+
+
 def validate(config) -> None:
   """Config errors that need no model or data (each names the field and the fix: `terminal.field_error`).
 
@@ -240,7 +256,7 @@ def validate(config) -> None:
     raise _bad("config.scoring.teacher_temperature", "must be a finite number >= 0 (0 = the sampling temperature)",
                t_q)
   _temperature("config.scoring.teacher_temperature", t_q, "the sampling temperature", prob="q")
-  sharding.rules_from_config(config)
+  mesh_rules(config)
   contexts.check_templates(config.contexts.templates)
   random_seed(config.student.name, "config.student.name")
   for cid, spec in config.configurations.items():
@@ -390,17 +406,18 @@ def check_context(config, task, confs, tokenizer, limits: dict[str, int]) -> Non
   max_new_tokens for a context that shows one) + max_new_tokens in that teacher's.
 
   Args:
-    tokenizer: the student's (teachers share it: `study.setup` checks).
+    tokenizer: the student's (teachers share it: `environment.setup` checks).
     limits: model spec ("self" = the student) -> its context length (max_seq_len).
   Raises:
     ValueError: naming the question, the lengths and the fields to change.
   """
   c, n_tok = config, config.sampling.max_new_tokens
-  chat = lambda m: contexts.study_chat(tokenizer, m, c)
+  chat_settings = chat(config)
+  render = lambda m: contexts.study_chat(tokenizer, m, chat_settings)
   fix = "lower config.sampling.max_new_tokens or config.task.num_problems to skip long questions"
   views = sorted({conf.scoring_key for conf in confs})
   for problem in task.problems:
-    length, limit = len(chat(task.prompt(problem))), min(limits.values())
+    length, limit = len(render(task.prompt(problem))), min(limits.values())
     if length + n_tok > limit:
       raise ValueError(f"question {problem.id}: prompt of {length} tokens + config.sampling.max_new_tokens={n_tok} "
                        f"exceeds the models' context ({limit} tokens); {fix}")
@@ -409,7 +426,7 @@ def check_context(config, task, confs, tokenizer, limits: dict[str, int]) -> Non
         continue
       msg = contexts.context_message(ctx, task, problem, incorrect="", templates=c.contexts.templates)
       shows_incorrect = contexts.get(ctx).needs_incorrect
-      need = len(chat(msg)) + n_tok * (2 if shows_incorrect else 1)
+      need = len(render(msg)) + n_tok * (2 if shows_incorrect else 1)
       if need > limits[teacher]:
         raise ValueError(f"question {problem.id}: the {ctx!r} context of teacher {teacher!r} needs up to {need} "
                          f"tokens (message + response{' + an incorrect rollout' if shows_incorrect else ''}), "
@@ -437,14 +454,14 @@ _handoff: dict[str, tuple] = {}     # config JSON -> (task, confs) of a check ma
 def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = False, cross_ok: bool = True):
   """Everything checkable before any model loads (seconds): config, model specs (`model_specs.check_model`), task and gold
   answers, configurations against the task, and the context lengths from the checkpoints' headers where they
-  are cheap to read (`models.checkpoints.peek`; otherwise `study.setup` checks them after the load).
+  are cheap to read (`models.checkpoints.peek`; otherwise `environment.setup` checks them after the load).
 
   Args:
     fields: config id -> the config field that names the configuration in errors (default
       config.configurations['<id>']; the trainer's is config.train.configuration).
     cross_ok: a teacher of another tokenizer may read text (the study); False: refused (the trainer).
     hand_off: keep the result for the next check of an equal config, which returns it without redoing the work
-      (once): `check_train`'s, for the trainer's own `study.setup`.
+      (once): `check_train`'s, for the trainer's own `environment.setup`.
   Returns:
     (task, confs).
   """
@@ -468,7 +485,7 @@ def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = F
       where = (fields or {}).get(conf.config_id, f"config.configurations[{conf.config_id!r}]")
       cross_view.cross_teacher(config, conf.teacher, student[1], h[1], where=f"{where}: teacher {conf.teacher!r}",
                     cross_ok=cross_ok)
-  if all(h is not None for h in headers.values()):     # else not cheap: `study.setup` checks after the load
+  if all(h is not None for h in headers.values()):     # else not cheap: `environment.setup` checks after the load
     check_context(config, task, confs, student[1], {k: v[0] for k, v in headers.items()})
   if hand_off:
     _handoff.clear()

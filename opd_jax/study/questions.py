@@ -120,7 +120,7 @@ def score_views(env: environment.Env, problem, prompt: list[int], views: list[no
         msg = contexts.context_message(ctx, env.task, problem, incorrect=incorrect, templates=c.contexts.templates)
         if msg is not None:
           rows.append(r)
-          t_prompts.append(contexts.study_chat(env.teacher(teacher).tokenizer, msg, c))
+          t_prompts.append(contexts.study_chat(env.teacher(teacher).tokenizer, msg, env.chat_settings))
       dense[view] = {}
       if rows:
         reuse = [h_p[r] for r in rows] if all(r in h_p for r in rows) else None

@@ -197,11 +197,18 @@ def render_chat(tokenizer, user_message: str, *, system_prompt: str = "",
   return models.chat_ids(tokenizer, messages, **dict(chat_kwargs or {}))
 
 
-def study_chat(tokenizer, user_message: str, config) -> list[int]:
-  """`render_chat` with a study config's `chat` settings (system_prompt, kwargs): the prompt ids every stage of
-  a study (and its preflight and cost model) gives the student or a teacher."""
-  return render_chat(tokenizer, user_message, system_prompt=config.chat.system_prompt,
-                     chat_kwargs=config.chat.kwargs)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Chat:
+  """A study's chat settings, resolved once (`preflight.chat` from config.chat): the system prompt ("" none) and
+  the chat template's keyword arguments (e.g. {"enable_thinking": False})."""
+  system_prompt: str = ""
+  kwargs: Mapping = dataclasses.field(default_factory=dict)
+
+
+def study_chat(tokenizer, user_message: str, chat: Chat) -> list[int]:
+  """`render_chat` with a study's `Chat` settings: the prompt ids every stage of a study (and its preflight and
+  cost model) gives the student or a teacher."""
+  return render_chat(tokenizer, user_message, system_prompt=chat.system_prompt, chat_kwargs=chat.kwargs)
 
 
 def context_message(context: str, task, problem: task_base.Problem, *, incorrect: str | None = None,

@@ -3,7 +3,7 @@ records (`cross.py` computes the teacher's probabilities).
 
 `cross_teacher` decides, per teacher, on ids (`models.tokenizer_differences`) or config.scoring.cross_tokenizer.
 force, and refuses what the text path cannot do; `score_view` fills a question's dense records and q at the
-nodes for one such view, after the nodes are chosen (`study.nodes_of`).
+nodes for one such view, after the nodes are chosen (`questions.nodes_of`).
 """
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def score_view(student: Any, teacher: Any, view, responses, dense: dict, at: dic
   at[r].q_reason[view] (per node, "" or why its q are NaN: `cross.Result.reasons`).
 
   Args:
-    dense: {view: {rollout: arrays}} of `study.score_views` (the view's rows hold `pending` and the student's
+    dense: {view: {rollout: arrays}} of `questions.score_views` (the view's rows hold `pending` and the student's
       logp); at: {rollout: nodes.RolloutNodes} of the node rollouts; options: config.scoring.cross_tokenizer;
       teacher_temperature: T_q of the scaled teacher at the nodes (`preflight.teacher_policy`).
   """

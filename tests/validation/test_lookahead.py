@@ -120,7 +120,7 @@ def test_summary_reports_a_gradient_check_and_agreement_against_chance():
   assert row["pred_vs_rerun_resolved_agree"] == 3 / 5
   config = cfg_lookahead.get_config()
   config.lookahead.study_workdir = "/study"
-  text = lookahead_summary._summary_text(config, summary, frame)
+  text = lookahead_summary.summary_text(config, summary, frame)
   assert "gradient check" in text and "does not test whether the step raises" in text
   assert "chance (0.5)" in text and "p=" in text
   assert "5 of 30 re-runs test the predicted change" in text

@@ -205,7 +205,7 @@ def test_teacher_resampled_interval_is_wider_when_teachers_cluster_and_replicate
   for b in range(5):                                       # a replicate = the concatenated resample, by scipy
     reps = np.repeat(np.arange(len(df)), w[b].astype(int))
     want = stats_scipy.spearmanr(x[reps], y[reps]).statistic
-    np.testing.assert_allclose(ttoy.stats.weighted_spearman(x, y, w[b:b + 1])[0], want, atol=1e-12)
+    np.testing.assert_allclose(toy_analysis.stats.weighted_spearman(x, y, w[b:b + 1])[0], want, atol=1e-12)
 
 
 def test_beyond_sign_against_scipy():
