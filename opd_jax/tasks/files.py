@@ -33,6 +33,20 @@ def _resolve(task: str, path, data_dir, default_name: str, source: str) -> pathl
   return resolved
 
 
+def _json_lines(file: pathlib.Path, expected: str):
+  """(row, line number, object) of each non-blank line of a JSONL file (row: 0-based among those lines).
+
+  Raises:
+    ValueError: a line that is not valid JSON, naming the file, the line and `expected`.
+  """
+  with open(file, encoding="utf-8") as f:
+    for row, (lineno, line) in enumerate((i, l) for i, l in enumerate(f, 1) if l.strip()):
+      try:
+        yield row, lineno, json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{file}: line {lineno} is not valid JSON ({e.msg}); expected {expected}") from None
+
+
 def load_gsm8k(*, path=None, data_dir=None, split: str = "test", num_problems: int | None = None,
                template: str = GSM8K_TEMPLATE) -> base.Task:
   """GSM8K from a JSONL file: gold = the text after the last `#### `, solution = the text before it.
@@ -48,25 +62,19 @@ def load_gsm8k(*, path=None, data_dir=None, split: str = "test", num_problems: i
   """
   file = _resolve("gsm8k", path, data_dir, f"gsm8k_{split}.jsonl", GSM8K_SOURCE)
   problems = []
-  with open(file, encoding="utf-8") as f:
-    for row, (lineno, line) in enumerate((i, l) for i, l in enumerate(f, 1) if l.strip()):
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{file}: line {lineno} is not valid JSON ({e.msg}); expected one GSM8K object per "
-                         "line") from None
-      if not isinstance(record, dict):
-        raise ValueError(f"{file}: line {lineno} is a JSON {type(record).__name__}, not an object; expected "
-                         "GSM8K rows {\"question\": ..., \"answer\": \"... #### <number>\"}")
-      text = record.get("answer", "")
-      if not isinstance(text, str):
-        text = ""
-      if "####" not in text or "question" not in record:
-        raise ValueError(f"{file}: row {row} has no 'question' or no '#### <answer>' in its 'answer' field; "
-                         "expected GSM8K JSONL rows")
-      solution, gold = text.rsplit("####", 1)
-      problems.append(base.Problem(id=base.safe_id("gsm8k", split, f"{row:05d}"), question=record["question"],
-                                   answer=gold.strip(), solution=solution.rstrip(), fields={"row": row}))
+  for row, lineno, record in _json_lines(file, "one GSM8K object per line"):
+    if not isinstance(record, dict):
+      raise ValueError(f"{file}: line {lineno} is a JSON {type(record).__name__}, not an object; expected "
+                       "GSM8K rows {\"question\": ..., \"answer\": \"... #### <number>\"}")
+    text = record.get("answer", "")
+    if not isinstance(text, str):
+      text = ""
+    if "####" not in text or "question" not in record:
+      raise ValueError(f"{file}: row {row} has no 'question' or no '#### <answer>' in its 'answer' field; "
+                       "expected GSM8K JSONL rows")
+    solution, gold = text.rsplit("####", 1)
+    problems.append(base.Problem(id=base.safe_id("gsm8k", split, f"{row:05d}"), question=record["question"],
+                                 answer=gold.strip(), solution=solution.rstrip(), fields={"row": row}))
   problems = base.limit(problems, num_problems, str(file))
   return base.Task(name="gsm8k", problems=problems, template=base.check_template(template),
                    extractor=answers.extract_number, grader=lambda p, a: answers.numbers_equal(p.answer, a))
@@ -163,8 +171,8 @@ def load_jsonl(grader: str, *, path=None, split: str = "test", num_problems: int
     num_problems: the first n rows in file order (None: all).
     template: the user message with `{question}`; default: gsm8k's (numeric) or math500's (math).
   Raises:
-    ValueError: no path, a line that is not a JSON object, a row without a string question or an answer, a bad
-      grader, duplicate ids (each naming the file and the line).
+    ValueError: no path, a line that is not a JSON object, a row without a string question or an answer (naming
+      the file and the line), a bad grader, duplicate ids (`base.Task`).
     FileNotFoundError: a missing file.
     EmptyTaskError: a file without rows.
   """
@@ -176,20 +184,14 @@ def load_jsonl(grader: str, *, path=None, split: str = "test", num_problems: int
   if not file.is_file():
     raise FileNotFoundError(f"task {name!r}: file {str(file)!r} not found")
   problems = []
-  with open(file, encoding="utf-8") as f:
-    for row, (lineno, line) in enumerate((i, l) for i, l in enumerate(f, 1) if l.strip()):
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{file}: line {lineno} is not valid JSON ({e.msg}); expected one object per line "
-                         f"with {sorted(JSONL_SCHEMA)}") from None
-      if not isinstance(record, dict) or not isinstance(record.get("question"), str) or record.get("answer") is None:
-        raise ValueError(f"{file}: line {lineno} needs a string 'question' and an 'answer' (schema: "
-                         f"{', '.join(f'{k}: {v}' for k, v in JSONL_SCHEMA.items())})")
-      solution = record.get("solution")
-      problems.append(base.Problem(id=base.safe_id(str(record.get("id") or f"{file.stem}-{split}-{row:05d}")),
-                                   question=record["question"], answer=str(record["answer"]).strip(),
-                                   solution=None if solution is None else str(solution), fields={"row": row}))
+  for row, lineno, record in _json_lines(file, f"one object per line with {sorted(JSONL_SCHEMA)}"):
+    if not isinstance(record, dict) or not isinstance(record.get("question"), str) or record.get("answer") is None:
+      raise ValueError(f"{file}: line {lineno} needs a string 'question' and an 'answer' (schema: "
+                       f"{', '.join(f'{k}: {v}' for k, v in JSONL_SCHEMA.items())})")
+    solution = record.get("solution")
+    problems.append(base.Problem(id=base.safe_id(str(record.get("id") or f"{file.stem}-{split}-{row:05d}")),
+                                 question=record["question"], answer=str(record["answer"]).strip(),
+                                 solution=None if solution is None else str(solution), fields={"row": row}))
   problems = base.limit(problems, num_problems, str(file))
   template = template or (GSM8K_TEMPLATE if grader == "numeric" else MATH_TEMPLATE)
   return base.Task(name=name, problems=problems, template=base.check_template(template), extractor=extractor,

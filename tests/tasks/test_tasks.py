@@ -460,3 +460,26 @@ def test_reasoning_gym_config_in_the_name_and_built_solutions():
                                   "max_digits=1", num_problems=6, seed=0)
   assert [p.solution is None for p in left_to_right.problems] == [False] * 5 + [True]
   assert left_to_right.problems[5].answer == "483" and not left_to_right.has_solutions
+
+
+def test_a_jsonl_task_reads_its_schema_and_names_the_bad_line(tmp_path):
+  """`jsonl:<grader>` (issue 37): questions and answers from your own file, graded by the rule named; a bad line
+  fails naming the file, the line and the schema."""
+  path = tmp_path / "mine.jsonl"
+  path.write_text('{"question": "2 + 3?", "answer": 5, "solution": "2 + 3 = 5", "id": "a"}\n\n'
+                  '{"question": "Half of 1?", "answer": "\\\\frac{1}{2}"}\n')
+  task = tasks.load_task("jsonl:math", path=str(path))
+  assert [p.id for p in task.problems] == ["a", "mine-test-00001"] and task.problems[0].solution == "2 + 3 = 5"
+  assert task.reward(task.problems[1], "so \\boxed{0.5}") == 1.0 and task.reward(task.problems[1], "\\boxed{2}") == 0.0
+  numeric = tasks.load_task("jsonl:numeric", path=str(path), num_problems=1)
+  assert numeric.reward(numeric.problems[0], "it is 5") == 1.0 and numeric.has_solutions   # its one row has one
+  path.write_text('{"question": "ok?", "answer": 1}\n{"question": "no answer"}\n')
+  with pytest.raises(ValueError, match=r"mine.jsonl: line 2 needs a string 'question' and an 'answer'"):
+    tasks.load_task("jsonl:numeric", path=str(path))
+  path.write_text('{"question": "ok?", "answer": 1}\nnot json\n')
+  with pytest.raises(ValueError, match=r"line 2 is not valid JSON .*expected one object per line"):
+    tasks.load_task("jsonl:numeric", path=str(path))
+  with pytest.raises(ValueError, match="grader must be one of"):
+    tasks.load_task("jsonl:exact", path=str(path))
+  with pytest.raises(ValueError, match="set config.task.path"):
+    tasks.load_task("jsonl:numeric")
