@@ -1,1 +1,2 @@
-"""What a plan costs: the cost model (estimate), compiled FLOPs (flops) and HLO bytes (hlo_bytes)."""
+"""What a plan costs: the cost model (estimate), the real programs compiled for abstract shapes (programs),
+FLOPs (flops) and HLO bytes (hlo_bytes)."""

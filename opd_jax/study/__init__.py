@@ -1,3 +1,6 @@
-"""The study, in run order: preflight (checks, plan), checklist, pipeline (rollouts, views, nodes,
-continuations per question), nodes, targeted (continuations) with allocation, looks (the sequential design),
-records and runs (workdir, lock, resume)."""
+"""The study, in run order: preflight (config checks, policies, context lengths), planning (the plan and its
+estimated time), model_specs (specs checked from names and headers), checklist (what a run prints first),
+environment (models, views, mesh), questions (one question: rollouts, grades, views scored, nodes,
+continuations), pipeline (the run over the questions, resumable, then the report), with nodes (node rows),
+targeted and allocation (targeted continuations), looks (the sequential design), records (the one schema) and
+runs (processes, progress, the workdir lock)."""

@@ -1,2 +1,2 @@
-"""Teachers: self-distillation contexts (contexts) and teachers with another tokenizer (cross, cross_tree,
-cross_view)."""
+"""Teachers: configurations and self-distillation contexts (contexts: the registry) and teachers with another
+tokenizer (cross, cross_tree, cross_view)."""
