@@ -183,16 +183,11 @@ def with_configurations(config, items) -> list[str]:
   return notes
 
 
-# Fields a config chooses for its own task (config.task.name as its file sets it), with their defaults: on another
-# task (an override of --config.task.name) each one that is not overridden too takes its default.
-TASK_CHOSEN = tasks.TASK_CHOSEN
-
-
 def switch_task(config, own_task: str, overrides) -> str | None:
   """A task switch resets what the config chose for its own task (configs/base.py, "Switching the task").
 
-  When config.task.name differs from `own_task` (the config file's own task), each `TASK_CHOSEN` field not in
-  `overrides` and not at its default (`tasks.TASK_CHOSEN`: template "" = the task's own, stating its answer format;
+  When config.task.name differs from `own_task` (the config file's own task), each field of `tasks.TASK_CHOSEN`
+  not in `overrides` and not at its default there (template "" = the task's own, stating its answer format;
   max_new_tokens 256) is set to the default, in place.
 
   Args:
@@ -204,7 +199,7 @@ def switch_task(config, own_task: str, overrides) -> str | None:
   if config.task.name == own_task:
     return None
   changed = []
-  for field, default in TASK_CHOSEN.items():
+  for field, default in tasks.TASK_CHOSEN.items():
     group, name = field.split(".")
     value = config[group][name]
     if field not in overrides and value != default:
@@ -213,8 +208,8 @@ def switch_task(config, own_task: str, overrides) -> str | None:
   if not changed:
     return None
   return (f"note: config.task.name={config.task.name!r} is not the config's own task {own_task!r}, whose template "
-          f"and token cap do not carry over: {', '.join(changed)}; set --config.{' and --config.'.join(TASK_CHOSEN)} "
-          "to choose them")
+          f"and token cap do not carry over: {', '.join(changed)}; set "
+          f"--config.{' and --config.'.join(tasks.TASK_CHOSEN)} to choose them")
 
 
 def _own_task(config_flag) -> str | None:

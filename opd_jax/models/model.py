@@ -17,7 +17,6 @@ from jax.sharding import Mesh, NamedSharding
 
 from opd_jax.decode import sharding as sharding_lib
 from opd_jax.models import decoder
-from opd_jax.models import param_init
 from opd_jax.models import tokenizer as tokenizer_lib
 
 DTYPES = ("float32", "bfloat16", "float16")

@@ -4,22 +4,20 @@ import math
 
 import pandas as pd
 
-from opd_jax.estimators import divergences
 from opd_jax.report import router as rt
 from opd_jax.report import verdict_text
 from opd_jax.report.common import ci
 from opd_jax.report.common import fmt
 from opd_jax.report.common import table
 from opd_jax.report.common import underpowered_reason
+from opd_jax.study import records
 
 
 def divergence_label(row: pd.Series) -> str:
   """`name(param=value)` of a configuration's divergence, its parameter named by the registry (records before
   `divergence_param`: their beta / clip columns)."""
-  entry = divergences.REGISTRY.get(str(row["divergence"]))
-  param = entry.param if entry else None
-  value = row.get("divergence_param", row.get(param, math.nan)) if param else math.nan
-  return f"{row['divergence']}({param}={value:g})" if not pd.isna(value) else str(row["divergence"])
+  param, value = records.divergence_param(row)
+  return f"{row['divergence']}({param}={value:g})" if not math.isnan(value) else str(row["divergence"])
 
 
 def meta_lines(meta: dict) -> list[str]:

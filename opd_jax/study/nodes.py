@@ -263,9 +263,8 @@ def estimates_from_rows(rows: pd.DataFrame, counts: dict | None = None) -> dict[
     q = pad([x if ok else np.zeros(len(c)) for x, c, ok in zip(sub["q"], sub["candidates"], has_q)], np.float64)
     first = sub.iloc[0]
     div = str(first["divergence"])
-    param = divergences.get(div).param          # records before `divergence_param` have beta / clip columns
-    value = first.get("divergence_param", first.get(param, math.nan)) if param else math.nan
-    opts = divergences.options(div, None if pd.isna(value) else float(value))
+    value = records.divergence_param(first)[1]
+    opts = divergences.options(div, None if math.isnan(value) else value)
     est = success.node_estimates(p, q, pad(succ, np.int64), pad(n, np.int64), divergence=div,
                                   sampled_index=np.zeros(len(sub), np.int64),
                                   advantage=np.nan_to_num(sub["sampled_advantage"].to_numpy(np.float64)), **opts)

@@ -32,6 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from opd_jax.estimators import divergences
 from opd_jax.estimators import gradients
 from opd_jax.estimators import predictors
 
@@ -156,6 +157,17 @@ _COLUMNS = {
     ] + [(k, pa.float64(), _PRED) for k in PREDICTORS],
 }
 SCHEMAS = {t: pa.schema([pa.field(n, ty) for n, ty, _ in cols]) for t, cols in _COLUMNS.items()}
+
+
+def divergence_param(row) -> tuple[str | None, float]:
+  """(the registry's name of its '@' parameter, its value) of a node or summary row's divergence; (None, NaN) for
+  a divergence that takes none (or is not registered), NaN where the row records no value. Read from
+  `divergence_param`; rows written before that column hold beta and clip in their own columns."""
+  entry = divergences.REGISTRY.get(str(row["divergence"]))
+  if entry is None or entry.param is None:
+    return None, math.nan
+  value = row.get("divergence_param", row.get(entry.param, math.nan))
+  return entry.param, (math.nan if pd.isna(value) else float(value))
 
 
 def describe_schema() -> dict:

@@ -77,11 +77,11 @@ def _reasoning_gym(rest, *, num_problems, seed, template, config=None, **_):
 _TFDS_OPTIONS = ("question_field", "answer_field", "solution_field", "answer_marker", "grader")
 
 
-def _tfds(rest, *, split, data_dir, download, num_problems, template, **options):
+def _tfds(rest, *, path, seed, split, data_dir, download, num_problems, template, **options):
+  del path, seed                                   # a tfds dataset is named, and keeps its stored order
   from opd_jax.tasks import tfds_source  # pylint: disable=g-import-not-at-top
   return tfds_source.load(rest, split=split, data_dir=data_dir, download=download, num_problems=num_problems,
-                          **{k: v for k, v in options.items() if k in _TFDS_OPTIONS},
-                          **({} if template is None else {"template": template}))
+                          **options, **({} if template is None else {"template": template}))
 
 
 def _synthetic(rest, *, num_problems, seed, template, **_):

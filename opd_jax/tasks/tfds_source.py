@@ -55,7 +55,7 @@ def load(name: str, *, split: str = "test", data_dir=None, download: bool = Fals
   Returns:
     A Task named "tfds:<name>", ids "<name>-<split>-<index:05d>" (characters outside [A-Za-z0-9_.-] -> "_").
   """
-  files.grading(grader, f"tfds:{name}")                      # a bad grader fails before tfds is imported
+  extractor, grade = files.grading(grader, f"tfds:{name}")   # a bad grader fails before tfds is imported
   template = template or (files.MATH_TEMPLATE if grader == "math" else files.GSM8K_TEMPLATE)
   try:
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
@@ -94,6 +94,5 @@ def load(name: str, *, split: str = "test", data_dir=None, download: bool = Fals
     problems.append(base.Problem(id=base.safe_id(name, split, f"{index:05d}"),
                                  question=_field(example, question_field, name, available),
                                  answer=answer.strip(), solution=solution, fields={"index": index}))
-  extractor, grade = files.grading(grader, f"tfds:{name}")
   return base.Task(name=f"tfds:{name}", problems=problems, template=base.check_template(template),
                    extractor=extractor, grader=grade)

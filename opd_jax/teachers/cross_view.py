@@ -75,13 +75,11 @@ def reads_text(config, teacher: str) -> bool:
 # ----------------------------------------------------------------------------------------------------------
 # A study's cross-tokenizer view: its dense records and its q at the nodes.
 
-# Dense predictors defined for a view that reads text: those whose registry entry says how (`Predictor.on_text`:
-# entropy_p, the student's alone; logq_minus_logp, of the sampled token's text). Every other predictor compares two
+# Dense predictors of a view that reads text: those whose registry entry says how (`Predictor.on_text`: entropy_p,
+# the student's alone; logq_minus_logp, of the sampled token's text). Every other predictor compares two
 # distributions over one vocabulary and is undefined across tokenizers (NaN in the view's `tokens` rows;
 # records.CONVENTIONS["cross-tokenizer view"]): a registered predictor is undefined here unless it says otherwise,
-# never the student's value by mistake.
-DEFINED = tuple(k for k, p in predictors.REGISTRY.items() if p.on_text is not None)
-UNDEFINED = tuple(k for k in predictors.PREDICTORS if k not in DEFINED)
+# never the student's value by mistake (`score_view`).
 
 
 def pending(teacher_prompt: Sequence[int]) -> dict:
@@ -92,7 +90,7 @@ def pending(teacher_prompt: Sequence[int]) -> dict:
 def score_view(student: Any, teacher: Any, view, responses, dense: dict, at: dict, *, options,
                teacher_temperature: float) -> cross.Result | None:
   """Fill one cross view's records of a question in place: dense[view][r] "logq" (raw, T = 1: log q of the
-  sampled token's text at every position), each predictor by its `on_text` (NaN for `UNDEFINED`); at[r].q_at[view] (the
+  sampled token's text at every position), each predictor by its `on_text` (NaN without one); at[r].q_at[view] (the
   scaled teacher's log q on C(u), config's teacher temperature; None where the view has no context) and
   at[r].q_reason[view] (per node, "" or why its q are NaN: `cross.Result.reasons`).
 
