@@ -27,13 +27,15 @@ error of a rate of 0.05 at --sims (a test exactly at its level reads above 0.05 
 
 Issue 33 (--cells=sequential,planted; not in the default cells):
   PYTHONPATH=$PWD python benchmarks/verdict_calibration.py --cells=sequential,planted --sims=500 \
-      [--looks=10,20,40,80] [--margin=0.3]
+      [--looks=10,20,40,80] [--margin=0.3] [--futility=0.1] [--seq_cells=0,1,2,3,4,5,6]
   sequential: a study of --looks[-1] questions looked at after each block (the first looks[k] questions) with
     sequential.Design(looks, margin) and stopped when decided (decision.compare_arrays with design and look);
     configurations equal (0, 0) and (0, 0, 0) (truly equivalent), at the margin (margin, 0) (truly not
-    equivalent), and truly different (0.5, 0) and (0.5, 0.25, 0). Per cell: fwer_flags (a pair flagged
-    distinguishable whose true difference is 0 or of the other sign, at any look before stopping), false_use
-    (decided "use" of a configuration not strictly the best), false_equivalent (decided "equivalent" naming two
+    equivalent), truly different (0.5, 0) and (0.5, 0.25, 0), and, not in the default cells, half the margin
+    (margin / 2, 0: equivalent, slowly) and six close configurations (0.1, 0.05, 0, 0, 0, 0: mostly undecidable at
+    the cap); --futility sets the design's futility threshold (a futile stop counts as not decided). Per cell:
+    fwer_flags (a pair flagged distinguishable whose true difference is 0 or of the other sign, at any look before
+    stopping), false_use (decided "use" of a configuration not strictly the best), false_equivalent (decided "equivalent" naming two
     configurations whose true difference is >= margin), coverage (every comparable pair's interval at the stopping
     look holds its true difference), right (decided and correct), mean_questions at stopping, fixed_questions (the
     questions a one-look design needs for the same rate of right decisions, interpolated on a grid of fixed
@@ -231,7 +233,8 @@ def run_sequential(mu, nodes, sims, rng, design, fixed_grid: bool = True) -> dic
     i = above[0]
     fixed_questions = float(np.interp(right, fixed[i - 1:i + 1], grid[i - 1:i + 1]))
   out = {"cell": "sequential", "mu": list(mu), "nodes": nodes, "looks": list(design.looks),
-         "margin": design.margin, "sims": sims, "fwer_flags": r.flagged.mean(), "false_use": r.false_use.mean(),
+         "margin": design.margin, "futility": design.futility, "sims": sims, "fwer_flags": r.flagged.mean(),
+         "false_use": r.false_use.mean(),
          "false_equivalent": r.false_equivalent.mean(), "coverage": r.covered.mean(), "right": right,
          "decisions": r.decision.value_counts(normalize=True).round(4).to_dict(),
          "false_use_at": {str(k): int(v) for k, v in r.questions[r.false_use].value_counts().sort_index().items()},
@@ -288,7 +291,9 @@ def main() -> None:
   parser.add_argument("--looks", default="10,20,40,80", help="looks of the sequential cells (questions)")
   parser.add_argument("--margin", type=float, default=0.3, help="equivalence margin of the sequential cells")
   parser.add_argument("--seq_cells", default="0,1,2,3,4", help="which sequential cells: 0 (0, 0), 1 (0, 0, 0), "
-                      "2 (margin, 0), 3 (0.5, 0), 4 (0.5, 0.25, 0)")
+                      "2 (margin, 0), 3 (0.5, 0), 4 (0.5, 0.25, 0), 5 (margin / 2, 0), 6 (0.1, 0.05, 0, 0, 0, 0)")
+  parser.add_argument("--futility", type=float, default=0.0, help="the sequential cells' futility threshold "
+                      "(sequential.Design.futility; 0: none)")
   parser.add_argument("--fixed_grid", type=int, default=1, help="0: skip the fixed designs (no questions ratio)")
   args = parser.parse_args()
   kinds = args.cells.split(",")
@@ -315,10 +320,13 @@ def main() -> None:
     for g in (15, 30):
       emit((3, g), "missing", [0.0, 0.0], g, "geom40", missing=True)
   if "sequential" in kinds:
-    design = sequential.Design(looks=tuple(int(x) for x in args.looks.split(",")), margin=args.margin)
+    design = sequential.Design(looks=tuple(int(x) for x in args.looks.split(",")), margin=args.margin,
+                               futility=args.futility)
     m = args.margin
+    cells = ((0.0, 0.0), (0.0, 0.0, 0.0), (m, 0.0), (0.5, 0.0), (0.5, 0.25, 0.0), (m / 2, 0.0),
+             (0.1, 0.05, 0.0, 0.0, 0.0, 0.0))
     for nodes_i, nodes in enumerate(("unif15", "geom40")):
-      for cell_i, mu in enumerate(((0.0, 0.0), (0.0, 0.0, 0.0), (m, 0.0), (0.5, 0.0), (0.5, 0.25, 0.0))):
+      for cell_i, mu in enumerate(cells):
         if str(cell_i) not in args.seq_cells.split(","):
           continue
         line = run_sequential(mu, nodes, args.sims, np.random.default_rng([args.seed, 4, nodes_i, cell_i]), design,

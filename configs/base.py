@@ -71,11 +71,15 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   budget.question_batch     questions whose base rollouts are sampled in one batch (question_batch x
                             rollouts_per_question rows: larger batches use the hardware better; a block may
                             sample questions that are never needed once budget.questions are selected)
-  budget.looks              the sequential design (opd_jax/study/looks.py): question counts at which the study looks at its
-                            verdict and stops once it is decided (one configuration could be best, or all that
+  budget.looks              the sequential design (opd_jax/study/looks.py): question counts at which the study looks at
+                            its verdict and stops once it is decided (one configuration could be best, or all that
                             could be are equivalent within report.min_effect), e.g. (10, 20, 40); budget.questions
                             is the cap and the last look; error rates hold over the looks (alpha spending,
                             opd_jax/report/sequential.py). () = the fixed design: every question, one verdict
+  budget.futility           with budget.looks: also stop at a look whose verdict is unlikely to be decided even at the
+                            cap (the smallest conditional probability of a blocking comparison resolving, under the
+                            current estimates, below this; opd_jax/report/sequential.py "Futility"); it only ever
+                            replaces a later claim by none, so error rates hold. 0 = never (default)
   selection                 "informative" (questions with both a correct and an incorrect rollout) | "all"
   scoring.chunk             response positions per chunk of the divergence reduction
   scoring.top_k             k of the top-k overlap predictor
@@ -149,6 +153,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   continue_unsupported=False, allocation="uniform", allocation_minimum=2,
                   allocation_min_mass=0.01, stop_at_answer=False)
   c.budget.looks = ()
+  c.budget.futility = 0.0
   c.selection = "informative"
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0,
                    cross_tokenizer=dict(mode="exact", prune=10.0, max_tree_nodes=512, force=False))

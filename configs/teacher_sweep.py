@@ -4,7 +4,9 @@
                                                                           # warm cache (measured; docs/results.md);
                                                                           # an empty model cache adds ~11 min (issue 35)
   python -m opd_jax.main --config=configs/teacher_sweep.py:gsm           # the previous default, ~9 min cold
-  python -m opd_jax.main --config=configs/teacher_sweep.py:hour          # the one-hour study (docs/results.md): 63 min
+  python -m opd_jax.main --config=configs/teacher_sweep.py:hour          # the one-hour study (docs/results.md): 17 min
+                                                                          # (stops for futility at its first look;
+                                                                          # 63-117 min to its cap without that stop)
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper \
       --config.student.name=/data/Qwen3-1.7B \
       --config.configurations.external=/data/Qwen3-8B:plain:reverse_kl   # GPU/TPU, hours
@@ -18,14 +20,17 @@ equations. The nodes are mostly the answer's digits. The CPU budget is a small s
 its point estimates. `:gsm` is the previous default (gsm_symbolic, GSM8K templates with worked solutions,
 256-token responses: one informative question, 4 defined nodes per configuration, every group UNDERPOWERED).
 `:hour` is the default at up to 8x the questions and 3x R (docs/results.md: its verdict and table), looking at
-its verdict at 20, 40 and 60 questions and stopping once it is decided. `:paper` is the paper-scale budget for
+its verdict at 20, 40 and 60 questions and stopping once it is decided or unlikely to be decided by the cap
+(futility 0.1: it stops at 20 questions, undecided, docs/results.md). `:paper` is the paper-scale budget for
 Qwen3 HF folders on accelerators.
 
 Capping a study (docs/results.md, "The sequential study"): `budget.questions` is the cap;
 `--config.budget.looks='(20, 40, 60)'` looks at the verdict after those many questions and stops once it is
 decided (one configuration could be best, or every one that could is within `report.min_effect`, default 0.05, of
-the others), with error rates that hold over the looks; `--config.budget.allocation=weighted
---config.budget.continuations_mean=2` spends 2 continuations per candidate on average, split by p and q.
+the others), with error rates that hold over the looks; `--config.budget.futility=0.1` also stops it at a look once
+it is unlikely to be decided even at the cap (the error rates still hold; docs/results.md, "Futility");
+`--config.budget.allocation=weighted --config.budget.continuations_mean=2` spends 2 continuations per candidate
+on average, split by p and q.
 """
 from configs import base
 
@@ -84,8 +89,9 @@ def get_config(arg: str | None = None):
     config.budget.student_top_k = 1
     config.budget.question_batch = 8             # 8 questions x 4 rollouts per decode batch (32 rows)
   elif arg == "hour":
-    # The default's task and views in about an hour of the 2-core CPU (63 min measured, docs/results.md, "The one-hour
-    # study"): 8x the informative questions (80, from a pool of 280; 127 were sampled) and R = 12 continuations
+    # The default's task and views at up to an hour and more of the 2-core CPU (63 min for the fixed design
+    # measured, docs/results.md, "The one-hour study"; 17 min with the futility stop below, which ends it at 20
+    # questions): 8x the informative questions (80, from a pool of 280; 127 were sampled) and R = 12 continuations
     # per candidate (3x), so P_succ is less noisy (noise ceiling 0.87-0.91) and every group is far above the
     # decision threshold (257-465 defined nodes per group over 60-80 questions).
     config.name = "teacher_sweep_hour"
@@ -93,6 +99,7 @@ def get_config(arg: str | None = None):
     config.budget.questions = 80
     config.budget.continuations_per_candidate = 12
     config.budget.looks = (20, 40, 60)           # the sequential design: stop once decided (cap 80)
+    config.budget.futility = 0.1                 # or once unlikely to decide by the cap (docs/results.md)
   elif arg == "paper":
     config.name = "teacher_sweep_paper"
     config.student.name = "/data/Qwen3-1.7B"                      # an HF folder (config.json, safetensors)

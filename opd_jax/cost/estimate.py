@@ -18,9 +18,9 @@ are analytic: weights once per program call, the KV cache it reads (`flops.decod
 Work counted (`Work`; upper bounds, as `planning.plan`): every question selected, every base rollout at the
 token cap; continuations of n_tok / 2 tokens on average in full `branch_batch` batches (rows that stop leave the
 batch: work ~ tokens); prompts and teacher contexts of the lengths measured on the task with the student's
-tokenizer (`planned_work`; `PROMPT_TOKENS` and each context's `assumed_tokens` where the tokenizer is not cheap to read); one
-student pass per scored rollout serves every (teacher, context) view (`questions.score_views`); the node heads
-(`scoring.head_logprobs`, a few rows) are left out. `benchmarks/cost_check.py` fills `Work` from a finished
+tokenizer (`planned_work`; `PROMPT_TOKENS` and each context's `assumed_tokens` where the tokenizer is not cheap to
+read); one student pass per scored rollout serves every (teacher, context) view (`questions.score_views`); the
+node heads (`scoring.head_logprobs`, a few rows) are left out. `benchmarks/cost_check.py` fills `Work` from a finished
 run's records instead and compares the estimate with the run's stage times.
 
 Times: roofline max(FLOPs / (peak x EFF_FLOPS), bytes / (bandwidth x EFF_BW)) per program call, summed, on the
@@ -140,7 +140,8 @@ def model_config(spec: str, config) -> decoder.Config:
   if name in ARCHITECTURES:
     return ARCHITECTURES[name]
   raise ValueError(f"cost model: no architecture for {spec!r} (not a readable checkpoint header, and "
-                   f"{name!r} is not in opd_jax.cost.estimate.ARCHITECTURES: {sorted(ARCHITECTURES)}); add its shapes there")
+                   f"{name!r} is not in opd_jax.cost.estimate.ARCHITECTURES: {sorted(ARCHITECTURES)}); add its shapes "
+                   "there")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -401,7 +402,8 @@ def describe(config, name: str) -> str:
       lines.append(f"  WARNING: weights + the largest KV cache need {need / 1e9:.0f} GB, more than {chips} x "
                    f"{chip.hbm_bytes / 1e9:.0f} GB of HBM: lower config.budget.branch_batch / question_batch or "
                    "add chips")
-  lines.append(f"  lengths {work.source}; a context showing an incorrect rollout also + the response cap; continuations average half the "
+  lines.append(f"  lengths {work.source}; a context showing an incorrect rollout also + the response cap; "
+               "continuations average half the "
                "cap in full batches, each step reading the suffix written so far (2/3 of the mean length)")
   return "\n".join(lines)
 
@@ -414,6 +416,7 @@ def _design_hours(config, work: Work, per_q: float, chip, chips: int, where: str
     return []
   fixed = config.copy_and_resolve_references()
   fixed.budget.allocation, fixed.budget.adaptive, fixed.budget.looks = "uniform", False, ()
+  fixed.budget.futility = 0.0
   bound = cost(calls(fixed, work=work), chip, chips).acc_s / planning.plan(fixed).questions / 3600
   out = [f"  the fixed design (uniform R = {config.budget.continuations_per_candidate}, every question): {bound:.3g} h "
          f"per question on {where}; this design: {per_q:.3g} h per question run"]
@@ -421,6 +424,11 @@ def _design_hours(config, work: Work, per_q: float, chip, chips: int, where: str
     lo, hi = looks.MEASURED_STOP[0.5][0], looks.MEASURED_STOP[0.0][1]
     out.append(f"  sequential: {lo * per_q:.3g}-{hi * per_q:.3g} h per question of the cap on the expected work "
                f"(it stopped at {lo:.2f}-{hi:.2f} of the cap in the verdict's calibration: looks.MEASURED_STOP)")
+    f = looks.design(config).futility
+    if f in looks.MEASURED_FUTILE:
+      flo, fhi = looks.MEASURED_FUTILE[f]
+      out.append(f"  futility {f:g}: {flo * per_q:.3g}-{fhi * per_q:.3g} h per question of the cap where the cap "
+                 f"cannot decide (it stopped at {flo:.2f}-{fhi:.2f} of the cap there: looks.MEASURED_FUTILE)")
   return out
 
 

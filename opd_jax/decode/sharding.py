@@ -32,7 +32,8 @@ AXES = ("data", "model")
 # Logical-axis rules (MaxText style): the logical axes each param declares (decoder.py: nnx.Param sharding
 # metadata) -> a mesh axis or None. FSDP shards a matrix's model dim ("embed") over "data", tensor parallelism
 # its heads / MLP / vocabulary dim over "model"; layers, norms and head_dim are replicated. A study replaces
-# the whole table with `config.mesh.rules` (`study/preflight.py`, `mesh_rules`); `param_shardings(..., rules=)` takes any table.
+# the whole table with `config.mesh.rules` (`study/preflight.py`, `mesh_rules`); `param_shardings(..., rules=)`
+# takes any table.
 RULES: tuple[tuple[str, str | None], ...] = (
     ("vocab", "model"), ("embed", "data"), ("q_heads", "model"), ("kv_heads", "model"), ("mlp", "model"),
     ("layers", None), ("norm", None), ("head_dim", None),
@@ -323,7 +324,8 @@ def sharded_jit(*, in_specs: Sequence[str], out_specs, static_argnames: Sequence
   argument on a mesh, e.g. a cache); every positional argument gets the shardings of its spec (`PARAMS`, `ROWS`,
   `CACHE`, `REPLICATED`; see their comments), and the outputs those of `out_specs` (a pytree prefix of the
   outputs: one spec per output or one for all), resolved once per mesh, param placement, static arguments and
-  argument shapes (`jax.eval_shape`), then compiled once by `jax.jit`. Non-param arguments placed otherwise are moved to their sharding first; params never are (a
+  argument shapes (`jax.eval_shape`), then compiled once by `jax.jit`.
+  Non-param arguments placed otherwise are moved to their sharding first; params never are (a
   misplaced param raises). With params on no mesh (plain single-device arrays) it is `jax.jit` unchanged.
   The undecorated function is `.fun` (for forks: wrap it again with other specs).
 
@@ -383,6 +385,7 @@ def sharded_jit(*, in_specs: Sequence[str], out_specs, static_argnames: Sequence
     call.fun, call.lower = fun, lower
     # Compiled programs so far (jax's private `_cache_size`, summed): tests check steady state adds none.
     call._cache_size = lambda: (plain._cache_size()  # pylint: disable=protected-access
-                                + sum(f._cache_size() for f, _ in compiled.values()))  # pylint: disable=protected-access
+                                + sum(f._cache_size()  # pylint: disable=protected-access
+                                      for f, _ in compiled.values()))
     return call
   return decorate

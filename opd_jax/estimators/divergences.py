@@ -350,7 +350,8 @@ def get(name: str, *, where: str | None = None) -> Divergence:
     close = difflib.get_close_matches(name, list(REGISTRY), n=3)
     raise ValueError(f"{_prefix(where)}unknown divergence {name!r}: "
                      + (f"did you mean {' or '.join(map(repr, close))}? " if close else "")
-                     + f"divergence must be one of the registered names {tuple(REGISTRY)} (opd_jax/estimators/predictors.py, "
+                     + f"divergence must be one of the registered names {tuple(REGISTRY)} "
+                     "(opd_jax/estimators/predictors.py, "
                      "REGISTRY)")
   return REGISTRY[name]
 

@@ -309,9 +309,10 @@ def predictors(logp: jax.Array, logq: jax.Array, tokens: jax.Array, *, beta: flo
     beta: static float strictly inside (0, 1), the teacher weight of "jsd_beta" ("js" always uses 0.5).
     top_k: static int k of "topk_overlap", 1 <= k <= V.
   Returns:
-    {name: [...] float} for every name in PREDICTORS (`REGISTRY`, a fork's `fn` after the fused pass): "kl_pq" KL(p || q), "kl_qp" KL(q || p), "js" JSD_0.5,
-    "jsd_beta" JSD_beta, "tv" total variation, "cosine" cos(p, q), "entropy_p" H(p), "entropy_q" H(q) (nats),
-    "topk_overlap", "logq_minus_logp" log q(y_t) - log p(y_t). Conventions in the module docstring.
+    {name: [...] float} for every name in PREDICTORS (`REGISTRY`, a fork's `fn` after the fused pass):
+    "kl_pq" KL(p || q), "kl_qp" KL(q || p), "js" JSD_0.5, "jsd_beta" JSD_beta, "tv" total variation, "cosine" cos(p, q),
+    "entropy_p" H(p), "entropy_q" H(q) (nats), "topk_overlap", "logq_minus_logp" log q(y_t) - log p(y_t).
+    Conventions in the module docstring.
   Raises:
     ValueError: on mismatched shapes, beta outside (0, 1), or k outside [1, V].
   """

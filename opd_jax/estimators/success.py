@@ -85,8 +85,8 @@ def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.nd
 
   Returns:
     `NodeEstimates`. Alignment is NaN with a reason (`gradients.nan_reason`): "degenerate" when the counts make
-    every P_succ equal (g* = 0), else "zero_distillation_gradient" when |g_D| < max(1e-12, 1e-5 |p|) (q = p on C(u) up to
-    fp32 round-off, or the clip binds), else "zero_ideal_gradient" (P_succ differs only where p underflows).
+    every P_succ equal (g* = 0), else "zero_distillation_gradient" when |g_D| < max(1e-12, 1e-5 |p|) (q = p on C(u) up
+    to fp32 round-off, or the clip binds), else "zero_ideal_gradient" (P_succ differs only where p underflows).
   """
   # float64: near-degenerate nodes have g* components far below P_succ's scale (P_succ - V ~ 1e-7), where
   # fp32 cancellation would cost the alignment its second digit.

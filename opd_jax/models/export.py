@@ -83,7 +83,8 @@ def write_hf(model, folder: str | os.PathLike) -> pathlib.Path:
     shape = tuple(a.shape[1:] if i is not None else a.shape)
     shape = shape[::-1] if linear else shape
     nbytes = int(np.prod(shape)) * np.dtype(a.dtype).itemsize
-    header[name] = {"dtype": _DTYPES[np.dtype(a.dtype)], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+    header[name] = {"dtype": _DTYPES[np.dtype(a.dtype)], "shape": list(shape),
+                    "data_offsets": [offset, offset + nbytes]}
     offset += nbytes
   blob = json.dumps(header).encode()
   blob += b" " * (-len(blob) % 8)

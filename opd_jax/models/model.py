@@ -47,7 +47,8 @@ class Model:
     if self.graphdef is None:
       if not isinstance(self.params, dict):
         raise ValueError("Model(params=...) without graphdef needs a nested dict of arrays in decoder.py's layout "
-                         f"(param_init.init_params), got {type(self.params).__name__}; pass graphdef= with an nnx.State")
+                         f"(param_init.init_params), got {type(self.params).__name__}; "
+                         "pass graphdef= with an nnx.State")
       graphdef, state = decoder.from_arrays(self.config, self.params)
       object.__setattr__(self, "graphdef", graphdef)
       object.__setattr__(self, "params", state)

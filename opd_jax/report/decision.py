@@ -99,7 +99,8 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
     [K, K] (row minus column; NaN off the family), m, ci_level, best (int or -1), order [K], could_be_best [K],
     runner_up (int or -1: the comparable configuration closest to the best), verdict (str); with a design also
     look, nominal_alpha (per pair at this look), alpha_spent (the family's, by this look), last (bool),
-    equivalent [K, K], decision ("use", "equivalent", "continue", "cap"), decided, stop (sequential.read).
+    equivalent [K, K], decision ("use", "equivalent", "continue", "futile", "cap"), decided, stop, p_decided
+    (sequential.read).
   Raises:
     ValueError: shapes do not match, level outside (0, 1) or not 1 - design.alpha, a look without a design or
       outside the design's looks.
@@ -202,8 +203,12 @@ def _read_look(out: dict, design: sequential.Design | None, look: int | None, fi
   if design is None:
     return out
   last = final or look == design.n_looks
+  futile = {}
+  if design.futility > 0 and not last:
+    futile = dict(futility=design.futility, fraction=design.looks[look - 1] / design.looks[-1],
+                  final_alpha=_final_alpha(design, out["m"], 1.0 - design.alpha))
   out.update(look=look, nominal_alpha=nominal, alpha_spent=sequential.alpha_spent(design, look, final=final),
-             last=last, **sequential.read(out, margin=design.margin, last=last))
+             last=last, **sequential.read(out, margin=design.margin, last=last, **futile))
   return out
 
 
@@ -245,8 +250,9 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
       verdict = decide(nodes, target=..., design=design, look=look, final=<the pool ran out>)
       if verdict["stop"]: break
   The comparisons are compare_arrays' at that look's level; `decision` is "use" (one configuration could be
-  best), "equivalent" (every pair of those that could be best is within +-margin: any of them), "continue", or
-  "cap" (the last look, undecided); the power statement is at the level of the design's last look, averaged over
+  best), "equivalent" (every pair of those that could be best is within +-margin: any of them), "continue",
+  "futile" (a design with futility > 0: unlikely to be decided even at the cap; sequential.read) or "cap" (the last
+  look, undecided); the power statement is at the level of the design's last look, averaged over
   the sampling error of the standard error (sample_size.detectable_difference and questions_needed with se_df), and
   min_effect is the design's margin.
 
@@ -273,7 +279,8 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
     "no_data"), line (the sentence). With a design also: look, looks, margin, nominal_alpha, alpha_spent,
     spending, decision, decided, stop, equivalent (the configurations named by an "equivalent" decision, else []),
     undecided (config_id, vs, questions_needed (to detect the margin with 80% expected power; None when not
-    estimable): the comparisons with the best that block a decision), and each comparison's `equivalent`.
+    estimable): the comparisons with the best that block a decision), and each comparison's `equivalent`; with
+    design.futility > 0 also futility and p_decided (None where not computed).
   Raises:
     ValueError: bad nodes (common.check_nodes), an unknown target, level outside (0, 1), min_effect <= 0, or a
       design that disagrees with level or min_effect (compare_arrays).
@@ -348,6 +355,8 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
              nominal_alpha=res["nominal_alpha"],
              alpha_spent=res["alpha_spent"], decision=res["decision"], decided=res["decided"], stop=res["stop"],
              equivalent=[], undecided=[])
+  if design.futility > 0:                    # only then: a design without futility keeps its verdict.json
+    out.update(futility=design.futility, p_decided=None if math.isnan(res["p_decided"]) else res["p_decided"])
   one = design.n_looks == 1                  # the fixed design: no look to name, no spending to report
   look_text = ("fixed design" if one else f"look {res['look']} of {design.n_looks}"
                + f" ({design.looks[res['look'] - 1]} questions)"
@@ -377,7 +386,8 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
                    f"{', '.join(members)} (use any of them: every pair of them within the margin; "
                    + (f"{', '.join(behind)} distinguishably behind; " if behind else "")
                    + f"{100 * out['level']:g}% simultaneous intervals over "
-                   f"{common.counted(out['family_size'], 'pairwise comparison')}, paired on shared nodes, CR2 by question"
+                   f"{common.counted(out['family_size'], 'pairwise comparison')}, paired on shared nodes, "
+                   "CR2 by question"
                    + (f", {family})" if family else ")"))
   else:
     at = "" if one else " at the last look's level"
@@ -386,7 +396,10 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
                                      if not next(c for c in out["comparisons"]
                                                  if c["config_id"] == u["config_id"])["comparable"]
                                      else "not estimable") + ")" for u in out["undecided"]]
-    what = "continue" if res["decision"] == "continue" else "undecided" if one else "cap reached, undecided"
+    what = ("continue" if res["decision"] == "continue" else "undecided" if one else "cap reached, undecided"
+            if res["decision"] == "cap" else
+            f"stopped for futility (P(decided by the cap of {design.looks[-1]} questions) = {res['p_decided']:.2g} "
+            f"< {design.futility:g} under the current estimates), undecided")
     out["line"] = (f"{look_text}, {what}: " + (f"undecided against {configs[b]}: {', '.join(need)}; "
                                                if need else "") + out["line"] + (f"; {family}" if family else ""))
   return out
@@ -396,7 +409,8 @@ def _short(n_defined: int, n_questions: int, min_nodes: int, min_questions: int,
   """What a configuration is short of under the power rule, in words ("" when it is not)."""
   parts = [f"{common.counted(n_questions, 'question')} with a defined {estimand}, need {min_questions}"] * (
       n_questions < min_questions)
-  parts += [f"{common.counted(n_defined, 'node')} with a defined {estimand}, need {min_nodes}"] * (n_defined < min_nodes)
+  parts += [f"{common.counted(n_defined, 'node')} with a defined {estimand}, need {min_nodes}"] * (
+      n_defined < min_nodes)
   return "; ".join(parts)
 
 
@@ -445,7 +459,8 @@ def _line(out: dict, target: str) -> str:
                  f"{', '.join(sparse)}" if sparse else "") + (
                      f"; no defined {word}: {', '.join(empty)}" if empty else "")
   top = next((c for c in comps if c["comparable"]), None)
-  lead = (f"{best} - {top['config_id']} = {-top['diff']:+.4f} {verdict_text.interval_text(top, out['min_questions'], flip=True)}"
+  lead = (f"{best} - {top['config_id']} = {-top['diff']:+.4f} "
+          f"{verdict_text.interval_text(top, out['min_questions'], flip=True)}"
           if top else "")
   family = (f"{pct} simultaneous intervals over {common.counted(out['family_size'], 'pairwise comparison')}, paired on "
             "shared nodes, CR2 by question")

@@ -36,8 +36,8 @@ def verdict_lines(verdict: dict) -> list[str]:
   """The decision section: the verdict line, what would decide it, the table of configurations against the best,
   power."""
   step = verdict_text.next_step(verdict)             # what would decide it: the console's line after the verdict
-  lines = ["## Verdict", "", f"**{verdict['line']}**", "", *([step, ""] if step else []), verdict_text.table_note(verdict),
-           ""]
+  lines = ["## Verdict", "", f"**{verdict['line']}**", "", *([step, ""] if step else []),
+           verdict_text.table_note(verdict), ""]
   lines += table(verdict_text.TABLE_HEADER, verdict_text.table_rows(verdict))
   power = verdict_text.power_text(verdict.get("power"))
   return lines + (["", power] if power else []) + [""]

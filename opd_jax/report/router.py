@@ -277,7 +277,8 @@ def table_rows(result: dict) -> list[list[str]]:
       body.append([label, str(d["n"]), common.fmt(d["diff"]), common.ci(d["ci_lo"], d["ci_hi"]), ""])
   if "gap_null" in result:
     g = result["gap_null"]
-    body.append([f"oracle - router, null (mean, 5-95%: {g['n_perm']} permutations within nodes; p = {g['p_value']:.3g})",
+    body.append([f"oracle - router, null (mean, 5-95%: {g['n_perm']} permutations within nodes; "
+                 f"p = {g['p_value']:.3g})",
                  str(result["oracle_minus_router"]["n"]), common.fmt(g["mean"]), common.ci(g["q05"], g["q95"]), ""])
   return body
 

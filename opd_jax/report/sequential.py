@@ -30,6 +30,20 @@ alignment on incorrect rollouts is about 0.05 (paper.md), so a smaller differenc
 smaller than the signal the study exists to find; in the one-hour study (docs/results.md) the same context under
 three divergences, one update to within its noise, differed by 0.003 and 0.022, and the contexts by about 0.055.
 It is a choice of scale, not a measured change of a training outcome.
+
+Futility (optional, `Design.futility` > 0; off by default): at a look before the cap whose verdict is undecided, the
+study also stops when the verdict is unlikely to be decided even at the cap. For each comparison that blocks a
+decision (a configuration that could be best, not equivalent to the best), the conditional probability that it
+is resolved at the cap, distinguishable or equivalent, is computed under the current estimate taken as the truth
+(the "current trend" conditional power of stochastic curtailment: Lan, Simon & Halperin 1982, Commun. Stat. C
+1(3); Jennison & Turnbull 2000, ch. 10): with f the look's share of the cap's questions, the cap's estimate is
+N(d, se^2 f (1 - f)) given the data so far, its standard error se sqrt(f), its interval half-width a = t se
+sqrt(f) at the last look's per-pair level (t at the df scaled by 1 / f), and the pair stays unresolved when
+max(margin - a, 0) <= |d_cap| <= a. p_decided is the smallest of these over the blocking comparisons (a decision
+needs each of them resolved while the best stays the best; a heuristic, not a bound, when the best may change).
+The study stops ("futile") when p_decided < futility. The rule is non-binding in the sense of Jennison & Turnbull
+(2000, section 10.6): it only ever replaces a later claim by no claim, so every error rate above still holds; what
+it can cost is a decision the cap would have reached (benchmarks/verdict_calibration.py --futility measures it).
 """
 import dataclasses
 import functools
@@ -55,14 +69,16 @@ class Design:
     alpha: the family-wise error rate over every comparable pair and every look, in (0, 1).
     margin: the equivalence margin in mean alignment (> 0; MARGIN).
     spending: "obrien_fleming" (Lan-DeMets O'Brien-Fleming type) or "pocock" (Lan-DeMets Pocock type).
+    futility: stop at a look before the cap when p_decided < futility (module docstring), in [0, 1); 0: never.
   Raises:
     ValueError: looks not strictly ascending positive integers, alpha outside (0, 1), margin <= 0, an unknown
-      spending.
+      spending, futility outside [0, 1).
   """
   looks: tuple[int, ...] = ()
   alpha: float = 0.05
   margin: float = MARGIN
   spending: str = "obrien_fleming"
+  futility: float = 0.0
 
   def __post_init__(self):
     looks = tuple(self.looks)
@@ -75,6 +91,8 @@ class Design:
       raise ValueError(f"Design.margin must be > 0 (a difference in mean alignment), got {self.margin}")
     if self.spending not in SPENDING:
       raise ValueError(f"Design.spending must be one of {SPENDING}, got {self.spending!r}")
+    if not 0.0 <= self.futility < 1.0:
+      raise ValueError(f"Design.futility must lie in [0, 1) (0: never stop for futility), got {self.futility}")
 
   @property
   def n_looks(self) -> int:
@@ -186,15 +204,44 @@ def alpha_spent(design: Design, look: int, *, final: bool = False) -> float:
   return float(spent(design.fractions(look, final)[-1], design.alpha, design.spending))
 
 
-def read(res: dict, *, margin: float, last: bool) -> dict:
+def p_resolved(diff, se, df, fraction: float, margin: float, alpha: float) -> np.ndarray:
+  """The conditional probability that a pair is resolved at the cap (distinguishable or equivalent within
+  `margin`), its current estimate taken as the truth (module docstring, "Futility").
+
+  Args:
+    diff, se, df: float arrays (broadcast): the pair's paired difference, its CR2 standard error and
+      Bell-McCaffrey df at this look.
+    fraction: this look's questions over the cap's, in (0, 1).
+    margin: the equivalence margin (> 0).
+    alpha: the two-sided per-pair level of the cap's look (nominal_alpha at the last look).
+  Returns:
+    float64 array in [0, 1]; 1 where se or df is not finite and positive (nothing to project: never futile).
+  """
+  diff, se, df = (np.asarray(x, np.float64) for x in (diff, se, df))
+  ok = np.isfinite(diff) & np.isfinite(se) & (se > 0) & np.isfinite(df) & (df > 0)
+  se, df = np.where(ok, se, 1.0), np.where(ok, df, 1.0)
+  half = sp_stats.t.isf(alpha / 2.0, df / fraction) * se * math.sqrt(fraction)      # the cap's half-width
+  sd = se * math.sqrt(fraction * (1.0 - fraction))                                 # of the cap's estimate
+  lo, hi = np.maximum(margin - half, 0.0), half
+  d = np.where(ok, diff, 0.0)
+  inside = np.where(hi > lo, sp_stats.norm.cdf((hi - d) / sd) - sp_stats.norm.cdf((lo - d) / sd)
+                    + sp_stats.norm.cdf((-lo - d) / sd) - sp_stats.norm.cdf((-hi - d) / sd), 0.0)
+  return np.where(ok, np.clip(1.0 - inside, 0.0, 1.0), 1.0)
+
+
+def read(res: dict, *, margin: float, last: bool, futility: float = 0.0, fraction: float = 1.0,
+         final_alpha: float | None = None) -> dict:
   """The decision read from one look's comparisons (decision.compare_arrays' arrays at this look's level).
 
   equivalent[i, j]: comparable and the interval of i - j inside (-margin, +margin). decision: "use" (the verdict is
   "use" and the best is the only configuration that could be best), "equivalent" (two or more could be best and
-  every pair of them is equivalent), else "cap" at the last look and "continue" before it. "underpowered" and
-  "no_data" verdicts never decide.
+  every pair of them is equivalent), else "cap" at the last look; before it "futile" when futility > 0 and
+  p_decided < futility (module docstring, "Futility": fraction = this look's share of the cap's questions,
+  final_alpha the cap's per-pair level), else "continue". "underpowered" and "no_data" verdicts never decide and
+  are never futile.
   Returns:
-    {"equivalent": bool [K, K], "decision": str, "decided": bool, "stop": bool (decided or last)}.
+    {"equivalent": bool [K, K], "decision": str, "decided": bool, "stop": bool (decided, futile or last),
+    "p_decided": float (NaN when not computed)}.
   """
   lo, hi = np.nan_to_num(res["ci_lo"], nan=-np.inf), np.nan_to_num(res["ci_hi"], nan=np.inf)
   equivalent = res["comparable"] & (lo > -margin) & (hi < margin)
@@ -206,4 +253,13 @@ def read(res: dict, *, margin: float, last: bool) -> dict:
       equivalent[i, j] for i in members for j in members if i != j):
     decision = "equivalent"
   decided = decision in ("use", "equivalent")
-  return {"equivalent": equivalent, "decision": decision, "decided": decided, "stop": decided or last}
+  p_decided = math.nan
+  if decision == "continue" and futility > 0 and res["verdict"] not in ("underpowered", "no_data"):
+    b = res["best"]
+    blocking = [i for i in members if i != b and not equivalent[i, b]]
+    p = p_resolved(res["diff"][blocking, b], res["se"][blocking, b], res["df"][blocking, b], fraction, margin,
+                   final_alpha)
+    p_decided = float(p.min()) if p.size else 1.0
+    decision = "futile" if p_decided < futility else decision
+  return {"equivalent": equivalent, "decision": decision, "decided": decided,
+          "stop": decided or last or decision == "futile", "p_decided": p_decided}

@@ -42,7 +42,8 @@ def interval_text(c: dict, min_questions: int, *, flip: bool = False, signed: bo
     return "n/a"
   if spans_everything(lo, hi):
     g = c["n_shared_questions"]
-    return ("not estimable (" + (f"{common.counted(g, 'shared question')} < {min_questions}: " if g < min_questions else "")
+    return ("not estimable ("
+            + (f"{common.counted(g, 'shared question')} < {min_questions}: " if g < min_questions else "")
             + "the interval spans every possible difference, [-2, 2])")
   return f"[{lo:+.4f}, {hi:+.4f}]" if signed else common.ci(lo, hi)
 
@@ -93,7 +94,8 @@ def table_rows(verdict: dict) -> list[list[str]]:
       status += f"; equivalent within +-{verdict['margin']:g}" if c.get("equivalent") else ""
       cells = [str(c["n_shared"]), str(c["n_shared_questions"]), common.fmt(c["diff"]),
                interval_text(c, verdict["min_questions"], signed=False), common.fmt(c["p_adjusted"], 3), status]
-    rule = f"no defined {verdict.get('estimand', 'alignment')}" if not r["n_defined"] else f"indicative: {r['short']}" if r["short"] else ""
+    rule = (f"no defined {verdict.get('estimand', 'alignment')}" if not r["n_defined"]
+            else f"indicative: {r['short']}" if r["short"] else "")
     rows.append([str(r["config_id"]), str(r["n_defined"]), str(r["n_questions"]), common.fmt(r["mean_alignment"]),
                  common.fmt(r["mean_teacher_advantage"]), *cells, "yes" if r["could_be_best"] else "no", rule])
   return rows
@@ -103,17 +105,20 @@ def table_note(verdict: dict) -> str:
   """How to read the verdict table, in one paragraph."""
   m, lvl = verdict["family_size"], f"{100 * verdict['level']:g}%"
   family = (f"each CI at {100 * verdict['ci_level']:.4g}%, so {lvl} simultaneous over all "
-            f"{common.counted(m, 'comparable pair')} of configurations (Bonferroni: it holds for a best chosen from the "
+            f"{common.counted(m, 'comparable pair')} of configurations "
+            "(Bonferroni: it holds for a best chosen from the "
             f"data); p (adjusted) = min(1, {m} p)" if m else "no pair is comparable, so nothing is tested")
   if m and len(verdict.get("looks") or ()) > 1:
     family = (f"each CI at {100 * verdict['ci_level']:.4g}%, this look's level in a sequential design spending "
               f"{100 - 100 * verdict['level']:g}% / {m} per pair over looks at {verdict['looks']} questions "
-              f"({verdict['spending']} alpha spending), so {lvl} simultaneous over all {common.counted(m, 'comparable pair')}"
+              f"({verdict['spending']} alpha spending), so {lvl} simultaneous over all "
+              f"{common.counted(m, 'comparable pair')}"
               f" and every look; p (adjusted) = min(1, p {1 - verdict['level']:g} / "
               f"{1 - verdict['ci_level']:.3g}); equivalent: the CI inside +-{verdict['margin']:g}")
   est = verdict.get("estimand", "alignment")
-  what = "" if est == "alignment" else (f"The verdict compares the {est}, {common.ESTIMANDS[est]}, per node ('mean align' "
-                                        "and 'diff vs best' hold it). ")
+  what = "" if est == "alignment" else (
+      f"The verdict compares the {est}, {common.ESTIMANDS[est]}, per node ('mean align' "
+      "and 'diff vs best' hold it). ")
   return (f"{what}Configurations on {verdict['target']} nodes ({verdict['n_questions']} questions with a defined "
           f"{est}), the best first, then by their paired difference against it. diff vs best = mean of "
           f"(configuration - best) over the nodes both define (paired), with a CR2 cluster-robust standard error by "

@@ -14,6 +14,7 @@ from opd_jax import terminal
 from opd_jax.decode import sharding
 from opd_jax.study import nodes
 from opd_jax.study import preflight
+from opd_jax.study import spec as spec_lib
 from opd_jax.teachers import contexts
 from opd_jax.teachers import cross_view
 
@@ -51,6 +52,7 @@ class Env:
   cross: frozenset = frozenset()         # teachers read through text (`cross.py`): another tokenizer, or forced
   work: dict = dataclasses.field(default_factory=dict)   # what this session spent (`count`; manifest "work")
   chat_settings: contexts.Chat = contexts.Chat()         # config.chat resolved (`preflight.chat`)
+  spec: spec_lib.Spec | None = None                      # what the question stages read (`spec.resolve`)
 
   def count(self, **amounts) -> None:
     for k, v in amounts.items():
@@ -73,8 +75,8 @@ def views_of(env: Env) -> list[nodes.View]:
 
 def candidate_rule(env: Env) -> dict:
   """The study's candidate-set rule (`nodes.candidate_rule`; manifest.json "candidate_set"): its views that add a
-  top-k to C(u), i.e. all but the cross-tokenizer ones, and config.budget's top-k sizes."""
-  b = env.config.budget
+  top-k to C(u), i.e. all but the cross-tokenizer ones, and the budget's top-k sizes."""
+  b = env.spec.budget
   return nodes.candidate_rule([view for view in views_of(env) if not env.is_cross(view)],
                               student_top_k=b.student_top_k, teacher_top_k=b.teacher_top_k)
 
@@ -100,7 +102,7 @@ def setup(config, task=None, confs=None, *, cross_ok: bool = True) -> Env:
   student = sharding.shard_model(student, mesh, rules)
   teachers = {name: sharding.shard_model(m, mesh, rules) for name, m in teachers.items()}
   env = Env(config, task, confs, student, teachers, {"load_s": time.time() - t0}, mesh, frozenset(cross_names),
-            chat_settings=preflight.chat(config))
+            chat_settings=preflight.chat(config), spec=spec_lib.resolve(config))
   limits = {contexts.SELF: student.config.max_seq_len, **{k: m.config.max_seq_len for k, m in teachers.items()}}
   preflight.check_context(config, task, confs, student.tokenizer, limits)
   return env

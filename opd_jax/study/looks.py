@@ -11,7 +11,7 @@ records exactly as before.
 
 Each look taken is kept in the progress file (`progress["looks"]`: look, questions, decided, decision, line),
 written with the question that reached it; a run killed between a question's records and its look takes the look
-on resume (the records are the same, so is the look). A decided look marks the run done.
+on resume (the records are the same, so is the look). A decided or futile look marks the run done.
 
 One process only: with several processes the questions of a look would depend on how fast each process runs;
 `check` refuses it before any model loads.
@@ -44,14 +44,33 @@ def schedule(config) -> tuple[int, ...]:
 MEASURED_STOP = {0.5: (0.51, 0.65), 0.3: (0.78, 0.86), 0.0: (0.95, 0.99)}
 
 
+# With futility (budget.futility), where the cap cannot decide (six close configurations), measured the same way
+# (--seq_cells=6 --futility=<f>; docs/results.md, "Futility"): the mean stop over the cap, uniform / geometric nodes.
+MEASURED_FUTILE = {0.05: (0.41, 0.69), 0.1: (0.33, 0.57)}
+
+
+def futility_text(config) -> str:
+  """The plan's clause on the futility stop ("" without one; `MEASURED_FUTILE` where that threshold was measured)."""
+  f = design(config).futility
+  if not f:
+    return ""
+  if f in MEASURED_FUTILE:
+    lo, hi = MEASURED_FUTILE[f]
+    return (f"; futility {f:g} also stops it once unlikely to decide by the cap: {lo:.2f}-{hi:.2f} of the cap where "
+            "the cap cannot decide (calibration: six close configurations)")
+  return (f"; futility {f:g} also stops it once unlikely to decide by the cap (this threshold is not calibrated: "
+          "benchmarks/verdict_calibration.py --futility)")
+
+
 def expected_text(config) -> str:
-  """The plan's line on the sequential design's questions (`MEASURED_STOP`, stated as measured)."""
+  """The plan's line on the sequential design's questions (`MEASURED_STOP`, `MEASURED_FUTILE`, stated as measured)."""
   sched = schedule(config)
   cap, lo = sched[-1], MEASURED_STOP[0.5][0]
   return (f"sequential: looks at {', '.join(map(str, sched[:-1]))} questions and stops once decided (cap {cap}): "
           f">= {sched[0]} questions; in the verdict's calibration (looks 10/20/40/80) the mean stop was "
           f"{lo:.2f}-{MEASURED_STOP[0.5][1]:.2f} of the cap for a large difference, "
-          f"{MEASURED_STOP[0.0][0]:.2f}-{MEASURED_STOP[0.0][1]:.2f} for none (~{math.ceil(lo * cap)}-{cap} here)")
+          f"{MEASURED_STOP[0.0][0]:.2f}-{MEASURED_STOP[0.0][1]:.2f} for none (~{math.ceil(lo * cap)}-{cap} here)"
+          + futility_text(config))
 
 
 def is_sequential(config) -> bool:
@@ -59,9 +78,10 @@ def is_sequential(config) -> bool:
 
 
 def design(config) -> sequential.Design:
-  """The sequential design of a study config (`sequential.Design`): its looks, alpha = 5%, and the equivalence
-  margin `report.min_effect` (`sequential.MARGIN` when 0)."""
-  return sequential.Design(looks=schedule(config), margin=float(config.report.min_effect) or sequential.MARGIN)
+  """The sequential design of a study config (`sequential.Design`): its looks, alpha = 5%, the equivalence
+  margin `report.min_effect` (`sequential.MARGIN` when 0) and the futility threshold `budget.futility` (0: none)."""
+  return sequential.Design(looks=schedule(config), margin=float(config.report.min_effect) or sequential.MARGIN,
+                           futility=float(config.budget.get("futility", 0.0)))
 
 
 def check(config, process_count: int) -> None:
@@ -74,8 +94,18 @@ def check(config, process_count: int) -> None:
 
 
 def validate(config) -> None:
-  """budget.looks: question counts >= MIN_LOOK, strictly increasing, each <= budget.questions (ValueError in
-  `terminal.field_error`'s format)."""
+  """budget.looks: question counts >= MIN_LOOK, strictly increasing, each <= budget.questions; budget.futility in
+  [0, 1) (ValueError in `terminal.field_error`'s format)."""
+  futility = config.budget.get("futility", 0.0)
+  if isinstance(futility, bool) or not isinstance(futility, (int, float)) or not 0.0 <= futility < 1.0:
+    raise ValueError(terminal.field_error(
+        "config.budget.futility", "must be a probability in [0, 1)", futility,
+        fix="e.g. --config.budget.futility=0.05 (stop a sequential study that is unlikely to decide by its cap), "
+        "or 0 for none"))
+  if futility > 0 and not tuple(config.budget.get("looks", ()) or ()):
+    raise ValueError(terminal.field_error(
+        "config.budget.futility", "needs budget.looks (a look before the cap to stop at)", futility,
+        fix="add e.g. --config.budget.looks='(20, 40)', or set --config.budget.futility=0"))
   looks = config.budget.get("looks", ())
   fix = ("e.g. --config.budget.looks='(10, 20, 40)' with budget.questions=80 (the cap is the last look), or () "
          "for the fixed design")
@@ -111,9 +141,14 @@ def pending(config, selected: list[str], taken: list[dict]) -> list[int]:
   return [k + 1 for k, n in enumerate(schedule(config)[:-1]) if n <= len(selected) and k + 1 not in done]
 
 
+def stops(entry: dict) -> bool:
+  """Whether a look's progress entry stops the study: decided, or futile (`sequential.read`)."""
+  return bool(entry["decided"]) or entry.get("decision") == "futile"
+
+
 def stopped(taken: list[dict]) -> dict | None:
-  """The decided look that stopped the study, or None."""
-  return next((t for t in taken if t["decided"]), None)
+  """The look that stopped the study (decided or futile), or None."""
+  return next((t for t in taken if stops(t)), None)
 
 
 def report_look(config, progress: dict) -> dict:

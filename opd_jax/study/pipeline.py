@@ -200,15 +200,16 @@ def run_questions(env: environment.Env, workdir: pathlib.Path, config_hash: str,
                         **kw)
 
   def look() -> bool:
-    """Takes the looks `selected` has reached (in order); True once one decided the verdict."""
+    """Takes the looks `selected` has reached (in order); True once one stopped the study (decided or futile)."""
     for k in looks.pending(config, selected, taken):
       taken.append(looks.take(workdir, config, selected, k))
       logging.info("%s", taken[-1]["line"])
       t = taken[-1]
-      what = f"decided ({t['decision']}), stopping" if t["decided"] else "not decided, going on"
+      what = (f"decided ({t['decision']}), stopping" if t["decided"] else "futile (unlikely to decide by the cap), "
+              "stopping" if looks.stops(t) else "not decided, going on")
       print(f"look {k} of {len(looks.schedule(config))} ({t['questions']} questions): {what}", file=sys.stderr)
       save()
-      if taken[-1]["decided"]:
+      if looks.stops(t):
         return True
     return looks.stopped(taken) is not None
 
@@ -264,13 +265,13 @@ def write_manifest(env: environment.Env, cfg: dict, workdir: pathlib.Path, *, pr
   devices = jax.devices()
   manifest = {
       "schema_version": records.SCHEMA_VERSION, "config_hash": records.config_hash(cfg),
-      "versions": _versions(), "seed": env.config.seed, "device_count": len(devices),
+      "versions": _versions(), "seed": env.spec.seed, "device_count": len(devices),
       "platform": devices[0].platform, "mesh_shape": runs.describe(env.mesh),
       "models": {m.name: {"sha256": m.sha256, "source": m.source, "dtype": str(m.dtype)}
                  for m in [env.student, *env.teachers.values()]},
       "questions_processed": processed, "questions_selected": selected, "timings_s": timings, "work": work,
-      "policy": {"student": dataclasses.asdict(preflight.policy(env.config)),
-                 "teacher": dataclasses.asdict(preflight.teacher_policy(env.config))},
+      "policy": {"student": dataclasses.asdict(env.spec.policy),
+                 "teacher": dataclasses.asdict(env.spec.teacher_policy)},
       "candidate_set": environment.candidate_rule(env),
       "schema": records.describe_schema(), **({"looks": taken} if taken is not None else {}),
   }

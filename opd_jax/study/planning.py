@@ -121,7 +121,8 @@ def _design_lines(config, slots: int) -> tuple[str, ...]:
   b, out = config.budget, []
   how = preflight.allocation(config)
   if how != "uniform":
-    out.append(f"{how} preflight.allocation: {b.continuations_mean:g} continuations per candidate on average (the fixed "
+    out.append(f"{how} preflight.allocation: {b.continuations_mean:g} continuations per candidate on average "
+               "(the fixed "
                f"design's R = {b.continuations_per_candidate}: <= {slots * b.continuations_per_candidate} "
                "continuations)")
   if b.get("stop_at_answer", False):

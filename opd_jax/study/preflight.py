@@ -452,8 +452,8 @@ _handoff: dict[str, tuple] = {}     # config JSON -> (task, confs) of a check ma
 
 
 def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = False, cross_ok: bool = True):
-  """Everything checkable before any model loads (seconds): config, model specs (`model_specs.check_model`), task and gold
-  answers, configurations against the task, and the context lengths from the checkpoints' headers where they
+  """Everything checkable before any model loads (seconds): config, model specs (`model_specs.check_model`), task and
+  gold answers, configurations against the task, and the context lengths from the checkpoints' headers where they
   are cheap to read (`models.checkpoints.peek`; otherwise `environment.setup` checks them after the load).
 
   Args:

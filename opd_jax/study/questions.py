@@ -1,7 +1,8 @@
 """One question's stages, in run order (paper.md, "Method"): base rollouts (`base_rollouts`), grades (`verify`),
 every view's scoring of the scored rollouts (`score_views`, `tokens_table`), the nodes and their candidate sets
 (`nodes_of`), the targeted continuations (`continuations`), and the records of the question
-(`process_question`). `opd_jax/study/pipeline.py` runs them over the questions, resumably."""
+(`process_question`). `opd_jax/study/pipeline.py` runs them over the questions, resumably. They read the
+study's resolved settings (`Env.spec`, `opd_jax/study/spec.py`), never the config."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,7 +19,6 @@ from opd_jax.decode import sampling
 from opd_jax.decode import scoring
 from opd_jax.study import environment
 from opd_jax.study import nodes
-from opd_jax.study import preflight
 from opd_jax.study import records
 from opd_jax.study import targeted
 from opd_jax.teachers import contexts
@@ -50,21 +50,21 @@ def _timed(env: environment.Env, stage: str):
 
 
 def _question_key(env: environment.Env, index: int) -> jax.Array:
-  return jax.random.fold_in(jax.random.key(env.config.seed), index)
+  return jax.random.fold_in(jax.random.key(env.spec.seed), index)
 
 
 def base_rollouts(env: environment.Env, block: list[int]) -> list[sampling.Samples]:
   """The base rollouts of the questions at pool indices `block`, sampled in one batch (one prefill per
   question); question i's row r draws from row_keys(fold_in(key_i, 0), r), as if sampled alone."""
-  c, n = env.config, env.config.budget.rollouts_per_question
+  s, n = env.spec, env.spec.budget.rollouts_per_question
   prompts = [env.chat(env.task.prompt(env.task.problems[i])) for i in block]
   keys = jnp.concatenate([sampling.row_keys(jax.random.fold_in(_question_key(env, i), 0),
                                             jnp.arange(n, dtype=jnp.uint32)) for i in block])
-  with _timed(env, "rollouts_s"), terminal.bar("base rollouts", total=len(block) * n * c.sampling.max_new_tokens,
+  with _timed(env, "rollouts_s"), terminal.bar("base rollouts", total=len(block) * n * s.max_new_tokens,
                                               unit="tok") as bar:
     out = sampling.sample(env.student, [p for p in prompts for _ in range(n)], keys=keys, progress=bar.update,
-                          max_new_tokens=c.sampling.max_new_tokens, temperature=c.sampling.temperature,
-                          top_p=c.sampling.top_p, top_k=c.sampling.top_k)
+                          max_new_tokens=s.max_new_tokens, temperature=s.policy.temperature,
+                          top_p=s.policy.top_p, top_k=s.policy.top_k)
   env.count(base_rollouts=len(out.lengths), base_rollout_tokens=np.sum(out.lengths))
   return [sampling.Samples(*(a[j * n:(j + 1) * n] for a in (out.tokens, out.logprobs, out.lengths, out.finished)))
           for j in range(len(block))]
@@ -83,12 +83,12 @@ class Verified:
 
 def verify(env: environment.Env, index: int, problem, prompt: list[int], out: sampling.Samples) -> Verified:
   """Decode and grade the base rollouts of one question (a truncated response scores 0 unless
-  config.task.grade_truncated); the question's `rollouts` records."""
-  c, n = env.config, env.config.budget.rollouts_per_question
+  spec.grade_truncated); the question's `rollouts` records."""
+  n = env.spec.budget.rollouts_per_question
   responses = [out.tokens[r, :out.lengths[r]].tolist() for r in range(n)]
   texts = [env.student.tokenizer.decode(resp, skip_special_tokens=True) for resp in responses]
   rewards = [env.task.rollout_reward(problem, t, finished=bool(out.finished[r]),
-                                     grade_truncated=c.task.grade_truncated) for r, t in enumerate(texts)]
+                                     grade_truncated=env.spec.grade_truncated) for r, t in enumerate(texts)]
   frame = pd.DataFrame({
       "question_id": problem.id, "question_index": index, "rollout_id": np.arange(n),
       "prompt_ids": [prompt] * n, "response_ids": responses, "text": texts,
@@ -99,7 +99,8 @@ def verify(env: environment.Env, index: int, problem, prompt: list[int], out: sa
   return Verified(frame, responses, texts, rewards, [r == 1.0 for r in rewards], out.finished)
 
 
-def score_views(env: environment.Env, problem, prompt: list[int], views: list[nodes.View], v: Verified, scored: list[int]):
+def score_views(env: environment.Env, problem, prompt: list[int], views: list[nodes.View], v: Verified,
+                scored: list[int]):
   """Every view (teacher, context) scores the rollouts `scored` whose context exists (contrastive needs another,
   incorrect rollout): dense per-token predictors and the hidden states of both sides.
 
@@ -108,7 +109,7 @@ def score_views(env: environment.Env, problem, prompt: list[int], views: list[no
       "h_q"); h_p: {rollout: [L, D]} the student's hidden states (one student pass per rollout: later views
       reuse them and run the student's head only).
   """
-  c = env.config
+  s = env.spec
   dense, h_p = {}, {}
   with _timed(env, "scoring_s"), terminal.bar("scoring", total=len(views) * len(scored), unit="view") as bar:
     for view in views:
@@ -117,7 +118,7 @@ def score_views(env: environment.Env, problem, prompt: list[int], views: list[no
       for r in scored:
         src = contexts.incorrect_source(ctx, v.rewards, r)
         incorrect = None if src is None else v.texts[src]
-        msg = contexts.context_message(ctx, env.task, problem, incorrect=incorrect, templates=c.contexts.templates)
+        msg = contexts.context_message(ctx, env.task, problem, incorrect=incorrect, templates=s.templates)
         if msg is not None:
           rows.append(r)
           t_prompts.append(contexts.study_chat(env.teacher(teacher).tokenizer, msg, env.chat_settings))
@@ -127,7 +128,7 @@ def score_views(env: environment.Env, problem, prompt: list[int], views: list[no
         x = env.is_cross(view)            # the student's side only here; the teacher's after the nodes
         got = scoring.score(env.student, env.student if x else env.teacher(teacher), [prompt] * len(rows),
                             [prompt] * len(rows) if x else t_prompts, [v.responses[r] for r in rows],
-                            chunk=c.scoring.chunk, top_k=c.scoring.top_k, beta=c.scoring.beta, return_hidden=True,
+                            chunk=s.scoring.chunk, top_k=s.scoring.top_k, beta=s.scoring.beta, return_hidden=True,
                             student_hidden=reuse)
         dense[view] = {r: {k: a[i] for k, a in got.items()} for i, r in enumerate(rows)}
         env.count(scored_tokens=sum(len(v.responses[r]) for r in rows))
@@ -159,7 +160,7 @@ def nodes_of(env: environment.Env, views: list[nodes.View], node_rollouts: list[
   """The nodes of each node rollout (`targeted.select_nodes`, on the student entropy of the first view that
   scored it), their C(u), p and q_v (`nodes.at_nodes`, from the scoring pass's hidden states; one head call per
   model and phase for all of the question's node rollouts)."""
-  c, b = env.config, env.config.budget
+  s, b = env.spec, env.spec.budget
   with _timed(env, "scoring_s"):
     inputs = []
     for r in node_rollouts:
@@ -171,40 +172,38 @@ def nodes_of(env: environment.Env, views: list[nodes.View], node_rollouts: list[
       inputs.append(nodes.NodeInputs(h_p[r], teachers, responses[r], positions))
     shared = [view for view in views if not env.is_cross(view)]
     at = dict(zip(node_rollouts, nodes.at_nodes(env.student, inputs, shared, student_top_k=b.student_top_k,
-                                                teacher_top_k=b.teacher_top_k, policy=preflight.policy(c),
-                                                teacher_policy=preflight.teacher_policy(c))))
+                                                teacher_top_k=b.teacher_top_k, policy=s.policy,
+                                                teacher_policy=s.teacher_policy)))
     for view in views:
       if env.is_cross(view):
         cross_view.score_view(env.student, env.teacher(view[0]), view, responses, dense, at,
-                              options=c.scoring.cross_tokenizer,
-                              teacher_temperature=preflight.teacher_policy(c).temperature)
+                              options=s.scoring.cross_tokenizer, teacher_temperature=s.teacher_policy.temperature)
   return at
 
 
 def continuations(env: environment.Env, index: int, problem, prompt: list[int], responses,
                   at: dict[int, nodes.RolloutNodes]) -> list[targeted.Outcomes]:
   """Targeted continuations of every (node, candidate) of the question's node rollouts (in `at`'s order), each
-  verified: R per candidate, weighted by p and q, or adaptive (config.budget.allocation). Rollout r draws from
+  verified: R per candidate, weighted by p and q, or adaptive (spec.budget.allocation). Rollout r draws from
   fold_in(key_question, 1).
   Candidates outside the sampled policy's support (log p = -inf under top-k / top-p) get none unless
   budget.continue_unsupported (they cannot move V or g*; records.CONVENTIONS, "not run")."""
-  c, b, n_tok = env.config, env.config.budget, env.config.sampling.max_new_tokens
-  sp = preflight.policy(c)
+  b, n_tok, sp = env.spec.budget, env.spec.max_new_tokens, env.spec.policy
   continuer = targeted.ModelPolicy(env.student, batch_size=b.branch_batch, temperature=sp.temperature,
                                    top_p=sp.top_p, top_k=sp.top_k,
-                                   answer_span=env.task.answer_span if b.get("stop_at_answer", False) else None)
+                                   answer_span=env.task.answer_span if b.stop_at_answer else None)
 
   def reward(resp, finished):
     return env.task.rollout_reward(problem, env.student.tokenizer.decode(resp, skip_special_tokens=True),
-                                   finished=finished, grade_truncated=c.task.grade_truncated)
+                                   finished=finished, grade_truncated=env.spec.grade_truncated)
 
-  how = preflight.allocation(c)
+  how = b.allocation
   adaptive = (targeted.Adaptive(r_max=b.continuations_max, mean=b.continuations_mean, tolerance=b.adaptive_tolerance)
               if how == "adaptive" else None)
   weighted = (targeted.Weighted(r_max=b.continuations_max, mean=b.continuations_mean,
-                                minimum=b.get("allocation_minimum", 2), min_mass=b.get("allocation_min_mass", 0.01))
+                                minimum=b.allocation_minimum, min_mass=b.allocation_min_mass)
               if how == "weighted" else None)
-  run = None if b.get("continue_unsupported", False) else [(a.candidates >= 0) & (a.p_at > -np.inf)
+  run = None if b.continue_unsupported else [(a.candidates >= 0) & (a.p_at > -np.inf)
                                                             for a in at.values()]
   slots = sum(int(g.sum()) for g in (run if run is not None else [a.candidates >= 0 for a in at.values()]))
   branches = slots * (b.continuations_per_candidate if how == "uniform" else b.continuations_mean)
@@ -224,21 +223,22 @@ def continuations(env: environment.Env, index: int, problem, prompt: list[int], 
 def choose_node_rollouts(env: environment.Env, v: Verified) -> list[int]:
   """The question's node rollouts: balanced correct / incorrect (`budget.node_rollouts_per_question`; finished
   ones first when budget.prefer_finished), non-empty responses only."""
-  b = env.config.budget
+  b = env.spec.budget
   order = sorted(range(len(v.responses)), key=lambda r: (bool(b.prefer_finished and not v.finished[r]), r))
   return [r for r in _balanced(v.correct, b.node_rollouts_per_question, order) if v.responses[r]]
 
 
-def process_question(env: environment.Env, index: int, problem, out: sampling.Samples) -> dict[str, pd.DataFrame] | None:
+def process_question(env: environment.Env, index: int, problem,
+                     out: sampling.Samples) -> dict[str, pd.DataFrame] | None:
   """All records of one question from its base rollouts `out` (`base_rollouts`), or None when selection skips
   it (not informative: every rollout correct, or none)."""
-  c = env.config
+  s = env.spec
   prompt = env.chat(env.task.prompt(problem))
   v = verify(env, index, problem, prompt, out)
-  if c.selection == "informative" and (all(v.correct) or not any(v.correct)):
+  if s.selection == "informative" and (all(v.correct) or not any(v.correct)):
     return None
   node_rollouts = choose_node_rollouts(env, v)
-  scored = [r for r, resp in enumerate(v.responses) if resp] if c.scoring.all_rollouts else node_rollouts
+  scored = [r for r, resp in enumerate(v.responses) if resp] if s.scoring.all_rollouts else node_rollouts
   views = environment.views_of(env)
   dense, h_p = score_views(env, problem, prompt, views, v, scored)
   node_rollouts = [r for r in node_rollouts if any(r in dense[view] for view in views)]

@@ -73,7 +73,8 @@ CONVENTIONS = {
                "teacher_advantage = sum_k q'_k P_succ(k) - V over the candidates run, q' = q renormalised there "
                "(NaN when q has no mass on them), i.e. q's mass outside p's support is left out",
     "cross-tokenizer view": "a teacher with another tokenizer (or scoring.cross_tokenizer.force) reads text "
-                            "(opd_jax/teachers/cross.py): q(k) is the probability of the event that its continuation of the "
+                            "(opd_jax/teachers/cross.py): q(k) is the probability of the event that "
+                            "its continuation of the "
                             "node's text writes k's bytes and not those of a longer candidate that begins with them "
                             "(scoring.cross_tokenizer.mode: exact over every teacher tokenization, or its canonical "
                             "tokens' path, less the paths that extend it), divided by the exact probability of the "
@@ -395,7 +396,7 @@ MISSING = object()   # a field one config dict has and the other lacks (`config_
 
 # Config fields added after studies had run, with the value that does what a config without them did: at that
 # value the field is left out of the hash and the comparison, so a run started before it resumes.
-ADDED_FIELDS = {"report.estimand": "alignment"}
+ADDED_FIELDS = {"report.estimand": "alignment", "budget.futility": 0.0}
 
 
 def _without_added(config_dict: dict) -> dict:

@@ -270,8 +270,8 @@ def check_workdir_for(workdir, config_dict: dict, job: str) -> None:
     ignore = tuple(records.VOLATILE_FIELDS) + RESUMABLE_FIELDS.get(job, ())
     changed = records.config_difference(old, config_dict, ignore)
     if changed:
-      flat = lambda d, f: functools.reduce(lambda x, k: x.get(k, records.MISSING) if isinstance(x, dict) else records.MISSING,
-                                           f.split("."), d)
+      flat = lambda d, f: functools.reduce(
+          lambda x, k: x.get(k, records.MISSING) if isinstance(x, dict) else records.MISSING, f.split("."), d)
       shown = [f"config.{f}: {_short(flat(old, f))} -> {_short(flat(config_dict, f))}" for f in changed[:4]]
       more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
       raise ValueError(f"--workdir={workdir} holds a run of a different config (fields differ: {'; '.join(shown)}"

@@ -2,8 +2,8 @@
 
 paper.md, "Targeted rollouts -> P_succ": at a node u (a prefix of a student rollout) force each candidate
 token k, let the student finish R times, verify: P_succ(k | u) = successes / R. This module is shared by the
-study (real models, `ModelPolicy`) and the exactly solvable toy (`opd_jax.validation.exact_toys.ToyPolicy`): both implement the
-`Policy` protocol, and `estimate_successes` / `node_estimates` are the one code path for both.
+study (real models, `ModelPolicy`) and the exactly solvable toy (`opd_jax.validation.exact_toys.ToyPolicy`): both
+implement the `Policy` protocol, and `estimate_successes` / `node_estimates` are the one code path for both.
 """
 from __future__ import annotations
 

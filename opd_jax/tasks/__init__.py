@@ -152,5 +152,5 @@ def load_task(name: str, *, path=None, split: str = "test", num_problems: int | 
                      download=download, template=template, **kw)
 
 
-__all__ = ["KNOWN_TASKS", "TASK_CHOSEN", "Problem", "REGISTRY", "Source", "check_answers", "Task", "load_task", "register",
-           "summarize_solution"]
+__all__ = ["KNOWN_TASKS", "TASK_CHOSEN", "Problem", "REGISTRY", "Source", "check_answers", "Task", "load_task",
+           "register", "summarize_solution"]

@@ -47,8 +47,8 @@ class Task:
     answer_span: (open, close), e.g. ("<answer>", "</answer>"), when a response that holds a closed span
       `open ... close` is graded on its first such span alone whenever the text after it holds no other closed
       span; None otherwise (the grader may read anything up to the stop token: gsm8k, math500, tfds). Continuations
-      may stop where it closes (config.budget.stop_at_answer, `opd_jax.decode.stops`): the text cut there gets the reward
-      of the full response unless the full response would have written a second closed span or run into the token
+      may stop where it closes (config.budget.stop_at_answer, `opd_jax.decode.stops`): the text cut there gets the
+      reward of the full response unless the full response would have written a second closed span or run into the token
       cap without a stop token (it then gets 0 unless grade_truncated); `answer_closed` finds the cut.
   """
   name: str

@@ -24,8 +24,8 @@ within 0.01; power_function: the same 3 significant figures).
 Reference solutions: gsm_symbolic's own `answer_cot`; for chain_sum and basic_arithmetic, built from the
 generated expression (`expression_solution`: one line `a op b = c` per operation in evaluation order, then "The
 answer is c."), kept only where it reaches the gold answer (basic_arithmetic without parentheses but with * or
-/ has gold answers evaluated left to right, `2 + 3 * 4` -> 20: none, with a warning). Other datasets have none (the solution, summary and
-contrastive contexts refuse them).
+/ has gold answers evaluated left to right, `2 + 3 * 4` -> 20: none, with a warning). Other datasets have none
+(the solution, summary and contrastive contexts refuse them).
 Dataset config: `load(..., config={...})`, or in the task name `reasoning_gym:chain_sum:min_terms=3,max_digits=2`
 (`parse_name`), so that `config.task.name` alone selects a slice.
 Refused datasets (ValueError): those whose entries carry no gold answer (the scorer checks a proposed solution

@@ -6,8 +6,9 @@ tower `9^{9^{9^{9}}}` computes in C with the GIL held, math-verify#65). So `answ
 that can be killed:
 
 - Workers are `python -c` subprocesses (POSIX: inherited pipe descriptors, `resource`) that import this module
-  and the graded function's module, talking over two pipes. They never import the caller's `__main__`: multiprocessing's spawn re-runs a script that lacks an
-  `if __name__ == "__main__"` guard in every worker (pyBKT-examples#2, conductor python-sdk#489).
+  and the graded function's module, talking over two pipes. They never import the caller's `__main__`:
+  multiprocessing's spawn re-runs a script that lacks an `if __name__ == "__main__"` guard in every worker
+  (pyBKT-examples#2, conductor python-sdk#489).
 - Up to MAX_WORKERS workers, each grading one answer at a time; a grade waits for a free worker, and its deadline
   (DEADLINE_S) counts from when its worker starts it, never from when it was requested, so grades queued behind a
   slow one keep their whole deadline (a deadline from submission failed them: verl PR#5839, AReaL PR#1426).

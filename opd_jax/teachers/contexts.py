@@ -71,7 +71,8 @@ REGISTRY: dict[str, Context] = {c.name: c for c in (
     # A wrong attempt shown as if it were the reference solution: a control whose sign is known in advance (it
     # should hurt: docs/results.md, "The validation experiment", issue 36).
     Context(name="misleading",
-            template="{prompt}\n\nHere is a reference solution:\n{incorrect}\n\nUsing it as a guide, solve the problem yourself.",
+            template="{prompt}\n\nHere is a reference solution:\n{incorrect}\n\n"
+                     "Using it as a guide, solve the problem yourself.",
             fills=("prompt", "solution", "answer", "incorrect"), needs_incorrect=True),
 )}
 

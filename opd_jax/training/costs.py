@@ -67,7 +67,8 @@ def describe(config, name: str) -> str:
            "steps, compile-only XLA FLOPs, analytic bytes, upper bounds):"]
   for stage in STAGES + ("total",):
     c = estimate.cost([x for x in cs if stage in ("total", x.stage)], chip, chips)
-    acc = f", roofline {estimate._secs(c.acc_s)} ({c.bound()}-bound)" if chip else ""  # pylint: disable=protected-access
+    acc = (f", roofline {estimate._secs(c.acc_s)} ({c.bound()}-bound)"  # pylint: disable=protected-access
+           if chip else "")
     lines.append(f"  {stage:<11} {c.flops:.3g} FLOPs, {c.bytes:.3g} bytes, CPU est "
                  f"{estimate._secs(c.cpu_s)}{acc}")  # pylint: disable=protected-access
   total = estimate.cost(cs, chip, chips)

@@ -3,8 +3,9 @@
 Each step: the student (with its LoRA adapters, `lora.adapt`) samples `rollouts_per_question` rollouts of
 `batch_questions` training questions with the study's sampler; the teacher configuration
 (`config.train.configuration`, the study's "teacher:context:divergence") reads them in its view; one optax step
-on the chunked OPD loss (training/step.py). Held-out pass@1 is measured before training and every `eval_every` steps with the same
-PRNG keys (common random numbers, training/evaluate.py), and reported as a paired difference with its interval.
+on the chunked OPD loss (training/step.py). Held-out pass@1 is measured before training and every `eval_every`
+steps with the same PRNG keys (common random numbers, training/evaluate.py), and reported as a paired difference
+with its interval.
 
 Everything random derives from (config.seed, step), so a run resumed from its last checkpoint (orbax,
 training/state.py: params or adapters, optimizer state, step, PRNG key, data cursor) reaches the same final
@@ -126,7 +127,7 @@ def _teacher_prompts(env, conf, problem, prompt: list[int], texts: list[str], re
   out = []
   for r in range(len(texts)):
     src = contexts.incorrect_source(conf.context, rewards, r)
-    msg = contexts.context_message(conf.context, env.task, problem, templates=env.config.contexts.templates,
+    msg = contexts.context_message(conf.context, env.task, problem, templates=env.spec.templates,
                                    incorrect=None if src is None else texts[src])
     if msg is not None and msg not in rendered:
       rendered[msg] = env.chat(msg)
@@ -185,7 +186,7 @@ def run(config, workdir: str) -> str:
   out.mkdir(parents=True, exist_ok=True)
   with config.unlocked():
     config.configurations = {"train": t.configuration}
-  env = environment.setup(config, cross_ok=False)   # another tokenizer: refused at the load where headers were not cheap
+  env = environment.setup(config, cross_ok=False)  # another tokenizer: refused at the load where headers were not cheap
   conf = env.confs[0]
   task, pool = env.task, env.task.problems
   data = train_and_held_out(len(pool), t.eval_questions, config.seed)
@@ -238,8 +239,8 @@ def run(config, workdir: str) -> str:
   held_prompts = [env.chat(task.prompt(p)) for p in held]
   keys = evaluate.eval_keys(config.seed, len(held), t.eval_samples)
   evaluate_now = lambda: evaluate.pass_at_1(current(), task, held, held_prompts, keys, samples=t.eval_samples,
-                                            max_new_tokens=c.max_new_tokens, grade_truncated=config.task.grade_truncated,
-                                            **policy)
+                                            max_new_tokens=c.max_new_tokens,
+                                            grade_truncated=config.task.grade_truncated, **policy)
   before_path = out / "eval_before.npy"
   if before_path.exists():
     before = np.load(before_path)

@@ -333,7 +333,8 @@ def run(config, workdir: str) -> str:
           ps = np.array([np.mean(x) if x else 0.0 for x in got])
           rec["rerun"] = float(np.sum(p_new * ps)) - rec["value"]               # (ii)
           rec["rerun_downstream"] = float(np.sum(p_new * (ps - ref.p_succ)))      # (ii) - (i)
-          rec.update({k: v for k, v in lookahead_summary.rerun_interval(p_now, p_new, ref.rewards, got).items() if k != "rerun_mean"})
+          rec.update({k: v for k, v in lookahead_summary.rerun_interval(p_now, p_new, ref.rewards, got).items()
+                      if k != "rerun_mean"})
           rec["rewards_changed"] = int(sum(a != b for x, y in zip(got, ref.rewards) for a, b in zip(x, y)))
           rec["rerun_seconds"] = time.time() - t1
         rows.append(rec)

@@ -1,8 +1,8 @@
 """Experiment 1 of issue 13, exact: does training-free alignment predict what on-policy distillation does?
 
-The toy of `opd_jax.validation.exact_toys` (vocabulary V, horizon H, a verifier on the full sequence, default "sum = 0 mod 3")
-made trainable: the student is a tabular softmax policy with ONE LOGIT ROW PER PREFIX, a table [N, V] over the
-prefix tree, N = (V^H - 1) / (V - 1). Everything is exact (float64, no sampling): the success probability J,
+The toy of `opd_jax.validation.exact_toys` (vocabulary V, horizon H, a verifier on the full sequence, default
+"sum = 0 mod 3") made trainable: the student is a tabular softmax policy with ONE LOGIT ROW PER PREFIX, a table [N, V]
+over the prefix tree, N = (V^H - 1) / (V - 1). Everything is exact (float64, no sampling): the success probability J,
 and at every node u (a prefix of length t < H) the reach probability reach(u) = Pr[the policy writes u], the
 next-token distribution p(u), P_succ(k | u) and the node value V(u) = sum_k p_k(u) P_succ(k | u). One
 vectorised pass per depth (H array operations, no loop over sequences).
@@ -85,7 +85,8 @@ def _horizon_of(table_shape: tuple[int, ...]) -> tuple[int, int]:
 
 
 def from_toy(policy: exact_toys.ToyPolicy) -> np.ndarray:
-  """The per-prefix table [N, V] float64 of a `exact_toys.ToyPolicy` (row u = the policy's logits at (t, last token))."""
+  """The per-prefix table [N, V] float64 of a `exact_toys.ToyPolicy` (row u = the policy's logits at (t, last
+  token))."""
   vocab, horizon = policy.vocab, policy.horizon
   rows = [policy.logits[0, vocab][None]]
   for t in range(1, horizon):

@@ -126,3 +126,32 @@ def test_measured_efficiencies_scale_the_roofline(monkeypatch):
   line = estimate.measured_line(cs, "h200", chip, n, per=2)
   assert f"{measured / 3600:.3g} h ({measured / 2 / 3600:.3g} h per question)" in line, line
   assert "no measured efficiencies" in estimate.measured_line(cs, "v5e-64", *estimate.accelerator("v5e-64"))
+
+
+def test_design_hours_scale_by_the_measured_stops(monkeypatch):
+  """The sequential design's hours per question of the cap are the measured stop fractions (looks.MEASURED_STOP,
+  and looks.MEASURED_FUTILE with a calibrated futility threshold) times the hours per question run; the fixed
+  design's bound is computed with looks and futility off."""
+  from opd_jax.study import looks
+  monkeypatch.setattr(programs, "_compiled_flops", lambda *key: 1e12)
+  config = smoke.get_config()
+  config.budget.questions = 40
+  config.budget.looks = (10, 20)
+  chip, n = estimate.accelerator("h200")
+  lines = estimate._design_hours(config, estimate.Work(), 2.0, chip, n, "h200")
+  lo, hi = looks.MEASURED_STOP[0.5][0], looks.MEASURED_STOP[0.0][1]
+  assert f"sequential: {lo * 2:.3g}-{hi * 2:.3g} h per question of the cap" in lines[1] and len(lines) == 2
+  config.budget.futility = 0.1
+  lines = estimate._design_hours(config, estimate.Work(), 2.0, chip, n, "h200")
+  flo, fhi = looks.MEASURED_FUTILE[0.1]
+  assert lines[2].startswith(f"  futility 0.1: {flo * 2:.3g}-{fhi * 2:.3g} h per question of the cap")
+  assert "futility 0.1 also stops it" in looks.expected_text(config) and "not calibrated" in looks.futility_text(
+      _with(config, futility=0.2))
+  assert looks.futility_text(_with(config, futility=0.0)) == ""
+
+
+def _with(config, **budget):
+  c = config.copy_and_resolve_references()
+  for k, v in budget.items():
+    c.budget[k] = v
+  return c

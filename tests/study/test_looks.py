@@ -45,6 +45,25 @@ def test_pending_stopped_and_the_reports_look():
       == {"look": 2, "final": True}
   fixed = looks.report_look(_config(questions=40), {"selected": ["q"] * 12})     # one look, whatever was selected
   assert (fixed["look"], fixed["final"], fixed["design"].n_looks) == (1, False, 1)
+  # A futile look (budget.futility) stops the study as a decided one does, and the report reads that look.
+  futile = {"look": 1, "questions": 10, "decided": False, "decision": "futile"}
+  assert looks.stops(futile) and not looks.stops(taken[0]) and looks.stopped([futile]) == futile
+  assert looks.report_look(c, {"selected": ["q"] * 10, "looks": [futile]})["look"] == 1
+
+
+def test_futility_reaches_the_design_and_a_bad_one_names_the_field():
+  assert looks.design(_config(questions=80, looks=(10,))).futility == 0.0
+  assert looks.design(_config(questions=80, looks=(10,), futility=0.1)).futility == 0.1
+  for bad in (1.0, -0.1, 2.5):
+    with pytest.raises(ValueError, match=r"^config.budget.futility .*e.g. --config.budget.futility=0.05"):
+      looks.validate(_config(questions=80, looks=(10,), futility=bad))
+  with pytest.raises(ValueError, match=r"^config.budget.futility: needs budget.looks"):
+    looks.validate(_config(questions=80, futility=0.1))
+  # Added at its old behaviour's value (0: never), it leaves the config hash of runs started before it.
+  c = _config(questions=80).to_dict()
+  old = {**c, "budget": {k: v for k, v in c["budget"].items() if k != "futility"}}
+  assert records.config_hash(c) == records.config_hash(old)
+  assert records.config_hash({**c, "budget": {**c["budget"], "futility": 0.1}}) != records.config_hash(old)
 
 
 @pytest.fixture(scope="module")
