@@ -91,7 +91,7 @@ def sequential_look(workdir, margin: float, estimand: str = "alignment") -> dict
     progress = json.loads((workdir / "progress.json").read_text())
   except (OSError, ValueError):
     return {}
-  seq = looks.report_look(config, progress)
+  seq = looks.report_look(looks.resolve(config), progress)
   if seq and estimand != "alignment" and not (margin > 0 or float(config.report.get("min_effect", 0.0)) > 0):
     raise ValueError(terminal.field_error(
         "--min_effect", f"must be > 0 with --estimand={estimand} on a sequential study: its equivalence margin is in "

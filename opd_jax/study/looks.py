@@ -18,6 +18,7 @@ One process only: with several processes the questions of a look would depend on
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import pathlib
 
@@ -117,28 +118,52 @@ def validate(config) -> None:
         f"{config.budget.questions}]", tuple(looks), fix=fix))
 
 
-def verdict(nodes, config, look: int, final: bool = False, **kwargs) -> dict:
-  """decision.decide at `look` (1-based) of the config's design on `nodes` (its target group and margin)."""
-  d = design(config)
-  return decision.decide(nodes, target=config.report.target, level=1.0 - d.alpha, min_effect=d.margin, design=d,
-                         look=look, final=final, estimand=config.report.get("estimand", "alignment"), **kwargs)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Looks:
+  """The sequential design as the run loop and the report read it, resolved once from the config (`resolve`).
+
+  Attributes:
+    design: `design(config)`; design.looks is `schedule(config)` (the cap last; one look: the fixed design).
+    target: the verdict's group of nodes (config.report.target: "incorrect", "correct" or "all").
+    estimand: what the verdict compares per node (config.report.estimand, default "alignment").
+  """
+  design: sequential.Design
+  target: str = "incorrect"
+  estimand: str = "alignment"
+
+  @property
+  def sequential(self) -> bool:
+    return self.design.n_looks > 1
 
 
-def take(workdir: pathlib.Path, config, selected: list[str], look: int) -> dict:
-  """Look `look` (1-based): the verdict on the first schedule(config)[look - 1] selected questions; returns the
+def resolve(config) -> Looks:
+  """The `Looks` of a checked config."""
+  return Looks(design=design(config), target=config.report.target,
+               estimand=config.report.get("estimand", "alignment"))
+
+
+def verdict(nodes, seq: Looks, look: int, final: bool = False, **kwargs) -> dict:
+  """decision.decide at `look` (1-based) of the design on `nodes` (its target group, estimand and margin)."""
+  d = seq.design
+  return decision.decide(nodes, target=seq.target, level=1.0 - d.alpha, min_effect=d.margin, design=d, look=look,
+                         final=final, estimand=seq.estimand, **kwargs)
+
+
+def take(workdir: pathlib.Path, seq: Looks, selected: list[str], look: int) -> dict:
+  """Look `look` (1-based): the verdict on the first seq.design.looks[look - 1] selected questions; returns the
   progress entry {look, questions, decided, decision, line}."""
-  n = schedule(config)[look - 1]
+  n = seq.design.looks[look - 1]
   nodes = records.read_table(workdir, "nodes")
   nodes = nodes[nodes["question_id"].isin(set(selected[:n]))].reset_index(drop=True)
-  v = verdict(nodes, config, look, n_boot=200)          # the bootstrap intervals are descriptive: few suffice
+  v = verdict(nodes, seq, look, n_boot=200)          # the bootstrap intervals are descriptive: few suffice
   return {"look": look, "questions": n, "decided": bool(v["decided"]), "decision": v["decision"], "line": v["line"]}
 
 
-def pending(config, selected: list[str], taken: list[dict]) -> list[int]:
+def pending(seq: Looks, selected: list[str], taken: list[dict]) -> list[int]:
   """Looks (1-based) that `selected` has reached and that were not taken yet, in order; the cap's excluded (the
   last look is the report itself)."""
   done = {t["look"] for t in taken}
-  return [k + 1 for k, n in enumerate(schedule(config)[:-1]) if n <= len(selected) and k + 1 not in done]
+  return [k + 1 for k, n in enumerate(seq.design.looks[:-1]) if n <= len(selected) and k + 1 not in done]
 
 
 def stops(entry: dict) -> bool:
@@ -151,12 +176,12 @@ def stopped(taken: list[dict]) -> dict | None:
   return next((t for t in taken if stops(t)), None)
 
 
-def report_look(config, progress: dict) -> dict:
+def report_look(seq: Looks, progress: dict) -> dict:
   """The design arguments of a finished run's report (`report.write_summary`): {design, look, final}. The fixed
   design is one look (its verdict reads equivalence within the margin too, at the fixed design's level); a
   sequential one's: the look that stopped it; the last look when it reached the cap; else (the pool ran out
   first) the look after the ones taken, final, spending what is left."""
-  d, taken = design(config), list(progress.get("looks") or [])
+  d, taken = seq.design, list(progress.get("looks") or [])
   stop = stopped(taken)
   if stop is not None:
     return {"design": d, "look": stop["look"], "final": False}

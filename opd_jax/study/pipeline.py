@@ -142,7 +142,7 @@ def _finished(config, workdir: pathlib.Path, pi: int, pc: int, *, rebuild: bool)
     return ""
   found = model_specs.header(config.student.name, config)     # the tokenizer without weights, where cheap
   return finish(workdir, rebuild=rebuild, tokenizer=found and found[1], options=config.report,
-                seq=looks.report_look(config, runs.read_progress(workdir, 0, pc)))
+                seq=looks.report_look(looks.resolve(config), runs.read_progress(workdir, 0, pc)))
 
 
 def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> str:
@@ -161,13 +161,13 @@ def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> s
     for k, v in (s.get("work") or {}).items():
       work[k] = work.get(k, 0) + int(v)
   write_manifest(env, cfg, workdir, processed=sum(len(s["processed"]) for s in states), selected=len(selected),
-                 timings=timings, work=work, taken=states[0].get("looks") if looks.is_sequential(config) else None)
+                 timings=timings, work=work, taken=states[0].get("looks") if env.spec.looks.sequential else None)
   if not selected:
     raise ValueError(f"no question of the pool ({len(env.task.problems)}) was informative (both a correct and "
                      "an incorrect rollout); raise config.task.num_problems or config.budget.rollouts_per_question"
                      ", or set config.selection='all'")
   return finish(workdir, tokenizer=env.student.tokenizer, options=config.report,
-                seq=looks.report_look(config, states[0]))
+                seq=looks.report_look(env.spec.looks, states[0]))
 
 
 def run_questions(env: environment.Env, workdir: pathlib.Path, config_hash: str, pi: int, pc: int) -> dict[str, float]:
@@ -175,7 +175,7 @@ def run_questions(env: environment.Env, workdir: pathlib.Path, config_hash: str,
   budget.question_batch, until its quota of selected questions: each question's record parts, then its progress
   (the commit point of resume). Marks the process done (or failed, for the others to stop waiting).
   Returns the stage timings of this run, earlier sessions included."""
-  config = env.config
+  spec = env.spec
   progress = runs.read_progress(workdir, pi, pc)            # progress.json, or progress.<i>-of-<n>.json
   processed, selected = list(progress["processed"]), list(progress["selected"])
   before = dict(progress.get("timings_s") or {})           # stage times of earlier sessions of this run
@@ -188,7 +188,7 @@ def run_questions(env: environment.Env, workdir: pathlib.Path, config_hash: str,
     return {k: spent.get(k, 0) + env.work.get(k, 0) for k in sorted(set(spent) | set(env.work))}
 
   done = set(processed)
-  quota = runs.question_quota(config.budget.questions, pi, pc)
+  quota = runs.question_quota(spec.questions, pi, pc)
   if processed:
     print(f"resuming: {len(processed)} questions processed in earlier sessions ({len(selected)} of {quota} selected); "
           "their records are kept", file=sys.stderr, flush=True)
@@ -196,24 +196,24 @@ def run_questions(env: environment.Env, workdir: pathlib.Path, config_hash: str,
 
   def save(**kw):
     state = {"processed": processed, "selected": selected, "timings_s": timings(), "work": work()}
-    runs.write_progress(workdir, {**state, **({"looks": taken} if looks.is_sequential(config) else {})}, pi, pc,
+    runs.write_progress(workdir, {**state, **({"looks": taken} if spec.looks.sequential else {})}, pi, pc,
                         **kw)
 
   def look() -> bool:
     """Takes the looks `selected` has reached (in order); True once one stopped the study (decided or futile)."""
-    for k in looks.pending(config, selected, taken):
-      taken.append(looks.take(workdir, config, selected, k))
+    for k in looks.pending(spec.looks, selected, taken):
+      taken.append(looks.take(workdir, spec.looks, selected, k))
       logging.info("%s", taken[-1]["line"])
       t = taken[-1]
       what = (f"decided ({t['decision']}), stopping" if t["decided"] else "futile (unlikely to decide by the cap), "
               "stopping" if looks.stops(t) else "not decided, going on")
-      print(f"look {k} of {len(looks.schedule(config))} ({t['questions']} questions): {what}", file=sys.stderr)
+      print(f"look {k} of {spec.looks.design.n_looks} ({t['questions']} questions): {what}", file=sys.stderr)
       save()
       if looks.stops(t):
         return True
     return looks.stopped(taken) is not None
 
-  mine, G = runs.split_questions(range(len(env.task.problems)), pi, pc), config.budget.question_batch
+  mine, G = runs.split_questions(range(len(env.task.problems)), pi, pc), spec.question_batch
   try:
     with terminal.bar("questions", total=quota, unit="q", initial=len(selected), fill=False, leave=True,
                     shown=quota > 1) as bar:                # one question: the stage lines show progress
@@ -249,7 +249,7 @@ def run_questions(env: environment.Env, workdir: pathlib.Path, config_hash: str,
   save(done=True)
   if len(selected) < quota and not stop:
     logging.warning("only %d of this process's %d questions (config.budget.questions=%d over %d processes) were "
-                    "informative in its share of the pool of %d", len(selected), quota, config.budget.questions,
+                    "informative in its share of the pool of %d", len(selected), quota, spec.questions,
                     pc, len(env.task.problems))
   return timings()
 

@@ -1,7 +1,9 @@
-"""What a question's stages read, resolved once from the config (issue 37, item 3): frozen, typed values.
+"""What the run loop and a question's stages read, resolved once from the config (issue 37, item 3): frozen, typed
+values.
 
 `resolve(config)` runs after preflight's checks (`environment.setup` stores it as `Env.spec`), so every value here
-has passed its check; `opd_jax/study/questions.py` reads only this, never the config. A field keeps the config's
+has passed its check; `opd_jax/study/questions.py` and the question loop of `pipeline.py` read only this, never the
+config. A field keeps the config's
 value as it is (no cast), so a study's records do not depend on the route a value took. configs/base.py documents
 each field under its config name (`Budget.rollouts_per_question` is `config.budget.rollouts_per_question`).
 """
@@ -12,6 +14,7 @@ import types
 from typing import Mapping
 
 from opd_jax.decode import sampling
+from opd_jax.study import looks as looks_lib
 from opd_jax.study import preflight
 
 
@@ -60,10 +63,13 @@ class Scoring:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Spec:
-  """Everything `questions.py` reads.
+  """Everything `questions.py` and the question loop read.
 
   Attributes:
     seed: config.seed; question i's key is fold_in(key(seed), i).
+    questions: config.budget.questions, the selected questions of the study over every process (its cap).
+    question_batch: config.budget.question_batch, questions whose base rollouts are sampled in one batch.
+    looks: the sequential design, its verdict's group and estimand (`looks.resolve`; one look: the fixed design).
     selection: "informative" (questions with a correct and an incorrect rollout) or "all".
     grade_truncated: config.task.grade_truncated (a truncated response is graded instead of scoring 0).
     max_new_tokens: config.sampling.max_new_tokens, the response cap of base rollouts and continuations (tokens).
@@ -73,6 +79,9 @@ class Spec:
     budget, scoring: `Budget`, `Scoring`.
   """
   seed: int
+  questions: int
+  question_batch: int
+  looks: looks_lib.Looks
   selection: str
   grade_truncated: bool
   max_new_tokens: int
@@ -100,7 +109,8 @@ def resolve(config) -> Spec:
   scoring = Scoring(chunk=s.chunk, top_k=s.top_k, beta=s.beta, all_rollouts=s.all_rollouts,
                     cross_tokenizer=CrossTokenizer(mode=xt.mode, prune=xt.prune, max_tree_nodes=xt.max_tree_nodes,
                                                    force=bool(xt.force)))
-  return Spec(seed=config.seed, selection=config.selection, grade_truncated=config.task.grade_truncated,
+  return Spec(seed=config.seed, questions=b.questions, question_batch=b.question_batch, looks=looks_lib.resolve(config),
+              selection=config.selection, grade_truncated=config.task.grade_truncated,
               max_new_tokens=config.sampling.max_new_tokens, policy=preflight.policy(config),
               teacher_policy=preflight.teacher_policy(config),
               templates=types.MappingProxyType(dict(config.contexts.templates or {})), budget=budget, scoring=scoring)

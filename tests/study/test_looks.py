@@ -31,7 +31,7 @@ def test_schedule_appends_the_cap_and_validate_names_the_field():
 
 
 def test_pending_stopped_and_the_reports_look():
-  c = _config(questions=40, looks=(10, 20))
+  c = looks.resolve(_config(questions=40, looks=(10, 20)))
   taken = [{"look": 1, "questions": 10, "decided": False}]
   assert looks.pending(c, ["q"] * 9, []) == [] and looks.pending(c, ["q"] * 25, taken) == [2]
   assert looks.pending(c, ["q"] * 40, taken + [{"look": 2, "decided": False}]) == []   # the cap is the report
@@ -43,12 +43,22 @@ def test_pending_stopped_and_the_reports_look():
   # The pool ran out after look 1: the next look is final and spends what is left.
   assert {k: v for k, v in looks.report_look(c, {"selected": ["q"] * 13, "looks": taken}).items() if k != "design"} \
       == {"look": 2, "final": True}
-  fixed = looks.report_look(_config(questions=40), {"selected": ["q"] * 12})     # one look, whatever was selected
+  # The fixed design: one look, whatever was selected.
+  fixed = looks.report_look(looks.resolve(_config(questions=40)), {"selected": ["q"] * 12})
   assert (fixed["look"], fixed["final"], fixed["design"].n_looks) == (1, False, 1)
   # A futile look (budget.futility) stops the study as a decided one does, and the report reads that look.
   futile = {"look": 1, "questions": 10, "decided": False, "decision": "futile"}
   assert looks.stops(futile) and not looks.stops(taken[0]) and looks.stopped([futile]) == futile
   assert looks.report_look(c, {"selected": ["q"] * 10, "looks": [futile]})["look"] == 1
+
+
+def test_the_resolved_looks_carry_the_configs_design_target_and_estimand():
+  c = _config(questions=80, looks=(10, 40), futility=0.1)
+  c.report.target, c.report.estimand, c.report.min_effect = "all", "projection", 0.01
+  seq = looks.resolve(c)
+  assert seq == looks.Looks(design=looks.design(c), target="all", estimand="projection") and seq.sequential
+  assert (seq.design.looks, seq.design.margin, seq.design.futility) == ((10, 40, 80), 0.01, 0.1)
+  assert not looks.resolve(_config(questions=80)).sequential
 
 
 def test_futility_reaches_the_design_and_a_bad_one_names_the_field():

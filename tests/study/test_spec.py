@@ -8,6 +8,8 @@ import pytest
 
 from configs import smoke
 from configs import teacher_sweep
+from opd_jax.study import looks
+from opd_jax.study import pipeline
 from opd_jax.study import preflight
 from opd_jax.study import questions
 from opd_jax.study import spec
@@ -27,6 +29,7 @@ def test_resolve_keeps_the_configs_values(get):
   assert (s.seed, s.selection, s.grade_truncated, s.max_new_tokens) == (
       c.seed, c.selection, c.task.grade_truncated, c.sampling.max_new_tokens)
   assert s.policy == preflight.policy(c) and s.teacher_policy == preflight.teacher_policy(c)
+  assert (s.questions, s.question_batch, s.looks) == (c.budget.questions, c.budget.question_batch, looks.resolve(c))
   assert dict(s.templates) == dict(c.contexts.templates or {})
   with pytest.raises(dataclasses.FrozenInstanceError):
     s.budget.branch_batch = 1
@@ -36,9 +39,16 @@ def test_resolve_keeps_the_configs_values(get):
   assert spec.resolve(c).budget.allocation == "adaptive"
 
 
-def test_the_question_stages_never_read_the_config():
-  """No name `config` and no `.config` attribute of the env in questions.py: its settings come from env.spec."""
-  tree = ast.parse(pathlib.Path(questions.__file__).read_text())
-  names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-  attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-  assert "config" not in names and "config" not in attrs and "preflight" not in names
+def _reads(tree) -> set[str]:
+  return ({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+          | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)})
+
+
+def test_the_question_stages_and_loop_never_read_the_config():
+  """No name `config` and no `.config` attribute in questions.py, nor in pipeline.run_questions (the question
+  loop): their settings come from env.spec."""
+  reads = _reads(ast.parse(pathlib.Path(questions.__file__).read_text()))
+  assert "config" not in reads and "preflight" not in reads
+  loop = next(n for n in ast.walk(ast.parse(pathlib.Path(pipeline.__file__).read_text()))
+              if isinstance(n, ast.FunctionDef) and n.name == "run_questions")
+  assert "config" not in _reads(loop)
