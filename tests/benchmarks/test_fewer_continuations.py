@@ -109,7 +109,8 @@ def test_the_report_flag_names_the_estimands_and_a_sequential_projection_needs_i
     cli.check_flags(f)
   (tmp_path / "config.json").write_text('{"report": {"min_effect": 0.0}}')
   (tmp_path / "progress.json").write_text("{}")
-  monkeypatch.setattr(cli.looks, "report_look", lambda c, p: {"design": sequential.Design(looks=(10, 20))})
+  monkeypatch.setattr(cli.looks, "resolve", lambda c: None)                # the config.json above is partial
+  monkeypatch.setattr(cli.looks, "report_look", lambda seq, p: {"design": sequential.Design(looks=(10, 20))})
   with pytest.raises(ValueError, match=r"^--min_effect must be > 0 with --estimand=projection"):
     cli.sequential_look(tmp_path, 0.0, "projection")
   assert cli.sequential_look(tmp_path, 0.01, "projection")["design"].margin == 0.01
