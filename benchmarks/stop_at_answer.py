@@ -8,6 +8,8 @@ those of the study with the stop), then, when the policy stops at the answer, th
 the stop (same row ids, so the same draws: the full responses). At exit it prints one line `STOPSTATS {json}`:
 continuations compared, generated tokens with and without the stop (forced tokens excluded, as
 `Outcomes.tokens`), and continuations whose reward differs. The study's wall time includes the second run.
+With STOPSTATS_FILE set, the running totals are also written there after every batch (a long run stopped early
+keeps what it compared).
 """
 import atexit
 import dataclasses
@@ -40,6 +42,9 @@ def _continue_twice(policy, verify, prompt, rollouts, todo, outs, generated, **k
   STATS["tokens_cut"] += int(sum(g.sum() for g in gen))
   STATS["tokens_full"] += int(sum(g.sum() for g in full_gen))
   STATS["reward_diffs"] += sum(int(outs[i][m, k, r] != full_outs[i][m, k, r]) for i, m, k, r in todo)
+  if os.environ.get("STOPSTATS_FILE"):          # the running totals, kept where a long run may be stopped
+    with open(os.environ["STOPSTATS_FILE"], "w", encoding="utf-8") as f:
+      f.write(json.dumps(STATS) + "\n")
 
 
 @atexit.register

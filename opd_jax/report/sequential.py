@@ -41,9 +41,9 @@ N(d, se^2 f (1 - f)) given the data so far, its standard error se sqrt(f), its i
 sqrt(f) at the last look's per-pair level (t at the df scaled by 1 / f), and the pair stays unresolved when
 max(margin - a, 0) <= |d_cap| <= a. p_decided is the smallest of these over the blocking comparisons (a decision
 needs each of them resolved while the best stays the best; a heuristic, not a bound, when the best may change).
-The study stops ("futile") when p_decided < futility. The rule is non-binding in the sense of Jennison & Turnbull
-(2000, section 10.6): it only ever replaces a later claim by no claim, so every error rate above still holds; what
-it can cost is a decision the cap would have reached (benchmarks/verdict_calibration.py --futility measures it).
+The study stops ("futile") when p_decided < futility. The rule is non-binding (Jennison & Turnbull 2000, ch. 10):
+it only ever replaces a later claim by no claim, so every error rate above still holds; what it can cost is a
+decision the cap would have reached (benchmarks/verdict_calibration.py --futility measures it).
 """
 import dataclasses
 import functools
