@@ -99,8 +99,8 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
     [K, K] (row minus column; NaN off the family), m, ci_level, best (int or -1), order [K], could_be_best [K],
     runner_up (int or -1: the comparable configuration closest to the best), verdict (str); with a design also
     look, nominal_alpha (per pair at this look), alpha_spent (the family's, by this look), last (bool),
-    equivalent [K, K], decision ("use", "equivalent", "continue", "futile", "cap"), decided, stop, p_decided
-    (sequential.read).
+    equivalent [K, K], decision ("use", "equivalent", "continue", "futile", "cap"), decided, stop, blocking,
+    p_decided (sequential.read).
   Raises:
     ValueError: shapes do not match, level outside (0, 1) or not 1 - design.alpha, a look without a design or
       outside the design's looks.
@@ -369,7 +369,7 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
   for c in out["comparisons"]:
     i = index[c["config_id"]]
     c["equivalent"] = bool(res["equivalent"][i, b])
-    if res["could_be_best"][i] and not c["equivalent"]:
+    if i in res["blocking"]:
       need = sample_size.questions_needed(design.margin, c["se"], c["df"], c["n_shared_questions"], alpha=alpha,
                                     power=POWER, se_df=c["df"]) if c["comparable"] else math.nan
       out["undecided"].append({"config_id": c["config_id"], "vs": c["vs"],

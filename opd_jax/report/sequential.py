@@ -241,7 +241,8 @@ def read(res: dict, *, margin: float, last: bool, futility: float = 0.0, fractio
   are never futile.
   Returns:
     {"equivalent": bool [K, K], "decision": str, "decided": bool, "stop": bool (decided, futile or last),
-    "p_decided": float (NaN when not computed)}.
+    "blocking": [int] (the configurations that could be best, other than the best, not equivalent to it: the
+    comparisons that block a decision), "p_decided": float (NaN when not computed)}.
   """
   lo, hi = np.nan_to_num(res["ci_lo"], nan=-np.inf), np.nan_to_num(res["ci_hi"], nan=np.inf)
   equivalent = res["comparable"] & (lo > -margin) & (hi < margin)
@@ -253,13 +254,13 @@ def read(res: dict, *, margin: float, last: bool, futility: float = 0.0, fractio
       equivalent[i, j] for i in members for j in members if i != j):
     decision = "equivalent"
   decided = decision in ("use", "equivalent")
+  b = res["best"]
+  blocking = [int(i) for i in members if i != b and not equivalent[i, b]]
   p_decided = math.nan
   if decision == "continue" and futility > 0 and res["verdict"] not in ("underpowered", "no_data"):
-    b = res["best"]
-    blocking = [i for i in members if i != b and not equivalent[i, b]]
     p = p_resolved(res["diff"][blocking, b], res["se"][blocking, b], res["df"][blocking, b], fraction, margin,
                    final_alpha)
     p_decided = float(p.min()) if p.size else 1.0
     decision = "futile" if p_decided < futility else decision
   return {"equivalent": equivalent, "decision": decision, "decided": decided,
-          "stop": decided or last or decision == "futile", "p_decided": p_decided}
+          "stop": decided or last or decision == "futile", "blocking": blocking, "p_decided": p_decided}

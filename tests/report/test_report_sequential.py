@@ -171,6 +171,7 @@ def test_futility_stops_a_hopeless_look_and_never_changes_a_claim():
   res = decision.compare_arrays(align[q < 10], q[q < 10], design=futile, look=1)
   b = res["best"]
   blocking = [i for i in np.flatnonzero(res["could_be_best"]) if i != b and not res["equivalent"][i, b]]
+  assert res["blocking"] == blocking and len(v1["undecided"]) == len(blocking)
   want = sequential.p_resolved(res["diff"][blocking, b], res["se"][blocking, b], res["df"][blocking, b], 0.5, 0.01,
                                sequential.nominal_alpha(futile, 2, pairs=res["m"])).min()
   np.testing.assert_allclose(res["p_decided"], want, rtol=1e-12)
