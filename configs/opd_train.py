@@ -25,7 +25,9 @@ the same questions. Held-out questions are the pool's first `eval_questions`; th
 batch_questions x rollouts_per_question rollouts per step, eval_questions x eval_samples held-out samples every
 eval_every steps (same keys each time), micro_batch_rows (rollouts per micro-batch: the step's gradients are
 accumulated over micro-batches of this many rows before one update; 0: all at once), checkpoint_every,
-keep_checkpoints, chunk (loss positions per chunk),
+keep_checkpoints, chunk (loss positions per chunk), teacher_weights (the self-teacher's weights: "initial", the
+base student frozen, what the study diagnoses; "current", the student being trained; "ema@d", an average of its
+trainable params, training/step.py),
 export (write the trained model as an HF folder at the end; LoRA merged, its matrices in fp32), lora.rank (0: full
 fine-tuning), lora.alpha, lora.targets (regex over param paths), optim.* (training/state.py OptimConfig: AdamW,
 clipping, warmup, schedule, accumulate: one update every `accumulate` steps and at the last, steps weighted by their
@@ -52,6 +54,7 @@ def get_config(arg: str | None = None):
   config.configurations = {}                    # the study's field; training reads config.train.configuration
   config.train = ml_collections.ConfigDict(dict(
       configuration="self:solution:reverse_kl",
+      teacher_weights="initial",
       steps=12, batch_questions=4, rollouts_per_question=2,
       eval_questions=16, eval_samples=2, eval_every=6,
       micro_batch_rows=0, checkpoint_every=1, keep_checkpoints=2, chunk=128, export=False,

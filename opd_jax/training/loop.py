@@ -67,6 +67,10 @@ def validate(config) -> None:
   if t.lora.rank > 0 and not t.lora.alpha > 0:
     raise ValueError(f"config.train.lora.alpha must be > 0, got {t.lora.alpha!r}")
   conf = contexts.parse("train", t.configuration, field="config.train.configuration")
+  kind, _ = step_lib.teacher_weights(t.teacher_weights)
+  if conf.teacher != contexts.SELF and kind != "initial":
+    raise ValueError(f"config.train.teacher_weights={t.teacher_weights!r} applies to the self-teacher only; an "
+                     f"external teacher ({conf.teacher}) is frozen: use 'initial'")
   state_lib.OptimConfig(**t.optim.to_dict(), total_steps=t.steps)
   losses.check_policies(preflight.policy(config), preflight.teacher_policy(config), divergence_spec(conf),
                         field="config.train.configuration")
@@ -199,7 +203,9 @@ def run(config, workdir: str) -> str:
   scale = t.lora.alpha / t.lora.rank if t.lora.rank > 0 else None
   trainable = lambda b: (lora.init(b, jax.random.fold_in(key, 1), rank=t.lora.rank, pattern=t.lora.targets)
                          if scale is not None else b)
-  fresh = lambda b: state_lib.init_state(trainable(b), tx, jax.random.fold_in(key, 2), t.optim.accumulate)
+  weights, ema = step_lib.teacher_weights(t.teacher_weights)
+  fresh = lambda b: state_lib.init_state(trainable(b), tx, jax.random.fold_in(key, 2), t.optim.accumulate,
+                                         teacher=ema is not None)
   updates = -(-t.steps // t.optim.accumulate)          # the schedule counts updates (the last window may be short)
   tx = state_lib.optimizer(state_lib.OptimConfig(**t.optim.to_dict(), total_steps=updates))
   ckpts = state_lib.Checkpoints(out / "checkpoints", identity={"config_hash": _identity_hash(config),
@@ -215,6 +221,8 @@ def run(config, workdir: str) -> str:
     st = fresh(base)
   teacher = None if conf.teacher == contexts.SELF else env.teacher(conf.teacher)
   t_params = None if teacher is None else teacher.params
+  if teacher is None and weights == "initial":   # the base student, frozen (full fine-tuning: a copy the step
+    t_params = base if scale is not None else jax.tree.map(jnp.copy, base)   # cannot donate)
   batch_rows = t.batch_questions * t.rollouts_per_question
   micro_rows = sharding.pad_rows(min(t.get("micro_batch_rows", 0) or batch_rows, batch_rows), mesh)
   micro_batches = -(-batch_rows // micro_rows)
@@ -228,7 +236,7 @@ def run(config, workdir: str) -> str:
       tx, s_graph=student.graphdef, t_graph=None if teacher is None else teacher.graphdef, lora_scale=scale,
       divergence=divergence_spec(conf), chunk=t.chunk, vocab_size=student.config.real_vocab_size,
       in_shardings=in_shardings, micro_batches=micro_batches, accumulate=t.optim.accumulate,
-      policy=preflight.policy(config), teacher_policy=preflight.teacher_policy(config))
+      policy=preflight.policy(config), teacher_policy=preflight.teacher_policy(config), ema=ema)
   # The student the adapters represent (bf16 matrices unmerged: lora.adapt), for sampling and evaluation.
   adapted = jax.jit(lambda b, a: lora.adapt(b, a, scale=scale)) if scale is not None else None
   current = lambda: dataclasses.replace(student, params=adapted(base, st["params"]) if adapted else st["params"])
@@ -348,8 +356,9 @@ def _npy(a: np.ndarray) -> bytes:
 
 def _summary(config, conf, metrics, evals, before) -> dict:
   last = evals[-1] if evals else None
-  text = (f"trained {config.train.configuration!r} ({divergence_spec(conf)}) for {len(metrics)} steps; held-out "
-          f"pass@1 before {before.mean():.3f}")
+  weights = "" if conf.teacher != contexts.SELF else f", self-teacher weights {config.train.teacher_weights}"
+  text = (f"trained {config.train.configuration!r} ({divergence_spec(conf)}{weights}) for {len(metrics)} steps; "
+          f"held-out pass@1 before {before.mean():.3f}")
   if last:
     within = last["lo"] <= 0 <= last["hi"] if np.isfinite(last["lo"]) else True
     ci = (f"[{last['lo']:+.3f}, {last['hi']:+.3f}]" if np.isfinite(last["lo"]) else
@@ -358,4 +367,4 @@ def _summary(config, conf, metrics, evals, before) -> dict:
              f"{last['n_questions']} questions x {config.train.eval_samples} samples"
              f"{' (within noise)' if within else ''}")
   return {"text": text, "steps": len(metrics), "before": float(before.mean()), "last_eval": last,
-          "configuration": config.train.configuration}
+          "configuration": config.train.configuration, "teacher_weights": config.train.teacher_weights}

@@ -5,7 +5,9 @@ The train state is a plain pytree, so one jitted step can take it donated:
   {"step": int32 [], "params": the trainable params (LoRA factors or the full model state),
    "opt_state": optax state of `optimizer(...)`, "rng": uint32 [2] raw PRNG key data (jax.random.key_data),
    "acc": only with accumulate > 1: {"grads": fp32 like params, "weight": fp32 []}, the update being accumulated
-          over steps (`training.step.make_train_step`)}
+          over steps (`training.step.make_train_step`),
+   "teacher": only with an EMA self-teacher (config.train.teacher_weights "ema@d"): the averaged params, like
+          params}
 
 A checkpoint is that pytree (orbax `StandardSave`) plus a JSON record (`meta`): the data cursor, the config
 hash and the base model's identity. `Checkpoints.restore` refuses a directory written by another config or
@@ -86,15 +88,18 @@ def optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
   return optax.chain(*parts)
 
 
-def init_state(params, tx: optax.GradientTransformation, rng: jax.Array, accumulate: int = 1) -> State:
+def init_state(params, tx: optax.GradientTransformation, rng: jax.Array, accumulate: int = 1,
+               teacher: bool = False) -> State:
   """The train state at step 0 (see the module docstring); rng is a typed or raw PRNG key; accumulate > 1 adds
-  the empty accumulator ("acc")."""
+  the empty accumulator ("acc"); teacher adds the EMA self-teacher's params ("teacher"), a copy of params."""
   raw = jax.random.key_data(rng) if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key) else rng
   st = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params),
         "rng": jnp.asarray(raw, jnp.uint32)}
   if accumulate > 1:
     st["acc"] = {"grads": jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), params),
                  "weight": jnp.zeros((), jnp.float32)}
+  if teacher:
+    st["teacher"] = jax.tree.map(jnp.copy, params)
   return st
 
 

@@ -13,8 +13,12 @@ teacher side under stop-gradient.
 Trainable params: LoRA adapters (`lora.adapt(keep_apart=True)` inside the step: the block matrices computed
 unmerged, x W + s (x A) B, in any dtype: no update rounds away next to bf16 weights and no merged copy of the
 weights is formed; the base weights are an input, not updated) or the whole student state (full
-fine-tuning). The self-teacher is the current student (with its adapters) reading
-its privileged context: what the study diagnosed, as training moves it.
+fine-tuning). The self-teacher's weights (`config.train.teacher_weights`, `teacher_weights`):
+  initial   the base student (adapters off; full fine-tuning: a copy of the initial params) reading its context:
+            what the study diagnosed, frozen (the default; OPSD's `--fixed_teacher`, verl's and TRL's frozen base);
+  current   the current student with its adapters: a teacher that moves with every update;
+  ema@d     an exponential moving average of the trainable params (LoRA: of the factors A and B),
+            teacher <- d teacher + (1 - d) params after each applied update, from teacher = params at step 0.
 """
 from __future__ import annotations
 
@@ -108,9 +112,10 @@ def loss_fn(trainable, base, teacher_state, batch: Batch, *, s_graph, t_graph, l
   Args:
     trainable: LoRA adapters (`lora.init`) when lora_scale is set, else the student's whole nnx.State.
     base: the frozen student state (LoRA), or None (full fine-tuning).
-    teacher_state: an external teacher's state, or None for the self-teacher (the current student, merged).
+    teacher_state: an external teacher's state, the self-teacher's frozen or averaged params (read with s_graph),
+      or None for the current student as the self-teacher.
     batch: `Batch` arrays (jax or numpy).
-    s_graph, t_graph: the student's and the external teacher's graphdefs (static).
+    s_graph, t_graph: the student's and the external teacher's graphdefs (static; t_graph None: the student's).
     remat: recompute the student's layer activations in the backward pass (`Decoder.hidden_states`): memory of
       one layer's activations instead of all L, for one more forward.
     policy, teacher_policy: the study's p and q (`preflight.policy`, `preflight.teacher_policy`: temperature,
@@ -120,11 +125,33 @@ def loss_fn(trainable, base, teacher_state, batch: Batch, *, s_graph, t_graph, l
   student = decoder.merge(s_graph, params)
   T = batch.response.shape[1]
   h_s = _response_hidden(student, batch.tokens_s, batch.pos_s, T, remat)
-  teacher = student if teacher_state is None else decoder.merge(t_graph, teacher_state)
+  teacher = student if teacher_state is None else decoder.merge(t_graph or s_graph, teacher_state)
   h_t = jax.lax.stop_gradient(_response_hidden(teacher, batch.tokens_t, batch.pos_t, T))
   return losses.opd_loss(h_s, student.head, h_t, teacher.head, batch.response, batch.mask, divergence=divergence,
                          chunk=chunk, vocab_size=vocab_size, field="config.train.divergence", policy=policy,
                          teacher_policy=teacher_policy)
+
+
+TEACHER_WEIGHTS = ("initial", "current", "ema@<d>")
+
+
+def teacher_weights(spec: str, *, field: str = "config.train.teacher_weights") -> tuple[str, float | None]:
+  """("initial" | "current" | "ema", decay or None) of a `teacher_weights` spec.
+
+  Raises:
+    ValueError: naming `field` and the forms, for anything else (an EMA decay must lie in (0, 1)).
+  """
+  if spec in ("initial", "current"):
+    return spec, None
+  if isinstance(spec, str) and spec.startswith("ema@"):
+    try:
+      d = float(spec.removeprefix("ema@"))
+    except ValueError:
+      d = float("nan")
+    if 0.0 < d < 1.0:
+      return "ema", d
+  raise ValueError(f"{field}={spec!r}: use 'initial' (the base student, frozen: what the study diagnoses), "
+                   "'current' (the student being trained) or 'ema@<d>' with 0 < d < 1 (e.g. ema@0.99)")
 
 
 def _micro(batch: Batch, k: int) -> Batch:
@@ -164,7 +191,7 @@ def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, 
                     divergence: str, chunk: int, vocab_size: int | None, in_shardings: tuple | None = None,
                     remat: bool = True, micro_batches: int = 1, accumulate: int = 1,
                     policy: sampling.SamplingParams | None = None,
-                    teacher_policy: sampling.SamplingParams | None = None):
+                    teacher_policy: sampling.SamplingParams | None = None, ema: float | None = None):
   """A jitted `step(state, base, teacher_state, batch, apply=True) -> (state, metrics)`; `state`
   (`state.init_state`, with `accumulate`) is donated. metrics: {"loss", "grad_norm", "update_norm"} fp32 scalars
   (the loss before the update; update_norm 0 on a step that only accumulates).
@@ -181,6 +208,12 @@ def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, 
 
   policy, teacher_policy: the p the rollouts were sampled from and the teacher's q (`loss_fn`).
 
+  ema: the self-teacher is an EMA of the trainable params with this decay d, kept in state["teacher"]
+  (`state.init_state(teacher=True)`): the step's teacher is the student with those params (`teacher_state` is
+  ignored), and after each applied update state["teacher"] <- d state["teacher"] + (1 - d) params, in the params'
+  dtype. None: the teacher is `teacher_state` (an external teacher, or the frozen base student) or, when that is
+  None, the current student.
+
   micro_batches: split the batch's B rows into this many micro-batches (B must be a multiple; on a mesh, of
   micro_batches x the "data" size) whose gradients are accumulated in fp32 before one optimizer update: the same
   update as one batch (up to round-off), with one micro-batch's activations in memory.
@@ -193,13 +226,25 @@ def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, 
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
     return optax.apply_updates(state["params"], updates), opt_state, optax.tree.norm(updates).astype(jnp.float32)
 
+  def averaged(state, params, applied):
+    """state with its EMA teacher moved toward `params` where `applied` (a bool scalar)."""
+    if ema is None:
+      return state
+    moved = jax.tree.map(lambda t, p: (ema * t.astype(jnp.float32) + (1.0 - ema) * p.astype(jnp.float32))
+                         .astype(t.dtype), state["teacher"], params)
+    return {**state, "teacher": jax.tree.map(lambda m, t: jnp.where(applied, m, t), moved, state["teacher"])}
+
   def step(state, base, teacher_state, batch, apply=True):
     if batch.response.shape[0] % micro_batches:
       raise ValueError(f"a batch of {batch.response.shape[0]} rows does not split into {micro_batches} micro-batches")
+    if ema is not None:           # the student with the averaged params (LoRA: the averaged adapters on the base)
+      teacher_state = (lora.adapt(base, state["teacher"], scale=lora_scale, keep_apart=True)
+                       if lora_scale is not None else state["teacher"])
     loss, grads = grad(state["params"], base, teacher_state, batch)
     metrics = {"loss": loss.astype(jnp.float32), "grad_norm": optax.tree.norm(grads).astype(jnp.float32)}
     if accumulate == 1:
       params, opt_state, metrics["update_norm"] = update(state, grads)
+      state = averaged(state, params, jnp.bool_(True))
       return {**state, "step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
     n_s = jnp.sum(jnp.any(batch.mask, axis=-1)).astype(jnp.float32)           # rollouts with a response
     acc = {"grads": jax.tree.map(lambda a, g: a + n_s * g.astype(jnp.float32), state["acc"]["grads"], grads),
@@ -213,6 +258,7 @@ def make_train_step(tx: optax.GradientTransformation, *, s_graph, t_graph=None, 
 
     later = lambda _: (state["params"], state["opt_state"], acc, jnp.zeros((), jnp.float32))
     params, opt_state, acc, metrics["update_norm"] = jax.lax.cond(jnp.asarray(apply), now, later, None)
+    state = averaged(state, params, jnp.asarray(apply))
     return {**state, "step": state["step"] + 1, "params": params, "opt_state": opt_state, "acc": acc}, metrics
 
   if in_shardings is None:

@@ -1,0 +1,200 @@
+"""Validation v2 (issue 47): does the study predict training beyond who the teacher is? The resumable driver.
+
+  python benchmarks/validate_v2.py --workdir=/work/runs/v2                     # every stage-1 piece not yet done
+  python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=train:s1_solution_frozen       # one piece
+  python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=stage1      # stage 1's table, from the CSVs
+
+Stage 1, the mechanism: v1's runs (docs/data/validation/runs.csv: the self-teacher was the current student, as
+training moved it) against the same runs with the frozen self-teacher (`config.train.teacher_weights=initial`,
+the base student reading its context: what the study diagnoses), and the moving self:solution at a lower learning
+rate. v1's protocol otherwise (`configs/validation.py:train`: 40 steps of 4 questions x 2 rollouts, LoRA rank 16,
+held-out pass@1 on 40 questions x 8 samples before and at step 40, the same keys: the v1 runs are the paired
+comparison). What was expected before any run: docs/data/validation_v2/stage1_expectations.md.
+
+Each piece runs in a child process (benchmarks/validate_training.py's `_job`: what `python -m opd_jax.main` does,
+resuming a started run from its checkpoint), its wall time and peak RSS measured by the parent (`os.wait4`); a
+finished piece's rows go to docs/data/validation_v2/ (runs.csv, eval_<name>.csv, samples_<name>.jsonl: the last
+step's rollouts, where a collapse shows) and are never rerun: commit them as each piece ends.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pandas as pd  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from benchmarks import validate_training as v1  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import validation  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DATA_DIR = REPO / "docs" / "data" / "validation_v2"
+V1_DIR = REPO / "docs" / "data" / "validation"
+
+# name -> the run: configuration, stage, stratum, the self-teacher's weights, learning rate, seed.
+RUNS = {
+    **{f"s1_{c}_frozen": dict(spec=f"self:{c}:reverse_kl", stage=1, stratum="self", teacher_weights="initial",
+                              learning_rate=1e-4, seed=0, v1=c)
+       for c in ("solution", "summary", "answer", "misleading")},
+    "s1_solution_moving_lr3e-5": dict(spec="self:solution:reverse_kl", stage=1, stratum="self",
+                                      teacher_weights="current", learning_rate=3e-5, seed=0, v1="solution"),
+}
+TINY = {"tiny_frozen": dict(spec="self:solution:reverse_kl", stage=1, stratum="self", teacher_weights="initial",
+                            learning_rate=1e-2, seed=0, v1=None)}
+RUN_COLUMNS = ("configuration", "spec", "stage", "stratum", "teacher_weights", "seed", "learning_rate", "steps",
+               "micro_batch_rows", "before", "after", "diff", "lo", "hi", "p_value", "n_questions", "samples",
+               "last_loss", "last_train_reward", "last_response_tokens", "wall_s", "peak_rss_gb")
+
+
+def runs(tiny: bool) -> dict[str, dict]:
+  return TINY if tiny else RUNS
+
+
+def pieces(tiny: bool) -> list[str]:
+  return [f"train:{n}" for n in runs(tiny)] + ["stage1"]
+
+
+def done(piece: str, data: pathlib.Path) -> bool:
+  """A training piece is done when its rows are in `data` (the committed record), whatever the workdir holds."""
+  if not piece.startswith("train:"):
+    return False
+  name, path = piece.split(":", 1)[1], data / "runs.csv"
+  return (data / f"eval_{name}.csv").exists() and path.exists() and name in set(pd.read_csv(path).configuration)
+
+
+def train_config(run: dict, tiny: bool):
+  config = validation.get_config("tiny_train" if tiny else "train")
+  config.train.configuration = run["spec"]
+  config.train.teacher_weights = run["teacher_weights"]
+  config.train.optim.learning_rate = run["learning_rate"]
+  config.seed = run["seed"]
+  return config
+
+
+def run_train(name: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
+  """One OPD run from the base model; the base model's held-out rewards (same model, same keys) are computed once
+  and copied into every later run's workdir of the same seed."""
+  run = runs(tiny)[name]
+  config = train_config(run, tiny)
+  run_dir = workdir / "train" / name
+  shared = workdir / f"eval_before_seed{run['seed']}.npy"
+  if shared.exists() and not (run_dir / "train" / "eval_before.npy").exists():
+    (run_dir / "train").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shared, run_dir / "train" / "eval_before.npy")
+  v1._job(config, run_dir, "train")  # pylint: disable=protected-access
+  if not shared.exists():
+    shutil.copyfile(run_dir / "train" / "eval_before.npy", shared)
+  export_train(name, run, config, run_dir, data)
+
+
+def export_train(name: str, run: dict, config, run_dir: pathlib.Path, data: pathlib.Path) -> None:
+  """eval_<name>.csv, samples_<name>.jsonl (the last step's rollouts) and row.json (the parent adds wall time and
+  peak memory and appends it to runs.csv)."""
+  v1.export_train(name, config, run_dir, data)            # eval_<name>.csv and row.json, v1's columns
+  row = json.loads((run_dir / "row.json").read_text())
+  row.update(stage=run["stage"], stratum=run["stratum"], teacher_weights=run["teacher_weights"])
+  (run_dir / "row.json").write_text(json.dumps(row))
+  lines = (run_dir / "train" / "samples.jsonl").read_text().splitlines()
+  last = max(json.loads(l)["step"] for l in lines)
+  (data / f"samples_{name}.jsonl").write_text("".join(l + "\n" for l in lines if json.loads(l)["step"] == last))
+
+
+def add_run_row(run_dir: pathlib.Path, data: pathlib.Path, wall_s: float, peak_rss_gb: float) -> dict:
+  row = {**json.loads((run_dir / "row.json").read_text()), "wall_s": round(wall_s, 1),
+         "peak_rss_gb": round(peak_rss_gb, 2)}
+  path = data / "runs.csv"
+  table = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=RUN_COLUMNS)
+  table = pd.concat([table[table.configuration != row["configuration"]], pd.DataFrame([row])], ignore_index=True)
+  table[list(RUN_COLUMNS)].to_csv(path, index=False)
+  return row
+
+
+def stage1_table(data: pathlib.Path, v1_dir: pathlib.Path = V1_DIR, tiny: bool = False) -> pd.DataFrame:
+  """stage1.csv: each stage-1 run beside its v1 pair (the same configuration with the moving self-teacher at
+  lr 1e-4): gains, the paired difference of the two runs' held-out rewards (per question, over the same 40
+  questions and keys) with its t interval, and the last step's train reward and response length."""
+  from opd_jax.training import evaluate  # pylint: disable=g-import-not-at-top
+  table = pd.read_csv(data / "runs.csv")
+  v1_runs = pd.read_csv(v1_dir / "runs.csv").set_index("configuration") if not tiny else None
+  rows = []
+  for r in table[table.stage == 1].itertuples(index=False):
+    run = runs(tiny)[r.configuration]
+    row = {"configuration": r.configuration, "spec": r.spec, "teacher_weights": r.teacher_weights,
+           "learning_rate": r.learning_rate, "diff": r.diff, "lo": r.lo, "hi": r.hi,
+           "last_train_reward": r.last_train_reward, "last_response_tokens": r.last_response_tokens}
+    if run["v1"] is not None:
+      mine = pd.read_csv(data / f"eval_{r.configuration}.csv")
+      theirs = pd.read_csv(v1_dir / f"eval_{run['v1']}.csv")
+      if mine.question_id.tolist() != theirs.question_id.tolist():
+        raise ValueError(f"eval_{r.configuration}.csv and v1's eval_{run['v1']}.csv hold other questions")
+      paired = evaluate.paired_difference(theirs.after.to_numpy()[:, None], mine.after.to_numpy()[:, None])
+      row.update(v1=run["v1"], v1_diff=v1_runs.loc[run["v1"], "diff"], before_equal_v1=bool(
+          np.allclose(mine.before, theirs.before)), minus_v1=paired.diff, minus_v1_lo=paired.lo,
+                 minus_v1_hi=paired.hi)
+    rows.append(row)
+  out = pd.DataFrame(rows)
+  out.to_csv(data / "stage1.csv", index=False)
+  return out
+
+
+def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
+  check_piece(piece, tiny)
+  if piece.startswith("train:"):
+    run_train(piece.split(":", 1)[1], workdir, data, tiny)
+  elif piece == "stage1":
+    print(stage1_table(data, tiny=tiny).to_string(), flush=True)
+
+
+def check_piece(piece: str, tiny: bool) -> None:
+  """Raises ValueError naming the pieces when `piece` is not one of them (or "all")."""
+  if piece not in ("all", *pieces(tiny)):
+    raise ValueError(f"--piece={piece}: use all, stage1 or train:<name> (name in {sorted(runs(tiny))})")
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--workdir", required=True)
+  ap.add_argument("--data_dir", default=str(DATA_DIR))
+  ap.add_argument("--piece", default="all", help="all | train:<name> | stage1")
+  ap.add_argument("--tiny", action="store_true", help="random models on the synthetic task (tests)")
+  ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+  args = ap.parse_args(argv)
+  workdir, data = pathlib.Path(args.workdir), pathlib.Path(args.data_dir)
+  if args.child:
+    run_piece(args.piece, workdir, data, args.tiny)
+    return 0
+  try:
+    check_piece(args.piece, args.tiny)                     # one line, before any child starts
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  data.mkdir(parents=True, exist_ok=True)
+  for piece in pieces(args.tiny) if args.piece == "all" else [args.piece]:
+    if done(piece, data):
+      print(f"{piece}: done ({data}); not rerun", flush=True)
+      continue
+    t0 = time.time()
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", f"--piece={piece}", f"--workdir={workdir}",
+           f"--data_dir={data}"] + (["--tiny"] if args.tiny else [])
+    proc = subprocess.Popen(cmd)
+    _, status, usage = os.wait4(proc.pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    wall, peak = time.time() - t0, usage.ru_maxrss / 2**20          # ru_maxrss: KiB on Linux
+    print(f"{piece}: exit {code}, {wall:.0f} s, peak RSS {peak:.2f} GiB", flush=True)
+    if code:
+      return code
+    if piece.startswith("train:"):
+      print(add_run_row(workdir / "train" / piece.split(":", 1)[1], data, wall, peak), flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
