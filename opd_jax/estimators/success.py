@@ -110,3 +110,43 @@ def node_estimates(p: np.ndarray, q: np.ndarray, successes: np.ndarray, n: np.nd
   reason = np.asarray(gradients.NAN_REASONS, object)[code]
   return NodeEstimates(p_succ=ps.astype(np.float64), value=value, alignment=cos, nan_reason=reason,
                        teacher_advantage=adv, degenerate=degenerate, g_ideal=g_ideal, g_distill=g)
+
+
+def halves(rewards) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+  """Split each candidate's continuations into two independent halves: (successes_a, n_a, successes_b, n_b),
+  int64 [K] each, half a the continuations at even places (0, 2, ...), half b those at odd places.
+
+  rewards: K 1-d arrays of a node's 0/1 rewards per candidate (the records' `rewards`; > 0.5 is a success, as the
+  study counts). The continuations of a candidate are exchangeable draws of its forced branch, so any fixed split
+  gives independent halves, each a study that ran n_a (n_b) of them.
+  """
+  parts = [[np.asarray(x, np.float64)[i::2] for x in rewards] for i in (0, 1)]
+  count = lambda part: (np.asarray([int(np.sum(x > 0.5)) for x in part], np.int64),
+                        np.asarray([x.size for x in part], np.int64))
+  return (*count(parts[0]), *count(parts[1]))
+
+
+def crossfit_norm2(p: np.ndarray, successes_a, n_a, successes_b, n_b) -> np.ndarray:
+  """<g*_a, g*_b>: an unbiased estimate of |g*|^2 at M nodes from two independent halves of the continuations
+  [ours, issue 48; the cross-fitting of Chernozhukov et al. 2018 applied to a squared norm].
+
+  Each half's g*_h = p * (P^_h - V^_h) is linear in its P^_h, so E g*_h = g* (the exact P_succ's), and the halves
+  are independent: E <g*_a, g*_b> = <g*, g*>. The plug-in |g*^|^2 of all continuations is biased up by the trace
+  of g*^'s covariance (~ sum_k p_k^2 P(1 - P) / r), which is what inflates |g*^| and shrinks the cosine at small r.
+  A slot not run in either half (p = 0 there, or left out by weighted allocation) is imputed alike in both
+  (`estimator_p_succ`).
+
+  Args:
+    p: float [M, K] student probabilities on C(u), renormalised, 0 on padding.
+    successes_a, n_a, successes_b, n_b: int [M, K] counts of the two halves (`halves`).
+  Returns:
+    float64 [M], may be negative (an unbiased estimate of a small square); NaN at a node where a slot with p > 0
+    was run in one half only (a candidate with a single continuation: nothing to cross).
+  """
+  p = np.asarray(p, np.float64)
+  n_a, n_b = np.asarray(n_a), np.asarray(n_b)
+  with jax.enable_x64(True):
+    g_a = np.asarray(gradients.ideal_gradient(p, estimator_p_succ(p, successes_a, n_a)))
+    g_b = np.asarray(gradients.ideal_gradient(p, estimator_p_succ(p, successes_b, n_b)))
+  one_sided = np.any((p > 0) & ((n_a > 0) != (n_b > 0)), axis=-1)
+  return np.where(one_sided, np.nan, np.sum(g_a * g_b, axis=-1))

@@ -18,6 +18,10 @@ ESTIMANDS = {
     "alignment": "cos(g*, g_D), the paper's (the records' column); undefined on degenerate nodes",
     "projection": "<g*, g_D> / |g_D| (gradients.projection): linear in P_succ, so unbiased at any number of "
                   "continuations; 0 on a degenerate node; in units of V per unit step of the logits",
+    "alignment_ratio": "the projection over the root mean square of |g*| on the target group's nodes, "
+                       "mean <g*, g_D> / |g_D| / sqrt(mean |g*|^2), |g*|^2 cross-fitted from two halves of the "
+                       "continuations: a cosine's scale ([-1, 1]; the mean alignment when every |g*| is equal) "
+                       "whose expectation does not move with the number of continuations (>= 2)",
 }
 
 

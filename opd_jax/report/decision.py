@@ -38,19 +38,38 @@ MIN_SHARED_QUESTIONS = common.MIN_SHARED_QUESTIONS   # pairs sharing fewer quest
 POWER = 0.8                # the power of the detectable difference and of the questions needed
 
 
-def with_estimand(nodes: pd.DataFrame, estimand: str) -> pd.DataFrame:
+def with_estimand(nodes: pd.DataFrame, estimand: str, target: str = "all") -> pd.DataFrame:
   """`nodes` with its alignment column holding `estimand`'s per-node values (the column the verdict reads) and
   degenerate set where it is undefined; the records' own table for "alignment".
 
+  "alignment_ratio": each node's projection divided by S = sqrt(mean over the `target` group's distinct nodes of
+  the cross-fitted |g*|^2) (`nodes.estimates_from_rows`' g_ideal_norm2), one S for every configuration (g* does not
+  depend on the teacher), so a configuration's mean over the group is sum <g*, g_D> / |g_D| / (N S) [ours, issue
+  48]: numerator and S^2 are unbiased at any number of continuations >= 2, and the ratio's bias is of order
+  1 / nodes, not 1 / continuations. As the continuations grow it is mean(|g*| cos) / sqrt(mean |g*|^2): the mean
+  alignment weighted by |g*| / RMS |g*|, in [-1, 1]. Paired differences and their tests are the projection's
+  divided by S. Needs the records' `rewards`.
+
   Raises:
-    ValueError: an unknown estimand (naming the known ones).
+    ValueError: an unknown estimand (naming the known ones); alignment_ratio on rows without `rewards`.
   """
   if estimand not in common.ESTIMANDS:
     raise ValueError(f"unknown estimand {estimand!r}: one of {', '.join(common.ESTIMANDS)}")
   if estimand == "alignment":
     return nodes
   from opd_jax.study import nodes as node_rows  # pylint: disable=g-import-not-at-top
-  values = node_rows.estimates_from_rows(nodes)[estimand]
+  if estimand == "alignment_ratio" and "rewards" not in nodes.columns:
+    raise ValueError("the estimand alignment_ratio needs the node records' rewards column (records/nodes as the "
+                     "study writes them); these rows have none")
+  est = node_rows.estimates_from_rows(nodes)
+  if estimand == "alignment_ratio":
+    in_group = common.group_mask(nodes, target)
+    s = nodes[in_group].assign(s=est["g_ideal_norm2"][in_group]).drop_duplicates(list(common.NODE_KEY))["s"]
+    s = s.to_numpy(float)[np.isfinite(s.to_numpy(float))]
+    scale = math.sqrt(s.mean()) if s.size and s.mean() > 0 else np.nan
+    values = est["projection"] / scale
+  else:
+    values = est[estimand]
   return nodes.assign(alignment=values, degenerate=np.isnan(values) & nodes["degenerate"].to_numpy(bool))
 
 
@@ -292,7 +311,7 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
     if min_effect is not None and not math.isclose(min_effect, design.margin):
       raise ValueError(f"min_effect must be None or design.margin = {design.margin:g} with a design, got {min_effect}")
     min_effect = design.margin
-  nodes = with_estimand(nodes, estimand)
+  nodes = with_estimand(nodes, estimand, target)
   in_target = common.group_mask(nodes, target)
   target_rows = nodes[in_target]
   rows = target_rows[target_rows["alignment"].notna().to_numpy()]

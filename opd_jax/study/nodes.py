@@ -228,10 +228,11 @@ def _ids(c):
   return [int(x) for x in c if x >= 0]
 
 
-ROW_ESTIMANDS = ("alignment", "teacher_advantage", "projection")
+ROW_ESTIMANDS = ("alignment", "teacher_advantage", "projection", "g_ideal_norm2")
 
 
-def estimates_from_rows(rows: pd.DataFrame, counts: dict | None = None) -> dict[str, np.ndarray]:
+def estimates_from_rows(rows: pd.DataFrame, counts: dict | None = None,
+                        rewards: dict | None = None) -> dict[str, np.ndarray]:
   """Recomputes estimates of node rows from what they record (p, q, successes, n): `success.node_estimates`.
 
   For the report and benchmarks that read records: `gradients.projection` is not a record column, and `counts`
@@ -242,21 +243,31 @@ def estimates_from_rows(rows: pd.DataFrame, counts: dict | None = None) -> dict[
   Args:
     rows: node rows (records.SCHEMAS["nodes"]), any configurations and nodes.
     counts: optional {(question_id, rollout_id, position): (successes [K], n [K]) int} over the node's recorded
-      candidates, for every node of `rows`; None: the rows' own successes and n.
+      candidates, for every node of `rows`; None: the rows' own successes and n (or those of `rewards`).
+    rewards: optional {(question_id, rollout_id, position): K arrays of 0/1 rewards}, e.g. a subsample of the
+      rows' `rewards`; None: the rows' own `rewards` column (NaN g_ideal_norm2 where the rows have none).
   Returns:
     {name: float64 [len(rows)]} for ROW_ESTIMANDS; NaN where the row has no q (context unavailable, or a
     cross-tokenizer node without q) and where the estimator is undefined (alignment: gradients.nan_reason;
-    projection: no distillation direction).
+    projection: no distillation direction). g_ideal_norm2 is the cross-fitted |g*|^2 from the rewards' two halves
+    (`success.halves`, `success.crossfit_norm2`: unbiased at any number of continuations >= 2), the same for
+    every configuration at a node (g* does not depend on the teacher); NaN where a candidate ran once.
   """
   out = {name: np.full(len(rows), np.nan) for name in ROW_ESTIMANDS}
   for _, idx in rows.groupby(["config_id"], sort=False).indices.items():
     sub = rows.iloc[idx]
     width = max(1, max(len(c) for c in sub["candidates"]))
     pad = lambda xs, dtype: np.stack([np.pad(np.asarray(x, dtype), (0, width - len(x))) for x in xs])
-    if counts is None:
+    keys = list(zip(sub["question_id"], sub["rollout_id"], sub["position"]))
+    node_rewards = ([rewards[k] for k in keys] if rewards is not None else
+                    list(sub["rewards"]) if "rewards" in sub.columns else None)
+    if counts is None and rewards is not None:
+      got = [success.halves(rw) for rw in node_rewards]
+      succ, n = [a + b for a, _, b, _ in got], [na + nb for _, na, _, nb in got]
+    elif counts is None:
       succ, n = sub["successes"], sub["n"]
     else:
-      got = [counts[(q, r, t)] for q, r, t in zip(sub["question_id"], sub["rollout_id"], sub["position"])]
+      got = [counts[k] for k in keys]
       succ, n = [s for s, _ in got], [c for _, c in got]
     has_q = np.asarray([len(x) > 0 for x in sub["q"]])
     p = pad([x if ok else np.zeros(len(c)) for x, c, ok in zip(sub["p"], sub["candidates"], has_q)], np.float64)
@@ -274,4 +285,10 @@ def estimates_from_rows(rows: pd.DataFrame, counts: dict | None = None) -> dict[
     out["alignment"][idx] = np.where(has_q, est.alignment, np.nan)
     out["teacher_advantage"][idx] = np.where(has_q, est.teacher_advantage, np.nan)
     out["projection"][idx] = np.where(has_q & ~undirected, proj, np.nan)
+    if node_rewards is not None:                  # g* needs p and the rewards only: every row, q or not
+      split = [success.halves(rw) for rw in node_rewards]
+      a_s, a_n, b_s, b_n = (pad([h[i] for h in split], np.int64) for i in range(4))
+      p_all = pad([x if len(x) == len(c) else np.zeros(len(c)) for x, c in zip(sub["p"], sub["candidates"])],
+                  np.float64)
+      out["g_ideal_norm2"][idx] = success.crossfit_norm2(p_all, a_s, a_n, b_s, b_n)
   return out

@@ -127,6 +127,31 @@ def test_nodes_recomputed_with_numpy_and_tables_agree(smoke):
   assert checked >= 10
 
 
+def test_alignment_ratio_recomputed_with_numpy(smoke):
+  """report.decision.with_estimand("alignment_ratio") (issue 48): per node <g*, g_D> / |g_D| over one scale per
+  node group, sqrt of the mean over the group's distinct nodes of <g*_a, g*_b> (halves: the rewards at even and
+  odd places), recomputed from the rows with numpy; the group's mean is in [-1, 1]."""
+  from opd_jax.report import decision  # pylint: disable=g-import-not-at-top
+  nodes = _tables(smoke[0])["nodes"]
+  for target, mask in (("all", np.ones(len(nodes), bool)), ("incorrect", ~nodes.correct.to_numpy(bool))):
+    got = decision.with_estimand(nodes, "alignment_ratio", target)
+    s, proj = {}, np.full(len(nodes), np.nan)
+    for i, row in enumerate(nodes.itertuples()):
+      p = np.asarray(row.p)
+      gh = [p * (h - p @ h) for h in ([np.mean(np.asarray(r)[j::2]) for r in row.rewards] for j in (0, 1))]
+      if mask[i]:
+        s[(row.question_id, row.rollout_id, row.position)] = gh[0] @ gh[1]
+      if len(row.q):
+        g = _softmax_free(p, np.asarray(row.q), row.divergence, row.beta, row.clip, row.sampled_advantage)
+        ps = np.asarray(row.successes) / np.asarray(row.n)
+        if np.linalg.norm(g) >= max(1e-12, 1e-5 * np.linalg.norm(p)):
+          proj[i] = p * (ps - p @ ps) @ g / np.linalg.norm(g)
+    want = proj / np.sqrt(np.mean(list(s.values())))
+    np.testing.assert_allclose(got.alignment.to_numpy(float), want, rtol=1e-4, atol=1e-6)
+    means = got[mask].groupby("config_id").alignment.mean().dropna()      # self_plain: q = p, no direction
+    assert len(means) >= 4 and (means.abs() <= 1).all()
+
+
 def test_manifest_records_the_candidate_set_rule_of_the_views_scored(smoke):
   """manifest.json "candidate_set" (issue 34, item 7) against the records: the views are the tokens table's
   (teacher, context) pairs, and no node has more candidates than the rule allows (1 + k_s + k_t x views)."""
