@@ -46,22 +46,23 @@ def load(workdir: str):
 
 
 def subsample(rewards: dict, r: int | None, rng) -> dict:
-  """{node: (successes [K], n [K])} with r rewards per candidate kept (all when r is None or >= its count)."""
-  out = {}
-  for k, rw in rewards.items():
-    s, n = [], []
-    for x in rw:
-      take = x if r is None or r >= x.size else rng.choice(x, size=r, replace=False)
-      s.append(int(np.sum(take > 0.5)))   # rewards are 0/1 on these tasks; > 0.5 is what counts as a success
-      n.append(int(take.size))
-    out[k] = (np.asarray(s), np.asarray(n))
-  return out
+  """{node: K reward arrays} with r rewards per candidate kept, drawn without replacement in a random order (all,
+  in their order, when r is None or >= its count). The estimator counts > 0.5 as a success (0/1 rewards)."""
+  return {k: [x if r is None or r >= x.size else rng.choice(x, size=r, replace=False) for x in rw]
+          for k, rw in rewards.items()}
 
 
-def realign(rows, counts: dict) -> dict:
-  """{estimand: [rows] float} from `counts`: the study's estimator (nodes.estimates_from_rows). "projection" is
-  <g*, g_D> / |g_D| (gradients.projection), linear in P_succ: unbiased at any r."""
-  return nodes.estimates_from_rows(rows, counts)
+ESTIMANDS = ("alignment", "teacher_advantage", "projection", "alignment_ratio")
+
+
+def realign(rows, rewards: dict, target: str) -> dict:
+  """{estimand: [rows] float} from the subsampled `rewards`: the study's estimator (nodes.estimates_from_rows).
+  "projection" is <g*, g_D> / |g_D| (gradients.projection), linear in P_succ: unbiased at any r; "alignment_ratio"
+  is it over the target group's cross-fitted RMS |g*| (report.decision.with_estimand)."""
+  from opd_jax.report import decision  # pylint: disable=g-import-not-at-top
+  est = nodes.estimates_from_rows(rows, rewards=rewards)
+  est["alignment_ratio"] = est["projection"] / decision.ratio_scale(rows, est["g_ideal_norm2"], target)
+  return est
 
 
 def verdict_numbers(rows, values, target: str):
@@ -116,9 +117,10 @@ def report(name: str, configs, per_r: dict, full_r: int, compare: int) -> dict:
   print(f"the verdict at R = {full_r}: best {configs[ref[0]] if ref[0] >= 0 else None}, could be best "
         f"{[configs[i] for i in ref[1]]}; share of draws with the same best / the same could-be-best set: "
         + ", ".join(f"r={r}: {same_best[r]:.2f} / {same_set[r]:.2f}" for r in grid if r != full_r))
-  shift = {r: float(np.max(np.abs(per_r[r]["mean"] - full["mean"]))) for r in grid}
-  dshift = {r: float(np.max(np.abs([p["diff_shift"][r] for p in pairs]))) for r in grid}
-  se_shift = {r: float(np.max(per_r[r]["mean_sd"]) / np.sqrt(max(per_r[r]["draws"], 1))) for r in grid}
+  # (configurations with no defined value, e.g. a self view reading its own prompt, are left out: nanmax)
+  shift = {r: float(np.nanmax(np.abs(per_r[r]["mean"] - full["mean"]))) for r in grid}
+  dshift = {r: float(np.nanmax(np.abs([p["diff_shift"][r] for p in pairs]))) for r in grid}
+  se_shift = {r: float(np.nanmax(per_r[r]["mean_sd"]) / np.sqrt(max(per_r[r]["draws"], 1))) for r in grid}
   out = {"same_best": same_best, "same_could_be_best": same_set, "max_mean_shift": shift, "max_diff_shift": dshift, "shift_se": se_shift,
          "median_cost_ratio": {r: float(np.nanmedian([p["cost_ratio"][r] for p in pairs])) for r in grid},
          "max_cost_ratio": {r: float(np.nanmax([p["cost_ratio"][r] for p in pairs])) for r in grid},
@@ -144,17 +146,17 @@ def main(argv=None) -> dict:
   rows, rewards = load(args.workdir)
   full_r = int(np.median([x.size for rw in rewards.values() for x in rw]))
   rs = [int(x) for x in args.r.split(",") if int(x) < full_r]
-  full = realign(rows, subsample(rewards, None, None))
+  full = realign(rows, subsample(rewards, None, None), args.target)
   assert np.allclose(full["alignment"], rows["alignment"].to_numpy(np.float64), atol=1e-9, equal_nan=True), (
       "recomputed alignment differs from the records")
   rng = np.random.default_rng(args.seed)
-  draws = {r: [realign(rows, subsample(rewards, r, rng)) for _ in range(args.draws)] for r in rs}
+  draws = {r: [realign(rows, subsample(rewards, r, rng), args.target) for _ in range(args.draws)] for r in rs}
   draws[full_r] = [full]
   configs = list(dict.fromkeys(rows["config_id"]))
   print(f"{args.workdir}: {rows['question_id'].nunique()} questions, {len(rewards)} nodes, R = {full_r}, "
         f"{len(configs)} configurations, target group {args.target}, {args.draws} draws per r")
   summary = {"workdir": args.workdir, "R": full_r, "target": args.target, "draws": args.draws, "configs": configs}
-  for name in nodes.ROW_ESTIMANDS:
+  for name in ESTIMANDS:
     per_r = {}
     for r, ds in draws.items():
       got = [verdict_numbers(rows, d[name], args.target) for d in ds]

@@ -62,15 +62,18 @@ def with_estimand(nodes: pd.DataFrame, estimand: str, target: str = "all") -> pd
     raise ValueError("the estimand alignment_ratio needs the node records' rewards column (records/nodes as the "
                      "study writes them); these rows have none")
   est = node_rows.estimates_from_rows(nodes)
-  if estimand == "alignment_ratio":
-    in_group = common.group_mask(nodes, target)
-    s = nodes[in_group].assign(s=est["g_ideal_norm2"][in_group]).drop_duplicates(list(common.NODE_KEY))["s"]
-    s = s.to_numpy(float)[np.isfinite(s.to_numpy(float))]
-    scale = math.sqrt(s.mean()) if s.size and s.mean() > 0 else np.nan
-    values = est["projection"] / scale
-  else:
-    values = est[estimand]
+  values = (est["projection"] / ratio_scale(nodes, est["g_ideal_norm2"], target) if estimand == "alignment_ratio"
+            else est[estimand])
   return nodes.assign(alignment=values, degenerate=np.isnan(values) & nodes["degenerate"].to_numpy(bool))
+
+
+def ratio_scale(nodes: pd.DataFrame, norm2: np.ndarray, target: str) -> float:
+  """The alignment ratio's S = sqrt(mean of the cross-fitted |g*|^2 `norm2` [rows] over the target group's distinct
+  nodes where it is defined); NaN when that mean is not > 0."""
+  in_group = common.group_mask(nodes, target)
+  s = nodes[in_group].assign(s=np.asarray(norm2)[in_group]).drop_duplicates(list(common.NODE_KEY))["s"]
+  s = s.to_numpy(float)[np.isfinite(s.to_numpy(float))]
+  return math.sqrt(s.mean()) if s.size and s.mean() > 0 else math.nan
 
 
 def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = common.MIN_NODES,
