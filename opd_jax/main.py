@@ -54,6 +54,9 @@ _COST_MODEL = flags.DEFINE_string(
     "cost_model", "", "With --dry_run: also print FLOPs, HBM bytes and roofline times per stage on an accelerator "
     "(h100 | h200 | v5e | v5p, optionally -<chips>, e.g. v5e-64; or cpu), compiling single-step programs on CPU "
     "without weights (opd_jax/cost/estimate.py; tens of seconds).")
+_VARIANCE_SPLIT = flags.DEFINE_string(
+    "variance_split", "", "With --cost_model: a pilot's variance split (benchmarks/variance_split.py); the dry run "
+    "then prints the cheapest design for the fixed design's precision and its hours (opd_jax/cost/design.py).")
 _REPAIR = flags.DEFINE_bool(
     "repair", False, "A study: first drop the record parts that do not read (truncated, damaged) and compute their "
     "questions again (seeded: the same records), then go on as the same command would.")
@@ -366,11 +369,16 @@ def main(argv):
         raise ValueError(f"--cost_model={_COST_MODEL.value} needs --dry_run (it estimates, it does not run)")
       from opd_jax.cost import estimate  # pylint: disable=g-import-not-at-top
       estimate.accelerator(_COST_MODEL.value)                 # a bad name fails before anything prints
+      if _VARIANCE_SPLIT.value:
+        from opd_jax.cost import design  # pylint: disable=g-import-not-at-top
+        design.read_split(_VARIANCE_SPLIT.value)              # an unreadable split: one line, before the plan
+    elif _VARIANCE_SPLIT.value:
+      raise ValueError("--variance_split needs --dry_run --cost_model=<accelerator> (it prices a design)")
     if _DRY_RUN.value:
       from opd_jax.study import checklist  # pylint: disable=g-import-not-at-top
       print(checklist.describe(config))
       if _COST_MODEL.value:
-        print(estimate.describe(config, _COST_MODEL.value))
+        print(estimate.describe(config, _COST_MODEL.value, _VARIANCE_SPLIT.value or None))
       return
     preflight.validate(config)
     runs.check_workdir_for(workdir, config.to_dict(), "study")

@@ -363,10 +363,11 @@ def cost(cs: list[Call], chip: Accelerator | None, chips: int = 1, cpu_bytes_per
 STAGES = ("rollouts", "scoring", "continuations")
 
 
-def describe(config, name: str) -> str:
+def describe(config, name: str, variance_split: str | None = None) -> str:
   """The `--dry_run --cost_model=<name>` report: per stage FLOPs, bytes, the CPU estimate and (for an
-  accelerator) the roofline time and its bound, then totals and hours per question. Raises ValueError on an
-  unknown accelerator or a model without an architecture."""
+  accelerator) the roofline time and its bound, then totals and hours per question; with `variance_split` (a JSON
+  of benchmarks/variance_split.py) also the cheapest design for the fixed design's precision (cost/design.py).
+  Raises ValueError on an unknown accelerator, a model without an architecture or an unreadable split."""
   chip, chips = accelerator(name)
   work = planned_work(config)
   cs = calls(config, work=work)
@@ -396,6 +397,12 @@ def describe(config, name: str) -> str:
     lines.append(f"  hours per question: {total.acc_s / plan.questions / 3600:.3g} on {where} "
                  f"({total.acc_s / 3600:.3g} h for {plan.questions} questions)")
     lines += _design_hours(config, work, total.acc_s / plan.questions / 3600, chip, chips, where)
+    if variance_split:
+      from opd_jax.cost import design  # pylint: disable=g-import-not-at-top
+      lines += design.describe(config, work, chip, chips, variance_split, plan.questions)
+    else:
+      lines.append(f"  hours for R={config.budget.continuations_per_candidate}'s precision: needs a measured "
+                   "variance split (--variance_split=<JSON of benchmarks/variance_split.py on a pilot study>)")
     lines.append(measured_line(cs, name, chip, chips, per=plan.questions))
     need = _peak_bytes(cs, 2)
     if need > chips * chip.hbm_bytes:

@@ -100,11 +100,15 @@ def test_architecture_table_without_weights_and_bad_names():
 def test_cli_prints_the_table_for_smoke_and_one_line_errors(tmp_path):
   cfg = f"--config={REPO / 'configs/smoke.py'}"
   cases = [{"argv": [cfg, "--dry_run", "--cost_model=h200"]}, {"argv": [cfg, "--dry_run", "--cost_model=a100"]},
-           {"argv": [cfg, "--cost_model=h200"]}]
+           {"argv": [cfg, "--cost_model=h200"]},
+           {"argv": [cfg, "--dry_run", "--cost_model=h200", f"--variance_split={tmp_path / 'none.json'}"]},
+           {"argv": [cfg, "--dry_run", "--variance_split=x.json"]}]
   (tmp_path / "cases.json").write_text(json.dumps(cases))
   subprocess.run([sys.executable, str(REPO / "tests/cli_batch.py"), str(tmp_path / "cases.json"),
                   str(tmp_path / "out.json")], check=True, cwd=REPO, timeout=300)
-  ok, bad, no_dry = json.loads((tmp_path / "out.json").read_text())
+  ok, bad, no_dry, no_split, no_model = json.loads((tmp_path / "out.json").read_text())
+  for got, says in ((no_split, "not a variance split"), (no_model, "--variance_split needs --dry_run --cost_model")):
+    assert got["code"] == 2 and got["stderr"].startswith("error:") and says in got["stderr"] and not got["stdout"]
   assert ok["code"] == 0, ok["stderr"]
   lines = ok["stdout"].splitlines()
   assert any(l.startswith("planned:") for l in lines) and lines[0].startswith("task:")   # the checklist first

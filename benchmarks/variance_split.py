@@ -1,0 +1,85 @@
+"""A pilot study's variance split, for the dry run's design by cost (issue 48, item 2; opd_jax/cost/design.py).
+
+  python benchmarks/variance_split.py --workdir=/work/runs/hour --out=docs/data/variance_split/hour.json
+  python -m opd_jax.main --config=configs/teacher_sweep.py:paper --dry_run --cost_model=h200 \\
+      --variance_split=docs/data/variance_split/hour.json
+
+For every pair of configurations, the paired difference of the estimand at each node of the target group where
+both are defined, from all its continuations and from each half (`success.halves`), gives the three components
+(`estimators.variance.components`: questions, nodes, continuations). Writes one JSON: estimand, target, the
+records' R, the source and per pair the components. The split is the pilot's (its task, models and node rule):
+a design priced with it for another study assumes that study's split is alike.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from opd_jax.estimators import success  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.estimators import variance  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.report import common  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.report import decision  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.study import nodes  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+ESTIMANDS = ("alignment_ratio", "projection", "teacher_advantage")
+
+
+def split(rows, estimand: str, target: str) -> dict:
+  """{"estimand", "target", "r", "pairs": {"a - b": Components as a dict}} of node rows with `rewards`."""
+  key = list(zip(rows["question_id"], rows["rollout_id"], rows["position"]))
+  rewards = {k: [np.asarray(x, np.float64) for x in rw] for k, rw in zip(key, rows["rewards"])}
+  halves = [{k: [x[i::2] for x in rw] for k, rw in rewards.items()} for i in (0, 1)]
+  est = [nodes.estimates_from_rows(rows, rewards=rw) for rw in (rewards, *halves)]
+  if estimand == "alignment_ratio":
+    scale = decision.ratio_scale(rows, est[0]["g_ideal_norm2"], target)
+    vals = [e["projection"] / scale for e in est]
+  else:
+    vals = [e[estimand] for e in est]
+  in_group = common.group_mask(rows, target)
+  frame = rows.loc[in_group, ["config_id", *common.NODE_KEY]].assign(
+      v=vals[0][in_group], a=vals[1][in_group], b=vals[2][in_group])
+  wide = frame.pivot_table(index=list(common.NODE_KEY), columns="config_id", values=["v", "a", "b"], aggfunc="first")
+  configs = list(dict.fromkeys(rows["config_id"]))
+  r = float(np.median([x.size for rw in rewards.values() for x in rw]))
+  out = {}
+  for i, c1 in enumerate(configs):
+    for c2 in configs[i + 1:]:
+      if ("v", c1) not in wide or ("v", c2) not in wide:
+        continue
+      d = {f: (wide[(f, c1)] - wide[(f, c2)]).to_numpy(float) for f in ("v", "a", "b")}
+      try:
+        comp = variance.components(d["v"], d["a"], d["b"], wide.index.get_level_values(0), r)
+      except ValueError:
+        continue
+      out[f"{c1} - {c2}"] = comp.__dict__
+  return {"estimand": estimand, "target": target, "r": r, "pairs": out}
+
+
+def main(argv=None) -> int:
+  from opd_jax.report import build  # pylint: disable=g-import-not-at-top
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--workdir", required=True)
+  ap.add_argument("--out", required=True)
+  ap.add_argument("--estimand", default="alignment_ratio", choices=ESTIMANDS)
+  ap.add_argument("--target", default="incorrect", choices=("incorrect", "correct", "all"))
+  args = ap.parse_args(argv)
+  got = split(build.read_records(args.workdir), args.estimand, args.target)
+  got["source"] = args.workdir
+  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  with open(args.out, "w") as f:
+    json.dump(got, f, indent=1)
+  for k, v in got["pairs"].items():
+    print(f"{k}: question {v['question']:.3g}, node {v['node']:.3g}, continuation {v['continuation']:.3g} "
+          f"({v['questions']} questions, {v['nodes']} nodes)")
+  print(f"wrote {args.out}: {len(got['pairs'])} pairs, R = {got['r']:g}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
