@@ -81,7 +81,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
                   html: bool = True, decode=None, n_boot_predictors: int = 200,
                   pages: int = token_pages.DEFAULT_PAGES, colour_by: str = token_pages.DEFAULT_COLOUR_BY,
                   min_effect: float = 0.0, design=None, look: int | None = None, final: bool = False,
-                  estimand: str = "alignment") -> str:
+                  estimand: str = "alignment", question_order=None) -> str:
   """Rebuilds the report files of `<workdir>` from its node records (and rollouts, config.json, manifest.json).
 
   Files: summary.md (markdown, returned), summary.csv (summary.summarize), verdict.json (decision.decide on
@@ -120,7 +120,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   if {"p", "successes", "n"} <= set(nodes.columns):
     nodes = nodes.assign(ceiling=ceiling.node_ceilings(nodes, seed=seed))
   summary = summ.summarize(nodes, n_boot=n_boot, seed=seed, min_nodes=min_nodes, min_questions=min_questions)
-  seq = {} if design is None else {"design": design, "look": look, "final": final, "level": 1.0 - design.alpha}
+  seq = {} if design is None else {"design": design, "look": look, "final": final, "level": 1.0 - design.alpha,
+                                   "question_order": question_order}
   verdict = decision.decide(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
                             min_questions=min_questions,
                             min_effect=(min_effect or None) if design is None else design.margin,

@@ -79,7 +79,7 @@ def ratio_scale(nodes: pd.DataFrame, norm2: np.ndarray, target: str) -> float:
 def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = common.MIN_NODES,
                    min_questions: int = common.MIN_QUESTIONS,
                    min_shared_questions: int = MIN_SHARED_QUESTIONS, design: sequential.Design | None = None,
-                   look: int | None = None, final: bool = False) -> dict:
+                   look: int | None = None, final: bool = False, history=None) -> dict:
   """Every pairwise paired comparison of K configurations, the best, its confidence set and the verdict's code.
 
   Protocol (the contract of `decide`; tests and the calibration benchmark recompute it):
@@ -101,10 +101,15 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
       < min_questions questions with one: common.underpowered, or no configuration is comparable with it);
       "use" (each comparable configuration is distinguishable from the best and behind it); else
       "indistinguishable" (also when a single configuration has data).
-  With a design (sequential.Design) at look `look`: each pair's interval is at level 1 - nominal alpha of that
-  look (sequential.nominal_alpha with the m pairs: the design's spending of alpha / m), p_adjusted = min(1, p
-  (1 - level) / nominal alpha) (so distinguishable is still p_adjusted <= 1 - level: the interval excludes 0),
-  and sequential.read adds the decision. A one-look design gives the fixed design's numbers exactly.
+  With a design (sequential.Design) of several looks, at look `look`: the family is fixed in advance, every pair
+  of the K configurations (M = K (K - 1) / 2, whether comparable now or not: a pair that becomes comparable at a
+  later look cannot push the family-wise error above alpha, issue 49 item 3), and each pair spends alpha / M. A
+  pair's interval is at level 1 - its nominal alpha at this look: with `history`, from its own history
+  (sequential.pair_nominal: the looks where it was comparable and its shared questions there); without, as if it
+  were comparable at every look with shared questions in proportion to the looks' (sequential.nominal_alpha).
+  p_adjusted = min(1, p (1 - level) / nominal alpha) (so distinguishable is still p_adjusted <= 1 - level: the
+  interval excludes 0), and sequential.read adds the decision. A one-look design gives the fixed design's numbers
+  exactly (m: the pairs comparable at that one look).
 
   Args:
     align: [N, K] float, alignment of configuration k at node n (NaN: undefined).
@@ -115,12 +120,15 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
     design: the sequential design, or None (the fixed design of issue 25); its alpha must be 1 - level.
     look: the look number, 1 .. len(design.looks) (None: 1); only with a design.
     final: this look is the last (the pool of questions ran out before the cap): it spends all alpha left.
+    history: with a design, per earlier look 1 .. look - 1 the [K (K - 1) / 2] shared questions of each pair
+      (np.triu_indices(K, 1) order; `decide` builds it from the question order), or None.
   Returns:
     dict of numpy arrays: n_defined, n_questions [K] (questions with a defined node), mean [K], underpowered [K],
     n_shared, n_shared_questions, comparable, diff, se, df, ci_lo, ci_hi, p_value, p_adjusted, distinguishable
     [K, K] (row minus column; NaN off the family), m, ci_level, best (int or -1), order [K], could_be_best [K],
     runner_up (int or -1: the comparable configuration closest to the best), verdict (str); with a design also
-    look, nominal_alpha (per pair at this look), alpha_spent (the family's, by this look), last (bool),
+    look, nominal_alpha (per pair at this look: of a pair comparable at every look; pair_nominal [K, K] each pair's
+    own), alpha_spent (the family's, by this look), last (bool),
     equivalent [K, K], decision ("use", "equivalent", "continue", "futile", "cap"), decided, stop, blocking,
     p_decided (sequential.read).
   Raises:
@@ -159,13 +167,23 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
   m = int(comparable.sum())
   alpha = 1.0 - level
   sequential_looks = design is not None and design.n_looks > 1
-  nominal = sequential.nominal_alpha(design, look, pairs=m, final=final) if sequential_looks else alpha / max(m, 1)
+  if sequential_looks:
+    m = k * (k - 1) // 2                                 # the family fixed in advance: every pair of configurations
+    nominal = sequential.nominal_alpha(design, look, pairs=m, final=final)
+    per_pair = _pair_levels(design, look, final, m, res.n_clusters, comparable, history, min_shared_questions,
+                            nominal)
+  else:
+    nominal = alpha / max(m, 1)
+    per_pair = np.full(res.mean.shape, nominal)
   ci_level = 1.0 - nominal
-  lo, hi, p = sample_size.t_test(res.mean, res.se, res.df, ci_level)
+  lo, hi, p = (np.full(res.mean.shape, np.nan) for _ in range(3))
+  for level_p in np.unique(per_pair):
+    at = per_pair == level_p
+    lo[at], hi[at], p[at] = sample_size.t_test(res.mean[at], res.se[at], res.df[at], 1.0 - level_p)
   lo, hi = np.maximum(lo, -2.0), np.minimum(hi, 2.0)    # a difference of two cosines lies in [-2, 2]
   p_adj = np.full(p.shape, np.nan)
-  if m and sequential_looks:
-    p_adj[comparable] = np.minimum(1.0, p[comparable] * alpha / nominal)
+  if comparable.any() and sequential_looks:
+    p_adj[comparable] = np.minimum(1.0, p[comparable] * alpha / per_pair[comparable])
   elif m:
     p_adj[comparable] = multipletests(p[comparable], alpha=alpha, method="bonferroni")[1]
 
@@ -186,6 +204,7 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
              p_value=square(family(p), family(p)), p_adjusted=square(p_adj, p_adj))
   out["distinguishable"] = out["comparable"] & (np.nan_to_num(out["p_adjusted"], nan=1.0) <= alpha)
   out["m"], out["ci_level"] = m, ci_level
+  out["pair_nominal"] = square(family(per_pair), family(per_pair))
   diff = np.where(out["comparable"], out["diff"], 0.0)
   score = (diff > 0).sum(1) - (diff < 0).sum(1)
   has = out["n_defined"] > 0
@@ -220,6 +239,23 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
   return _read_look(out, design, look, final, nominal)
 
 
+def _pair_levels(design, look, final, pairs, n_clusters, comparable, history, min_shared, nominal) -> np.ndarray:
+  """[P] each pair's nominal level at this look (compare_arrays): `nominal` without a history, else
+  sequential.pair_nominal over the earlier looks where it was comparable (>= min_shared shared questions)."""
+  out = np.full(n_clusters.shape, nominal)
+  if history is None:
+    return out
+  past = np.asarray(history, np.float64).reshape(len(history), -1)
+  if past.shape != (look - 1, n_clusters.size):
+    raise ValueError(f"history must hold the {look - 1} earlier looks' shared questions of the {n_clusters.size} "
+                     f"pairs, got shape {past.shape}")
+  for i in np.flatnonzero(comparable):
+    seen = [j for j in range(look - 1) if past[j, i] >= min_shared]
+    out[i] = sequential.pair_nominal(design, look, pairs=pairs, tested=tuple(j + 1 for j in seen) + (look,),
+                                     info=tuple(past[j, i] for j in seen) + (float(n_clusters[i]),), final=final)
+  return out
+
+
 def _read_look(out: dict, design: sequential.Design | None, look: int | None, final: bool, nominal: float) -> dict:
   """compare_arrays' output with the design's fields (unchanged without a design)."""
   if design is None:
@@ -232,6 +268,20 @@ def _read_look(out: dict, design: sequential.Design | None, look: int | None, fi
   out.update(look=look, nominal_alpha=nominal, alpha_spent=sequential.alpha_spent(design, look, final=final),
              last=last, **sequential.read(out, margin=design.margin, last=last, **futile))
   return out
+
+
+def shared_questions(align, questions) -> np.ndarray:
+  """[K (K - 1) / 2] the questions where both configurations of each pair (np.triu_indices order) have a defined
+  node: the pair's information, as compare_arrays counts it."""
+  align = np.asarray(align, np.float64)
+  k = align.shape[1]
+  i, j = np.triu_indices(k, 1)
+  if not align.shape[0]:
+    return np.zeros(i.size)
+  onehot = np.zeros((align.shape[0], int(np.max(questions)) + 1))
+  onehot[np.arange(align.shape[0]), np.asarray(questions, np.int64)] = 1.0
+  both = ~np.isnan(align[:, i]) & ~np.isnan(align[:, j])
+  return ((onehot.T @ both) > 0).sum(0).astype(np.float64)
 
 
 def node_matrix(rows: pd.DataFrame, configs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -250,7 +300,7 @@ def node_matrix(rows: pd.DataFrame, configs: list) -> tuple[np.ndarray, np.ndarr
 def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000, seed: int = 0,
            level: float = 0.95, min_nodes: int = common.MIN_NODES, min_questions: int = common.MIN_QUESTIONS,
            min_effect: float | None = None, design: sequential.Design | None = None, look: int | None = None,
-           final: bool = False, estimand: str = "alignment") -> dict:
+           final: bool = False, estimand: str = "alignment", question_order=None) -> dict:
   """Ranks the configurations on the target group and decides whether the best one is distinguishable.
 
   `estimand` (common.ESTIMANDS) is what is compared per node: "alignment" (default) or "projection" (`with_estimand`);
@@ -288,6 +338,9 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
       or design.margin.
     design, look, final: the sequential design, the look number (1-based) and whether the pool of questions ran
       out at this look (compare_arrays); None: the fixed design, outputs exactly those of issue 25.
+    question_order: with a design, the question ids in the order the study selected them: look j saw the first
+      design.looks[j - 1]; each pair's level then follows its own history of comparability (compare_arrays'
+      `history`). None: every comparable pair is taken as comparable at every earlier look.
   Returns:
     A JSON-ready dict: target, level, n_boot, seed, min_nodes, min_questions, min_shared_questions, min_effect,
     n_questions (questions with a defined alignment on the target group), method, family_size (m), ci_level;
@@ -320,8 +373,12 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
   rows = target_rows[target_rows["alignment"].notna().to_numpy()]
   configs = list(pd.unique(nodes["config_id"]))
   align, questions, labels = node_matrix(rows, configs)
+  history = None
+  if design is not None and design.n_looks > 1 and question_order is not None and (look or 1) > 1:
+    history = [shared_questions(*node_matrix(rows[rows["question_id"].isin(set(question_order[:n]))], configs)[:2])
+               for n in design.looks[:(look or 1) - 1]]
   res = compare_arrays(align, questions, level=level, min_nodes=min_nodes, min_questions=min_questions,
-                       design=design, look=look, final=final)
+                       design=design, look=look, final=final, history=history)
   out = {"target": target, "estimand": estimand, "level": level, "n_boot": n_boot, "seed": seed, "min_nodes": min_nodes,
          "min_questions": min_questions, "min_shared_questions": MIN_SHARED_QUESTIONS, "min_effect": min_effect,
          "n_questions": int(labels.size), "family_size": res["m"], "ci_level": res["ci_level"],

@@ -5,8 +5,11 @@ verdict is decided (decision.decide with `design` and `look`), or at the last lo
 does not inflate the error rates because each look's intervals are repeated confidence intervals (Jennison &
 Turnbull 1989, JRSS B 51(3); Jennison & Turnbull 2000, Group Sequential Methods, ch. 9): their levels come from
 an alpha-spending function, so that over all looks together each pair's intervals all hold with probability
->= 1 - alpha / m, and, Bonferroni over the m comparable pairs as in the fixed design, every interval of every
-look holds with probability >= 1 - alpha. Every claim read from them inherits that:
+>= 1 - alpha / M, and, Bonferroni over the M = K (K - 1) / 2 pairs of the K configurations (a family fixed in
+advance, whatever pairs are comparable at a look: `pair_nominal`, issue 49 item 3), every interval of every look
+holds with probability >= 1 - alpha. A pair that becomes comparable only at a later look spends, at its first
+look, what the spending function allows by then, and its boundaries follow its own shared questions. Every claim
+read from them inherits that:
   - distinguishable: the interval excludes 0;
   - equivalent within the margin: the interval lies inside (-margin, +margin) (interval inclusion, the two
     one-sided tests of Schuirmann 1987, J. Pharmacokinet. Biopharm. 15(6); read from the same simultaneous family,
@@ -128,7 +131,8 @@ def _simpson(n: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=256)
-def boundaries(fractions: tuple[float, ...], alpha: float, spending: str = "obrien_fleming") -> np.ndarray:
+def boundaries(fractions: tuple[float, ...], alpha: float, spending: str = "obrien_fleming",
+               info: tuple[float, ...] | None = None) -> np.ndarray:
   """Two-sided z boundaries c_1 .. c_K of a design spending alpha*(t) at information fractions t_1 < ... < t_K.
 
   Solves P(no crossing before k, |Z_k| >= c_k) = alpha*(t_k) - alpha*(t_{k-1}) look by look (module docstring):
@@ -137,9 +141,12 @@ def boundaries(fractions: tuple[float, ...], alpha: float, spending: str = "obri
   closed form given the grid, and c_k is its root (brentq). A look that spends nothing has c_k = inf.
 
   Args:
-    fractions: information fractions, strictly ascending in (0, 1].
+    fractions: the spending times t_k (the looks' questions over the cap's), strictly ascending in (0, 1].
     alpha: the error to spend, in (0, 1) (per pair: the family's alpha / m).
     spending: "obrien_fleming" or "pocock".
+    info: the statistic's information at each look (e.g. a pair's shared questions), strictly ascending, for the
+      correlations sqrt(I_{k-1} / I_k) between looks; None: the fractions themselves (information proportional
+      to questions). Spending follows `fractions` either way (Lan & DeMets 1983; Jennison & Turnbull 2000, ch. 7).
   Returns:
     float64 [K] boundaries (read-only; cached). K = 1 and t = 1: z_{1 - alpha / 2}.
   Raises:
@@ -148,6 +155,9 @@ def boundaries(fractions: tuple[float, ...], alpha: float, spending: str = "obri
   t = np.asarray(fractions, np.float64)
   if t.ndim != 1 or t.size == 0 or np.any(np.diff(t) <= 0) or t[0] <= 0 or t[-1] > 1:
     raise ValueError(f"fractions must be strictly ascending in (0, 1], got {fractions}")
+  corr_t = t if info is None else np.asarray(info, np.float64)
+  if corr_t.shape != t.shape or np.any(np.diff(corr_t) <= 0) or corr_t[0] <= 0:
+    raise ValueError(f"info must be strictly ascending and > 0, one per fraction, got {info}")
   if not 0.0 < alpha < 1.0:
     raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
   increments = np.diff(spent(t, alpha, spending), prepend=0.0)
@@ -158,7 +168,7 @@ def boundaries(fractions: tuple[float, ...], alpha: float, spending: str = "obri
       c[0] = sp_stats.norm.isf(inc / 2.0) if inc > 0 else np.inf
       cross = None
     else:
-      r, s = math.sqrt(t[k - 1] / t[k]), math.sqrt(1.0 - t[k - 1] / t[k])
+      r, s = math.sqrt(corr_t[k - 1] / corr_t[k]), math.sqrt(1.0 - corr_t[k - 1] / corr_t[k])
 
       def cross(ck, z=z, w=w, r=r, s=s):
         return float(w @ (sp_stats.norm.sf((ck - r * z) / s) + sp_stats.norm.cdf((-ck - r * z) / s)))
@@ -178,7 +188,7 @@ def boundaries(fractions: tuple[float, ...], alpha: float, spending: str = "obri
     if k == 0:
       dens = sp_stats.norm.pdf(grid)
     else:
-      r, s = math.sqrt(t[k - 1] / t[k]), math.sqrt(1.0 - t[k - 1] / t[k])
+      r, s = math.sqrt(corr_t[k - 1] / corr_t[k]), math.sqrt(1.0 - corr_t[k - 1] / corr_t[k])
       dens = sp_stats.norm.pdf((grid[:, None] - r * z[None, :]) / s) @ w / s
     z, w = grid, dens * _simpson(n) * (grid[1] - grid[0])
   c.setflags(write=False)
@@ -196,6 +206,37 @@ def nominal_alpha(design: Design, look: int, *, pairs: int = 1, final: bool = Fa
   if len(fractions) == 1 and fractions[0] == 1.0:
     return per_pair
   return float(2.0 * sp_stats.norm.sf(boundaries(fractions, per_pair, design.spending)[-1]))
+
+
+def pair_nominal(design: Design, look: int, *, pairs: int, tested: tuple[int, ...], info: tuple[float, ...],
+                 final: bool = False) -> float:
+  """The two-sided nominal level at `look` of a pair with its own history (issue 49, item 3): tested (comparable)
+  at the looks `tested` (1-based, ascending, the last = `look`) with information `info` there (its shared
+  questions). It spends design.alpha / pairs on the design's question fractions: at its first tested look all that
+  the spending function allows by then, alpha*(t), and after it the increments, with boundaries from the recursion
+  at its own correlations sqrt(I_i / I_j) (`boundaries` with `info`). Questions only accumulate, so a look where
+  its information did not grow sees the same shared questions, hence the same statistic, as the first look with
+  that information: it gets that look's level (no new test, no new spending). Whatever looks a pair enters,
+  leaves or re-enters, P(it crosses at some tested look) <= alpha*(1) / pairs, so Bonferroni over a family fixed
+  in advance (`pairs`) keeps the family-wise error <= alpha.
+
+  Raises:
+    ValueError: `tested` not ascending within 1 .. look ending at look, or info of another length.
+  """
+  if (not tested or tested[-1] != look or any(b <= a for a, b in zip(tested, tested[1:])) or tested[0] < 1
+      or len(info) != len(tested)):
+    raise ValueError(f"tested must be ascending looks ending at look {look}, one info each; got {tested}, {info}")
+  if any(b < a for a, b in zip(info, info[1:])):
+    raise ValueError(f"info must not decrease (questions accumulate), got {info}")
+  per_pair = design.alpha / max(int(pairs), 1)
+  t_all = design.fractions(look, final)
+  keep = [i for i in range(len(info)) if i == 0 or info[i] > info[i - 1]]    # the first look of each information
+  keep = [i for i in keep if info[i] < info[-1]] + [next(i for i in keep if info[i] == info[-1])]
+  t = tuple(t_all[tested[i] - 1] for i in keep)
+  if len(t) == 1:
+    return float(spent(t[0], per_pair, design.spending))
+  return float(2.0 * sp_stats.norm.sf(boundaries(t, per_pair, design.spending,
+                                                 tuple(float(info[i]) for i in keep))[-1]))
 
 
 def alpha_spent(design: Design, look: int, *, final: bool = False) -> float:

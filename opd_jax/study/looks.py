@@ -155,7 +155,8 @@ def take(workdir: pathlib.Path, seq: Looks, selected: list[str], look: int) -> d
   n = seq.design.looks[look - 1]
   nodes = records.read_table(workdir, "nodes")
   nodes = nodes[nodes["question_id"].isin(set(selected[:n]))].reset_index(drop=True)
-  v = verdict(nodes, seq, look, n_boot=200)          # the bootstrap intervals are descriptive: few suffice
+  v = verdict(nodes, seq, look, n_boot=200,          # the bootstrap intervals are descriptive: few suffice
+              question_order=selected)               # each pair's level from its own history of looks
   return {"look": look, "questions": n, "decided": bool(v["decided"]), "decision": v["decision"], "line": v["line"]}
 
 
@@ -177,15 +178,17 @@ def stopped(taken: list[dict]) -> dict | None:
 
 
 def report_look(seq: Looks, progress: dict) -> dict:
-  """The design arguments of a finished run's report (`report.write_summary`): {design, look, final}. The fixed
+  """The design arguments of a finished run's report (`report.write_summary`): {design, look, final,
+  question_order (the selected questions in order: each pair's history of looks)}. The fixed
   design is one look (its verdict reads equivalence within the margin too, at the fixed design's level); a
   sequential one's: the look that stopped it; the last look when it reached the cap; else (the pool ran out
   first) the look after the ones taken, final, spending what is left."""
   d, taken = seq.design, list(progress.get("looks") or [])
+  order = list(progress.get("selected") or []) or None
   stop = stopped(taken)
   if stop is not None:
-    return {"design": d, "look": stop["look"], "final": False}
+    return {"design": d, "look": stop["look"], "final": False, "question_order": order}
   K = d.n_looks
   if K == 1 or len(progress.get("selected") or []) >= d.looks[-1]:
-    return {"design": d, "look": K, "final": False}
-  return {"design": d, "look": min(len(taken) + 1, K), "final": True}
+    return {"design": d, "look": K, "final": False, "question_order": order}
+  return {"design": d, "look": min(len(taken) + 1, K), "final": True, "question_order": order}

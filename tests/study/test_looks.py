@@ -38,11 +38,12 @@ def test_pending_stopped_and_the_reports_look():
   assert looks.stopped(taken) is None
   seq = looks.report_look(c, {"selected": ["q"] * 20, "looks": taken + [{"look": 2, "questions": 20, "decided": True}]})
   assert (seq["look"], seq["final"]) == (2, False)
-  assert {k: v for k, v in looks.report_look(c, {"selected": ["q"] * 40, "looks": taken}).items() if k != "design"} \
-      == {"look": 3, "final": False}
+  order = [f"q{i}" for i in range(40)]
+  assert {k: v for k, v in looks.report_look(c, {"selected": order, "looks": taken}).items() if k != "design"} \
+      == {"look": 3, "final": False, "question_order": order}          # each pair's history reads the order
   # The pool ran out after look 1: the next look is final and spends what is left.
-  assert {k: v for k, v in looks.report_look(c, {"selected": ["q"] * 13, "looks": taken}).items() if k != "design"} \
-      == {"look": 2, "final": True}
+  assert {k: v for k, v in looks.report_look(c, {"selected": order[:13], "looks": taken}).items() if k != "design"} \
+      == {"look": 2, "final": True, "question_order": order[:13]}
   # The fixed design: one look, whatever was selected.
   fixed = looks.report_look(looks.resolve(_config(questions=40)), {"selected": ["q"] * 12})
   assert (fixed["look"], fixed["final"], fixed["design"].n_looks) == (1, False, 1)
