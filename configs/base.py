@@ -15,6 +15,8 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             True: grade its text anyway (the smoke config: random models rarely stop)
   task.skip_bad_answers     False: refuse a task whose gold answers do not grade as correct against themselves
                             (GSM8K `#### two`), naming them; True: skip those questions with a counted warning
+  task.exclude              "" or a JSON list of question texts left out of the pool (a finished study writes its
+                            own, <workdir>/questions_seen.json: a new study on questions it did not see)
   chat.system_prompt        system message for student and teacher prompts ("" = none)
   chat.kwargs               extra apply_chat_template flags (e.g. {"enable_thinking": False} for Qwen3)
   sampling.temperature, sampling.top_p, sampling.top_k    policy of base rollouts and continuations (temperature
@@ -141,7 +143,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                         init_scale=0.5, max_seq_len=4096)
   c.task = dict(name="reasoning_gym:gsm_symbolic", path="", data_dir="", split="test", num_problems=0,
                 download=False, template=TASK_CHOSEN["task.template"], grade_truncated=False,
-                skip_bad_answers=False)
+                skip_bad_answers=False, exclude="")
   c.chat = dict(system_prompt="", kwargs={})
   c.sampling = dict(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=TASK_CHOSEN["sampling.max_new_tokens"])
   c.configurations = {"solution": "self:solution:reverse_kl"}

@@ -99,6 +99,7 @@ def get_config(arg: str | None = None):
     config.budget.questions = 80
     config.budget.continuations_per_candidate = 12
     config.budget.looks = (20, 40, 60)           # the sequential design: stop once decided (cap 80)
+    config.report.min_effect = 0.05              # its equivalence margin (required with looks: docs/results.md)
     config.budget.futility = 0.1                 # or once unlikely to decide by the cap (docs/results.md)
   elif arg == "paper":
     config.name = "teacher_sweep_paper"

@@ -8,6 +8,10 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = pathlib.Path(os.environ.get("OPD_JAX_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
+os.environ.setdefault("OPD_JAX_LOOKS_LEDGER", "off")   # no ledger of looks across tests' studies (its own tests
+                                                       # set a file: opd_jax/study/looks.py, "Looks the design did not plan")
+
+
 @pytest.fixture
 def shared_data() -> pathlib.Path:
   """../shared/data beside the checkout (GSM8K, MATH-500); skips the test where it is absent."""

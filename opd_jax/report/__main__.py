@@ -66,7 +66,8 @@ def main(argv) -> None:
     build.write_summary(workdirs[0], n_boot=f.n_boot, seed=f.seed, target=f.target, plot=f.plot,
                         html=f.html, decode=decode, pages=f.pages, colour_by=f.colour_by,
                         min_effect=f.min_effect, estimand=estimand,
-                        **cli.sequential_look(workdirs[0], f.min_effect, estimand))
+                        **cli.sequential_look(workdirs[0], f.min_effect, estimand),
+                        unplanned=cli.unplanned_reason(workdirs[0], f.target, estimand))
   except (OSError, ValueError) as e:
     terminal.fail(e)
   print(console.results_text(workdirs[0]))        # the verdict, the table and where the files are (not summary.md)

@@ -81,7 +81,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
                   html: bool = True, decode=None, n_boot_predictors: int = 200,
                   pages: int = token_pages.DEFAULT_PAGES, colour_by: str = token_pages.DEFAULT_COLOUR_BY,
                   min_effect: float = 0.0, design=None, look: int | None = None, final: bool = False,
-                  estimand: str = "alignment", question_order=None) -> str:
+                  estimand: str = "alignment", question_order=None, unplanned: str | None = None) -> str:
   """Rebuilds the report files of `<workdir>` from its node records (and rollouts, config.json, manifest.json).
 
   Files: summary.md (markdown, returned), summary.csv (summary.summarize), verdict.json (decision.decide on
@@ -125,7 +125,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   verdict = decision.decide(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
                             min_questions=min_questions,
                             min_effect=(min_effect or None) if design is None else design.margin,
-                            estimand=estimand, **seq)
+                            estimand=estimand, unplanned=unplanned, **seq)
   predictor_rows = why.predictor_table(nodes, n_boot=n_boot_predictors, seed=seed)
   routed = rt.route(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes, min_questions=min_questions)
   verdict = {**verdict, "router": routed}

@@ -100,3 +100,21 @@ def sequential_look(workdir, margin: float, estimand: str = "alignment") -> dict
   if seq and margin > 0:
     seq["design"] = dataclasses.replace(seq["design"], margin=margin)
   return seq
+
+
+def unplanned_reason(workdir, target: str, estimand: str) -> str | None:
+  """Why the report's verdict is not the study's planned test (issue 49, item 4), or None: it asks another node
+  group or estimand than the study's config.report planned, or another study already looked at these questions
+  under another design (`looks.unplanned`, from progress.json's selected questions)."""
+  workdir = pathlib.Path(workdir)
+  try:
+    config = json.loads((workdir / "config.json").read_text())
+    selected = json.loads((workdir / "progress.json").read_text()).get("selected") or []
+  except (OSError, ValueError, AttributeError):
+    return None
+  report = config.get("report", {}) if isinstance(config, dict) else {}
+  for flag, value, planned in (("--target", target, report.get("target", "incorrect")),
+                               ("--estimand", estimand, report.get("estimand", "alignment"))):
+    if value != planned:
+      return f"{flag}={value} is not the study's planned config.report.{flag[2:]}={planned!r}"
+  return looks.unplanned(workdir, selected, looks.design(ml_collections.ConfigDict(config)).looks)

@@ -300,7 +300,8 @@ def node_matrix(rows: pd.DataFrame, configs: list) -> tuple[np.ndarray, np.ndarr
 def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000, seed: int = 0,
            level: float = 0.95, min_nodes: int = common.MIN_NODES, min_questions: int = common.MIN_QUESTIONS,
            min_effect: float | None = None, design: sequential.Design | None = None, look: int | None = None,
-           final: bool = False, estimand: str = "alignment", question_order=None) -> dict:
+           final: bool = False, estimand: str = "alignment", question_order=None,
+           unplanned: str | None = None) -> dict:
   """Ranks the configurations on the target group and decides whether the best one is distinguishable.
 
   `estimand` (common.ESTIMANDS) is what is compared per node: "alignment" (default) or "projection" (`with_estimand`);
@@ -341,6 +342,9 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
     question_order: with a design, the question ids in the order the study selected them: look j saw the first
       design.looks[j - 1]; each pair's level then follows its own history of comparability (compare_arrays'
       `history`). None: every comparable pair is taken as comparable at every earlier look.
+    unplanned: why this verdict is not the study's planned test (a look its design did not plan: another study
+      already looked at these questions, or the report asks another target or estimand), or None. The verdict is
+      then computed as usual but labelled: planned False, decided False, its line prefixed "NOT A DECISION".
   Returns:
     A JSON-ready dict: target, level, n_boot, seed, min_nodes, min_questions, min_shared_questions, min_effect,
     n_questions (questions with a defined alignment on the target group), method, family_size (m), ci_level;
@@ -418,7 +422,14 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
   out["power"] = _power(res, b, ru, configs, level, min_effect,
                         None if design is None else _final_alpha(design, res["m"], level))
   out["line"] = _line(out, target)
-  return out if design is None else _with_design(out, res, design, configs, b)
+  out = out if design is None else _with_design(out, res, design, configs, b)
+  return out if unplanned is None else _not_a_decision(out, unplanned)
+
+
+def _not_a_decision(out: dict, why: str) -> dict:
+  """A verdict labelled as outside the planned test (decide's `unplanned`)."""
+  return {**out, "planned": False, "unplanned": why, "decided": False,
+          "line": f"NOT A DECISION ({why}); read as exploratory: {out['line']}"}
 
 
 def _final_alpha(design: sequential.Design, m: int, level: float) -> float:

@@ -48,6 +48,17 @@ def interval_text(c: dict, min_questions: int, *, flip: bool = False, signed: bo
   return f"[{lo:+.4f}, {hi:+.4f}]" if signed else common.ci(lo, hi)
 
 
+SEEN = "questions_seen.json"    # a study's processed question texts (pipeline.run): config.task.exclude reads it
+
+
+def _new_study(n=None) -> str:
+  """The one action on more questions that keeps the stated error rates (issue 49, item 4): a new study on
+  questions this one did not see. A rerun of these questions with a larger cap would look at them again."""
+  cap = f" --config.budget.questions={n}" if n else ""
+  return (f"a new study on questions this one did not see (--config.task.exclude=<this workdir>/{SEEN}{cap}; a "
+          "larger cap on these same questions would test them again: not a decision)")
+
+
 def next_step(verdict: dict) -> str:
   """What would decide, for the console (`console.results_text`): "" when the verdict is decided and no
   min_effect was asked; else the questions that would detect min_effect (or the design's margin) with 80% power,
@@ -59,17 +70,17 @@ def next_step(verdict: dict) -> str:
   needs = [u["questions_needed"] for u in verdict.get("undecided") or () if u["questions_needed"] is not None]
   if needs and not decided:
     return (f"to decide: ~{max(needs)} questions would detect {verdict['margin']:g} with 80% expected power (now "
-            f"{n}): raise config.budget.questions, the cap")
+            f"{n}): {_new_study(max(needs))}")
   effect, need = p.get("min_effect"), p.get("questions_needed")
   if effect is not None and need is not None:
     return (f"{'to decide' if not decided else 'power'}: ~{need} questions ({p['more_questions']} more) would detect "
-            f"a difference of {effect:g} with 80% power (config.report.min_effect): raise config.budget.questions")
+            f"a difference of {effect:g} with 80% power (config.report.min_effect): {_new_study(need)}")
   if decided:
     return "" if effect is None else f"power: {effect:g} is not detectable with any number of questions"
   short = verdict["ranking"][0].get("short")
   text = (f"to decide: at least {verdict['min_questions']} questions with a defined "
-          f"{verdict.get('estimand', 'alignment')} (now {n}; raise "
-          "config.budget.questions)" if short else "to decide: more questions (raise config.budget.questions)")
+          f"{verdict.get('estimand', 'alignment')} (now {n}): {_new_study()}" if short
+          else f"to decide: more questions: {_new_study()}")
   if p.get("estimable"):
     text += (f"; this budget detects differences >= {p['detectable_difference']:.3f} only: "
              "--config.report.min_effect=<the smallest worth detecting> prints the questions that would detect it")

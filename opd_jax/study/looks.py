@@ -157,6 +157,7 @@ def take(workdir: pathlib.Path, seq: Looks, selected: list[str], look: int) -> d
   nodes = nodes[nodes["question_id"].isin(set(selected[:n]))].reset_index(drop=True)
   v = verdict(nodes, seq, look, n_boot=200,          # the bootstrap intervals are descriptive: few suffice
               question_order=selected)               # each pair's level from its own history of looks
+  note_look(workdir, selected, n, seq.design.looks)
   return {"look": look, "questions": n, "decided": bool(v["decided"]), "decision": v["decision"], "line": v["line"]}
 
 
@@ -192,3 +193,91 @@ def report_look(seq: Looks, progress: dict) -> dict:
   if K == 1 or len(progress.get("selected") or []) >= d.looks[-1]:
     return {"design": d, "look": K, "final": False, "question_order": order}
   return {"design": d, "look": min(len(taken) + 1, K), "final": True, "question_order": order}
+
+
+# --- Looks the design did not plan (issue 49, item 4) --------------------------------------------------------
+# Every verdict a study reads (each look, and its report) is noted in a ledger beside the model cache, one JSON line
+# per look: the study's question key (the config without its budget's cap, looks and futility, report and logging:
+# studies with the same key select the same questions in the same order), its workdir, the questions it had seen
+# and its schedule. A study whose questions overlap an earlier study's of the same key but another schedule (a rerun
+# with a larger cap, the advice a verdict used to give) would look at those questions again: its verdict is labelled
+# "not a decision". A rerun of the same config is a replication (the same records, the same verdict), not a look.
+LEDGER_ENV = "OPD_JAX_LOOKS_LEDGER"     # the ledger's path; "off": none (the tests' default); unset: the cache's
+UNPLANNED_FIELDS = ("budget.questions", "budget.looks", "budget.futility", "report", "logging")
+
+
+def ledger_path() -> pathlib.Path | None:
+  import os  # pylint: disable=g-import-not-at-top
+  from opd_jax.models import cache  # pylint: disable=g-import-not-at-top
+  value = os.environ.get(LEDGER_ENV, "")
+  if value == "off":
+    return None
+  return pathlib.Path(value) if value else cache.cache_root() / "looks.jsonl"
+
+
+def question_key(config_dict: dict) -> str:
+  """What decides a study's questions and their order: its config without UNPLANNED_FIELDS (config_hash)."""
+  d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config_dict.items()}
+  for field in UNPLANNED_FIELDS:
+    group, _, leaf = field.partition(".")
+    if leaf and isinstance(d.get(group), dict):
+      d[group].pop(leaf, None)
+    elif not leaf:
+      d.pop(group, None)
+  return records.config_hash(d)
+
+
+def _entries(workdir: pathlib.Path) -> tuple[str | None, list[dict]]:
+  """(this workdir's question key, the ledger's entries of that key from other workdirs that still exist)."""
+  import json  # pylint: disable=g-import-not-at-top
+  path = ledger_path()
+  try:
+    key = question_key(json.loads((workdir / "config.json").read_text()))
+  except (OSError, ValueError):
+    return None, []
+  if path is None or not path.is_file():
+    return key, []
+  out = []
+  for line in path.read_text().splitlines():
+    try:
+      e = json.loads(line)
+    except ValueError:
+      continue
+    if e.get("key") == key and e.get("workdir") != str(workdir.resolve()) and pathlib.Path(e["workdir"]).exists():
+      out.append(e)
+  return key, out
+
+
+def note_look(workdir, selected: list[str], n: int, schedule: tuple[int, ...]) -> None:
+  """Append this look (the first n of `selected`) to the ledger; a ledger that cannot be written is skipped (it
+  informs later studies, it is not this study's record)."""
+  import json  # pylint: disable=g-import-not-at-top
+  workdir = pathlib.Path(workdir)
+  key, _ = _entries(workdir)
+  path = ledger_path()
+  if key is None or path is None:
+    return
+  entry = {"key": key, "workdir": str(workdir.resolve()), "ids": [str(q) for q in selected[:n]],
+           "schedule": list(schedule)}
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+      f.write(json.dumps(entry) + "\n")
+  except OSError:
+    pass
+
+
+def unplanned(workdir, selected: list[str], schedule: tuple[int, ...]) -> str | None:
+  """Why this study's verdict is not a decision, or None: an earlier study of the same questions (same key, its
+  questions a prefix of these or these of its) under another schedule already looked at them."""
+  workdir = pathlib.Path(workdir)
+  ids = [str(q) for q in selected]
+  _, entries = _entries(workdir)
+  for e in entries:
+    seen = e.get("ids") or []
+    n = min(len(seen), len(ids))
+    if n and seen[:n] == ids[:n] and tuple(e.get("schedule") or ()) != tuple(schedule):
+      return (f"{n} of these questions were already looked at by {e['workdir']} (looks at "
+              f"{', '.join(map(str, e['schedule']))}): its error rates do not cover another look at them; "
+              f"a new study on questions neither saw keeps them (--config.task.exclude=<workdir>/questions_seen.json)")
+  return None

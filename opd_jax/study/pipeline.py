@@ -35,6 +35,7 @@ from absl import logging
 
 from opd_jax import report
 from opd_jax import terminal
+from opd_jax.report import verdict_text
 from opd_jax.study import checklist
 from opd_jax.study import environment
 from opd_jax.study import looks
@@ -162,12 +163,18 @@ def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> s
       work[k] = work.get(k, 0) + int(v)
   write_manifest(env, cfg, workdir, processed=sum(len(s["processed"]) for s in states), selected=len(selected),
                  timings=timings, work=work, taken=states[0].get("looks") if env.spec.looks.sequential else None)
+  processed = {str(q) for s in states for q in s["processed"]}    # what a new study must not see again (verdict_text)
+  records.atomic_write_json(pathlib.Path(workdir) / verdict_text.SEEN,
+                            [p.question for p in env.task.problems if str(p.id) in processed])
   if not selected:
     raise ValueError(f"no question of the pool ({len(env.task.problems)}) was informative (both a correct and "
                      "an incorrect rollout); raise config.task.num_problems or config.budget.rollouts_per_question"
                      ", or set config.selection='all'")
-  return finish(workdir, tokenizer=env.student.tokenizer, options=config.report,
-                seq=looks.report_look(env.spec.looks, states[0]))
+  seq = looks.report_look(env.spec.looks, states[0])
+  seq["unplanned"] = looks.unplanned(workdir, selected, env.spec.looks.design.looks)    # a look nobody planned
+  markdown = finish(workdir, tokenizer=env.student.tokenizer, options=config.report, seq=seq)
+  looks.note_look(workdir, selected, len(selected), env.spec.looks.design.looks)
+  return markdown
 
 
 def run_questions(env: environment.Env, workdir: pathlib.Path, config_hash: str, pi: int, pc: int) -> dict[str, float]:

@@ -19,6 +19,7 @@ from opd_jax import terminal
 from opd_jax.decode import sampling
 from opd_jax.decode import sharding
 from opd_jax.report import common
+from opd_jax.report import sequential
 from opd_jax.study import looks
 from opd_jax.study import model_specs
 from opd_jax.study import records
@@ -173,6 +174,11 @@ def validate(config) -> None:
     raise _bad("config.report.min_effect", f"must be > 0 with report.estimand={estimand!r} and budget.looks: the "
                f"equivalence margin is in the {estimand}'s units, not the alignment's default 0.05", min_effect,
                fix="e.g. --config.report.min_effect=0.005")
+  if tuple(config.budget.get("looks", ()) or ()) and not min_effect > 0:      # issue 49, item 4: never silently
+    raise _bad("config.report.min_effect", "must be > 0 with budget.looks: it is the sequential design's "
+               "equivalence margin (a decision 'equivalent' means within it)", min_effect,
+               fix=f"e.g. --config.report.min_effect={sequential.MARGIN} (the margin the docs use), or "
+               "--config.budget.looks='()' for the fixed design")
   if not isinstance(config.task.get("skip_bad_answers", False), bool):
     raise _bad("config.task.skip_bad_answers", "must be True or False", config.task.skip_bad_answers)
   n = config.task.num_problems

@@ -14,7 +14,17 @@ def _config(**budget):
   c = smoke_config.get_config()
   for k, v in budget.items():
     c.budget[k] = v
+  if budget.get("looks"):
+    c.report.min_effect = 0.05                  # required with looks (issue 49, item 4)
   return c
+
+
+def test_looks_without_a_margin_are_refused_not_read_as_the_default():
+  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
+  c = _config(questions=80, looks=(10,))
+  c.report.min_effect = 0.0
+  with pytest.raises(ValueError, match=r"^config.report.min_effect must be > 0 with budget.looks.*min_effect=0.05"):
+    preflight.validate(c)
 
 
 def test_schedule_appends_the_cap_and_validate_names_the_field():

@@ -163,6 +163,13 @@ def test_manifest_records_the_candidate_set_rule_of_the_views_scored(smoke):
   assert rule == {"student_top_k": budget["student_top_k"], "teacher_top_k": budget["teacher_top_k"], "views": views}
   widest = max(len(c) for c in nodes.candidates)
   assert len(views) == 5 and 1 + rule["student_top_k"] < widest <= 1 + rule["student_top_k"] + len(views)
+  # What a new study on unseen questions excludes (config.task.exclude; issue 49, item 4): every processed question.
+  from configs import smoke as smoke_config  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
+  seen = json.loads((workdir / "questions_seen.json").read_text())
+  processed = json.loads((workdir / "progress.json").read_text())["processed"]
+  texts = {str(p.id): p.question for p in preflight.load_task(smoke_config.get_config()).problems}
+  assert sorted(seen) == sorted(texts[str(q)] for q in processed) and seen
 
 
 def test_self_plain_context_gives_exact_zero_predictors(smoke):
