@@ -386,7 +386,7 @@ def main(argv):
       _log_to(workdir, multi_process)
       summary = pipeline.run(config, workdir, repair=_REPAIR.value)
   except KeyboardInterrupt:
-    terminal.last_line(_interrupted_line)
+    terminal.last_line(terminal.INTERRUPTED_LINE[-1] if terminal.INTERRUPTED_LINE else _interrupted_line)
     sys.stdout.flush()
     if _AS_COMMAND:   # records and progress are written atomically: skip a teardown that can crash mid-XLA call
       os._exit(130)
@@ -403,46 +403,47 @@ def main(argv):
 _AS_COMMAND = False     # set by `run` (python -m opd_jax.main), not when main() is called in-process
 
 
-GRACE_S = 1.0     # how long the main thread has to raise KeyboardInterrupt after a Ctrl-C before the exit is forced
+GRACE_S = 2.0     # how long the main thread has to reach a `terminal.check_interrupt` point before the exit is forced
 
 
-def _on_interrupt(signum, frame):
-  """SIGINT's Python handler (the default one's KeyboardInterrupt), noting that the main thread heard it."""
-  _heard.set()
-  signal.default_int_handler(signum, frame)
-
-
-_heard = threading.Event()
+def _on_interrupt(signum, frame):  # pylint: disable=unused-argument
+  """SIGINT's Python handler: records the press (terminal.INTERRUPT), raises nothing (terminal's comment)."""
+  terminal.INTERRUPT.set()
 
 
 def exit_on_interrupt() -> None:
   """Ctrl-C exits within GRACE_S seconds (code 130, the one `interrupted:` line), whatever the main thread does.
 
-  A SIGINT raises KeyboardInterrupt in the main thread (`_on_interrupt`), handled in `main`, but only once that
-  thread runs Python bytecode again: an XLA compile or a long jitted call holds it in C++ (e.g. the first base
-  rollouts of a checkpoint, which compile the prefill and decode programs), so a press could go unheard a minute.
-  CPython's C-level handler also writes the signal number to `signal.set_wakeup_fd`'s pipe at once, from any
-  thread; a daemon thread reading that pipe forces the exit (`_force_exit`) when the main thread has not heard the
-  press within GRACE_S, or at a second press. Records and progress are written atomically and the lock is
-  released, so what finished is kept and the same command resumes. Call from the main thread.
+  A SIGINT is recorded (`_on_interrupt` sets terminal.INTERRUPT) and the main thread raises KeyboardInterrupt at
+  the next point the program controls (`terminal.check_interrupt`), handled in `main`. An XLA compile or a long
+  jitted call holds that thread in C++ (e.g. the first base rollouts of a checkpoint), so a point may not come
+  for a minute: CPython's C-level handler also writes the signal number to `signal.set_wakeup_fd`'s pipe at once,
+  from any thread, and a daemon thread reading that pipe forces the exit (`_force_exit`) when the main thread has
+  not acted on the press within GRACE_S (terminal.ACTED), or at a second press. Records and progress are written
+  atomically and the lock is released, so what finished is kept and the same command resumes. Call from the main
+  thread.
   """
   r, w = os.pipe()
   os.set_blocking(w, False)
   signal.set_wakeup_fd(w, warn_on_full_buffer=False)
   signal.signal(signal.SIGINT, _on_interrupt)
+  import opd_jax  # pylint: disable=g-import-not-at-top
+  if opd_jax.EARLY_INTERRUPT:             # pressed while the modules loaded: nothing has started
+    _force_exit("interrupted before anything started: nothing was written; rerun the command to start")
 
   def watch():
     presses = 0
     while data := os.read(r, 64):
       presses += data.count(bytes([signal.SIGINT]))
-      if presses >= 2 or (presses == 1 and not _heard.wait(GRACE_S)):
+      if presses >= 2 or (presses == 1 and not terminal.ACTED.wait(GRACE_S)):
         _force_exit()
   threading.Thread(target=watch, daemon=True, name="interrupt").start()
 
 
-def _force_exit() -> None:
-  """The `interrupted:` line, this process's workdir locks released (`runs.release_locks`), exit 130 at once."""
-  terminal.last_line(_interrupted_line)
+def _force_exit(line: str | None = None) -> None:
+  """The `interrupted:` line (`line`, or the job's), this process's workdir locks released (`runs.release_locks`),
+  exit 130 at once."""
+  terminal.last_line(line or (terminal.INTERRUPTED_LINE[-1] if terminal.INTERRUPTED_LINE else _interrupted_line))
   runs = sys.modules.get("opd_jax.study.runs")
   if runs is not None:
     runs.release_locks()

@@ -232,6 +232,7 @@ def run_questions(env: environment.Env, workdir: pathlib.Path, config_hash: str,
         if all(env.task.problems[i].id in done for i in block):
           continue
         for index, out in zip(block, questions.base_rollouts(env, block)):
+          terminal.check_interrupt()                        # a Ctrl-C acts here, between questions (terminal.py)
           problem = env.task.problems[index]
           if problem.id in done or ((stop or len(selected) >= quota) and problem.id not in redo):
             continue

@@ -268,6 +268,7 @@ def run(config, workdir: str) -> str:
   try:
     with terminal.bar("training", total=t.steps - start, unit="step") as bar:
       for s in range(start, t.steps):
+        terminal.check_interrupt()                       # a Ctrl-C acts here, between steps (terminal.py)
         t0 = time.time()
         qs = step_questions(data, s, t.batch_questions)
         prompts = [env.chat(task.prompt(pool[i])) for i in qs]
@@ -309,12 +310,15 @@ def run(config, workdir: str) -> str:
         _write_csv(out / "metrics.csv", metrics)
         _write_csv(out / "eval.csv", evals)
         bar.update(1)
-  except BaseException:              # Ctrl-C, an error, sys.exit: finish the saves in flight and say where a rerun
+  except BaseException as e:         # Ctrl-C, an error, sys.exit: finish the saves in flight and say where a rerun
     done = ckpts.wait()              # resumes (a second Ctrl-C still exits at once: main's watcher thread)
     ckpts.close()
-    print("training stopped: " + (f"step {done}'s checkpoint is complete; a rerun of the same command resumes from "
-                                  f"step {done}" if done is not None else "no checkpoint yet; a rerun of the same "
-                                  "command starts from step 0"), file=sys.stderr, flush=True)
+    where = (f"step {done}'s checkpoint is complete; a rerun of the same command resumes from step {done}"
+             if done is not None else "no checkpoint yet; a rerun of the same command starts from step 0")
+    if isinstance(e, KeyboardInterrupt):               # main prints it as its one `interrupted:` line
+      terminal.INTERRUPTED_LINE.append(f"interrupted: {where}")
+    else:
+      print(f"training stopped: {where}", file=sys.stderr, flush=True)
     raise
   ckpts.close()
   _plot(out, metrics, evals)

@@ -314,6 +314,8 @@ def test_a_stop_right_after_a_save_keeps_that_checkpoint_and_says_where_a_rerun_
     lines = stderr.strip().splitlines()
     assert lines[-1].startswith(last), lines[-3:]
     assert "step 2's checkpoint is complete; a rerun of the same command resumes from step 2" in stderr
+    if code == 130:                   # a Ctrl-C says it in one line (issue 50, item 7), not two
+      assert lines[-1].endswith("resumes from step 2") and not any(l.startswith("training stopped") for l in lines)
     ckpt_dir = tmp_path / f"w{i}" / "train" / "checkpoints"
     assert sorted(p.name for p in ckpt_dir.iterdir()) == ["1", "2"]        # no `.orbax-checkpoint-tmp` left
     ck = state_lib.Checkpoints(ckpt_dir, identity={})
