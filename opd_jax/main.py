@@ -145,13 +145,46 @@ def _override_error(argv) -> str | None:
   return None
 
 
+SCHEMA_FILES = {"study": "base.py", "train": "opd_train.py", "lookahead": "lookahead.py"}   # under configs/
+FREE_FORM = ("config.configurations.", "config.chat.kwargs.", "config.contexts.templates.")    # the user's own keys
+
+
+def schema_error(config) -> str | None:
+  """`terminal.field_error`'s line for the first field of `config` (whatever set it: the file, a flag) that its
+  job's schema (configs/base.py, opd_train.py or lookahead.py, loaded as a config file is) does not have, with the
+  nearest fields; None when every field is known (issue 50, item 2: a typo inside a config file ran silently
+  with the default)."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.find_spec("configs")
+  job = config.get("job", "study")
+  if spec is None or not spec.submodule_search_locations or job not in SCHEMA_FILES:
+    return None
+  path = pathlib.Path(list(spec.submodule_search_locations)[0]) / SCHEMA_FILES[job]
+  reference = config_flags_lib.ConfigFileFlagParser(name="config").parse(str(path))
+  for field in _paths(config):
+    if field.startswith(FREE_FORM):
+      continue
+    found = unknown_field(reference, field.split(".", 1)[1])
+    if found:
+      return terminal.field_error(found[0], f"unknown config field (set in the config file or a flag; the schema "
+                                  f"is configs/{SCHEMA_FILES[job]})", suggest=found[1],
+                                  fix=f"fix its name, or add the field to configs/{SCHEMA_FILES[job]}")
+  return None
+
+
 def parse_flags(argv):
   """absl's parse with every error as one `error:` line (exit 2) instead of usage text or a traceback; loads the
-  config (and applies the overrides) so that its errors come here too."""
+  config (and applies the overrides) so that its errors come here too, and checks it against its job's schema
+  (`schema_error`)."""
   try:
     rest = flags.FLAGS(argv)
     if _CONFIG.value is not None:      # loads the file and applies --config.* overrides (a failed load raises here)
       _CONFIG.value.get("name")
+      unknown = schema_error(_CONFIG.value)
+      if unknown:
+        fail(unknown)
+  except SyntaxError as e:              # the user's config file: where, in one line
+    fail(f"--config: {e.filename}:{e.lineno}: {e.msg}")
   except flags.Error as e:
     fail(_override_error(argv) or terminal.flag_error(e, argv))
   except (AttributeError, KeyError, TypeError, ValueError) as e:
