@@ -47,6 +47,7 @@ Issue 33 (--cells=sequential,planted; not in the default cells):
     issue 33 item 3); the target is 0.8 +- 0.05.
 """
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -211,11 +212,16 @@ def run_sequential(mu, nodes, sims, rng, design, fixed_grid: bool = True) -> dic
       if res["stop"]:
         break
     right, false_use, false_equivalent = judge(res, truth, design.margin)
+    cap_decided = math.nan                   # a futile stop: would the cap have decided? (the calibration of p)
+    if res["decision"] == "futile":
+      on = dataclasses.replace(design, futility=0.0)
+      cap_decided = float(decision.compare_arrays(align, q, design=on, look=design.n_looks)["decided"])
     cmp = res["comparable"]
     true_diff = truth[:, None] - truth[None, :]
     covered = bool(np.all((res["ci_lo"][cmp] <= true_diff[cmp]) & (true_diff[cmp] <= res["ci_hi"][cmp])))
     rows.append(dict(flagged=flagged, false_use=false_use, false_equivalent=false_equivalent, right=right,
-                     covered=covered, questions=n, decision=res["decision"]))
+                     covered=covered, questions=n, decision=res["decision"], p_decided=res.get("p_decided"),
+                     cap_decided=cap_decided))
     for i, g in enumerate(grid):
       one = sequential.Design(looks=(g,), alpha=design.alpha, margin=design.margin)
       fixed[i] += judge(decision.compare_arrays(align[q < g], q[q < g], design=one, look=1), truth,
@@ -237,6 +243,10 @@ def run_sequential(mu, nodes, sims, rng, design, fixed_grid: bool = True) -> dic
          "false_use": r.false_use.mean(),
          "false_equivalent": r.false_equivalent.mean(), "coverage": r.covered.mean(), "right": right,
          "decisions": r.decision.value_counts(normalize=True).round(4).to_dict(),
+         "futile_mean_p": float(r.p_decided[r.decision == "futile"].mean()) if (r.decision == "futile").any()
+         else None,
+         "futile_decided_at_cap": float(r.cap_decided[r.decision == "futile"].mean()) if (r.decision == "futile").any()
+         else None,
          "false_use_at": {str(k): int(v) for k, v in r.questions[r.false_use].value_counts().sort_index().items()},
          "mean_questions": r.questions.mean(), "fixed_questions": fixed_questions,
          "ratio": r.questions.mean() / fixed_questions if fixed_questions > 0 else float("nan"),
@@ -295,7 +305,11 @@ def main() -> None:
   parser.add_argument("--futility", type=float, default=0.0, help="the sequential cells' futility threshold "
                       "(sequential.Design.futility; 0: none)")
   parser.add_argument("--fixed_grid", type=int, default=1, help="0: skip the fixed designs (no questions ratio)")
+  parser.add_argument("--futility_rule", default="predictive", choices=("predictive", "current_trend"),
+                      help="the futility stop's probability (sequential.p_resolved): predictive (averaged over the "
+                      "estimate's uncertainty, the default) or the current trend (the estimate taken as the truth)")
   args = parser.parse_args()
+  sequential.PREDICTIVE = args.futility_rule == "predictive"
   kinds = args.cells.split(",")
   qs = [int(x) for x in args.questions.split(",")]
   lines = []

@@ -488,8 +488,8 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
                                      else "not estimable") + ")" for u in out["undecided"]]
     what = ("continue" if res["decision"] == "continue" else "undecided" if one else "cap reached, undecided"
             if res["decision"] == "cap" else
-            f"stopped for futility (P(decided by the cap of {design.looks[-1]} questions) = {res['p_decided']:.2g} "
-            f"< {design.futility:g} under the current estimates), undecided")
+            f"stopped for futility (predictive P(decided by the cap of {design.looks[-1]} questions) = "
+            f"{res['p_decided']:.2g} < {design.futility:g}), undecided")
     out["line"] = (f"{look_text}, {what}: " + (f"undecided against {configs[b]}: {', '.join(need)}; "
                                                if need else "") + out["line"] + (f"; {family}" if family else ""))
   return out

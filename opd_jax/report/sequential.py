@@ -245,7 +245,11 @@ def alpha_spent(design: Design, look: int, *, final: bool = False) -> float:
   return float(spent(design.fractions(look, final)[-1], design.alpha, design.spending))
 
 
-def p_resolved(diff, se, df, fraction: float, margin: float, alpha: float) -> np.ndarray:
+PREDICTIVE = True        # p_resolved averages over the estimate's uncertainty (False: the current-trend version)
+
+
+def p_resolved(diff, se, df, fraction: float, margin: float, alpha: float,
+               predictive: bool | None = None) -> np.ndarray:
   """The conditional probability that a pair is resolved at the cap (distinguishable or equivalent within
   `margin`), its current estimate taken as the truth (module docstring, "Futility").
 
@@ -262,7 +266,10 @@ def p_resolved(diff, se, df, fraction: float, margin: float, alpha: float) -> np
   ok = np.isfinite(diff) & np.isfinite(se) & (se > 0) & np.isfinite(df) & (df > 0)
   se, df = np.where(ok, se, 1.0), np.where(ok, df, 1.0)
   half = sp_stats.t.isf(alpha / 2.0, df / fraction) * se * math.sqrt(fraction)      # the cap's half-width
-  sd = se * math.sqrt(fraction * (1.0 - fraction))                                 # of the cap's estimate
+  predictive = PREDICTIVE if predictive is None else predictive
+  # The cap's estimate given the data: N(d, se^2 f (1 - f)) with the true difference taken as d (current trend);
+  # averaged over the true difference's flat-prior posterior N(d, se^2): N(d, se^2 (1 - f)) (predictive power).
+  sd = se * math.sqrt((1.0 - fraction) if predictive else fraction * (1.0 - fraction))
   lo, hi = np.maximum(margin - half, 0.0), half
   d = np.where(ok, diff, 0.0)
   inside = np.where(hi > lo, sp_stats.norm.cdf((hi - d) / sd) - sp_stats.norm.cdf((lo - d) / sd)

@@ -46,8 +46,9 @@ MEASURED_STOP = {0.5: (0.51, 0.65), 0.3: (0.78, 0.86), 0.0: (0.95, 0.99)}
 
 
 # With futility (budget.futility), where the cap cannot decide (six close configurations), measured the same way
-# (--seq_cells=6 --futility=<f>; docs/results.md, "Futility"): the mean stop over the cap, uniform / geometric nodes.
-MEASURED_FUTILE = {0.05: (0.41, 0.69), 0.1: (0.33, 0.57)}
+# (--seq_cells=6 --futility=<f>; docs/results.md, "Futility"): the mean stop over the cap, geometric / uniform nodes,
+# with the predictive probability (sequential.p_resolved; docs/data/futility/predictive_f0.1.jsonl).
+MEASURED_FUTILE = {0.1: (0.57, 0.85)}
 
 
 def futility_text(config) -> str:

@@ -138,18 +138,20 @@ def test_use_equivalent_continue_and_cap_on_constructed_tables():
 @pytest.mark.parametrize("diff, se, df, fraction", [(0.05, 0.08, 15.0, 0.25), (0.0, 0.02, 30.0, 0.5),
                                                     (0.2, 0.05, 8.0, 0.4), (0.03, 0.001, 50.0, 0.75)])
 def test_p_resolved_matches_simulated_future_questions(diff, se, df, fraction):
-  """The conditional probability of resolving at the cap, by simulating the cap's estimate as the mean of the
-  questions so far (their mean diff) and the remaining questions (per-question sd se sqrt(n), true difference
-  diff), not by the closed form's variance se^2 f (1 - f)."""
+  """The probability of resolving at the cap, by simulating the cap's estimate as the mean of the questions so
+  far (their mean diff) and the remaining questions (per-question sd se sqrt(n)), not by the closed forms'
+  variances: the current trend (true difference diff) and the predictive (true difference drawn from the flat
+  prior's posterior N(diff, se^2) first, issue 49 item 5)."""
   n, margin, alpha = 40, 0.05, 0.05 / 15
   cap = n / fraction
   rng = np.random.default_rng(0)
-  future = rng.normal(diff, se * math.sqrt(n) / math.sqrt(cap - n), size=400_000)
-  final = (n * diff + (cap - n) * future) / cap
   half = sp_stats.t.isf(alpha / 2, df * cap / n) * se * math.sqrt(n / cap)
-  resolved = (np.abs(final) > half) | (np.abs(final) + half < margin)
-  got = sequential.p_resolved(diff, se, df, fraction, margin, alpha)
-  np.testing.assert_allclose(got, resolved.mean(), atol=0.003)
+  for predictive, truth in ((False, np.full(400_000, diff)), (True, rng.normal(diff, se, size=400_000))):
+    future = rng.normal(truth, se * math.sqrt(n) / math.sqrt(cap - n))
+    final = (n * diff + (cap - n) * future) / cap
+    resolved = (np.abs(final) > half) | (np.abs(final) + half < margin)
+    got = sequential.p_resolved(diff, se, df, fraction, margin, alpha, predictive=predictive)
+    np.testing.assert_allclose(got, resolved.mean(), atol=0.003)
   assert sequential.p_resolved(np.nan, se, df, fraction, margin, alpha) == 1.0          # nothing to project
 
 
@@ -159,23 +161,23 @@ def test_futility_stops_a_hopeless_look_and_never_changes_a_claim():
   last look nor an underpowered verdict is futile."""
   align, q = table([0.0, 0.0, 0.0], 40, seed=4)
   nodes = calibration.as_nodes(align[q < 10], q[q < 10])
-  plain, futile = (sequential.Design(looks=(10, 20), margin=0.01, futility=f) for f in (0.0, 0.1))
+  plain, futile = (sequential.Design(looks=(10, 14), margin=0.01, futility=f) for f in (0.0, 0.1))
   v0 = decision.decide(nodes, n_boot=20, design=plain, look=1)
   v1 = decision.decide(nodes, n_boot=20, design=futile, look=1)
   assert (v0["decision"], v0["stop"]) == ("continue", False) and "p_decided" not in v0 and "futility" not in v0
   assert (v1["decision"], v1["decided"], v1["stop"]) == ("futile", False, True) and v1["p_decided"] < 0.1
   assert v1["comparisons"] == v0["comparisons"] and v1["best_set"] == v0["best_set"]
-  assert v1["line"].startswith(f"look 1 of 2 (10 questions), stopped for futility (P(decided by the cap of 20 "
-                               f"questions) = {v1['p_decided']:.2g} < 0.1 under the current estimates), undecided: ")
+  assert v1["line"].startswith(f"look 1 of 2 (10 questions), stopped for futility (predictive P(decided by the cap "
+                               f"of 14 questions) = {v1['p_decided']:.2g} < 0.1), undecided: ")
   # p_decided is the smallest p_resolved over the comparisons that block a decision.
   res = decision.compare_arrays(align[q < 10], q[q < 10], design=futile, look=1)
   b = res["best"]
   blocking = [i for i in np.flatnonzero(res["could_be_best"]) if i != b and not res["equivalent"][i, b]]
   assert res["blocking"] == blocking and len(v1["undecided"]) == len(blocking)
-  want = sequential.p_resolved(res["diff"][blocking, b], res["se"][blocking, b], res["df"][blocking, b], 0.5, 0.01,
+  want = sequential.p_resolved(res["diff"][blocking, b], res["se"][blocking, b], res["df"][blocking, b], 10 / 14, 0.01,
                                sequential.nominal_alpha(futile, 2, pairs=res["m"])).min()
   np.testing.assert_allclose(res["p_decided"], want, rtol=1e-12)
-  last = decision.decide(calibration.as_nodes(align[q < 20], q[q < 20]), n_boot=20, design=futile, look=2)
+  last = decision.decide(calibration.as_nodes(align[q < 14], q[q < 14]), n_boot=20, design=futile, look=2)
   assert last["decision"] == "cap" and last["p_decided"] is None
   under = decision.decide(calibration.as_nodes(align[q < 3], q[q < 3]), n_boot=20, design=futile, look=1)
   assert under["verdict"] == "underpowered" and under["decision"] == "continue"
