@@ -21,8 +21,8 @@ its point estimates. `:gsm` is the previous default (gsm_symbolic, GSM8K templat
 256-token responses: one informative question, 4 defined nodes per configuration, every group UNDERPOWERED).
 `:hour` is the default at up to 8x the questions and 3x R (docs/results.md: its verdict and table), looking at
 its verdict at 20, 40 and 60 questions and stopping once it is decided or unlikely to be decided by the cap
-(futility 0.1: it stopped at 20 questions, undecided, under the rule of 2026-12-04; docs/results.md). `:paper` is the paper-scale budget for
-Qwen3 HF folders on accelerators.
+(futility 0.1: it stopped at 20 questions, undecided, under the rule of 2026-12-04; docs/results.md). `:paper` is
+the paper-scale budget for Qwen3 HF folders on accelerators.
 
 Capping a study (docs/results.md, "The sequential study"): `budget.questions` is the cap;
 `--config.budget.looks='(20, 40, 60)'` looks at the verdict after those many questions and stops once it is
@@ -91,8 +91,8 @@ def get_config(arg: str | None = None):
   elif arg == "hour":
     # The default's task and views at up to an hour and more of the 2-core CPU (63 min for the fixed design
     # measured, docs/results.md, "The one-hour study"; 17 min with the futility stop below, which ended it at 20
-    # questions under the rule of 2026-12-04): 8x the informative questions (80, from a pool of 280; 127 were sampled) and R = 12 continuations
-    # per candidate (3x), so P_succ is less noisy (noise ceiling 0.87-0.91) and every group is far above the
+    # questions under the rule of 2026-12-04): 8x the informative questions (80, from a pool of 280; 127 were
+    # sampled) and R = 12 continuations per candidate (3x), so P_succ is less noisy (noise ceiling 0.87-0.91) and every group is far above the
     # decision threshold (257-465 defined nodes per group over 60-80 questions).
     config.name = "teacher_sweep_hour"
     config.task.num_problems = 280
