@@ -92,8 +92,8 @@ def get_config(arg: str | None = None):
     # The default's task and views at up to an hour and more of the 2-core CPU (63 min for the fixed design
     # measured, docs/results.md, "The one-hour study"; 17 min with the futility stop below, which ended it at 20
     # questions under the rule of 2026-12-04): 8x the informative questions (80, from a pool of 280; 127 were
-    # sampled) and R = 12 continuations per candidate (3x), so P_succ is less noisy (noise ceiling 0.87-0.91) and every group is far above the
-    # decision threshold (257-465 defined nodes per group over 60-80 questions).
+    # sampled) and R = 12 continuations per candidate (3x), so P_succ is less noisy (noise ceiling 0.87-0.91) and
+    # every group is far above the decision threshold (257-465 defined nodes per group over 60-80 questions).
     config.name = "teacher_sweep_hour"
     config.task.num_problems = 280
     config.budget.questions = 80
