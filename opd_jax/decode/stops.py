@@ -1,17 +1,19 @@
-"""Where a response's answer closes: a byte automaton over token ids that finds a task's first closed answer span.
+"""Where a response's reward is known: a byte automaton over token ids that finds a task's deciding answer span.
 
-A task whose extractor reads an answer span (`Task.answer_span`, e.g. reasoning-gym's `<answer>`, `</answer>`)
-states its answer once the span closes. `span_table` compiles the span into a table over token ids, once per
+A task whose extractor reads an answer span (`Task.answer_span`, e.g. reasoning-gym's `<answer>`, `</answer>`) is
+graded on its deciding span, the first closed span that holds anything but whitespace, and reads nothing after it
+(`opd_jax.tasks.spans`, the one definition the grader and this stop share): once it closes, the reward is known.
+`span_table` compiles that definition's byte automaton (`spans.automaton`) into a table over token ids, once per
 tokenizer: state s, token v -> the state after v's bytes. A decode loop then follows it with one gather per row
-and step (`sampling.decode`'s `table`) and stops a row the step its first span closes, as the task's extractor
-reads it: the leftmost `open` and the first `close` that starts at or after its end (`answers.answer_tag`'s
-`<answer>\\s?(.*?)\\s?</answer>`, first match).
+and step (`sampling.decode`'s `table`) and stops a row the step its deciding span closes, so the text cut there
+is graded as the full text would have been, whatever followed. An empty span (`<answer></answer>`, the template's
+format echoed before the answer) does not stop it.
 
-States: 0 .. len(open) - 1 (i bytes of `open` matched), len(open) + j (the span is open, j bytes of `close`
-matched), and DONE = len(open) + len(close), the last state (absorbing). Special tokens write no bytes
-(`tokenizer.decode(..., skip_special_tokens=True)`): they keep the state, as do ids past the tokenizer's (the
-model's padded vocabulary). The automaton reads bytes, the text the grader reads is their UTF-8 decoding: ASCII
-bytes decode to themselves even next to invalid sequences, so an ASCII span is found at the same place.
+States: those of `spans.automaton` (0 is the start; the last, DONE, absorbing: the deciding span closed). Special
+tokens write no bytes (`tokenizer.decode(..., skip_special_tokens=True)`): they keep the state, as do ids past the
+tokenizer's (the model's padded vocabulary). The automaton reads bytes, the text the grader reads is their UTF-8
+decoding: the span strings are ASCII and ASCII bytes decode to themselves next to invalid sequences, which decode
+to U+FFFD, never to whitespace, so the deciding span is found at the same place (`spans` module docstring).
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from typing import Sequence
 import jax
 import numpy as np
 
+from opd_jax.tasks import spans
+
 # Continuation tokens saved on the default study (configs/teacher_sweep.py, 2026-12-03: 6004 generated against 6878
 # without the stop, benchmarks/stop_at_answer.py; docs/performance.md). A measurement of one task, not a constant.
 MEASURED_SAVING = 0.127
@@ -27,26 +31,9 @@ MEASURED_SAVING = 0.127
 _CACHE: dict = {}   # id(tokenizer) -> (tokenizer, {(span, vocab_size): (host table, device table)})
 
 
-def _advance(pattern: bytes, i: int, byte: int) -> int:
-  """Bytes of `pattern` matched after `i` matched and then `byte` (KMP by brute force: patterns are short)."""
-  seen = pattern[:i] + bytes([byte])
-  return next(k for k in range(min(len(seen), len(pattern)), -1, -1) if seen.endswith(pattern[:k]))
-
-
 def byte_table(open_: bytes, close: bytes) -> np.ndarray:
-  """The automaton over bytes: int32 [S, 256], S = len(open_) + len(close) + 1 (module docstring's states)."""
-  if not open_ or not close:
-    raise ValueError(f"an answer span needs a non-empty open and close string, got {open_!r}, {close!r}")
-  n_open = len(open_)
-  done = n_open + len(close)
-  table = np.full((done + 1, 256), done, np.int32)
-  for c in range(256):
-    for i in range(n_open):
-      k = _advance(open_, i, c)
-      table[i, c] = n_open if k == n_open else k                     # open matched: the span starts
-    for j in range(len(close)):
-      table[n_open + j, c] = n_open + _advance(close, j, c)          # n_open + len(close) is DONE
-  return table
+  """The automaton over bytes: int32 [S, 256] (`spans.automaton` of the span `open_ ... close`)."""
+  return spans.automaton((open_.decode(), close.decode())).copy()
 
 
 def span_table(pieces: Sequence[bytes | None], span: tuple[str, str], vocab_size: int) -> np.ndarray:
@@ -57,12 +44,11 @@ def span_table(pieces: Sequence[bytes | None], span: tuple[str, str], vocab_size
     span: (open, close) strings, e.g. ("<answer>", "</answer>") (`Task.answer_span`).
     vocab_size: V, the model's vocabulary (>= len(pieces)); ids past the pieces keep the state.
   Returns:
-    The table; its last state (S - 1) is DONE, the first span closed. S <= 127.
+    The table; its last state (S - 1) is DONE, the deciding span closed. S <= 127.
   Raises:
-    ValueError: an empty open or close, a span too long for int8 states, or vocab_size < len(pieces).
+    ValueError: an empty or non-ASCII open or close, a span too long for int8 states, or vocab_size < len(pieces).
   """
-  open_, close = (s.encode() for s in span)
-  by_byte = byte_table(open_, close)
+  by_byte = spans.automaton(tuple(span))
   S = by_byte.shape[0]
   if S > 127 or vocab_size < len(pieces):
     raise ValueError(f"answer span {span!r} ({S} states, at most 127) or vocab_size {vocab_size} < "

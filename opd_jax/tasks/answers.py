@@ -17,58 +17,73 @@ holding a number decides, even when it decides "no answer":
   3. "answer is" / "answers are" / "answer:" / "answer =" / "answer would be": the rest of the line after the
      last such phrase whose statement holds a number (the next non-empty line when the rest of its line is only
      markup, as in "**Final Answer:**\\n42").
-  4. No statement: the last number of the whole text, refused when it is part of a hedge ("2 or 3 bolts") or
-     of a compound quantity ("7 dollars and 50 cents", as in c), ends an unfinished expression ("32 + 15") or is
-     negated ("not 3", "±3").
+  4. No statement: the last number of the whole text, or the quantity whose parts or restatement it ends ("7
+     dollars and 50 cents", "2 hours or 120 minutes", as in b), refused when it is part of a hedge ("2 or 3
+     bolts"), ends an unfinished expression ("32 + 15") or is negated ("not 3", "±3").
 Markup beats prose (1 > 2 > 3 > 4, as before), and within rules 1 and 3 the last statement wins, so a final
 restatement decides ("Answer: 42" after the working; "the answer is 40. ... the answer is 42." reads 42).
 A statement is read as one value (`statements.read_statement`):
   a. it ends with its sentence (`.` before a space or the end, `!`, `?`, `;`, a line break), and a
-     justification after its first number is dropped ("42 (since 12 + 30 = 42)", "5, which is 2 + 3", "8, not 7");
+     justification after its first number (or after its restatement, as in b) is dropped ("42 (since 12 + 30 =
+     42)", "5, which is 2 + 3", "8, not 7");
   b. its value is the first number of its answer side (`statements._answer_side`). Its `=` (or `≈`) split it into
      sides; the answer side is the last one, an equation's result ("12 + 30 = 42" -> 42, "m+n = 256+37 = 293" ->
      293, "2^{10} = 1024" -> 1024), except that a check after the value is not the value ("18 = 9 + 9" -> 18: a
-     last side that is an expression gives way to the side before it), and a restatement of the value is not the
-     value: a side that is one number with another unit ("5 km = 5000 m" -> 5, "2.5 hours = 150 minutes" ->
-     2.5, "1/2 = 50%" -> 0.5) or an approximation ("22/7 ≈ 3.14" -> 22/7) gives way to a side before it that
-     is one number. Rule 4 reads the sentence of the last number alike ("So she has 18 = 9 + 9 eggs." -> 18).
-     Without `=`, its first number ("The answer is 3/4 of a pizza" -> 0.75);
+     last side that is an expression gives way to the side before it), and an approximation ("22/7 ≈ 3.14" ->
+     22/7) gives way to a side before it that is one number. Rule 4 reads the sentence of the last number alike
+     ("So she has 18 = 9 + 9 eggs." -> 18). Without `=`, its first number ("The answer is 3/4 of a pizza" ->
+     0.75). One quantity stated in several units reads as that quantity in each of them (`quantities`, issue 49):
+     its parts ("7 dollars and 50 cents" -> 7.5 dollar = 750 cent, "5 feet 3 inches" -> 5.25 foot = 63 inch) and
+     its restatements in another unit, after `=`, "or", "(", "i.e.", "that is" or "which is" ("5 km = 5000 m"
+     and "5000 m = 5 km" -> 5 km = 5000 m, "2 hours, or 120 minutes", "1/2 = 50%", "1 hour and 30 minutes = 90
+     minutes"); a gold answer equal to any reading is credited (the question's unit is unknown; each reading
+     alone would be), never a single part of it. Parts or restatements that do not make one quantity by exact
+     unit sizes ("5 km = 500 m", "2 bolts and 3 bolts", "3 dozen = 36 eggs") state no answer;
   c. no single value, so no answer (None, and no later rule is tried: "the answer is 2 or 3" must not become
      3): a hedge, two different values joined by "or", a comma, "and" / "to" between bare numbers, "between x
      and y", "from x to y", a range "2-3" or "2–3", or "±" (an "or" that restates one quantity in another unit,
      "2 hours or 120 minutes", "0.6 or 60%", or that follows an expression, "30 + 160 or 190", is no hedge);
-     several quantities or the parts of one ("7 dollars and 50 cents", "5 feet 3 inches", "2 bolts and 3
-     bolts": numbers with units of one dimension, or of one unit, joined by "and", a comma or nothing; never
-     added up, so never 7 nor 50); an unfinished expression ("32 + 15", "5 x 3", "2^{10}", "2:30", "x + 5";
-     never evaluated) or a number that is no value of its own ("2\\pi", "\\sqrt{2}", "x^2", `\\frac{x}{2}`; "25
-     m^2" reads 25); a value excluded ("not 3", "≠ 3", "more than 3", "< 3"; a non-strict bound "at least 94"
-     states 94, as a minimum question's answer does); several numbers side by side ("2 1 5 1", "1 000").
-     Approximations ("about 5", "≈ 5") state their number.
-Numbers: optional minus and currency (`$`, `\\$`, `£`, `€`), thousands commas in groups of three (`70,000`,
-LaTeX `1{,}000` and `1\\,000`), decimals, exponents (`1.5e3`), fractions `3/4` and `\\frac{3}{4}` (`\\dfrac`,
-`\\tfrac`, `\\frac34`) as exact fractions, mixed numbers `2 1/2` and `2\\frac{1}{2}` (2.5). Units and trailing
-words are ignored ("42 dollars", "10 cm", `10\\text{ cm}`, "90°", "28%": a percent reads as its number, the
-convention of GSM8K and of MATH's is_equiv), and so are scale words: "4 million" reads 4, as GSM8K states its
-gold answers in the unit the question asks for (in its 8,792 train and test solutions, a number before
-"hundred" / "thousand" / "million" / "billion" equals the gold answer 7 times, its scaled value never). GSM8K
-calculator annotations `<<48/2=24>>` are dropped. Word numbers ("forty-two") are not read. The value returned
-is canonical (`format_number`: `$70,000.00` -> `70000`, `29.50` -> `29.5`, `\\frac{6}{8}` -> `0.75`; without a
-finite decimal, `p/q`: `1/3`), and `numbers_equal` compares exact rationals, never floats or text.
+     several quantities, or parts and restatements that are not one quantity (as in b); an unfinished
+     expression ("32 + 15", "5 x 3", "2^{10}", "2:30", "x + 5"; never evaluated) or a number that is no value of
+     its own ("2\\pi", "\\sqrt{2}", "x^2", `\\frac{x}{2}`; "25 m^2" reads 25); a value excluded ("not 3", "≠ 3",
+     "more than 3", "< 3"; a non-strict bound "at least 94" states 94, as a minimum question's answer does);
+     several numbers side by side ("2 1 5 1", "1 000"). Approximations ("about 5", "≈ 5") state their number.
+     Each such refusal says why (`read_answer` returns a `quantities.Refused`, the reason in words; the
+     extractors return None).
+Numbers: optional sign (`-`, `+`, Unicode minus signs) and currency (`$`, `\\$`, `£`, `€`), thousands commas in
+groups of three (`70,000`, LaTeX `1{,}000` and `1\\,000`, thin and no-break spaces, `_`, `'`), decimals, exponents
+(`1.5e3`, `1.5 \\times 10^{3}`, `1.5·10³`), fractions `3/4`, `3⁄4`, `¾` and `\\frac{3}{4}` (`\\dfrac`, `\\tfrac`,
+`\\frac34`) as exact fractions, mixed numbers `2 1/2`, `2½` and `2\\frac{1}{2}` (2.5); refused: a bare power
+(`10²`), a dotted group (`1.000.000`), a repeating decimal (`0.\\overline{3}`, `0.333...`); `statements` module
+docstring. Units and trailing words are ignored ("42 dollars", "10 cm", `10\\text{ cm}`, "90°", "28%": a percent
+reads as its number, the convention of GSM8K and of MATH's is_equiv), and so are scale words: "4 million" reads
+4, as GSM8K states its gold answers in the unit the question asks for (in its 8,792 train and test solutions, a
+number before "hundred" / "thousand" / "million" / "billion" equals the gold answer 7 times, its scaled value
+never). GSM8K calculator annotations `<<48/2=24>>` are dropped. Word numbers ("forty-two") are not read. The
+value returned is canonical (`format_number`: `$70,000.00` -> `70000`, `29.50` -> `29.5`, `\\frac{6}{8}` ->
+`0.75`; without a finite decimal, `p/q`: `1/3`; a quantity as its readings, `7.5 dollar = 750 cent`), and
+`numbers_equal` compares exact rationals, never floats or text.
 
-reasoning-gym numeric tasks (`extract_tagged_number`): the last non-empty `<answer>` tag read as a statement (b,
-c), else rules 1-4; only finite decimals reach the dataset's scorer, which reads the first number of what it gets.
-MATH (`last_boxed` + `math_equal`, math_answers.py): math-verify decides, on exact numbers.
+reasoning-gym numeric tasks (`extract_tagged_number`): the deciding `<answer>` span (`spans`: the first closed one
+that holds anything but whitespace; nothing after it is read, so the reward is known when it closes and the
+answer stop keeps it) read as a statement (b, c), else rules 1-4; only finite decimals reach the dataset's scorer,
+which reads the first number of what it gets.
+MATH (`last_boxed` + `math_equal`, math_answers.py): math-verify decides, on exact numbers written as it reads
+them (`math_answers.latex_numbers`).
 
 The kinds of cases were collected from other graders (tests/tasks/test_grading_cases.py): OpenAI grade-school-math's
 `extract_answer`, lm-evaluation-harness gsm8k "strict-match" (the first number after "The answer is") and
 "flexible-extract" (the last number), hendrycks/math `is_equiv` and `last_boxed_only_string` (`\\boxed 5`,
-`\\fbox`), math-verify, and reasoning-gym's scorers. None of these rules credits a number the text does not give
-as its answer: where a statement gives no single value, the answer is None.
+`\\fbox`), math-verify, and reasoning-gym's scorers; issue 49 added numbers as people write them and answers
+followed by their restatement. None of these rules credits a number the text does not give as its answer: where
+a statement gives no single value, the answer is None.
 """
 import decimal
 import fractions
 import re
 
+from opd_jax.tasks import quantities
+from opd_jax.tasks import spans
 from opd_jax.tasks import statements
 
 Fraction = fractions.Fraction
@@ -76,7 +91,7 @@ Fraction = fractions.Fraction
 # (1,000,000) or plain digits, then an optional decimal part. Group 1: the minus; group 2: the digits.
 _NUMBER_TOKEN = r"(-)?(?:\\?\$\s?)?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)"
 _ONE_NUMBER = re.compile(r"\s*" + _NUMBER_TOKEN + r"\s*")
-_ANSWER_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
+_READING = re.compile(r"(-?[\d./]+)(?:%| [^\W\d_]+(?:\^[23])?)?")      # one reading of a quantity: `7.5 dollar`
 
 def format_number(value: Fraction) -> str:
   """The canonical string of an exact value: an integer (`29`), a decimal without trailing zeros (`2.5`) when
@@ -92,7 +107,8 @@ def format_number(value: Fraction) -> str:
   with decimal.localcontext() as context:
     context.prec = len(str(abs(value.numerator))) + 4 * len(str(value.denominator)) + 2   # enough for 2^a 5^b
     exact = decimal.Decimal(value.numerator) / decimal.Decimal(value.denominator)
-  return format(exact.normalize(), "f") if Fraction(exact) == value else f"{value.numerator}/{value.denominator}"
+    written = format(exact.normalize(), "f")            # normalize rounds to the context's precision: this one
+  return written if Fraction(exact) == value == Fraction(written) else f"{value.numerator}/{value.denominator}"
 
 
 def exact_number(text: str) -> Fraction | None:
@@ -125,7 +141,9 @@ def canonical_number(text: str) -> str | None:
   value = decimal.Decimal((match.group(1) or "") + match.group(2).replace(",", ""))
   if value == value.to_integral_value():
     return str(int(value))
-  return format(value.normalize(), "f")
+  with decimal.localcontext() as context:
+    context.prec = len(match.group(2)) + 2              # normalize rounds to the context's precision (28 digits)
+    return format(value.normalize(), "f")
 
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
@@ -165,10 +183,10 @@ def last_boxed(text: str) -> str | None:
 
 
 def answer_tag(text: str) -> str | None:
-  """Stripped content of the last `<answer>...</answer>` in `text` that holds anything (reasoning-gym's convention;
-  an empty `<answer></answer>`, the format echoed after the answer, hides nothing), or None."""
-  matches = [m.strip() for m in _ANSWER_TAG.findall(text) if m.strip()]
-  return matches[-1] if matches else None
+  """Stripped content of the deciding `<answer>` span of `text`: the first closed one that holds anything but
+  whitespace (`spans.answer_content`; an empty `<answer></answer>`, the format echoed before or after the answer,
+  hides nothing, and nothing after the deciding span is read), or None."""
+  return spans.answer_content(text, spans.ANSWER_SPAN)
 
 
 _MARKER = re.compile(r"####")
@@ -195,8 +213,10 @@ def _line_or_next(text: str, start: int) -> str:
   return "" if _ONLY_MARKUP.fullmatch(line) else line
 
 
-def _read_text(text: str):
-  """The value a response states (module docstring, rules 1-4): a Fraction, or None (no answer)."""
+def read_answer(text: str):
+  """What a response states as its answer (module docstring, rules 1-4): a Fraction, a `quantities.Quantity` (one
+  quantity in each unit it names, "7 dollars and 50 cents" = 7.5 dollars = 750 cents), a `quantities.Refused`
+  (numbers, but no single value: the reason, e.g. "a hedge, a range or a list: 2 or 3"), or None (no number)."""
   for marker in reversed(list(_MARKER.finditer(text))):
     if _HEADING.match(text, marker.end()):
       continue                                        # a Markdown heading "#### Step 2: ..."
@@ -216,26 +236,35 @@ def _read_text(text: str):
   return None if value is statements.NO_NUMBER else value
 
 
+def _written(value) -> str | None:
+  """The string an extractor returns for a reading (`read_answer`): canonical (`format_number`), a Quantity's
+  readings joined by " = " with their units ("7.5 dollar = 750 cent"), or None (no answer)."""
+  if value is None or isinstance(value, quantities.Refused):
+    return None
+  return str(value) if isinstance(value, quantities.Quantity) else format_number(value)
+
+
 def extract_number(text: str) -> str | None:
-  """The final numeric answer of a response, canonical (`format_number`; module docstring: rules 1-4 and a-c),
-  or None (no number, or no single value: a hedge such as "2 or 3", an unfinished expression, a bound).
+  """The final numeric answer of a response, canonical (`format_number`; module docstring: rules 1-4 and a-c); one
+  quantity in several units as its readings ("7.5 dollar = 750 cent", `readings`); or None (no number, or no
+  single value: a hedge such as "2 or 3", an unfinished expression, a bound; `read_answer` gives the reason).
 
   >>> extract_number("a profit of $70,000.")
   '70000'
   >>> extract_number("So the answer is 12 + 30 = 42.")
   '42'
   """
-  value = _read_text(text)
-  return None if value is None else format_number(value)
+  return _written(read_answer(text))
 
 
 def extract_tagged_number(text: str) -> str | None:
-  """The numeric answer of a response to a reasoning-gym numeric task: its last non-empty `<answer>` tag read as an
-  answer statement (`statements.read_statement`: "x = 42" -> 42, "2 or 3" -> None), else `extract_number` on the
-  whole response.
+  """The numeric answer of a response to a reasoning-gym numeric task: its deciding `<answer>` span (`answer_tag`)
+  read as an answer statement (`statements.read_statement`: "x = 42" -> 42, "2 or 3" -> None), else
+  `extract_number` on the whole response.
 
-  Only a finite decimal is returned (canonical, `$1,000.00` -> `1000`): reasoning-gym's numeric scorers read the
-  first number of the string they get (gsm_symbolic: `\\b-?\\d+(?:\\.\\d+)?\\b`), so `1/3` or `2 or 3` would reach
+  Only finite decimals are returned (canonical, `$1,000.00` -> `1000`; a quantity as its readings that are,
+  "7.5 dollar = 750 cent": the task's grader scores each, `generators.load`): reasoning-gym's numeric scorers read
+  the first number of the string they get (gsm_symbolic: `\\b-?\\d+(?:\\.\\d+)?\\b`), so `1/3` or `2 or 3` would reach
   them as 1 or 2; every gold answer of a numeric task is a finite decimal, so a value without one is wrong, and
   None scores 0. A tag without any digit is returned as written (the scorer gives it 0).
   """
@@ -245,25 +274,45 @@ def extract_tagged_number(text: str) -> str | None:
     if value is statements.NO_NUMBER:
       return tag
   else:
-    value = _read_text(text)
-  if value is None:
-    return None
-  written = format_number(value)
-  return None if "/" in written else written
+    value = read_answer(text)
+  if isinstance(value, quantities.Quantity):
+    finite = [(v, u) for v, u in value if "/" not in format_number(v)]
+    value = quantities.Quantity(finite) if len(finite) > 1 else finite[0][0] if finite else None
+  written = _written(value)
+  return None if written is None or "/" in written else written
+
+
+def readings(answer: str | None) -> list[fractions.Fraction]:
+  """The exact values an extracted answer states: one (`exact_number`: `42`, `1/3`), each reading of a quantity
+  as `extract_number` writes it (`7.5 dollar = 750 cent` -> [7.5, 750]), or none."""
+  if answer is None:
+    return []
+  one = exact_number(answer)
+  if one is not None:
+    return [one]
+  out = []
+  for part in answer.split(" = "):
+    match = _READING.fullmatch(part)
+    value = None if match is None else exact_number(match.group(1))
+    if value is None:
+      return []
+    out.append(value)
+  return out if len(out) > 1 else []
 
 
 def numbers_equal(gold: str, pred: str | None) -> bool:
-  """Whether `pred` states exactly the number `gold`: `29.00` == `29`, `70,000` == `70000`, `0.75` == `3/4`.
+  """Whether `pred` states exactly the number `gold`: `29.00` == `29`, `70,000` == `70000`, `0.75` == `3/4`, and
+  a quantity in several units states each of its readings (`7.5 dollar = 750 cent` == `7.5` and `750`: the unit
+  the question asks for is unknown, and each reading alone would be credited; `quantities`).
 
   Args:
     gold: one number (`canonical_number`); a gold fraction such as `1/2` is not a GSM8K answer and grades False
       (`base.check_answers` then refuses it).
-    pred: an extracted answer, one number or a fraction as `format_number` writes it (`1/3`), or None (False).
+    pred: an extracted answer, one number or a fraction as `format_number` writes it (`1/3`), a quantity's
+      readings (`readings`), or None (False).
   """
-  if pred is None:
-    return False
-  g, p = canonical_number(gold), exact_number(pred)
-  return g is not None and p is not None and Fraction(decimal.Decimal(g)) == p
+  g = canonical_number(gold)
+  return g is not None and Fraction(decimal.Decimal(g)) in readings(pred)
 
 
 # math-verify's grading (MATH answers) lives in math_answers.py; these names are its public entry points.

@@ -9,6 +9,8 @@ from typing import Any, Callable
 
 from absl import logging
 
+from opd_jax.tasks import spans
+
 QUESTION_SLOT = "{question}"
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_.-]+")
 _CALCULATOR = re.compile(r"<<([^<>]*?)>>")
@@ -44,12 +46,13 @@ class Task:
       so literal braces such as `\\boxed{}` need no escaping).
     extractor: response text -> extracted answer string, or None when the response has no answer.
     grader: (problem, extracted answer) -> whether it is correct. Called only with a non-None answer.
-    answer_span: (open, close), e.g. ("<answer>", "</answer>"), when a response that holds a closed span
-      `open ... close` is graded on its first such span alone whenever the text after it holds no other closed
-      span; None otherwise (the grader may read anything up to the stop token: gsm8k, math500, tfds). Continuations
-      may stop where it closes (config.budget.stop_at_answer, `opd_jax.decode.stops`): the text cut there gets the
-      reward of the full response unless the full response would have written a second closed span or run into the token
-      cap without a stop token (it then gets 0 unless grade_truncated); `answer_closed` finds the cut.
+    answer_span: (open, close), e.g. ("<answer>", "</answer>"), when the extractor reads only the response's
+      deciding span, its first closed span that holds anything but whitespace (`spans`: one definition for the
+      grader and the answer stop), and nothing after it; None otherwise (the grader may read anything up to the
+      stop token: gsm8k, math500, tfds). Continuations may stop where it closes (config.budget.stop_at_answer,
+      `opd_jax.decode.stops`): the text cut there gets the reward of the full response, unless the full response
+      would have run into the token cap without a stop token (it then gets 0 unless grade_truncated);
+      `answer_closed` finds the cut.
   """
   name: str
   problems: list[Problem]
@@ -86,15 +89,12 @@ class Task:
     return 1.0 if self.grader(problem, answer) else 0.0
 
   def answer_closed(self, response_text: str) -> int | None:
-    """The end of the first closed answer span of `response_text` (the leftmost `open`, then the first `close`
-    that starts at or after its end: characters [0, end) are the text a stop at the answer keeps), or None (no
-    closed span, or no `answer_span`)."""
+    """The end of the deciding answer span of `response_text` (`spans.answer_end`: characters [0, end) are the
+    text a stop at the answer keeps, graded as the whole), or None (no closed span that holds an answer, or no
+    `answer_span`)."""
     if self.answer_span is None:
       return None
-    open_, close = self.answer_span
-    start = response_text.find(open_)
-    end = -1 if start < 0 else response_text.find(close, start + len(open_))
-    return None if end < 0 else end + len(close)
+    return spans.answer_end(response_text, tuple(self.answer_span))
 
   def rollout_reward(self, problem: Problem, response_text: str, *, finished: bool, grade_truncated: bool) -> float:
     """The reward of a sampled response (rollout or continuation): `reward`, but 0.0 for a response cut at the

@@ -7,12 +7,18 @@ everywhere (Problem.fields and the entries kept for scoring).
 Answer format [ours]: reasoning-gym's own convention, `<answer>...</answer>` tags (its `extract_answer`), and
 its scorers take that extracted string (not the full response text): `score_answer(extracted, entry)`.
 - Numeric tasks (every gold answer is exactly one number, e.g. gsm_symbolic, basic_arithmetic, chain_sum):
-  `answers.extract_tagged_number`: the content of the last `<answer>` tag read as an answer statement (`x = 42`
-  and `12 + 30 = 42` -> `42`, `$1,000.00` -> `1000`; a hedge `2 or 3`, a fraction `1/3` or a list -> None, reward
-  0), as written when it holds no digit; with no tag, the numeric rules of `answers.extract_number` on the whole
-  response (`####`, last `\\boxed{}`, "answer is", last number). The scorer thus sees one clean number:
-  gsm_symbolic's reads the first number of what it gets, so `2 or 3` or `3/4` would reach it as 2 or 3.
-- Other tasks: the stripped content of the last `<answer>` tag, as written; None without one. Lists are not
+  `answers.extract_tagged_number`: the content of the deciding `<answer>` span read as an answer statement (`x =
+  42` and `12 + 30 = 42` -> `42`, `$1,000.00` -> `1000`; a hedge `2 or 3`, a fraction `1/3` or a list -> None,
+  reward 0), as written when it holds no digit; with no tag, the numeric rules of `answers.extract_number` on the
+  whole response (`####`, last `\\boxed{}`, "answer is", last number). The scorer thus sees one clean number:
+  gsm_symbolic's reads the first number of what it gets, so `2 or 3` or `3/4` would reach it as 2 or 3. One
+  quantity in several units ("7 dollars and 50 cents" -> `7.5 dollar = 750 cent`) is scored once per reading,
+  and credited when one scores 1.0 (`answers.readings`).
+- Other tasks: the stripped content of the deciding `<answer>` span, as written; None without one.
+The deciding span (`spans`, the one definition the answer stop shares): the first closed `<answer>` span that
+holds anything but whitespace, so an empty `<answer></answer>` echoed from the template before the answer hides
+nothing, and nothing after it is read (reasoning-gym's `extract_answer` reads the last match instead: a second,
+corrected answer is not read here, so that a continuation stopped at its first answer keeps its reward). Lists are not
   numbers (`answers.canonical_number`): spiral_matrix, arc_1d, path_star, string_splitting and string_synthesis,
   whose gold answers are space-separated numbers such as `2 1 5 1`, are not numeric tasks, and an answer
   `2 1 5 1` reaches the scorer as written, never as 2151 (open-thought/reasoning-gym#142).
@@ -43,11 +49,12 @@ from absl import logging
 
 from opd_jax.tasks import answers
 from opd_jax.tasks import base
+from opd_jax.tasks import spans
 
 TEMPLATE = "{question}\nPut only the final answer inside <answer></answer> tags."
-# Both extractors read the last closed `<answer>` tag when there is one (`answers.answer_tag`), so a response
-# holding one closed tag is graded on it alone: `base.Task.answer_span`.
-ANSWER_SPAN = ("<answer>", "</answer>")
+# Both extractors read the deciding `<answer>` span when there is one (`answers.answer_tag`, `spans`) and nothing
+# after it: `base.Task.answer_span`.
+ANSWER_SPAN = spans.ANSWER_SPAN
 DEFAULT_NUM_PROBLEMS = 100
 _RANDOM_ID = "_rgid"
 # Datasets whose score_answer gives 1.0 to wrong answers (reasoning-gym 0.1.19), so a reward of 1 would not mean
@@ -231,7 +238,9 @@ def load(name: str, *, num_problems: int | None = None, seed: int = 0, config: d
     if problem.id not in entries:
       raise ValueError(f"problem {problem.id!r} is not one of task 'reasoning_gym:{name}' (seed {seed}); grade "
                        "it with the task that generated it")
-    return dataset.score_answer(answer, entries[problem.id]) == 1.0
+    several = answers.readings(answer) if numeric and " = " in answer else []     # one quantity, several units
+    return any(dataset.score_answer(a, entries[problem.id]) == 1.0
+               for a in ([answers.format_number(v) for v in several] or [answer]))
 
   return base.Task(name=f"reasoning_gym:{name}", problems=problems, template=base.check_template(template),
                    extractor=answers.extract_tagged_number if numeric else answers.answer_tag, grader=grade,

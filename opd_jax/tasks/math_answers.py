@@ -13,17 +13,48 @@ with math-verify (both wrapped as `\\boxed{...}` and parsed: `parse_math`), afte
 A hedge `2 \\text{ or } 3` parses as the set {2, 3}, equal only to a gold that lists both (MATH's "all solutions"
 answers), and `1 \\pm \\sqrt{19}` as a set too.
 
+Numbers as people write them (issue 49, item 1), before math-verify parses (`latex_numbers`): math-verify reads
+`1e-05` as e - 5, `1\\,000` and `1 000` as 0, `2 1/2` as 3/2, `1.000.000` as 0, `1_000` as 1 and `10^-5` as 10,
+and leaves `7½`, `¾`, `1⁄2` and `10²` unparsed (compared as strings). So exponents become `\\times10^{...}`
+(`1e-05` -> `1\\times10^{-5}`; a signed power is braced, `10^{-5}`), mixed numbers `2\\frac{1}{2}`, Unicode
+fractions, powers and digit groups LaTeX or plain digits (`statements.unicode_numbers`; a `_` before a base of one
+or two digits stays: `52_8`), and `1\\,000`, `1\\ 000`, `1~000` plain digits; an answer holding digit groups that
+stay ambiguous (`1 000`, `1.000.000`, `1'0000`: a product, a list, a decimal?) is refused (no parse: not
+credited, and a gold answer so written is refused when its file is loaded).
+
 Timeouts: math-verify's own (SIGALRM, 5 s per parse and per comparison) on the main thread; off it, the grade runs
 in a worker process with a deadline (`grading.in_worker`). A grade that timed out or raised returns False (an
 empty parse) and is counted (`grading.failures`), never a silent 0.
 """
 import math
+import re
 import threading
 
 from opd_jax.tasks import grading
+from opd_jax.tasks import statements
 
 _MAX_BITS = 1 << 17     # an exact value of more bits is not computed (2006! has 19,000; 9^{9^{9}} 1.2e9)
 _MAX_FACTORIAL = 10_000
+
+
+_E_NOTATION = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?|\.\d+)[eE]([-+]?\d+)(?![\w.])")
+_MIXED = re.compile(r"(?<![\d.,/])(-?\d+) +(\d+)\s*/\s*(\d+)(?![\d.,/])")
+_SIGNED_POWER = re.compile(r"\^\s*([-+]\s*\d+)")
+_LATEX_GROUP = re.compile(r"(?<=\d)(?:\\,|\\ |~|\{,\})(?=\d{3}(?!\d))")
+_AMBIGUOUS_GROUPS = re.compile(r"(?<![\d.,])\d{1,3}(?: \d{3})+(?![\d.,])|(?<![\d.])\d{1,3}(?:\.\d{3}){2,}(?![\d.])"
+                               r"|\d['’]\d")           # `1'0000`: `'` left between digits (`52_8` is base 8)
+
+
+def latex_numbers(answer: str) -> str | None:
+  """`answer` with its numbers written as math-verify reads them (module docstring), or None when it holds digit
+  groups that stay ambiguous (`1 000`, `1.000.000`)."""
+  answer = _LATEX_GROUP.sub("", statements.unicode_numbers(answer, latex=True))
+  if _AMBIGUOUS_GROUPS.search(answer):
+    return None
+  answer = _E_NOTATION.sub(lambda m: f"{m.group(1)}\\times10^{{{int(m.group(2))}}}", answer)
+  answer = _SIGNED_POWER.sub(r"^{\1}", answer)                # `10^-5` -> `10^{-5}` (LaTeX reads `10^-` then 5)
+  return _MIXED.sub(lambda m: f"{m.group(1)}\\frac{{{m.group(2)}}}{{{m.group(3)}}}" if int(m.group(2)) < int(
+      m.group(3)) else m.group(), answer)
 
 
 def _timeout_seconds() -> int | None:
@@ -39,10 +70,11 @@ def _on_main_thread() -> bool:
 def parse_math(answer: str) -> list:
   """math-verify's parse of a bare answer string (no `\\boxed`), e.g. `\\frac{1}{2}` or `1,000`, numbers exact.
 
-  The answer is wrapped as `\\boxed{answer}` before parsing (so math-verify reads it as one LaTeX answer, the
-  way it reads a response's boxed answer); if that yields nothing, as `$answer$`. Each decimal (a sympy Float)
-  is then replaced by the exact rational it denotes (`0.333333` -> 333333/1000000; `0.5` still equals
-  `\\frac{1}{2}`), and each exact number by its value (`\\frac{1}{2^{99}}` -> Rational(1, 2**99)): module
+  Numbers are first written as math-verify reads them (`latex_numbers`; an answer with ambiguous digit groups
+  parses to nothing). The answer is wrapped as `\\boxed{answer}` before parsing (so math-verify reads it as one
+  LaTeX answer, the way it reads a response's boxed answer); if that yields nothing, as `$answer$`. Each decimal
+  (a sympy Float) is then replaced by the exact rational it denotes (`0.333333` -> 333333/1000000; `0.5` still
+  equals `\\frac{1}{2}`), and each exact number by its value (`\\frac{1}{2^{99}}` -> Rational(1, 2**99)): module
   docstring. Returns the parse (a list; empty when unparseable, or when parsing timed out or raised: counted in
   `grading.failures`). Off the main thread it runs in a worker process (`grading.in_worker`).
   """
@@ -59,6 +91,9 @@ def _parse(answer: str) -> tuple[list, tuple[str, str] | None]:
   timed out ("timed_out") or raised ("errored")."""
   import math_verify  # pylint: disable=g-import-not-at-top
   from math_verify import errors  # pylint: disable=g-import-not-at-top
+  answer = latex_numbers(answer)
+  if answer is None:
+    return [], None
   for wrapped in (f"\\boxed{{{answer}}}", f"${answer}$"):
     try:
       parsed = math_verify.parse(wrapped, parsing_timeout=_timeout_seconds(), raise_on_error=True)

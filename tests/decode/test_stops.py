@@ -1,5 +1,6 @@
-"""Stopping continuations where their answer closes: the task's rule against its grader, the token automaton
-against the text, and the on-device stop against full decodes cut on the host."""
+"""Stopping continuations where their reward is known: the task's rule against its grader, the token automaton
+against the text, and the on-device stop against full decodes cut on the host (generated texts:
+test_stops_reward.py)."""
 import jax
 import numpy as np
 import pytest
@@ -26,34 +27,33 @@ def tagged_task(extractor):
                    answer_span=SPAN)
 
 
-# (full response text, whether its reward may differ from the cut text's: only a second closed tag after the first)
+# Full response texts; the cut text is graded as the whole, whatever follows its deciding span (issue 49, item 2).
 CASES = [
-    ("<answer>42</answer>", False),
-    ("<answer>42</answer>\nThe answer is 7.", False),                 # text after the closing tag
-    ("So 40 + 2 = 42. <answer> 42 </answer>. #### 7", False),
-    ("<answer>4</answer> wait, <answer>42</answer>", True),          # a second answer tag decides in full
-    ("<answer>42</answer> then <answer>7", False),                    # an unclosed second tag reads nothing
-    ("</answer> 7 <answer>42</answer> x", False),                     # a stray close before the first open
-    ("<answer>x <answer>42</answer> </answer>", False),               # a nested open: the leftmost one counts
-    ("<answer>\n42\n</answer><|im_end|>", False),
-    ("<answer>7</answer>", False),
+    "<answer>42</answer>",
+    "<answer>42</answer>\nThe answer is 7.",                        # text after the closing tag
+    "So 40 + 2 = 42. <answer> 42 </answer>. #### 7",
+    "<answer>4</answer> wait, <answer>42</answer>",                 # a second answer: the first decides
+    "<answer>42</answer> then <answer>7",                           # an unclosed second tag reads nothing
+    "</answer> 7 <answer>42</answer> x",                            # a stray close before the first open
+    "<answer>x <answer>42</answer> </answer>",                      # a nested open: the leftmost one counts
+    "<answer>\n42\n</answer><|im_end|>",
+    "<answer>7</answer>",
+    "Format: <answer></answer>. So <answer>42</answer> <answer>7</answer>",   # the template echoed first
+    "<answer> \n</answer><answer>\u3000</answer>42 <answer>42</answer>",      # only whitespace: no answer
 ]
 
 
 @pytest.mark.parametrize("extractor", [answers.extract_tagged_number, answers.answer_tag])
-@pytest.mark.parametrize("text,may_differ", CASES)
-def test_cut_text_is_graded_as_the_full_text(extractor, text, may_differ):
+@pytest.mark.parametrize("text", CASES)
+def test_cut_text_is_graded_as_the_full_text(extractor, text):
   task = tagged_task(extractor)
   end = task.answer_closed(text)
   cut = text[:end]
   assert cut.endswith(SPAN[1]) and text.startswith(cut)
-  same = task.reward(GOLD, cut) == task.reward(GOLD, text)
-  assert same or may_differ
-  if may_differ:
-    assert not same                                                       # the documented exception is real
+  assert task.reward(GOLD, cut) == task.reward(GOLD, text)
   # finished both ways (a stop token after the cut): equal; the full response at the cap gets 0, the cut not
   full = task.rollout_reward(GOLD, text, finished=True, grade_truncated=False)
-  assert task.rollout_reward(GOLD, cut, finished=True, grade_truncated=False) == full or may_differ
+  assert task.rollout_reward(GOLD, cut, finished=True, grade_truncated=False) == full
 
 
 def test_no_span_no_cut():
@@ -69,8 +69,8 @@ def first_done(table, ids):
   return int(hit[0]) if hit.size else None
 
 
-@pytest.mark.parametrize("text,_", CASES + [("no tag at all", False), ("<answer>42</answ", False)])
-def test_byte_tokenizer_table_stops_where_the_text_closes(text, _):
+@pytest.mark.parametrize("text", CASES + ["no tag at all", "<answer>42</answ", "<answer></answer>"])
+def test_byte_tokenizer_table_stops_where_the_text_closes(text):
   tok = models.byte_tokenizer()
   table = stops.span_table(token_bytes.byte_vocab(tok).pieces, SPAN, 259)
   ids = tok(text, add_special_tokens=False)["input_ids"]

@@ -15,7 +15,11 @@ of the extracted string), and hedged answers rewarded in RL (Liuziyu77/Visual-RF
 added: a restated unit or a check after the value (lm-eval #3214 / PR#3254, #4038; verifiers PR#1336), compound
 quantities ("7 dollars and 50 cents"), MATH's box forms (`\\boxed 5`, `\\fbox`) and empty boxes after the answer
 (lm-eval PR#3775, PR#3192 / #2552; Math-Verify#44), and exact rationals where math-verify's tolerance equates
-1/2^99 with 1/2^98. `test_case_table_rates` prints the false-credit and false-refusal rates of every table.
+1/2^99 with 1/2^98. Issue 49 added numbers as people write them (`7½`, `1⁄2`, `1.5 \\times 10^{3}`, `10²`,
+`1.000.000`; generated families in test_number_notations.py) and an answer followed by its restatement, read as the
+one quantity it states in each of its units ("5000 m = 5 km" is 5 km and 5000 m, "7 dollars and 50 cents" 7.50
+dollars and 750 cents; never one of its parts; generated families in test_restatements.py).
+`test_case_table_rates` prints the false-credit and false-refusal rates of every table.
 """
 import fractions
 import json
@@ -60,8 +64,11 @@ GSM8K_CREDITED = [
     ("190", "He would get $30 + $160 or $190.", "an 'or' after an expression restates its value"),
     ("60", "She saved 210/350 = 0.60 or 60% off.", "0.60 or 60%: one value twice"),
     ("25", "The area is 25 m^2.", "a unit with an exponent"),
-    ("5", "The answer is 5 km = 5000 m.", "a restatement in another unit after '=' is not the answer"),
+    ("5", "The answer is 5 km = 5000 m.", "one quantity in two units: its value in km"),
+    ("5000", "The answer is 5 km = 5000 m.", "one quantity in two units: its value in m (issue 49)"),
+    ("5", "The answer is 5000 m = 5 km.", "a conversion to km after the value in m (issue 49)"),
     ("2.5", "The answer is 2.5 hours = 150 minutes.", "a restatement in minutes"),
+    ("150", "The answer is 2.5 hours = 150 minutes.", "the same quantity in minutes"),
     ("7.5", "The answer is $7.50 = 750 cents.", "a restatement in cents"),
     ("0.5", "The answer is 1/2 = 50%.", "a restatement as a percent"),
     ("18", "The answer is 18 = 9 + 9.", "a check after the value"),
@@ -72,6 +79,12 @@ GSM8K_CREDITED = [
     ("5", "The answer is \\fbox{5}.", "an \\fbox"),
     ("7", "So the total is \\boxed{7}.\nAnswer format: \\boxed{}", "an empty box after the answer"),
     ("7.5", "The answer is 7 dollars and 50 cents = $7.50.", "a compound quantity, then its value"),
+    ("7.5", "The answer is 7 dollars and 50 cents.", "the parts of one quantity: 7.50 dollars (issue 49)"),
+    ("7.5", "#### 7½", "a vulgar fraction in a mixed number (issue 49)"),
+    ("0.5", "The answer is 1⁄2.", "the fraction slash (issue 49)"),
+    ("0.75", "#### ¾", "a vulgar fraction (issue 49)"),
+    ("1500", "The answer is 1.5 \\times 10^{3}.", "scientific notation in LaTeX (issue 49)"),
+    ("5", "The answer is 5 km, which is 5000 m.", "a restatement after 'which is' (issue 49)"),
     ("90", "It took 1 hour and 30 minutes = 90 minutes.", "the value of a compound quantity"),
     ("12", "The answer is 12 apples and she has 3 left.", "a clause after the value, not a second quantity"),
 ]
@@ -108,12 +121,19 @@ GSM8K_REFUSED = [
     ("30", "The answer is 2:30 pm.", "a time is not one number"),
     ("2", "The answer is \\sqrt{2}.", "the argument of a root"),
     ("2", "The answer is 2\\pi.", "a product with a symbol"),
-    ("5000", "The answer is 5 km = 5000 m.", "the restated value, not the one stated"),
-    ("150", "The answer is 2.5 hours = 150 minutes.", "the restated value"),
+    ("500", "The answer is 5 km = 500 m.", "a conversion that disagrees: no single quantity (issue 49)"),
+    ("5", "The answer is 5 km = 500 m.", "a conversion that disagrees, either side"),
     ("9", "The answer is 18 = 9 + 9.", "an operand of the check"),
     ("7", "The answer is 7 dollars and 50 cents.", "a part of a compound quantity: never 7"),
     ("50", "He paid 7 dollars and 50 cents.", "the last part of a compound quantity"),
-    ("7.5", "The answer is 7 dollars and 50 cents.", "parts are never added up: a correct 7.50 refused"),
+    ("750", "The answer is 7 dollars and 5 cents.", "parts added up exactly: 7.05 dollars, not 7.5"),
+    ("7", "#### 7½", "the whole part of a mixed number (issue 49)"),
+    ("1", "The answer is 1⁄2.", "the numerator before a fraction slash (issue 49)"),
+    ("3", "#### ¾", "the numerator of a vulgar fraction"),
+    ("1.5", "The answer is 1.5 \\times 10^{3}.", "the mantissa of scientific notation (issue 49)"),
+    ("10", "#### 10²", "the base of a power written with a superscript (issue 49)"),
+    ("1", "#### 1.000.000", "the first group of a dotted grouping (issue 49)"),
+    ("0.333", "#### 0.333...", "a repeating decimal is not its first digits"),
     ("5", "The answer is 5 feet 3 inches.", "a compound length"),
     ("3", "The answer is 2 bolts and 3 bolts.", "a list of one unit"),
     ("5", "The answer is x + 5.", "an operand of an expression"),
@@ -304,43 +324,63 @@ def _value(written: str) -> fractions.Fraction:
   return fractions.Fraction(written.replace("$", ""))
 
 
-def _reads(extract, text: str) -> fractions.Fraction | None:
+def _reads(extract, text: str) -> set[fractions.Fraction] | None:
+  """The values an extracted answer states (one, or each reading of a quantity in several units), None if none."""
   got = extract(text)
-  return None if got is None else _value(got)
+  return None if got is None else set(answers.readings(got))
+
+
+def _finite(values: set, extract) -> set:
+  """`values` as a tagged extractor gives them: finite decimals only (a numeric scorer reads nothing else)."""
+  if extract is not answers.extract_tagged_number:
+    return values
+  return {v for v in values if "/" not in answers.format_number(v)}
 
 
 @pytest.mark.parametrize("form, extract", FORMS, ids=[f[0].split("{")[0].strip() or "tag" for f in FORMS])
-def test_a_restatement_or_a_check_after_the_value_is_not_the_value(form, extract):
-  """"v u = w u2" (the same quantity in another unit, or after ≈) states v, never w; "v = a + b" (a check)
-  states v, never a or b; and an equation's result still decides ("a + b = v")."""
+def test_a_restatement_states_one_quantity_and_a_check_is_not_the_value(form, extract):
+  """"v u = w u2" and "w u2 = v u" (one quantity in two units) state both v and w, in either order, and never a
+  third value; after ≈ the approximation is dropped (v); a restatement that disagrees ("v u = (w+1) u2") states
+  nothing; "v = a + b" (a check) states v, never a or b; and an equation's result still decides ("a + b = v")."""
   for v, unit, w, unit2 in CONVERSIONS:
     if extract is answers.extract_tagged_number and "/" in v:
       continue                                  # a tag gives a numeric scorer finite decimals only
     sign = "≈" if unit2 == "≈" else "="
-    stated = f"{v} {unit} {sign} {w} {'' if sign == '≈' else unit2}".replace("  ", " ").replace(" %", "%")
-    text = form.format(s=stated)
-    assert _reads(extract, text) == _value(v), text
+    clean = lambda t: t.replace("  ", " ").replace(" %", "%").strip()
+    stated = clean(f"{v} {unit} {sign} {w} {'' if sign == '≈' else unit2}")
+    assert _reads(extract, form.format(s=stated)) == ({_value(v)} if sign == "≈" else {_value(v), _value(w)}), stated
+    if sign == "=":
+      reverse = clean(f"{w} {unit2} = {v} {unit}")
+      assert _reads(extract, form.format(s=reverse)) == {_value(v), _value(w)}, reverse
+      wrong = clean(f"{v} {unit} = {_value(w) + 1} {unit2}")
+      assert _reads(extract, form.format(s=wrong)) is None, wrong
   for v in (18, 42, 100, 7):
     a, b = v // 3, v - v // 3
     for stated in (f"{v} = {a} + {b}", f"{v} = {a} + {b} = {v}", f"{a} + {b} = {v}", f"x = {a} + {b} = {v}",
                    f"{a} + {b} = {v} = {b} + {a}", f"{v} apples = {a} + {b} apples"):
       text = form.format(s=stated)
-      assert _reads(extract, text) == v, text
+      assert _reads(extract, text) == {v}, text
 
 
-PARTS = [("7", "dollars", "50", "cents"), ("2", "hours", "30", "minutes"), ("5", "feet", "3", "inches"),
-         ("3", "pounds", "4", "ounces"), ("1", "minute", "15", "seconds"), ("2", "meters", "40", "centimeters"),
-         ("2", "weeks", "3", "days"), ("2", "bolts", "3", "bolts"), ("$7", "", "50", "cents")]
+PARTS = [  # x unit and y unit2, and how many unit2 make one unit (None: not the parts of one quantity)
+    ("7", "dollars", "50", "cents", 100), ("2", "hours", "30", "minutes", 60), ("5", "feet", "3", "inches", 12),
+    ("3", "pounds", "4", "ounces", 16), ("1", "minute", "15", "seconds", 60), ("2", "meters", "40", "centimeters", 100),
+    ("2", "weeks", "3", "days", 7), ("2", "bolts", "3", "bolts", None), ("$7", "", "50", "cents", 100),
+    ("3", "hours", "75", "minutes", None)]      # 75 minutes are more than an hour: not parts
 
 
 @pytest.mark.parametrize("form, extract", FORMS, ids=[f[0].split("{")[0].strip() or "tag" for f in FORMS])
 def test_the_parts_of_a_quantity_are_never_one_of_its_numbers(form, extract):
-  """"7 dollars and 50 cents" is 7.50, and "2 bolts and 3 bolts" two quantities: no number of them is the answer,
-  and none is added up (no answer), whatever joins them."""
-  for x, unit, y, unit2 in PARTS:
+  """"7 dollars and 50 cents" is 7.50 dollars and 750 cents, whatever joins its parts, never 7 or 50; "2 bolts and
+  3 bolts" is two quantities, and "3 hours and 75 minutes" not the parts of one: no answer."""
+  for x, unit, y, unit2, per in PARTS:
     for join in (" and ", ", ", " ", ", and "):
       text = form.format(s=f"{x} {unit}{join}{y} {unit2}".replace("  ", " "))
-      assert extract(text) is None, text
+      if per is None:
+        assert extract(text) is None, text
+        continue
+      x_, y_ = _value(x), _value(y)
+      assert _reads(extract, text) == _finite({x_ + y_ / per, x_ * per + y_}, extract), text
 
 
 def _math_reference(text: str) -> str | None:
