@@ -7,6 +7,7 @@ per context and per divergence; each entry's test reads its records and report f
 import json
 import math
 import pathlib
+import re
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,7 @@ from opd_jax import tasks
 from opd_jax.estimators import divergences
 from opd_jax.estimators import predictors
 from opd_jax.study import records
+from opd_jax.tasks import base as task_base
 from opd_jax.teachers import contexts
 
 
@@ -95,6 +97,25 @@ def test_every_predictor_is_recorded_and_reaches_the_predictor_table(study, name
   assert name in set(study["predictors"].predictor)
 
 
+def test_an_unknown_divergence_names_the_divergence_registry():
+  with pytest.raises(ValueError) as err:
+    contexts.parse("mine", "self:solution:revers_kl")
+  assert "opd_jax/estimators/divergences.py" in str(err.value) and "predictors.py" not in str(err.value)
+  assert "'reverse_kl'" in str(err.value)                     # the nearest registered name
+
+
+def test_every_predictor_has_its_glossary_line_from_the_registry(monkeypatch):
+  """The report's glossary is generated from the registry: every predictor's `about`, a fork's included."""
+  from opd_jax.report import page  # pylint: disable=g-import-not-at-top
+  mine = predictors.Predictor(name="top1_agree", about="1 where argmax p = argmax q",
+                              fn=lambda lp, lq, y: lp[..., 0], reference=lambda lp, lq, y: lp[..., 0])
+  monkeypatch.setitem(predictors.REGISTRY, mine.name, mine)
+  lines = page.glossary()
+  for name, pred in predictors.REGISTRY.items():
+    assert lines[name] == f"predictor: {pred.about}", name
+  assert "<dt>top1_agree</dt><dd>predictor: 1 where argmax p = argmax q</dd>" in page.glossary_html()
+
+
 def test_the_view_that_reads_text_writes_q_and_its_sampled_token_log_ratio(study):
   """The external teacher forced through text: q on every node's C(u), a defined alignment, the sampled token's
   log q from its text."""
@@ -103,6 +124,45 @@ def test_the_view_that_reads_text_writes_q_and_its_sampled_token_log_ratio(study
   assert len(nodes) and nodes.q.map(len).gt(0).all() and nodes.alignment.notna().any()
   assert np.isfinite(tok.logq).all()
   np.testing.assert_allclose(tok.logq_minus_logp, tok.logq - tok.logp, atol=1e-5)
+
+
+class _Task:
+  """A task stand-in for rendering contexts: its prompt wraps the question, its solution has two equations."""
+  name = "stub"
+
+  def prompt(self, problem):
+    return f"Q: {problem.question}"
+
+
+_PROBLEM = task_base.Problem(id="stub-0", question="What is 2 + 3?", answer="5", solution="2 + 3 = 5\nso 5 = 5")
+
+
+@pytest.mark.parametrize("name", list(contexts.REGISTRY))
+def test_every_context_fills_every_placeholder_of_its_template(name):
+  """No `{placeholder}` of a registered template reaches the teacher verbatim (a new placeholder needs `fills`
+  and `values`; the entry is refused otherwise, `Context.__post_init__`)."""
+  ctx = contexts.REGISTRY[name]
+  msg = contexts.context_message(name, _Task(), _PROBLEM, incorrect="a wrong attempt")
+  left = [p for p in re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", ctx.template) if "{" + p + "}" in msg]
+  assert not left, f"context {name!r} sends {left} to the teacher verbatim"
+  assert _Task().prompt(_PROBLEM) in msg or "{prompt}" not in ctx.template
+
+
+def test_a_context_with_a_placeholder_it_does_not_fill_is_refused_when_registered():
+  """The fork's trap: a template with a new placeholder, `{first_step}`, and nothing else changed."""
+  template = "{prompt}\n\nThe first step of a reference solution: {first_step}"
+  with pytest.raises(ValueError, match=r"context 'first'.*placeholder \{first_step\}"):
+    contexts.Context(name="first", template=template, needs_solution=True)
+  with pytest.raises(ValueError, match=r"context 'first' fills \{first_step\}, which nothing computes"):
+    contexts.Context(name="first", template=template, fills=("prompt", "first_step"), needs_solution=True)
+  first = contexts.Context(name="first", template=template, fills=("prompt", "first_step"), needs_solution=True,
+                           values={"first_step": lambda task, problem: problem.solution.splitlines()[0]})
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setitem(contexts.REGISTRY, "first", first)
+    msg = contexts.context_message("first", _Task(), _PROBLEM)
+    with pytest.raises(ValueError, match=r"\{hint\}"):
+      contexts.check_templates({"first": "{prompt} {hint}"})
+  assert msg == "Q: What is 2 + 3?\n\nThe first step of a reference solution: 2 + 3 = 5"
 
 
 def _task_case(source: tasks.Source, tmp_path, shared_data_dir):

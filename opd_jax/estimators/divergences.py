@@ -351,8 +351,7 @@ def get(name: str, *, where: str | None = None) -> Divergence:
     raise ValueError(f"{_prefix(where)}unknown divergence {name!r}: "
                      + (f"did you mean {' or '.join(map(repr, close))}? " if close else "")
                      + f"divergence must be one of the registered names {tuple(REGISTRY)} "
-                     "(opd_jax/estimators/predictors.py, "
-                     "REGISTRY)")
+                     "(opd_jax/estimators/divergences.py, REGISTRY)")
   return REGISTRY[name]
 
 

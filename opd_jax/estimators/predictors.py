@@ -38,35 +38,49 @@ class Predictor:
 
   Attributes:
     name: the record column.
-    about: what it measures, with its units.
+    about: what it measures, with its units: the report's glossary line for the name (`report/page.py`).
     fn: `fn(logp [..., V], logq [..., V], tokens [...]) -> [...]` float, jittable, reducing the vocabulary axis
       (a fork's predictor); None: one of the sums of the fused single pass (`predictors`).
     on_text: how a view whose teacher reads text (another tokenizer: `teachers/cross_view.py`) forms it, as
       `on_text(logp [L], logq [L], own [L]) -> [L]` float64 from the student's log p and the teacher's log q of
       each sampled token's text and the value the student's own pass gave; None: undefined there (NaN), the
       default, since a predictor that compares two distributions over one vocabulary has no meaning across two.
+    reference: with `fn`, required: the same quantity written another way in numpy, `reference(logp [..., V],
+      logq [..., V], tokens [...]) -> [...]` on float64 arrays; tests/estimators/test_predictors.py compares `fn`
+      with it on random, zero-probability and extreme inputs (the built-ins' references are scipy, in the test).
   """
   name: str
   about: str
   fn: Callable | None = None
   on_text: Callable | None = None
+  reference: Callable | None = None
+
+  def __post_init__(self):
+    if self.fn is not None and self.reference is None:
+      raise ValueError(f"predictor {self.name!r} has fn but no reference: give reference=fn(logp, logq, tokens) "
+                       "-> [...], the same quantity in numpy on float64 arrays (tests/estimators/test_predictors.py "
+                       "compares the two; docs/usage.md, \"A predictor\")")
 
 
-# Registered predictors, in record-column order. A fork adds one `Predictor(name=..., about=..., fn=...)` here
-# (docs/usage.md, "Extending"); the registry test (tests/test_registries.py) runs every entry through the smoke
-# study.
+# Registered predictors, in record-column order. A fork adds one `Predictor(name=..., about=..., fn=...,
+# reference=...)` here (docs/usage.md, "Extending"); the registry test (tests/test_registries.py) runs every entry
+# through the smoke study, tests/estimators/test_predictors.py compares fn with reference, and the report's
+# glossary reads `about`.
 REGISTRY: dict[str, Predictor] = {p.name: p for p in (
-    Predictor(name="kl_pq", about="KL(p || q), nats"),
-    Predictor(name="kl_qp", about="KL(q || p), nats"),
-    Predictor(name="js", about="JSD_0.5(p, q), nats"),
-    Predictor(name="jsd_beta", about="JSD_beta(p, q) at config.scoring.beta, nats"),
-    Predictor(name="tv", about="total variation (1/2) sum |p - q|"),
-    Predictor(name="cosine", about="cos(p, q) of the probability vectors"),
-    Predictor(name="entropy_p", about="H(p), the student's entropy, nats", on_text=lambda lp, lq, own: own),
-    Predictor(name="entropy_q", about="H(q), the teacher's entropy, nats"),
-    Predictor(name="topk_overlap", about="|top-k(p) & top-k(q)| / k, k = config.scoring.top_k"),
-    Predictor(name="logq_minus_logp", about="log q(y_t) - log p(y_t) of the sampled token, nats",
-              on_text=lambda lp, lq, own: lq - lp),
+    Predictor(name="kl_pq", about="KL(p || q) of the student's next-token distribution p from the teacher's q (nats)"),
+    Predictor(name="kl_qp", about="KL(q || p), the reverse direction (nats)"),
+    Predictor(name="js", about="Jensen-Shannon divergence of p and q (weights 0.5, nats)"),
+    Predictor(name="jsd_beta", about="generalised Jensen-Shannon divergence with teacher weight beta "
+                                     "(config.scoring.beta, nats)"),
+    Predictor(name="tv", about="total variation distance (1/2) sum |p - q| between p and q (0..1)"),
+    Predictor(name="cosine", about="cosine similarity of the probability vectors p and q (1 = same direction)"),
+    Predictor(name="entropy_p", about="entropy of the student's distribution H(p) (nats)",
+              on_text=lambda lp, lq, own: own),
+    Predictor(name="entropy_q", about="entropy of the teacher's distribution H(q) (nats)"),
+    Predictor(name="topk_overlap", about="share of the student's top-k tokens that are also in the teacher's top-k "
+                                         "(k = config.scoring.top_k)"),
+    Predictor(name="logq_minus_logp", about="log q(y) - log p(y) of the sampled token y (> 0: the teacher likes it "
+                                            "more; nats)", on_text=lambda lp, lq, own: lq - lp),
 )}
 PREDICTORS = tuple(REGISTRY)
 

@@ -5,6 +5,7 @@ import html
 
 import pandas as pd
 
+from opd_jax.estimators import predictors
 from opd_jax.report import router as rt
 from opd_jax.report import verdict_text
 from opd_jax.report.common import ci
@@ -23,8 +24,9 @@ table.verdicts td:nth-child(5){min-width:28em}"""
 
 
 # One line per column / metric name of report.html (th tooltips and the visible glossary); per-table meanings
-# that differ are passed as `titles` overrides (TABLE_TITLES).
-GLOSSARY = {
+# that differ are passed as `titles` overrides (TABLE_TITLES). The predictors' lines come from their registry
+# (`glossary`), so a fork's predictor has one with no edit here.
+_COLUMNS = {
     "config": "a configuration: (teacher, context, divergence), named in config.configurations",
     "group": "nodes of rollouts graded correct (reward 1), incorrect, or all of them",
     "nodes": "nodes: response positions whose candidate continuations were sampled (here: with a defined alignment)",
@@ -72,19 +74,17 @@ GLOSSARY = {
     "net share": "sum(a) / sum(|a|): the share of the alignment that survives cancellation between helping and "
                  "hurting nodes (1 = all help, 0 = they cancel, -1 = all hurt)",
     "positive-sum share": "sum(a | a > 0) / sum(|a|): the helping nodes' share of the alignment magnitude",
-    "kl_pq": "predictor: KL(p || q) of the student's next-token distribution p from the teacher's q (nats)",
-    "kl_qp": "predictor: KL(q || p), the reverse direction (nats)",
-    "js": "predictor: Jensen-Shannon divergence of p and q (weights 0.5, nats)",
-    "jsd_beta": "predictor: generalised Jensen-Shannon divergence with teacher weight beta (nats)",
-    "tv": "predictor: total variation distance between p and q (0..1)",
-    "cosine": "predictor: cosine similarity of the probability vectors p and q (1 = same direction)",
-    "entropy_p": "predictor: entropy of the student's distribution H(p) (nats)",
-    "entropy_q": "predictor: entropy of the teacher's distribution H(q) (nats)",
-    "topk_overlap": "predictor: share of the student's top-k tokens that are also in the teacher's top-k",
-    "logq_minus_logp": "predictor: log q(y) - log p(y) of the sampled token y (> 0: the teacher likes it more)",
-    "key": "a setting or count of the run (config.json, manifest.json, the records)",
-    "value": "its value",
 }
+_RUN = {"key": "a setting or count of the run (config.json, manifest.json, the records)", "value": "its value"}
+
+
+def glossary() -> dict[str, str]:
+  """Every column / metric name of report.html -> its one line: the hand-kept column names, one line per
+  registered predictor (`predictors.REGISTRY`, "predictor: " + its `about`, in registry order), the run table's."""
+  return {**_COLUMNS, **{name: f"predictor: {p.about}" for name, p in predictors.REGISTRY.items()}, **_RUN}
+
+
+GLOSSARY = glossary()
 TABLE_TITLES = {
     "summary": {"nodes": "all nodes of the configuration and group (defined or not)",
                 "CI": "95% cluster-bootstrap interval of the mean alignment over questions"},
@@ -99,8 +99,8 @@ TABLE_TITLES = {
 
 def table_html(header: list[str], rows: list[list[str]], *, cls: str = "", titles: dict | None = None) -> str:
   """An HTML table; every cell escaped. `cls`: the table's class (CSS); `titles`: header -> tooltip (th title),
-  GLOSSARY by default where it names the header."""
-  titles = {**GLOSSARY, **(titles or {})}
+  `glossary()` by default where it names the header."""
+  titles = {**glossary(), **(titles or {})}
   head = "".join(f'<th title="{html.escape(titles[h])}">{html.escape(h)}</th>' if h in titles
                  else f"<th>{html.escape(h)}</th>" for h in header)
   body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
@@ -110,7 +110,7 @@ def table_html(header: list[str], rows: list[list[str]], *, cls: str = "", title
 
 def glossary_html() -> str:
   """The visible glossary: every column name of the page with its one-line meaning."""
-  items = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in GLOSSARY.items())
+  items = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in glossary().items())
   return ('<h2 id="glossary">Glossary</h2><p class="note">Every column of the tables above (hover a column name '
           f"for the same line).</p><dl class=\"glossary\">{items}</dl>")
 

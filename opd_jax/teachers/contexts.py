@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from opd_jax import models
 from opd_jax import terminal
@@ -25,6 +25,8 @@ from opd_jax.tasks import base as task_base
 
 SELF = "self"
 ASSUMED_TOKENS = 128      # tokens a context adds to the prompt, assumed where they are not measured (cost model)
+FIELDS = ("prompt", "solution", "answer", "incorrect", "summary")   # placeholders `context_message` fills itself
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -37,12 +39,16 @@ class Context:
     template: the teacher's user message [ours; config.contexts.templates overrides it]: `{prompt}` is the
       student's own user message (task template applied), the other placeholders are filled per question
       ({solution}, {summary}, {answer}) and per rollout ({incorrect}).
-    fills: the placeholders the context fills (a template with any other one is refused: `check_templates`).
+    fills: the placeholders the context fills: names of FIELDS or of `values`. A template (registered or
+      `config.contexts.templates`) with any other placeholder is refused, when the entry is made
+      (`__post_init__`) or at preflight (`check_templates`), naming the context and the placeholder.
     needs_solution: the task must carry reference solutions (refused otherwise, before any model loads).
     needs_incorrect: shows another rollout of the question graded wrong ({incorrect}); unavailable for a rollout
       without one (`incorrect_source`), and its teacher prompt grows by that rollout (the cost model).
     assumed_tokens: tokens the context adds to the student's prompt where the tokenizer is not read (the cost
       model's `planned_work` measures them on the task otherwise), the incorrect rollout not counted.
+    values: a new placeholder's value, name -> fn(task, problem) -> str (e.g. {"first_step": lambda task,
+      problem: problem.solution.splitlines()[0]}); list the name in `fills` too. May replace one of FIELDS.
   """
   name: str
   template: str
@@ -50,6 +56,20 @@ class Context:
   needs_solution: bool = False
   needs_incorrect: bool = False
   assumed_tokens: int = ASSUMED_TOKENS
+  values: Mapping[str, Callable] = dataclasses.field(default_factory=dict, hash=False)
+
+  def __post_init__(self):
+    named = ", ".join("{" + f + "}" for f in self.fills)
+    for name in self.fills:
+      if name not in FIELDS and name not in self.values:
+        raise ValueError(f"context {self.name!r} fills {{{name}}}, which nothing computes: give the entry "
+                         f"values={{{name!r}: fn(task, problem) -> str}} (built in: {', '.join(FIELDS)})")
+    for name in _PLACEHOLDER.findall(self.template):
+      if name not in self.fills:
+        raise ValueError(f"context {self.name!r}: its template has the placeholder {{{name}}}, which the context "
+                         f"does not fill (it fills {named}), so the teacher would read '{{{name}}}' verbatim; add "
+                         f"{name!r} to fills and, unless it is one of {FIELDS}, its value to values "
+                         "(docs/usage.md, \"A context\")")
 
 
 _SOLUTION = "{prompt}\n\nHere is a reference solution:\n{solution}\n\nUsing it as a guide, solve the problem yourself."
@@ -87,9 +107,6 @@ def get(name: str, field: str = "config.configurations") -> Context:
     raise ValueError(terminal.field_error(field, f"unknown context {name!r}", choices=tuple(REGISTRY), near=name,
                                           fix=f"use one of {tuple(REGISTRY)}"))
   return REGISTRY[name]
-
-
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def check_templates(templates: Mapping[str, str], field: str = "config.contexts.templates") -> None:
@@ -228,6 +245,7 @@ def context_message(context: str, task, problem: task_base.Problem, *, incorrect
             "incorrect": incorrect or ""}
   if "summary" in ctx.fills:
     fields["summary"] = task_base.summarize_solution(task.name, problem.solution)
+  fields.update({k: str(fn(task, problem)) for k, fn in ctx.values.items()})
   out = template
   for k, v in fields.items():       # plain replacement: solutions contain braces (\boxed{...})
     out = out.replace("{" + k + "}", v)

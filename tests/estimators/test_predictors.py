@@ -35,7 +35,8 @@ def with_zeros(logp, logq):
 
 
 def numpy_reference(logp, logq, tokens, beta, k):
-  """Independent transcription with scipy (natural log) in float64."""
+  """Independent transcription with scipy (natural log) in float64; a fork's predictor by its registered
+  numpy `reference`."""
   p, q = np.exp(logp.astype(np.float64)), np.exp(logq.astype(np.float64))
   m = beta * q + (1 - beta) * p
   n = logp.shape[-1]
@@ -56,6 +57,9 @@ def numpy_reference(logp, logq, tokens, beta, k):
       "entropy_q": special.entr(q).sum(-1),
       "topk_overlap": np.array(overlap).reshape(lead),
       "logq_minus_logp": lq_y - lp_y,
+      # A fork's predictor: the numpy reference its registry entry carries (`Predictor.reference`).
+      **{name: np.asarray(pred.reference(logp.astype(np.float64), logq.astype(np.float64), tokens), np.float64)
+         for name, pred in predictors.REGISTRY.items() if pred.fn is not None},
   }
 
 
@@ -190,3 +194,24 @@ def test_bad_inputs_raise():
     predictors.predictors(logp, logp, np.array([0]))
   with pytest.raises(ValueError, match="tokens"):
     predictors.logq_minus_logp(logp, logp, np.array([0.0, 1.0]))
+
+
+TOP1_AGREE = predictors.Predictor(   # the worked example of docs/usage.md, "A predictor"
+    name="top1_agree", about="1 where argmax p = argmax q",
+    fn=lambda lp, lq, y: (jnp.argmax(lp, -1) == jnp.argmax(lq, -1)).astype(lp.dtype),
+    reference=lambda lp, lq, y: (np.argmax(lp, -1) == np.argmax(lq, -1)).astype(np.float64))
+
+
+def test_a_forks_predictor_is_compared_with_the_reference_its_entry_carries(monkeypatch):
+  """Adding the docs' entry to the registry is all a fork does: the reference tests above read it (no test edit);
+  an entry with `fn` and no `reference` is refused when it is made."""
+  monkeypatch.setitem(predictors.REGISTRY, "top1_agree", TOP1_AGREE)
+  monkeypatch.setattr(predictors, "PREDICTORS", tuple(predictors.REGISTRY))
+  test_predictors_match_scipy_and_numpy(0.5)
+  test_extreme_log_ratios_stay_finite_and_accurate()
+  logp, logq = random_logprobs(8, (64, 6), scale=3.0), random_logprobs(9, (64, 6), scale=3.0)
+  got = predictors.predictors(logp, logq, np.zeros(64, int), top_k=2)["top1_agree"]
+  assert 0 < got.sum() < 64                                   # both outcomes occur
+  np.testing.assert_array_equal(got, logp.argmax(-1) == logq.argmax(-1))
+  with pytest.raises(ValueError, match="predictor 'mine' has fn but no reference"):
+    predictors.Predictor(name="mine", about="x", fn=lambda lp, lq, y: lp[..., 0])
