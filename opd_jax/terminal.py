@@ -190,8 +190,13 @@ def stage_line(stage: str, seconds: float, n: float | None = None, unit: str = "
   `loading models: 21.6 s` for a stage without a count (n None)."""
   if n is None:
     return f"{stage}: {seconds:.1f} s"
-  amount = tqdm.format_sizeof(n) if unit_scale else f"{int(n):,}"
-  return f"{stage}: {amount} {unit} in {seconds:.1f} s"
+  if unit_scale:                                    # 491MB: the SI prefix on the unit, no space between
+    return f"{stage}: {tqdm.format_sizeof(n)}{unit} in {seconds:.1f} s"
+  word = unit if int(n) == 1 or unit in ABBREVIATED else unit + "s"       # 10 views, 1 view, 3,744 tok
+  return f"{stage}: {int(n):,} {word} in {seconds:.1f} s"
+
+
+ABBREVIATED = ("tok", "q", "it", "B")                # units written as abbreviations: no plural
 
 
 _open: list = []          # the bars drawn now (innermost last): a last line printed by another thread starts below

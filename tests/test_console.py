@@ -204,3 +204,12 @@ def test_report_cli_prints_the_verdict_and_the_table_and_names_the_files(tmp_pat
   headings = [l for l in markdown.splitlines() if l.startswith("#")]
   assert headings[0] == "# opd_jax summary: smoke" and headings[1] == "## Verdict" and headings[-1] == "## Run"
   assert markdown.index("`name`: smoke") > markdown.index("## Run")              # the config last
+
+
+def test_stage_lines_read_as_words():
+  """Units in a stage's line (issue 50, item 8: "10 view", "491M B"): plural words, SI prefixes on bytes."""
+  from opd_jax import terminal  # pylint: disable=g-import-not-at-top
+  assert terminal.stage_line("assembling m", 1.84, 491e6, "B", True) == "assembling m: 491MB in 1.8 s"
+  assert terminal.stage_line("scoring", 3.0, 10, "view") == "scoring: 10 views in 3.0 s"
+  assert terminal.stage_line("scoring", 3.0, 1, "view") == "scoring: 1 view in 3.0 s"
+  assert terminal.stage_line("base rollouts", 3.0, 3744, "tok") == "base rollouts: 3,744 tok in 3.0 s"
