@@ -10,7 +10,7 @@ are two independent halves, s_a ~ Binomial(ceil(r/2), P_succ), s_b ~ Binomial(fl
 study's `success.halves` of r rewards). Per teacher and r, over draws:
   - "mean alignment": the mean over defined nodes of cos(g*^, g_D) (`success.node_estimates`, the verdict's
     estimand: degenerate nodes drop out), against the exact mean cosine over all nodes;
-  - "alignment ratio": sum_u <g*^_u, g_D> / |g_D| / sqrt(N sum_u <g*^_a, g*^_b>) (report.decision.with_estimand's
+  - "alignment ratio": sum_u <g*^_u, g_D> / |g_D| / sqrt(N sum_u <g*^_a, g*^_b>) (report.common.with_estimand's
     "alignment_ratio", `success.crossfit_norm2`), against its exact value, mean(|g*| cos) / sqrt(mean |g*|^2);
 and the paired difference informed - other of each. Bias = mean over draws - exact, with the Monte Carlo standard
 error of that mean. Ends with one JSON line.

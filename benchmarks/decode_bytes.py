@@ -44,7 +44,7 @@ def meter(compiled, steps: int):
 
 def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--model", default="qwen3-0.6b", help="a name of opd_jax.cost.estimate.ARCHITECTURES")
+  ap.add_argument("--model", default="qwen3-0.6b", help="a name of opd_jax.study.model_specs.ARCHITECTURES")
   ap.add_argument("--rows", type=int, default=128)
   ap.add_argument("--slots", default="320,2048", help="cache slots per row (comma-separated)")
   ap.add_argument("--layouts", default="layered", help="stacked and / or layered")
@@ -62,12 +62,17 @@ def main():
   import inspect  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from opd_jax.cost import estimate, flops  # pylint: disable=g-import-not-at-top
+  try:
+    from opd_jax import flops  # pylint: disable=g-import-not-at-top
+    from opd_jax.study.model_specs import ARCHITECTURES  # pylint: disable=g-import-not-at-top
+  except ImportError:        # a --tree from before issue 49, item 9: opd_jax/cost/flops.py, estimate.ARCHITECTURES
+    from opd_jax.cost import flops  # pylint: disable=g-import-not-at-top
+    from opd_jax.cost.estimate import ARCHITECTURES  # pylint: disable=g-import-not-at-top
   from opd_jax.decode import sampling  # pylint: disable=g-import-not-at-top
   from opd_jax.models import decoder  # pylint: disable=g-import-not-at-top
   cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
   sds = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=cpu)
-  cfg = estimate.ARCHITECTURES[args.model]
+  cfg = ARCHITECTURES[args.model]
   B = args.rows
   out = {"benchmark": "decode_bytes", "model": args.model, "rows": B, "tree": args.tree}
   rows = []

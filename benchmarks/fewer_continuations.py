@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from opd_jax.study import nodes  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax import records  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def load(workdir: str):
@@ -56,12 +56,12 @@ ESTIMANDS = ("alignment", "teacher_advantage", "projection", "alignment_ratio")
 
 
 def realign(rows, rewards: dict, target: str) -> dict:
-  """{estimand: [rows] float} from the subsampled `rewards`: the study's estimator (nodes.estimates_from_rows).
+  """{estimand: [rows] float} from the subsampled `rewards`: the study's estimator (records.estimates_from_rows).
   "projection" is <g*, g_D> / |g_D| (gradients.projection), linear in P_succ: unbiased at any r; "alignment_ratio"
-  is it over the target group's cross-fitted RMS |g*| (report.decision.with_estimand)."""
-  from opd_jax.report import decision  # pylint: disable=g-import-not-at-top
-  est = nodes.estimates_from_rows(rows, rewards=rewards)
-  est["alignment_ratio"] = est["projection"] / decision.ratio_scale(rows, est["g_ideal_norm2"], target)
+  is it over the target group's cross-fitted RMS |g*| (report.common.with_estimand)."""
+  from opd_jax.report import common  # pylint: disable=g-import-not-at-top
+  est = records.estimates_from_rows(rows, rewards=rewards)
+  est["alignment_ratio"] = est["projection"] / common.ratio_scale(rows, est["g_ideal_norm2"], target)
   return est
 
 

@@ -16,8 +16,8 @@ import time
 from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# The formulas live in the package (the cost model uses them too); opd_jax.cost.flops imports no jax.
-from opd_jax.cost.flops import decode_bytes_per_step, matmul_params, xla_cost  # pylint: disable=g-import-not-at-top,unused-import
+# The formulas live in the package (the cost model uses them too); opd_jax.flops imports no jax.
+from opd_jax.flops import decode_bytes_per_step, matmul_params, xla_cost  # pylint: disable=g-import-not-at-top,unused-import
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

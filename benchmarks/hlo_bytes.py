@@ -54,7 +54,8 @@ def main():
   ap.add_argument("--max_copy_bytes", type=int, default=0, help="exit 1 if a copy in a loop writes this many")
   ap.add_argument("--top", type=int, default=10)
   args = ap.parse_args()
-  from opd_jax.cost import flops, hlo_bytes  # pylint: disable=g-import-not-at-top
+  from opd_jax import flops  # pylint: disable=g-import-not-at-top
+  from opd_jax.cost import hlo_bytes  # pylint: disable=g-import-not-at-top
   trips = {k: int(v) for k, v in (t.rsplit("=", 1) for t in args.trip_count)}
   if args.hlo:
     with open(args.hlo) as f:

@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def worker(args):
   sys.path.insert(0, args.tree)                       # this side's opd_jax, ahead of everything
   for name in [m for m in sys.modules if m == "opd_jax" or m.startswith("opd_jax.")]:
-    del sys.modules[name]                             # (harness imported this tree's opd_jax.cost.flops)
+    del sys.modules[name]                             # (harness imported this tree's opd_jax.flops)
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from opd_jax.decode import branching  # pylint: disable=g-import-not-at-top

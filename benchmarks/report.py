@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from opd_jax.study import records
+from opd_jax import records
 from opd_jax import report
 
 

@@ -5,7 +5,7 @@
       --subsets='all;external,misleading;external,solution'
 
 The study's questions in a fixed order (study blocks in order, then each block's questions as its records list
-them), the verdict of `opd_jax.study.looks.verdict` at each look (`report.decision.decide` with the design's repeated
+them), the verdict of `opd_jax.report.looks.verdict` at each look (`report.decision.decide` with the design's repeated
 confidence intervals, Lan-DeMets O'Brien-Fleming-type spending, equivalence within the margin), on each subset of
 configurations. A replay, not a run: the looks see the same questions a fixed study saw, in the order it ran
 them, so "decided at look k" means the sequential study would have stopped after k of the looks' questions. Writes

@@ -36,7 +36,7 @@ import pandas as pd  # pylint: disable=g-import-not-at-top,wrong-import-position
 import scipy.stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from configs import validation  # pylint: disable=g-import-not-at-top,wrong-import-position
-from opd_jax.study import nodes as opd_nodes  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax import records  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.report import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.report import decision  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -159,7 +159,7 @@ def export_study(study_dir: pathlib.Path, data: pathlib.Path, block: int) -> Non
   """study_nodes_<block>.csv and study_views_<block>.csv from a block's records; question ids get the prefix
   "<block>:" (blocks draw from pools of their own, whose ids repeat)."""
   nodes = pd.read_parquet(study_dir / "records" / "nodes")
-  nodes["projection"] = opd_nodes.estimates_from_rows(nodes)["projection"]     # not a record column
+  nodes["projection"] = records.estimates_from_rows(nodes)["projection"]       # not a record column
   nodes["question_id"] = f"{block}:" + nodes.question_id.astype(str)
   data.mkdir(parents=True, exist_ok=True)
   nodes[list(NODE_COLUMNS)].to_csv(data / f"study_nodes_{block}.csv", index=False)

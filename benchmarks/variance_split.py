@@ -21,11 +21,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from opd_jax import records  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.estimators import success  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.estimators import variance  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.report import common  # pylint: disable=g-import-not-at-top,wrong-import-position
-from opd_jax.report import decision  # pylint: disable=g-import-not-at-top,wrong-import-position
-from opd_jax.study import nodes  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 ESTIMANDS = ("alignment_ratio", "projection", "teacher_advantage")
 
@@ -35,9 +34,9 @@ def split(rows, estimand: str, target: str) -> dict:
   key = list(zip(rows["question_id"], rows["rollout_id"], rows["position"]))
   rewards = {k: [np.asarray(x, np.float64) for x in rw] for k, rw in zip(key, rows["rewards"])}
   halves = [{k: [x[i::2] for x in rw] for k, rw in rewards.items()} for i in (0, 1)]
-  est = [nodes.estimates_from_rows(rows, rewards=rw) for rw in (rewards, *halves)]
+  est = [records.estimates_from_rows(rows, rewards=rw) for rw in (rewards, *halves)]
   if estimand == "alignment_ratio":
-    scale = decision.ratio_scale(rows, est[0]["g_ideal_norm2"], target)
+    scale = common.ratio_scale(rows, est[0]["g_ideal_norm2"], target)
     vals = [e["projection"] / scale for e in est]
   else:
     vals = [e[estimand] for e in est]

@@ -73,7 +73,7 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   budget.question_batch     questions whose base rollouts are sampled in one batch (question_batch x
                             rollouts_per_question rows: larger batches use the hardware better; a block may
                             sample questions that are never needed once budget.questions are selected)
-  budget.looks              the sequential design (opd_jax/study/looks.py): question counts at which the study looks at
+  budget.looks              the sequential design (opd_jax/report/looks.py): question counts at which the study looks at
                             its verdict and stops once it is decided (one configuration could be best, or all that
                             could be are equivalent within report.min_effect), e.g. (10, 20, 40); budget.questions
                             is the cap and the last look; error rates hold over the looks (alpha spending,
@@ -101,7 +101,7 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             force=True sends a same-tokenizer teacher that way too (the identity check)
   mesh.data, mesh.model     device mesh of one process (-1: all remaining devices)
   mesh.rules                logical-axis rules (MaxText style) placing params on the mesh: pairs (logical axis,
-                            "data" | "model" | None) replacing the whole table; () = opd_jax.decode.sharding.RULES.
+                            "data" | "model" | None) replacing the whole table; () = opd_jax.models.sharding.RULES.
                             Logical axes: vocab, embed, q_heads, kv_heads, mlp, layers, norm, head_dim (left out:
                             replicated), e.g. --config.mesh.rules='(("embed", None), ("mlp", "model"))' (no FSDP,
                             MLP tensor-parallel only); a dim the mesh axis does not divide is replicated

@@ -21,8 +21,10 @@ Override any config field on the command line, e.g. `--config.budget.continuatio
 Multi-host (TPU pods, SLURM): launch one process per host; jax.distributed is initialised from the environment
 and questions are split between processes. Errors print one line `error: ...` and exit 2 (the format of
 opd_jax/terminal.py `field_error`: the field, what is wrong, the value, the nearest valid names, the fix), before any
-model loads where they can; a failed start leaves no workdir behind, and a workdir holds one kind of job (study,
-train, lookahead) of one config. Ctrl-C stops with one line and the run resumes from the same command.
+model loads where they can, and a dry run refuses what the run would (`pipeline.check`) without writing; a failed
+start leaves no workdir behind, a study that recorded no question leaves one another config takes over
+(`runs.unclaimed`), and a workdir holds one kind of job (study, train, lookahead) of one config. Ctrl-C stops with
+one line saying what is left, and the run resumes from the same command.
 """
 from __future__ import annotations
 
@@ -76,9 +78,16 @@ INTERRUPTED_BY_JOB = {
     "lookahead": "interrupted: the configurations finished so far are written; rerun the same command to run again",
 }
 JOBS = tuple(INTERRUPTED_BY_JOB)
+NOTHING_STARTED = "interrupted before the run started: nothing was written; rerun the same command to start"
 NOTHING_KEPT = ("interrupted: nothing had finished, so the workdir was removed; rerun the same command to start "
                 "again")
-_interrupted_line = INTERRUPTED          # the line of this run's job (set by `main`; read by the watcher thread)
+NOTHING_ADDED = ("interrupted: nothing had finished, so what this run wrote in --workdir={} was removed (what was "
+                 "there before is kept); rerun the same command to start again")
+NOTHING_FINISHED = ("interrupted: nothing had finished ({} left in --workdir={}); rerun the same command to start "
+                    "again")
+_job_line = INTERRUPTED                  # the line of this run's job once something may have finished (set by `main`)
+_interrupted_line = None                 # the line `failed_start_undone` set after its clean-up, else None
+_under_way = None                        # (workdir, its files before) from when `failed_start_undone` began its block
 fail = terminal.fail
 
 
@@ -261,6 +270,35 @@ def _files(workdir: pathlib.Path) -> set[pathlib.Path]:
   return {p.relative_to(workdir) for p in workdir.rglob("*")} if workdir.is_dir() else set()
 
 
+_OWN = re.compile(r"config\.json|log(\.\d+-of-\d+)?\.txt|lock\.\d+\.json")   # a run's claim, log and lock
+
+
+def _own(workdir: pathlib.Path, p: pathlib.Path) -> bool:
+  """A path (relative to `workdir`) a run writes before anything finishes: `_OWN` at the top, or a folder."""
+  return (workdir / p).is_dir() or (len(p.parts) == 1 and _OWN.fullmatch(p.name) is not None)
+
+
+def interrupted_line() -> str:
+  """The one `interrupted:` line that is true now: the job's own (terminal.INTERRUPTED_LINE: the trainer's step),
+  else what `failed_start_undone` removed, else nothing started (no job's block began: nothing was written), else
+  nothing finished (the job added only its claim, log and lock: named) or the job's line (finished work is kept)."""
+  if terminal.INTERRUPTED_LINE:
+    return terminal.INTERRUPTED_LINE[-1]
+  if _interrupted_line is not None:
+    return _interrupted_line
+  if _under_way is None:
+    return NOTHING_STARTED
+  workdir, before = _under_way
+  try:
+    new = _files(workdir) - before
+    left = sorted(str(p) for p in new if (workdir / p).is_file() and not p.name.startswith("lock."))
+  except OSError:                    # a file went while the folder was read (the main thread is still writing)
+    return _job_line
+  if all(_own(workdir, p) for p in new):
+    return NOTHING_FINISHED.format(" and ".join(left) or "nothing new", workdir)
+  return _job_line
+
+
 @contextlib.contextmanager
 def failed_start_undone(workdir, enabled: bool = True):
   """Run the block; when it raises (an error, Ctrl-C) having written no file in `workdir` but config.json (the
@@ -268,7 +306,7 @@ def failed_start_undone(workdir, enabled: bool = True):
   what it added: those files (a log that existed is cut back to its size before), the folders it created, and the
   workdir itself (with the parents it created) when it did not exist before. A failed start leaves no empty
   workdir behind; a run that wrote anything else keeps everything. Off for multi-process runs (another process
-  may be writing there).
+  may be writing there). A Ctrl-C's line (`interrupted_line`) says what is left.
   """
   workdir = pathlib.Path(workdir)
   log = workdir / terminal.LOG_NAME
@@ -279,15 +317,14 @@ def failed_start_undone(workdir, enabled: bool = True):
       break
     root = d
   before = _files(workdir)
+  global _under_way, _interrupted_line
+  _under_way = (workdir, before)                          # for `interrupted_line`
   try:
     yield
   except BaseException as e:
     new = _files(workdir) - before
     own = (pathlib.Path("config.json"), pathlib.Path(terminal.LOG_NAME))
     if enabled and workdir.is_dir() and all(p in own or (workdir / p).is_dir() for p in new):
-      if isinstance(e, KeyboardInterrupt):               # nothing finished: say so, not "finished ... kept"
-        global _interrupted_line
-        _interrupted_line = NOTHING_KEPT
       terminal.detach_log()
       if log_size is not None:
         with open(log, "r+b") as f:
@@ -307,6 +344,8 @@ def failed_start_undone(workdir, enabled: bool = True):
         if d == root:
           break
         d = d.parent
+      if isinstance(e, KeyboardInterrupt):               # nothing finished: say what is left, not "finished ... kept"
+        _interrupted_line = NOTHING_KEPT if not workdir.exists() else NOTHING_ADDED.format(workdir)
     raise
 
 
@@ -328,7 +367,7 @@ def record_train_config(workdir, config) -> None:
   `runs.check_workdir_for` compares a rerun with (naming the fields that differ; runs.RESUMABLE_FIELDS may
   change). Written once; left out in a trainer workdir of an older version (train/ without config.json), whose
   checkpoints' config hash (training/state.py) is the only record of its config."""
-  from opd_jax.study import records  # pylint: disable=g-import-not-at-top
+  from opd_jax import records  # pylint: disable=g-import-not-at-top
   workdir = pathlib.Path(workdir)
   if (workdir / "config.json").is_file() or (workdir / "train").is_dir():
     return
@@ -337,7 +376,7 @@ def record_train_config(workdir, config) -> None:
 
 
 def main(argv):
-  global _interrupted_line
+  global _job_line
   if len(argv) > 1:
     fail(f"unexpected arguments {argv[1:]}; flags are --name=value (see --help)")
   config = _CONFIG.value
@@ -346,7 +385,7 @@ def main(argv):
   job = config.get("job", "study")
   if job not in JOBS:
     fail(terminal.field_error("config.job", f"must be one of {JOBS}", job, choices=JOBS))
-  _interrupted_line = INTERRUPTED_BY_JOB[job]
+  _job_line = INTERRUPTED_BY_JOB[job]
   multi_process = bool(_MULTIHOST.value or _COORDINATOR.value)
   terminal.console(progress=config.logging.progress, verbosity=config.logging.verbosity)
   summary, workdir = None, _WORKDIR.value
@@ -407,9 +446,11 @@ def main(argv):
         design.read_split(_VARIANCE_SPLIT.value)              # an unreadable split: one line, before the plan
     elif _VARIANCE_SPLIT.value:
       raise ValueError("--variance_split needs --dry_run --cost_model=<accelerator> (it prices a design)")
-    if _DRY_RUN.value:
+    if _DRY_RUN.value:                                    # every check of the run before its load, writing nothing
       from opd_jax.study import checklist  # pylint: disable=g-import-not-at-top
-      print(checklist.describe(config))
+      elsewhere = bool(_COST_MODEL.value) and estimate.accelerator(_COST_MODEL.value)[0] is not None
+      task, _ = pipeline.check(config, workdir, local_mesh=not elsewhere)
+      print(checklist.describe(config, task))
       if _COST_MODEL.value:
         print(estimate.describe(config, _COST_MODEL.value, _VARIANCE_SPLIT.value or None))
       return
@@ -419,7 +460,7 @@ def main(argv):
       _log_to(workdir, multi_process)
       summary = pipeline.run(config, workdir, repair=_REPAIR.value)
   except KeyboardInterrupt:
-    terminal.last_line(terminal.INTERRUPTED_LINE[-1] if terminal.INTERRUPTED_LINE else _interrupted_line)
+    terminal.last_line(interrupted_line())
     sys.stdout.flush()
     if _AS_COMMAND:   # records and progress are written atomically: skip a teardown that can crash mid-XLA call
       os._exit(130)
@@ -476,7 +517,7 @@ def exit_on_interrupt() -> None:
 def _force_exit(line: str | None = None) -> None:
   """The `interrupted:` line (`line`, or the job's), this process's workdir locks released (`runs.release_locks`),
   exit 130 at once."""
-  terminal.last_line(line or (terminal.INTERRUPTED_LINE[-1] if terminal.INTERRUPTED_LINE else _interrupted_line))
+  terminal.last_line(line or interrupted_line())
   runs = sys.modules.get("opd_jax.study.runs")
   if runs is not None:
     runs.release_locks()

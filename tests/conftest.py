@@ -9,7 +9,7 @@ SHARED_DATA = pathlib.Path(os.environ.get("OPD_JAX_SHARED_DATA", REPO.parent / "
 
 
 os.environ.setdefault("OPD_JAX_LOOKS_LEDGER", "off")   # no ledger of looks across tests' studies (its own tests
-                                                       # set a file: opd_jax/study/looks.py, "Looks the design did not plan")
+                                                       # set a file: opd_jax/report/looks.py, "Looks the design did not plan")
 
 
 @pytest.fixture

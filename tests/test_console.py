@@ -70,7 +70,8 @@ def test_dry_run_of_a_task_switch_prints_the_template_and_the_cap():
   assert "config.sampling.max_new_tokens=256 (was 16)" in err and "<answer>" not in out
   task = __import__("opd_jax.tasks", fromlist=["x"]).load_task("synthetic:parity", num_problems=5, seed=0)
   assert f"prompt:   '{checklist.clip(task.prompt(task.problems[0]))}'" in out     # the rendered first question
-  assert "task:     synthetic:parity: 5 questions in the pool, 10 studied" in out
+  assert ("task:     synthetic:parity: 5 questions in the pool, fewer than config.budget.questions=10: at most 5 "
+          "studied" in out and "planned: 5 questions" in out)      # the pool bounds the plan (issue 50, item 5)
   assert "max_new_tokens=256; contexts: student 4096 tokens" in out and "memory:   ~ " in out
   assert "R = 4 continuations/candidate" in out and "estimated wall time" in out
   # With the template and cap set too, nothing is reset and no note prints.
@@ -136,7 +137,7 @@ def test_stderr_in_a_file_gets_one_line_per_stage_and_a_terminal_gets_bars(monke
     q.update(1)
   lines = capsys.readouterr().err.splitlines()
   assert [re.sub(r"[\d.]+ s$", "T s", l) for l in lines] == [
-      "  loading models: T s", "  assembling x: 2.00M B in T s", "questions: 2 q in T s"]   # inner ones indented
+      "  loading models: T s", "  assembling x: 2.00MB in T s", "questions: 2 q in T s"]   # inner ones indented
   loading = float(lines[0].split()[-2])
   assert 0.2 <= loading <= time.time() - t0                 # the stage's own time, not 00:00
   with pytest.raises(KeyboardInterrupt), terminal.bar("scoring", total=3):

@@ -389,7 +389,7 @@ def test_field_error_shapes():
 
 def test_config_difference_agrees_with_the_config_hash():
   """Fields differ exactly when records.config_hash differs (JSON: a tuple equals its list), leaves named."""
-  from opd_jax.study import records  # pylint: disable=g-import-not-at-top
+  from opd_jax import records  # pylint: disable=g-import-not-at-top
   old = {"mesh": {"rules": [], "data": -1}, "seed": 0, "train": {"steps": 3, "optim": {"lr": 1e-4}}}
   pairs = [({"mesh": {"rules": (), "data": -1}}, []), ({"seed": 3}, ["seed"]),
            ({"train": {"steps": 9, "optim": {"lr": 1e-3}}}, ["train.optim.lr", "train.steps"]),

@@ -12,7 +12,7 @@ import pytest
 
 from configs import smoke
 from opd_jax import main
-from opd_jax.study import records
+from opd_jax import records
 from opd_jax import report
 from opd_jax.estimators import stats
 from opd_jax.estimators import sample_size

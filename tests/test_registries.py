@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 from configs import smoke
+from opd_jax import records
 from opd_jax import tasks
 from opd_jax.estimators import divergences
 from opd_jax.estimators import predictors
-from opd_jax.study import records
 from opd_jax.tasks import base as task_base
 from opd_jax.teachers import contexts
 
@@ -73,8 +73,7 @@ def test_every_divergence_gives_a_direction_and_records_its_parameter(study, nam
   assert np.all(got == want) if d.param else np.isnan(got).all()
   assert nodes.alignment.notna().any(), "no defined alignment"
   # The recomputed estimates (the validation table's path) read the recorded parameter back: same alignment.
-  from opd_jax.study import nodes as node_rows  # pylint: disable=g-import-not-at-top
-  again = node_rows.estimates_from_rows(nodes.reset_index(drop=True))
+  again = records.estimates_from_rows(nodes.reset_index(drop=True))
   np.testing.assert_allclose(again["alignment"], nodes.alignment.to_numpy(np.float64), atol=1e-9)
   summary = study["summary"][study["summary"].config_id == f"div_{name}"]
   assert len(summary) and (summary.divergence == name).all()

@@ -34,19 +34,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 import dataclasses
 import math
-import os
 import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from opd_jax.cost import flops
+from opd_jax import flops
 from opd_jax.cost import programs
 from opd_jax.decode import sampling
 from opd_jax.decode import scoring
 from opd_jax.models import decoder
-from opd_jax.study import looks
+from opd_jax.report import looks
 from opd_jax.study import model_specs
 from opd_jax.study import planning
 from opd_jax.study import preflight
@@ -88,24 +87,6 @@ CPU_BW = 12.3e9
 # contexts add ~130.
 PROMPT_TOKENS = 160
 
-# Architectures of checkpoints that may be absent (HF folders named in `:paper`), by the lower-cased last path
-# component of the spec (config.json of the published checkpoints).
-_QWEN3 = dict(arch="qwen3", vocab_size=151936, n_real_ids=151669, n_kv_heads=8, head_dim=128, rope_theta=1e6,
-              qk_norm=True, norm_eps=1e-6, max_seq_len=40960)
-_QWEN25 = dict(arch="qwen2", vocab_size=151936, n_real_ids=151665, rope_theta=1e6, qkv_bias=True, norm_eps=1e-6,
-               max_seq_len=32768)
-ARCHITECTURES = {
-    "qwen3-0.6b": decoder.Config(**_QWEN3, d_model=1024, n_layers=28, n_heads=16, d_ff=3072, tie_embeddings=True),
-    "qwen3-1.7b": decoder.Config(**_QWEN3, d_model=2048, n_layers=28, n_heads=16, d_ff=6144, tie_embeddings=True),
-    "qwen3-4b": decoder.Config(**_QWEN3, d_model=2560, n_layers=36, n_heads=32, d_ff=9728, tie_embeddings=True),
-    "qwen3-8b": decoder.Config(**_QWEN3, d_model=4096, n_layers=36, n_heads=32, d_ff=12288),
-    "qwen3-32b": decoder.Config(**_QWEN3, d_model=5120, n_layers=64, n_heads=64, d_ff=25600),
-    "qwen2.5-coder-0.5b-instruct": decoder.Config(**_QWEN25, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2,
-                                                  head_dim=64, d_ff=4864),
-    "qwen2.5-coder-1.5b-instruct": decoder.Config(**_QWEN25, d_model=1536, n_layers=28, n_heads=12, n_kv_heads=2,
-                                                  head_dim=128, d_ff=8960),
-}
-
 
 def accelerator(name: str) -> tuple[Accelerator | None, int]:
   """`--cost_model` value -> (chip, chips): "h100" | "h200" | "v5e" | "v5p", optionally "-<chips>" (e.g.
@@ -117,31 +98,6 @@ def accelerator(name: str) -> tuple[Accelerator | None, int]:
     raise ValueError(f"--cost_model={name!r}: unknown accelerator; use cpu or one of {sorted(ACCELERATORS)}, "
                      "optionally with -<chips>, e.g. h200 or v5e-64")
   return ACCELERATORS[m.group(1)], int(m.group(2) or 1)
-
-
-def model_config(spec: str, config) -> decoder.Config:
-  """Architecture of a model spec without its weights: random:<seed> (config.random_model, as
-  `environment.load_model`), a checkpoint's header (`checkpoints.peek`), else `ARCHITECTURES` by name.
-
-  Raises:
-    ValueError: a spec that is neither cheap to peek nor in ARCHITECTURES (names the known ones).
-  """
-  from opd_jax import models  # pylint: disable=g-import-not-at-top
-  if preflight.random_seed(spec, "model spec") is not None:
-    r = config.random_model
-    return decoder.Config(arch=r.arch, vocab_size=len(models.byte_tokenizer()), d_model=r.d_model,
-                          n_layers=r.n_layers, n_heads=r.n_heads, n_kv_heads=r.n_kv_heads, head_dim=r.head_dim,
-                          d_ff=r.d_ff, qkv_bias=r.arch == "qwen2", qk_norm=r.arch == "qwen3",
-                          max_seq_len=r.max_seq_len)
-  peeked = models.checkpoints.peek(spec)
-  if peeked is not None:
-    return peeked[0]
-  name = os.path.basename(os.path.normpath(spec)).lower()
-  if name in ARCHITECTURES:
-    return ARCHITECTURES[name]
-  raise ValueError(f"cost model: no architecture for {spec!r} (not a readable checkpoint header, and "
-                   f"{name!r} is not in opd_jax.cost.estimate.ARCHITECTURES: {sorted(ARCHITECTURES)}); add its shapes "
-                   "there")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -252,8 +208,8 @@ def calls(config, *, student_passes: str = "once", work: Work | None = None) -> 
   b, n_tok, q = config.budget, config.sampling.max_new_tokens, plan.questions
   confs = [contexts.parse(k, v) for k, v in config.configurations.items()]
   keys = sorted({c.scoring_key for c in confs})
-  s_cfg = model_config(config.student.name, config)
-  cfgs = {contexts.SELF: s_cfg, **{t: model_config(t, config) for t, _ in keys if t != contexts.SELF}}
+  s_cfg = model_specs.architecture(config.student.name, config)
+  cfgs = {contexts.SELF: s_cfg, **{t: model_specs.architecture(t, config) for t, _ in keys if t != contexts.SELF}}
   prompt = math.ceil(w.prompt_tokens)
   out = []
   # Base rollouts: per block of question_batch questions, one prefill of the distinct prompts, n_tok steps.

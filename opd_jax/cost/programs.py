@@ -10,7 +10,7 @@ import os
 import jax
 import jax.numpy as jnp
 
-from opd_jax.cost import flops
+from opd_jax import flops
 from opd_jax.cost import hlo_bytes
 from opd_jax.decode import heads
 from opd_jax.decode import sampling

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from opd_jax.decode import sampling
-from opd_jax.decode import sharding
-from opd_jax.decode.sharding import CACHE, PARAMS, REPLICATED, ROWS
 from opd_jax.models import decoder
+from opd_jax.models import sharding
+from opd_jax.models.sharding import CACHE, PARAMS, REPLICATED, ROWS
 
 
 @sharding.sharded_jit(in_specs=(PARAMS, CACHE, REPLICATED, REPLICATED, ROWS, ROWS, ROWS),

@@ -19,7 +19,7 @@ Randomness: row r of a call draws step i's noise from `fold_in(fold_in(key, row_
 samples depend on the caller's key and its row id only, never on the batch it sits in or its padding.
 Reproducibility: bitwise on one mesh and platform. On another mesh the same uniforms meet logits that differ
 by fp32 round-off (matmuls split over devices), so a draw whose uniform falls within round-off of a CDF
-boundary may differ; tests/decode/test_sharding.py checks that the smoke study's tokens and counts are equal on 8 fake
+boundary may differ; tests/models/test_sharding.py checks that the smoke study's tokens and counts are equal on 8 fake
 devices and on 1.
 
 Returned log-probs are those of the sampled tokens under the policy actually sampled (`policy_logprobs`:
@@ -36,10 +36,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from opd_jax.decode import sharding
 from opd_jax.decode import truncation
-from opd_jax.decode.sharding import CACHE, PARAMS, REPLICATED, ROWS
 from opd_jax.models import decoder
+from opd_jax.models import sharding
+from opd_jax.models.sharding import CACHE, PARAMS, REPLICATED, ROWS
 
 # Calls counted by the Python wrappers: "prefill_rows" (rows prefilled), "prefill_calls", "branch_calls",
 # "branch_rows", "compactions" (batches shrunk to their live rows). Tests and benchmarks read it to show one

@@ -50,11 +50,11 @@ import numpy as np
 
 from opd_jax.decode import heads
 from opd_jax.decode import sampling
-from opd_jax.decode import sharding
-from opd_jax.decode.sharding import PARAMS, ROWS
 from opd_jax.estimators import predictors
 from opd_jax.models import decoder
 from opd_jax.models import flax_adapter
+from opd_jax.models import sharding
+from opd_jax.models.sharding import PARAMS, ROWS
 
 DENSE_KEYS = ("logp", "logq") + predictors.PREDICTORS  # outputs of `score_arrays` besides "mask"
 

@@ -22,9 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from opd_jax.decode import sharding
 from opd_jax.models import checkpoints
 from opd_jax.models import decoder
+from opd_jax.models import sharding
 from opd_jax.models import tokenizer
 from opd_jax.models.checkpoints import CONVERTER_VERSION, PRESETS, Model, default_layout, load, peek, with_layout
 from opd_jax.models.decoder import Config

@@ -34,7 +34,23 @@ conversions = 0
 
 
 def cache_root() -> pathlib.Path:
-  return pathlib.Path(os.environ.get(CACHE_ENV) or "~/.cache/opd_jax").expanduser()
+  """$OPD_JAX_CACHE, default ~/.cache/opd_jax (created when first written).
+
+  Raises:
+    ValueError: it, or a folder above it, is a file (mkdir's bare "[Errno 17] File exists" named neither).
+  """
+  root = pathlib.Path(os.environ.get(CACHE_ENV) or "~/.cache/opd_jax").expanduser()
+  for d in (root, *root.parents):
+    if d.exists():
+      if not d.is_dir():
+        what = "it" if d == root else str(d)
+        if os.environ.get(CACHE_ENV):
+          raise ValueError(f"{CACHE_ENV}={os.environ[CACHE_ENV]}: {what} is a file, not a folder; point {CACHE_ENV} "
+                           "at a folder (created if missing), or unset it for ~/.cache/opd_jax")
+        raise ValueError(f"the model cache {root}: {what} is a file, not a folder; move that file, or set "
+                         f"{CACHE_ENV} to a folder (created if missing)")
+      break
+  return root
 
 
 def converted_dir(sha256: str) -> pathlib.Path:

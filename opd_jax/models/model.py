@@ -15,8 +15,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from opd_jax.decode import sharding as sharding_lib
 from opd_jax.models import decoder
+from opd_jax.models import sharding as sharding_lib
 from opd_jax.models import tokenizer as tokenizer_lib
 
 DTYPES = ("float32", "bfloat16", "float16")

@@ -5,12 +5,13 @@
 
 Reads `<workdir>/records/nodes/part-*.parquet` (one part per question, from every host), the rollouts, and
 `config.json` / `manifest.json` beside them when present. Modules, in data-flow order:
-  common     groups, checks, the power rule (NaN reasons and predictors: opd_jax.study.records);
+  common     groups, checks, the power rule (NaN reasons and predictors: opd_jax.records);
   ceiling    the direct noise ceiling E cos(g*_R, g*) per node;
   summary    summarize: configuration x group counts, means, cluster intervals, oracle filter;
   decision   decide: paired comparisons on shared nodes (CR2 t, Bonferroni over every comparable pair), the
              configurations that could be best, the detectable difference, the verdict (verdict.json);
   sequential the group-sequential design of decide (issue 33): looks, alpha spending, use / equivalent / continue;
+  looks      a study's sequential design from its config: when it looks, the look its report is, looks not planned;
   where      alignment and teacher advantage by position, entropy, argmax, token kind;
   predictors Spearman / AUROC with intervals, predictor filter vs oracle filter;
   router     route: per-token choice of configuration from the predictors, cross-validated by question;
@@ -21,6 +22,8 @@ Reads `<workdir>/records/nodes/part-*.parquet` (one part per question, from ever
   console    what a run prints: the results table, and the warnings when nothing was measured or grades failed.
 paper.md, "What the paper reports" and "Where opd_jax goes further".
 """
+from opd_jax.records import NAN_REASONS
+from opd_jax.records import PREDICTORS
 from opd_jax.report.build import read_records
 from opd_jax.report.build import write_summary
 from opd_jax.report.common import GROUPS
@@ -32,12 +35,10 @@ from opd_jax.report.decision import decide
 from opd_jax.report.markdown import render_markdown
 from opd_jax.report.rollout import rollout_html
 from opd_jax.report.summary import summarize
-from opd_jax.study.records import NAN_REASONS
-from opd_jax.study.records import PREDICTORS
 
 
 def plot_alignment(summary, path: str) -> None:
   """Writes figures.alignment_by_config(summary) to `path` atomically (a PNG)."""
-  from opd_jax.study import records  # pylint: disable=g-import-not-at-top
+  from opd_jax import records  # pylint: disable=g-import-not-at-top
   from opd_jax.report import figures  # pylint: disable=g-import-not-at-top
   records.atomic_write_bytes(path, figures.alignment_by_config(summary))

@@ -9,13 +9,13 @@ are formed differently (manifest.json "candidate_set": other views or top-k) are
 from absl import app
 from absl import flags
 
+from opd_jax import records
 from opd_jax import terminal
 from opd_jax.report import build
 from opd_jax.report import cli
 from opd_jax.report import compare
 from opd_jax.report import console
 from opd_jax.report import token_pages
-from opd_jax.study import runs
 
 flags.DEFINE_multi_string("workdir", None, "Study working directory holding records/nodes; repeat it (or pass a "
                           "glob) to compare several studies into --out.")
@@ -47,7 +47,7 @@ def main(argv) -> None:
     cli.check_flags(f)
     workdirs = compare.expand(f.workdir)
     for w in workdirs:
-      runs.check_json_files(w)
+      records.check_json_files(w)
     if len(workdirs) > 1 or f.out:
       if not f.out:
         raise ValueError(terminal.field_error("--out", f"is required to compare {len(workdirs)} studies",

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pandas as pd
 
+from opd_jax import records
 from opd_jax.estimators import stats
 from opd_jax.report import ceiling
 from opd_jax.report import common
@@ -19,7 +20,6 @@ from opd_jax.report import router as rt
 from opd_jax.report import summary as summ
 from opd_jax.report import token_pages
 from opd_jax.report import where
-from opd_jax.study import records
 
 
 def read_records(workdir: str, table: str = "nodes", columns: list[str] | None = None) -> pd.DataFrame:

@@ -8,11 +8,11 @@ import pathlib
 
 import ml_collections
 
+from opd_jax import records
 from opd_jax import terminal
 from opd_jax.report import common
+from opd_jax.report import looks
 from opd_jax.report import sequential
-from opd_jax.study import looks
-from opd_jax.study import records
 
 
 TARGETS = ("incorrect", "correct", "all")

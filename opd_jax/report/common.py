@@ -32,7 +32,7 @@ def check_nodes(nodes: pd.DataFrame) -> None:
   missing = [c for c in REQUIRED_COLUMNS if c not in nodes.columns]
   if missing:
     raise ValueError(f"nodes is missing columns {missing} (has {list(nodes.columns)}); pass the node records "
-                     "written by opd_jax.study.records (pandas.read_parquet('<workdir>/records/nodes'))")
+                     "written by opd_jax.records (pandas.read_parquet('<workdir>/records/nodes'))")
   if nodes["correct"].isna().any():
     raise ValueError("nodes.correct has missing values; every node needs its rollout's correctness (reward == 1)")
   key = ["config_id", *NODE_KEY]
@@ -95,3 +95,41 @@ def table(header: list[str], body: list[list[str]]) -> list[str]:
 def counted(n: int, word: str) -> str:
   """"1 question", "2 questions": `n` and `word`, plural unless n == 1."""
   return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def with_estimand(nodes: pd.DataFrame, estimand: str, target: str = "all") -> pd.DataFrame:
+  """`nodes` with its alignment column holding `estimand`'s per-node values (the column the verdict reads) and
+  degenerate set where it is undefined; the records' own table for "alignment".
+
+  "alignment_ratio": each node's projection divided by S = sqrt(mean over the `target` group's distinct nodes of
+  the cross-fitted |g*|^2) (`records.estimates_from_rows`' g_ideal_norm2), one S for every configuration (g* does
+  not depend on the teacher), so a configuration's mean over the group is sum <g*, g_D> / |g_D| / (N S) [ours, issue
+  48]: numerator and S^2 are unbiased at any number of continuations >= 2, and the ratio's bias is of order
+  1 / nodes, not 1 / continuations. As the continuations grow it is mean(|g*| cos) / sqrt(mean |g*|^2): the mean
+  alignment weighted by |g*| / RMS |g*|, in [-1, 1]. Paired differences and their tests are the projection's
+  divided by S. Needs the records' `rewards`.
+
+  Raises:
+    ValueError: an unknown estimand (naming the known ones); alignment_ratio on rows without `rewards`.
+  """
+  if estimand not in ESTIMANDS:
+    raise ValueError(f"unknown estimand {estimand!r}: one of {', '.join(ESTIMANDS)}")
+  if estimand == "alignment":
+    return nodes
+  from opd_jax import records  # pylint: disable=g-import-not-at-top
+  if estimand == "alignment_ratio" and "rewards" not in nodes.columns:
+    raise ValueError("the estimand alignment_ratio needs the node records' rewards column (records/nodes as the "
+                     "study writes them); these rows have none")
+  est = records.estimates_from_rows(nodes)
+  values = (est["projection"] / ratio_scale(nodes, est["g_ideal_norm2"], target) if estimand == "alignment_ratio"
+            else est[estimand])
+  return nodes.assign(alignment=values, degenerate=np.isnan(values) & nodes["degenerate"].to_numpy(bool))
+
+
+def ratio_scale(nodes: pd.DataFrame, norm2: np.ndarray, target: str) -> float:
+  """The alignment ratio's S = sqrt(mean of the cross-fitted |g*|^2 `norm2` [rows] over the target group's distinct
+  nodes where it is defined); NaN when that mean is not > 0."""
+  in_group = group_mask(nodes, target)
+  s = nodes[in_group].assign(s=np.asarray(norm2)[in_group]).drop_duplicates(list(NODE_KEY))["s"]
+  s = s.to_numpy(float)[np.isfinite(s.to_numpy(float))]
+  return math.sqrt(s.mean()) if s.size and s.mean() > 0 else math.nan

@@ -17,11 +17,11 @@ import os
 
 import pandas as pd
 
+from opd_jax import records
 from opd_jax.report import build
 from opd_jax.report import common
 from opd_jax.report import decision
 from opd_jax.report import page
-from opd_jax.study import records
 
 
 def expand(workdirs: list[str]) -> list[str]:

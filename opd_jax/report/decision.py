@@ -38,44 +38,6 @@ MIN_SHARED_QUESTIONS = common.MIN_SHARED_QUESTIONS   # pairs sharing fewer quest
 POWER = 0.8                # the power of the detectable difference and of the questions needed
 
 
-def with_estimand(nodes: pd.DataFrame, estimand: str, target: str = "all") -> pd.DataFrame:
-  """`nodes` with its alignment column holding `estimand`'s per-node values (the column the verdict reads) and
-  degenerate set where it is undefined; the records' own table for "alignment".
-
-  "alignment_ratio": each node's projection divided by S = sqrt(mean over the `target` group's distinct nodes of
-  the cross-fitted |g*|^2) (`nodes.estimates_from_rows`' g_ideal_norm2), one S for every configuration (g* does not
-  depend on the teacher), so a configuration's mean over the group is sum <g*, g_D> / |g_D| / (N S) [ours, issue
-  48]: numerator and S^2 are unbiased at any number of continuations >= 2, and the ratio's bias is of order
-  1 / nodes, not 1 / continuations. As the continuations grow it is mean(|g*| cos) / sqrt(mean |g*|^2): the mean
-  alignment weighted by |g*| / RMS |g*|, in [-1, 1]. Paired differences and their tests are the projection's
-  divided by S. Needs the records' `rewards`.
-
-  Raises:
-    ValueError: an unknown estimand (naming the known ones); alignment_ratio on rows without `rewards`.
-  """
-  if estimand not in common.ESTIMANDS:
-    raise ValueError(f"unknown estimand {estimand!r}: one of {', '.join(common.ESTIMANDS)}")
-  if estimand == "alignment":
-    return nodes
-  from opd_jax.study import nodes as node_rows  # pylint: disable=g-import-not-at-top
-  if estimand == "alignment_ratio" and "rewards" not in nodes.columns:
-    raise ValueError("the estimand alignment_ratio needs the node records' rewards column (records/nodes as the "
-                     "study writes them); these rows have none")
-  est = node_rows.estimates_from_rows(nodes)
-  values = (est["projection"] / ratio_scale(nodes, est["g_ideal_norm2"], target) if estimand == "alignment_ratio"
-            else est[estimand])
-  return nodes.assign(alignment=values, degenerate=np.isnan(values) & nodes["degenerate"].to_numpy(bool))
-
-
-def ratio_scale(nodes: pd.DataFrame, norm2: np.ndarray, target: str) -> float:
-  """The alignment ratio's S = sqrt(mean of the cross-fitted |g*|^2 `norm2` [rows] over the target group's distinct
-  nodes where it is defined); NaN when that mean is not > 0."""
-  in_group = common.group_mask(nodes, target)
-  s = nodes[in_group].assign(s=np.asarray(norm2)[in_group]).drop_duplicates(list(common.NODE_KEY))["s"]
-  s = s.to_numpy(float)[np.isfinite(s.to_numpy(float))]
-  return math.sqrt(s.mean()) if s.size and s.mean() > 0 else math.nan
-
-
 def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = common.MIN_NODES,
                    min_questions: int = common.MIN_QUESTIONS,
                    min_shared_questions: int = MIN_SHARED_QUESTIONS, design: sequential.Design | None = None,
@@ -170,7 +132,7 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
   if sequential_looks:
     m = k * (k - 1) // 2                                 # the family fixed in advance: every pair of configurations
     nominal = sequential.nominal_alpha(design, look, pairs=m, final=final)
-    per_pair = _pair_levels(design, look, final, m, res.n_clusters, comparable, history, min_shared_questions,
+    per_pair = sequential.pair_levels(design, look, final, m, res.n_clusters, comparable, history, min_shared_questions,
                             nominal)
   else:
     nominal = alpha / max(m, 1)
@@ -239,23 +201,6 @@ def compare_arrays(align, questions, *, level: float = 0.95, min_nodes: int = co
   return _read_look(out, design, look, final, nominal)
 
 
-def _pair_levels(design, look, final, pairs, n_clusters, comparable, history, min_shared, nominal) -> np.ndarray:
-  """[P] each pair's nominal level at this look (compare_arrays): `nominal` without a history, else
-  sequential.pair_nominal over the earlier looks where it was comparable (>= min_shared shared questions)."""
-  out = np.full(n_clusters.shape, nominal)
-  if history is None:
-    return out
-  past = np.asarray(history, np.float64).reshape(len(history), -1)
-  if past.shape != (look - 1, n_clusters.size):
-    raise ValueError(f"history must hold the {look - 1} earlier looks' shared questions of the {n_clusters.size} "
-                     f"pairs, got shape {past.shape}")
-  for i in np.flatnonzero(comparable):
-    seen = [j for j in range(look - 1) if past[j, i] >= min_shared]
-    out[i] = sequential.pair_nominal(design, look, pairs=pairs, tested=tuple(j + 1 for j in seen) + (look,),
-                                     info=tuple(past[j, i] for j in seen) + (float(n_clusters[i]),), final=final)
-  return out
-
-
 def _read_look(out: dict, design: sequential.Design | None, look: int | None, final: bool, nominal: float) -> dict:
   """compare_arrays' output with the design's fields (unchanged without a design)."""
   if design is None:
@@ -268,20 +213,6 @@ def _read_look(out: dict, design: sequential.Design | None, look: int | None, fi
   out.update(look=look, nominal_alpha=nominal, alpha_spent=sequential.alpha_spent(design, look, final=final),
              last=last, **sequential.read(out, margin=design.margin, last=last, **futile))
   return out
-
-
-def shared_questions(align, questions) -> np.ndarray:
-  """[K (K - 1) / 2] the questions where both configurations of each pair (np.triu_indices order) have a defined
-  node: the pair's information, as compare_arrays counts it."""
-  align = np.asarray(align, np.float64)
-  k = align.shape[1]
-  i, j = np.triu_indices(k, 1)
-  if not align.shape[0]:
-    return np.zeros(i.size)
-  onehot = np.zeros((align.shape[0], int(np.max(questions)) + 1))
-  onehot[np.arange(align.shape[0]), np.asarray(questions, np.int64)] = 1.0
-  both = ~np.isnan(align[:, i]) & ~np.isnan(align[:, j])
-  return ((onehot.T @ both) > 0).sum(0).astype(np.float64)
 
 
 def node_matrix(rows: pd.DataFrame, configs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -371,7 +302,7 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
     if min_effect is not None and not math.isclose(min_effect, design.margin):
       raise ValueError(f"min_effect must be None or design.margin = {design.margin:g} with a design, got {min_effect}")
     min_effect = design.margin
-  nodes = with_estimand(nodes, estimand, target)
+  nodes = common.with_estimand(nodes, estimand, target)
   in_target = common.group_mask(nodes, target)
   target_rows = nodes[in_target]
   rows = target_rows[target_rows["alignment"].notna().to_numpy()]
@@ -379,8 +310,8 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
   align, questions, labels = node_matrix(rows, configs)
   history = None
   if design is not None and design.n_looks > 1 and question_order is not None and (look or 1) > 1:
-    history = [shared_questions(*node_matrix(rows[rows["question_id"].isin(set(question_order[:n]))], configs)[:2])
-               for n in design.looks[:(look or 1) - 1]]
+    seen = lambda n: rows[rows["question_id"].isin(set(question_order[:n]))]       # what look j saw
+    history = [sequential.shared_questions(*node_matrix(seen(n), configs)[:2]) for n in design.looks[:(look or 1) - 1]]
   res = compare_arrays(align, questions, level=level, min_nodes=min_nodes, min_questions=min_questions,
                        design=design, look=look, final=final, history=history)
   out = {"target": target, "estimand": estimand, "level": level, "n_boot": n_boot, "seed": seed, "min_nodes": min_nodes,

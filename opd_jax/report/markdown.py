@@ -4,13 +4,13 @@ import math
 
 import pandas as pd
 
+from opd_jax import records
 from opd_jax.report import router as rt
 from opd_jax.report import verdict_text
 from opd_jax.report.common import ci
 from opd_jax.report.common import fmt
 from opd_jax.report.common import table
 from opd_jax.report.common import underpowered_reason
-from opd_jax.study import records
 
 
 def divergence_label(row: pd.Series) -> str:

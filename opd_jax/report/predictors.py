@@ -3,9 +3,9 @@ cluster-bootstrap intervals, and a predictor-based filter against the oracle fil
 import numpy as np
 import pandas as pd
 
+from opd_jax import records
 from opd_jax.estimators import stats
 from opd_jax.report import common
-from opd_jax.study import records
 
 
 def _orient(x: np.ndarray, a: np.ndarray) -> float:

@@ -4,7 +4,7 @@ import html
 import numpy as np
 import pandas as pd
 
-from opd_jax.study.records import PREDICTORS
+from opd_jax.records import PREDICTORS
 
 
 def colour(value: float, scale: float) -> str:

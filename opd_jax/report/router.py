@@ -18,9 +18,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from opd_jax import records
 from opd_jax.estimators import stats
 from opd_jax.report import common
-from opd_jax.study import records
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, max_iter: int = 50,

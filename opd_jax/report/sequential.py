@@ -312,3 +312,34 @@ def read(res: dict, *, margin: float, last: bool, futility: float = 0.0, fractio
     decision = "futile" if p_decided < futility else decision
   return {"equivalent": equivalent, "decision": decision, "decided": decided,
           "stop": decided or last or decision == "futile", "blocking": blocking, "p_decided": p_decided}
+
+
+def pair_levels(design, look, final, pairs, n_clusters, comparable, history, min_shared, nominal) -> np.ndarray:
+  """[P] each pair's nominal level at this look (compare_arrays): `nominal` without a history, else
+  pair_nominal over the earlier looks where it was comparable (>= min_shared shared questions)."""
+  out = np.full(n_clusters.shape, nominal)
+  if history is None:
+    return out
+  past = np.asarray(history, np.float64).reshape(len(history), -1)
+  if past.shape != (look - 1, n_clusters.size):
+    raise ValueError(f"history must hold the {look - 1} earlier looks' shared questions of the {n_clusters.size} "
+                     f"pairs, got shape {past.shape}")
+  for i in np.flatnonzero(comparable):
+    seen = [j for j in range(look - 1) if past[j, i] >= min_shared]
+    out[i] = pair_nominal(design, look, pairs=pairs, tested=tuple(j + 1 for j in seen) + (look,),
+                                     info=tuple(past[j, i] for j in seen) + (float(n_clusters[i]),), final=final)
+  return out
+
+
+def shared_questions(align, questions) -> np.ndarray:
+  """[K (K - 1) / 2] the questions where both configurations of each pair (np.triu_indices order) have a defined
+  node: the pair's information, as compare_arrays counts it."""
+  align = np.asarray(align, np.float64)
+  k = align.shape[1]
+  i, j = np.triu_indices(k, 1)
+  if not align.shape[0]:
+    return np.zeros(i.size)
+  onehot = np.zeros((align.shape[0], int(np.max(questions)) + 1))
+  onehot[np.arange(align.shape[0]), np.asarray(questions, np.int64)] = 1.0
+  both = ~np.isnan(align[:, i]) & ~np.isnan(align[:, j])
+  return ((onehot.T @ both) > 0).sum(0).astype(np.float64)

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pandas as pd
 
+from opd_jax import records
 from opd_jax.estimators import gradients
 from opd_jax.estimators import stats
 from opd_jax.report import common
-from opd_jax.study import records
 
 
 def config_columns(rows: pd.DataFrame, config_id: str) -> dict:
@@ -109,7 +109,7 @@ def summarize(nodes: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, min_nod
     ci_level, min_nodes, min_questions: the arguments (so that the table is self-describing).
 
   Args:
-    nodes: the node records (schema: opd_jax.study.records), one row per (question, rollout, position, config).
+    nodes: the node records (schema: opd_jax.records), one row per (question, rollout, position, config).
     n_boot: bootstrap replicates per interval.
     seed: bootstrap seed; the same seed is used for every interval (deterministic summary).
     min_nodes, min_questions: the power rule (common.underpowered).

@@ -13,9 +13,9 @@ import re
 import numpy as np
 import pandas as pd
 
+from opd_jax import records
 from opd_jax.report.rollout import colour as _colour
 from opd_jax.report.rollout import selector_spans
-from opd_jax.study import records
 
 DEFAULT_PAGES = 20
 DEFAULT_COLOUR_BY = "kl_pq"

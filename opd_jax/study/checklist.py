@@ -15,7 +15,7 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-from opd_jax.cost import flops
+from opd_jax import flops
 from opd_jax.study import model_specs
 from opd_jax.study import planning
 from opd_jax.study import preflight
@@ -52,9 +52,7 @@ def _dtype(config) -> tuple[str, int]:
 
 def describe(config, task: Any = None) -> str:
   """The checklist of `config` (see the module docstring); `task`: the loaded task, else it is loaded here."""
-  from opd_jax.cost import estimate  # pylint: disable=g-import-not-at-top  (imports jax)
   preflight.classify_teachers(config)
-  plan = planning.plan(config)
   b, n_tok = config.budget, config.sampling.max_new_tokens
   lines, problem = [], None
   if task is None:
@@ -62,10 +60,14 @@ def describe(config, task: Any = None) -> str:
       task = preflight.load_task(config)
     except (ValueError, OSError) as e:
       lines.append(f"task:     {config.task.name}: not loaded ({str(e).splitlines()[0][:200]})")
+  plan = planning.plan(config, task)
   if task is not None:
     pool = len(task.problems)
     lines.append(f"task:     {task.name}: {pool} questions in the pool, {b.questions} studied (selection "
-                 f"{config.selection})")
+                 f"{config.selection})" if pool >= b.questions else
+                 f"task:     {task.name}: {pool} questions in the pool, fewer than config.budget.questions="
+                 f"{b.questions}: at most {pool} studied (selection {config.selection}); to study "
+                 f"{b.questions}, give a larger pool (config.task.num_problems, config.task.path)")
     problem = task.problems[0] if pool else None
     if problem is not None:
       lines.append(f"prompt:   '{clip(task.prompt(problem))}' (question 1 of {pool}; config.task.template"
@@ -76,7 +78,7 @@ def describe(config, task: Any = None) -> str:
   cfgs, limits, prompt_tokens = {}, [], None
   for who, spec in specs.items():
     try:
-      cfgs[who] = estimate.model_config(spec, config)
+      cfgs[who] = model_specs.architecture(spec, config)
       limits.append(f"{who} {cfgs[who].max_seq_len}")
     except (ValueError, OSError):
       limits.append(f"{who} unknown until loaded")

@@ -11,7 +11,7 @@ import jax
 
 from opd_jax import models
 from opd_jax import terminal
-from opd_jax.decode import sharding
+from opd_jax.models import sharding
 from opd_jax.study import nodes
 from opd_jax.study import preflight
 from opd_jax.study import spec as spec_lib

@@ -1,6 +1,6 @@
 """Model specs checked from names and file headers only, before any weights load: a preset, an HF folder, a .gguf
 file, `random:<seed>` or `flax:<module>:<factory>` (`check_model`), and a spec's decoder config where it is cheap
-(`model_config`)."""
+(`model_config`), else from the shapes of published checkpoints by name (`architecture`, `ARCHITECTURES`)."""
 from __future__ import annotations
 
 import os
@@ -10,6 +10,7 @@ from typing import Any
 
 from opd_jax import models
 from opd_jax import terminal
+from opd_jax.models import decoder
 
 
 def header(spec: str, config) -> tuple[int, Any] | None:
@@ -109,3 +110,48 @@ def model_config(spec: str, config) -> models.Config | None:
     return None
   peeked = models.checkpoints.peek(spec)
   return None if peeked is None else peeked[0]
+
+
+# Architectures of checkpoints that may be absent (HF folders named in `:paper`), by the lower-cased last path
+# component of the spec (config.json of the published checkpoints).
+_QWEN3 = dict(arch="qwen3", vocab_size=151936, n_real_ids=151669, n_kv_heads=8, head_dim=128, rope_theta=1e6,
+              qk_norm=True, norm_eps=1e-6, max_seq_len=40960)
+_QWEN25 = dict(arch="qwen2", vocab_size=151936, n_real_ids=151665, rope_theta=1e6, qkv_bias=True, norm_eps=1e-6,
+               max_seq_len=32768)
+ARCHITECTURES = {
+    "qwen3-0.6b": decoder.Config(**_QWEN3, d_model=1024, n_layers=28, n_heads=16, d_ff=3072, tie_embeddings=True),
+    "qwen3-1.7b": decoder.Config(**_QWEN3, d_model=2048, n_layers=28, n_heads=16, d_ff=6144, tie_embeddings=True),
+    "qwen3-4b": decoder.Config(**_QWEN3, d_model=2560, n_layers=36, n_heads=32, d_ff=9728, tie_embeddings=True),
+    "qwen3-8b": decoder.Config(**_QWEN3, d_model=4096, n_layers=36, n_heads=32, d_ff=12288),
+    "qwen3-32b": decoder.Config(**_QWEN3, d_model=5120, n_layers=64, n_heads=64, d_ff=25600),
+    "qwen2.5-coder-0.5b-instruct": decoder.Config(**_QWEN25, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2,
+                                                  head_dim=64, d_ff=4864),
+    "qwen2.5-coder-1.5b-instruct": decoder.Config(**_QWEN25, d_model=1536, n_layers=28, n_heads=12, n_kv_heads=2,
+                                                  head_dim=128, d_ff=8960),
+}
+
+
+def architecture(spec: str, config) -> decoder.Config:
+  """Architecture of a model spec without its weights: random:<seed> (config.random_model, as
+  `environment.load_model`), a checkpoint's header (`checkpoints.peek`), else `ARCHITECTURES` by name. The cost
+  model (opd_jax/cost/estimate.py) and the checklist's caps and memory lines read it.
+
+  Raises:
+    ValueError: a spec that is neither cheap to peek nor in ARCHITECTURES (names the known ones).
+  """
+  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top  (preflight imports this module)
+  if preflight.random_seed(spec, "model spec") is not None:
+    r = config.random_model
+    return decoder.Config(arch=r.arch, vocab_size=len(models.byte_tokenizer()), d_model=r.d_model,
+                          n_layers=r.n_layers, n_heads=r.n_heads, n_kv_heads=r.n_kv_heads, head_dim=r.head_dim,
+                          d_ff=r.d_ff, qkv_bias=r.arch == "qwen2", qk_norm=r.arch == "qwen3",
+                          max_seq_len=r.max_seq_len)
+  peeked = models.checkpoints.peek(spec)
+  if peeked is not None:
+    return peeked[0]
+  name = os.path.basename(os.path.normpath(spec)).lower()
+  if name in ARCHITECTURES:
+    return ARCHITECTURES[name]
+  raise ValueError(f"cost model: no architecture for {spec!r} (not a readable checkpoint header, and "
+                   f"{name!r} is not in opd_jax.study.model_specs.ARCHITECTURES: {sorted(ARCHITECTURES)}); add its "
+                   "shapes there")

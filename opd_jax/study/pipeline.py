@@ -2,7 +2,7 @@
 its own module, named on the right).
 
 config -> checks, plan, task and context lengths                   preflight.py, planning.py, model_specs.py
-       -> models on this process's mesh                             environment.py (`setup`); decode/sharding.py
+       -> models on this process's mesh                             environment.py (`setup`); models/sharding.py
        -> the process's share of the question pool, in fixed blocks runs.py
        -> student prompts -> base rollouts (one batch per block)    questions.py (`base_rollouts`); decode/sampling.py
        -> verifier -> question selection                            questions.py (`verify`); tasks/
@@ -12,7 +12,7 @@ config -> checks, plan, task and context lengths                   preflight.py,
        -> targeted continuations -> P_succ                          questions.py (`continuations`); targeted.py
        -> g*, g_D, alignment, teacher advantage, intervals          nodes.py
           (`nodes` table)
-       -> records (one part per question and table) and progress    records.py, runs.py
+       -> records (one part per question and table) and progress    ../records.py, runs.py
        -> every process done -> manifest, summary and report        `finish` (this module); report/
           (process 0)
 
@@ -33,16 +33,16 @@ import sys
 import jax
 from absl import logging
 
+from opd_jax import records
 from opd_jax import report
 from opd_jax import terminal
+from opd_jax.report import looks
 from opd_jax.report import verdict_text
 from opd_jax.study import checklist
 from opd_jax.study import environment
-from opd_jax.study import looks
 from opd_jax.study import model_specs
 from opd_jax.study import preflight
 from opd_jax.study import questions
-from opd_jax.study import records
 from opd_jax.study import runs
 from opd_jax.tasks import grading
 
@@ -115,7 +115,8 @@ def run(config, workdir: str, *, repair: bool = False) -> str:
   terminal.ENABLED = bool(config.logging.progress)
   workdir = pathlib.Path(workdir)
   writable = runs.check_workdir_path(workdir)
-  if (workdir / "config.json").exists():
+  unclaimed = runs.unclaimed(workdir, cfg)                 # another config's, no question recorded: taken over
+  if (workdir / "config.json").exists() and not unclaimed:
     records.check_workdir(workdir, cfg)                                  # refuse before loading anything
   pi, pc = runs.process_index(), runs.process_count()
   looks.check(config, pc)
@@ -124,6 +125,10 @@ def run(config, workdir: str, *, repair: bool = False) -> str:
       return _finished(config, workdir, pi, pc, rebuild=False)
     raise ValueError(f"--workdir={workdir} is not writable; pass a writable directory")
   with runs.workdir_lock(workdir, pi):
+    if unclaimed and runs.unclaimed(workdir, cfg):         # still so, now that this run holds the lock
+      print(f"note: --workdir={workdir} held a run of another config that recorded no question (it failed or found "
+            f"nothing informative); this run replaces its {', '.join(runs.release_claim(workdir))}", file=sys.stderr,
+            flush=True)
     if repair:
       redo = runs.forget_damaged(workdir, pi, pc)
       print(f"repair: {len(redo)} question(s) with damaged records to compute again{': ' if redo else ''}"
@@ -131,6 +136,33 @@ def run(config, workdir: str, *, repair: bool = False) -> str:
     if runs.is_complete(workdir, pc):
       return _finished(config, workdir, pi, pc, rebuild=True)
     return _run_locked(config, cfg, workdir, pi, pc)
+
+
+def check(config, workdir, *, local_mesh: bool = True):
+  """What `run` (and main's run branch) checks before any model loads, writing nothing: the dry run's checks, so
+  that a dry run refuses what the run would. The config (`preflight.validate`), the workdir (`runs.check_workdir_for`:
+  another kind of job, another config's run, damaged bookkeeping; writable or creatable; record parts that do not
+  read), the looks across processes, and `preflight.check` (the mesh, model specs, task rows, configurations,
+  context lengths), except that a model path not on this machine passes: the plan names it.
+
+  Args:
+    local_mesh: check config.mesh against this machine's devices (False: a dry run that prices another machine).
+  Returns:
+    (task, confs), as `preflight.check`.
+  Raises:
+    ValueError / OSError: what the run would raise before loading a model, in the same words.
+  """
+  cfg = config.to_dict()
+  preflight.validate(config)
+  runs.check_workdir_for(workdir, cfg, "study")
+  workdir, pc = pathlib.Path(workdir), runs.process_count()
+  looks.check(config, pc)
+  if not runs.can_create(workdir) and not (workdir.is_dir() and runs.is_complete(workdir, pc)):
+    raise ValueError(f"--workdir={workdir} " + ("is not writable" if workdir.is_dir() else "cannot be created")
+                     + "; pass a writable directory")
+  if workdir.is_dir() and not runs.unclaimed(workdir, cfg):
+    records.check_parts(workdir)
+  return preflight.check(config, absent_models_ok=True, local_mesh=local_mesh)
 
 
 def _finished(config, workdir: pathlib.Path, pi: int, pc: int, *, rebuild: bool) -> str:
@@ -157,6 +189,11 @@ def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> s
   if pi != 0:
     return ""
   selected = [q for s in states for q in s["selected"]]
+  if not selected:                    # no manifest: the same command says so again; another config takes the workdir
+    raise ValueError(f"no question of the pool ({len(env.task.problems)}) was informative (both a correct and "
+                     "an incorrect rollout); raise config.task.num_problems or config.budget.rollouts_per_question"
+                     ", or set config.selection='all' (the same --workdir takes the changed command: nothing was "
+                     "recorded)")
   work = {}
   for s in states:                                          # every process's spending, summed
     for k, v in (s.get("work") or {}).items():
@@ -166,10 +203,6 @@ def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> s
   processed = {str(q) for s in states for q in s["processed"]}    # what a new study must not see again (verdict_text)
   records.atomic_write_json(pathlib.Path(workdir) / verdict_text.SEEN,
                             [p.question for p in env.task.problems if str(p.id) in processed])
-  if not selected:
-    raise ValueError(f"no question of the pool ({len(env.task.problems)}) was informative (both a correct and "
-                     "an incorrect rollout); raise config.task.num_problems or config.budget.rollouts_per_question"
-                     ", or set config.selection='all'")
   seq = looks.report_look(env.spec.looks, states[0])
   seq["unplanned"] = looks.unplanned(workdir, selected, env.spec.looks.design.looks)    # a look nobody planned
   markdown = finish(workdir, tokenizer=env.student.tokenizer, options=config.report, seq=seq)
@@ -199,7 +232,7 @@ def run_questions(env: environment.Env, workdir: pathlib.Path, config_hash: str,
   if processed:
     print(f"resuming: {len(processed)} questions processed in earlier sessions ({len(selected)} of {quota} selected); "
           "their records are kept", file=sys.stderr, flush=True)
-  taken = list(progress.get("looks") or [])                 # the sequential design's looks (looks.py)
+  taken = list(progress.get("looks") or [])                 # the sequential design's looks (report/looks.py)
 
   def save(**kw):
     state = {"processed": processed, "selected": selected, "timings_s": timings(), "work": work()}
@@ -267,7 +300,7 @@ def write_manifest(env: environment.Env, cfg: dict, workdir: pathlib.Path, *, pr
   """<workdir>/manifest.json: schema, config hash, versions, seed, devices and mesh, models, counts, timings
   (seconds per stage), work (base rollouts and their tokens, scored tokens, continuations and their tokens, and
   the grades that timed out or failed, grades_timed_out and grades_errored (opd_jax/tasks/grading.py), over
-  every session and process of the run), the sequential design's looks taken (`looks.py`; absent for the fixed
+  every session and process of the run), the sequential design's looks taken (`report/looks.py`; absent for the fixed
   design), the policies, the candidate-set rule (`nodes.candidate_rule`: a configuration's alignment is defined on
   its study's C(u)) and the schema's column docs (records.describe_schema)."""
   devices = jax.devices()

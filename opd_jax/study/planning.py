@@ -8,7 +8,7 @@ import dataclasses
 
 from opd_jax import models
 from opd_jax.decode import stops
-from opd_jax.study import looks
+from opd_jax.report import looks
 from opd_jax.study import preflight
 from opd_jax.teachers import contexts
 from opd_jax.teachers import cross_view
@@ -90,13 +90,18 @@ def cold_seconds(spec: str, dtype) -> float:
   return 2 * HEADER_S + COLD_S_PER_GB * preset.size / 1e9
 
 
-def plan(config) -> Plan:
-  """The work a config asks for, printed by `--dry_run` and before a run (no model or data loaded)."""
+def plan(config, task=None) -> Plan:
+  """The work a config asks for, printed by `--dry_run` and before a run (no model loaded).
+
+  Args:
+    task: the study's task when loaded: a pool smaller than config.budget.questions bounds the questions, and the
+      answer stop (budget.stop_at_answer) saves work only on a task with an answer tag (`Task.answer_span`).
+  """
   preflight.validate(config)
   b, n_tok = config.budget, config.sampling.max_new_tokens
   confs = [contexts.parse(k, v) for k, v in config.configurations.items()]
   views = {c.scoring_key for c in confs}                 # (teacher, context) pairs: one scoring pass each
-  q = b.questions
+  q = b.questions if task is None else min(b.questions, len(task.problems))
   rollouts = -(-q // b.question_batch) * b.question_batch * b.rollouts_per_question   # whole decode batches
   scored = q * (b.rollouts_per_question if config.scoring.all_rollouts else b.node_rollouts_per_question)
   nodes = q * b.node_rollouts_per_question * (n_tok if b.node_strategy == "all" else b.nodes_per_rollout)
@@ -113,11 +118,12 @@ def plan(config) -> Plan:
   fixed = sum(LOAD_S[kind(m)] for m in specs) + 3 * COMPILE_S[kind(config.student.name)] + cold
   strings = len(cross) * (scored * n_tok + nodes * cand)          # every position's token, every candidate
   return Plan(q, rollouts, scored, len(views), nodes, cand, cont, gen, scored_tokens, secs, fixed, cold,
-              len(cross), strings, _design_lines(config, nodes * cand))
+              len(cross), strings, _design_lines(config, nodes * cand, task))
 
 
-def _design_lines(config, slots: int) -> tuple[str, ...]:
-  """What the work-saving designs of issue 33 expect to spend, beside the fixed design's bound (Plan.design)."""
+def _design_lines(config, slots: int, task=None) -> tuple[str, ...]:
+  """What the work-saving designs of issue 33 expect to spend, beside the fixed design's bound (Plan.design); the
+  answer stop's saving only where the task (when known) has an answer tag."""
   b, out = config.budget, []
   how = preflight.allocation(config)
   if how != "uniform":
@@ -125,7 +131,10 @@ def _design_lines(config, slots: int) -> tuple[str, ...]:
                "(the fixed "
                f"design's R = {b.continuations_per_candidate}: <= {slots * b.continuations_per_candidate} "
                "continuations)")
-  if b.get("stop_at_answer", False):
+  if b.get("stop_at_answer", False) and task is not None and task.answer_span is None:
+    out.append(f"config.budget.stop_at_answer saves nothing here: task {task.name!r} has no answer tag to stop at "
+               "(continuations run to their stop token or the cap)")
+  elif b.get("stop_at_answer", False):
     out.append(f"continuations stop where their answer tag closes: {stops.MEASURED_SAVING:.1%} of continuation "
                "tokens saved on the default study (measured; the estimate above does not count it)")
   if looks.is_sequential(config):

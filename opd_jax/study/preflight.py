@@ -14,15 +14,15 @@ import pathlib
 from typing import Mapping
 
 from opd_jax import models
+from opd_jax import records
 from opd_jax import tasks
 from opd_jax import terminal
 from opd_jax.decode import sampling
-from opd_jax.decode import sharding
+from opd_jax.models import sharding
 from opd_jax.report import common
+from opd_jax.report import looks
 from opd_jax.report import sequential
-from opd_jax.study import looks
 from opd_jax.study import model_specs
-from opd_jax.study import records
 from opd_jax.study import targeted
 from opd_jax.teachers import contexts
 from opd_jax.teachers import cross_tree
@@ -346,9 +346,27 @@ def teacher_policy(config) -> sampling.SamplingParams:
 # ----------------------------------------------------------------------------------------------------------
 # The task and the context lengths.
 
-def load_task(config):
+def solution_needed_by(config, fields: Mapping[str, str] | None = None) -> str:
+  """The configurations whose context shows a reference solution, for a loader's error on a row without one
+  ("config.configurations['solution']", "... and 2 more configurations"); "" when none does (or a spec does not
+  parse: `contexts.parse_all` says why). `fields`: as `check`'s."""
+  needing = []
+  for cid, spec in sorted(config.configurations.items()):
+    try:
+      if contexts.get(contexts.parse(cid, spec).context).needs_solution:
+        needing.append((fields or {}).get(cid, f"config.configurations[{cid!r}]"))
+    except ValueError:
+      continue
+  if len(needing) > 1:
+    return f"{needing[0]} and {len(needing) - 1} more configuration{'s' if len(needing) > 2 else ''}"
+  return needing[0] if needing else ""
+
+
+def load_task(config, fields: Mapping[str, str] | None = None):
   """The study's task; gold answers that do not grade against themselves are refused (or skipped with a
-  warning when config.task.skip_bad_answers: `tasks.check_answers`).
+  warning when config.task.skip_bad_answers: `tasks.check_answers`). A data file (gsm8k, jsonl:<grader>) is
+  checked row by row: its bad rows, those without the reference solution a configuration needs and those whose
+  gold answer does not grade among them, are named by line in one error (`tasks.files.load_jsonl`).
 
   Raises:
     ValueError / FileNotFoundError: the task's own errors, naming the config.task field where it is known: an
@@ -357,10 +375,14 @@ def load_task(config):
   """
   t = config.task
   n = t.num_problems
+  skip = bool(t.get("skip_bad_answers", False))
+  source = tasks.REGISTRY.get(t.name.partition(":")[0]) if isinstance(t.name, str) else None
+  options = {"bad_answers": "skip" if skip else "refuse", "solution_needed_by": solution_needed_by(config, fields)}
+  options = {k: v for k, v in options.items() if source is not None and k in source.options}
   try:
     task = tasks.load_task(t.name, path=t.path or None, split=t.split, num_problems=n or None,
                            seed=config.seed, data_dir=t.data_dir or None, download=t.download,
-                           template=t.template or None)
+                           template=t.template or None, **options)
   except tasks.EmptyTaskError as e:
     field = "config.task.path" if t.path else "config.task.data_dir" if t.data_dir else "config.task.name"
     raise ValueError(f"{field}: {e.source} is empty: it holds no problems, so config.task.num_problems={n}"
@@ -375,7 +397,8 @@ def load_task(config):
     if text.startswith(("unknown task", "unknown reasoning-gym dataset")):
       raise ValueError(f"config.task.name: {text}") from None
     raise
-  task = tasks.check_answers(task, skip=bool(t.get("skip_bad_answers", False)))
+  if "bad_answers" not in options:                        # else the loader checked them, by line
+    task = tasks.check_answers(task, skip=skip)
   if not task.problems:
     raise ValueError(f"config.task.num_problems={n}{' (all)' if not n else ''}: task {task.name!r} has no problems "
                      "to study; check config.task.name and its data (config.task.path, split)")
@@ -454,13 +477,20 @@ def classify_teachers(config) -> None:
       pass
 
 
+def absent(spec: str) -> bool:
+  """A model spec that names a path (a folder or a .gguf file) not on this machine, e.g. :paper's /data/Qwen3."""
+  return (os.sep in spec or spec.endswith(".gguf")) and not pathlib.Path(spec).expanduser().exists()
+
+
 _handoff: dict[str, tuple] = {}     # config JSON -> (task, confs) of a check made for a run about to start
 
 
-def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = False, cross_ok: bool = True):
-  """Everything checkable before any model loads (seconds): config, model specs (`model_specs.check_model`), task and
-  gold answers, configurations against the task, and the context lengths from the checkpoints' headers where they
-  are cheap to read (`models.checkpoints.peek`; otherwise `environment.setup` checks them after the load).
+def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = False, cross_ok: bool = True,
+          absent_models_ok: bool = False, local_mesh: bool = True):
+  """Everything checkable before any model loads (seconds): config, the mesh (`mesh`), model specs
+  (`model_specs.check_model`), task and gold answers, configurations against the task, and the context lengths from
+  the checkpoints' headers where they are cheap to read (`models.checkpoints.peek`; otherwise `environment.setup`
+  checks them after the load).
 
   Args:
     fields: config id -> the config field that names the configuration in errors (default
@@ -468,6 +498,9 @@ def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = F
     cross_ok: a teacher of another tokenizer may read text (the study); False: refused (the trainer).
     hand_off: keep the result for the next check of an equal config, which returns it without redoing the work
       (once): `check_train`'s, for the trainer's own `environment.setup`.
+    absent_models_ok: a model path that is not on this machine passes (the dry run, which says so:
+      `checklist.describe`); a run refuses it.
+    local_mesh: check config.mesh against this process's devices (False: a dry run that prices another machine).
   Returns:
     (task, confs).
   """
@@ -475,10 +508,13 @@ def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = F
   if key in _handoff:
     return _handoff.pop(key)
   validate(config)
+  if local_mesh:
+    mesh(config)
   for field, spec in _model_specs(config, fields).items():
     random_seed(spec, field)
-    model_specs.check_model(spec, field)
-  task = load_task(config)
+    if not (absent_models_ok and absent(spec)):
+      model_specs.check_model(spec, field)
+  task = load_task(config, fields)
   confs = contexts.parse_all(dict(config.configurations), has_solutions=task.has_solutions, task_name=task.name,
                              fields=fields)
   specs = {contexts.SELF: config.student.name}

@@ -14,12 +14,12 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from opd_jax import records
 from opd_jax import terminal
 from opd_jax.decode import sampling
 from opd_jax.decode import scoring
 from opd_jax.study import environment
 from opd_jax.study import nodes
-from opd_jax.study import records
 from opd_jax.study import targeted
 from opd_jax.teachers import contexts
 from opd_jax.teachers import cross_view

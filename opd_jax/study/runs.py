@@ -2,7 +2,7 @@
 
 Across processes (jax.distributed, one process per host: TPU pods, multi-GPU nodes), nothing is shared but
 the workdir, which must be on a filesystem every host sees (NFS, gcsfuse): `split_questions` deals the
-question pool round-robin by pool index, each process runs its questions on its own local mesh (sharding.py)
+question pool round-robin by pool index, each process runs its questions on its own local mesh (models/sharding.py)
 and writes its own record parts and `progress.<i>-of-<n>.json` (`progress.json` with one process: the commit
 point of resume, written after the question's parts); every process marks itself done, `wait_for_processes`
 waits until all are, and then process 0 alone builds the summary from all parts. No collective crosses
@@ -25,7 +25,7 @@ import jax
 from absl import logging
 from jax.sharding import Mesh
 
-from opd_jax.study import records
+from opd_jax import records
 
 # ----------------------------------------------------------------------------------------------------------
 # Processes: question split and quotas.
@@ -180,7 +180,7 @@ def check_workdir_path(workdir: pathlib.Path) -> bool:
     workdir.mkdir(parents=True, exist_ok=True)
   except OSError as e:
     raise ValueError(f"--workdir={workdir} cannot be created ({e.strerror}); pass a writable directory") from None
-  check_json_files(workdir)
+  records.check_json_files(workdir)
   _check_study_config(workdir)
   return os.access(workdir, os.W_OK | os.X_OK)
 
@@ -194,36 +194,6 @@ _STUDY_FILES = ("records", "progress.json", "manifest.json")
 RESUMABLE_FIELDS = {"study": (), "train": ("train.steps", "train.export"), "lookahead": ()}
 
 
-def _json_object(path: pathlib.Path, fix: str) -> dict:
-  try:
-    value = json.loads(path.read_text())
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); {fix}") from None
-  except UnicodeDecodeError:
-    raise ValueError(f"{path}: not valid JSON (not UTF-8 text); {fix}") from None
-  if not isinstance(value, dict):
-    raise ValueError(f"{path}: not a JSON object (a {type(value).__name__}); {fix}")
-  return value
-
-
-def check_json_files(workdir) -> None:
-  """Refuse a workdir whose bookkeeping JSON is damaged, naming the file (json's own error names none):
-  config.json, manifest.json and the progress files.
-
-  Raises:
-    ValueError: naming the file, the position and the fix.
-  """
-  workdir = pathlib.Path(workdir)
-  fixes = {"config.json": "it records the run's config: restore it, or pass a new --workdir",
-           "manifest.json": "it is rewritten when the run finishes: delete it and rerun the same command",
-           "progress": "it records which questions are done: restore it, or pass a new --workdir"}
-  paths = [workdir / "config.json", workdir / "manifest.json", workdir / "progress.json",
-           *sorted(workdir.glob("progress.*-of-*.json"))]
-  for path in paths:
-    if path.is_file():
-      _json_object(path, fixes.get(path.name, fixes["progress"]))
-
-
 def workdir_jobs(workdir) -> set[str]:
   """The kinds of job whose outputs `workdir` holds ("study", "train", "lookahead"; empty when none)."""
   workdir = pathlib.Path(workdir)
@@ -231,7 +201,7 @@ def workdir_jobs(workdir) -> set[str]:
   if any((workdir / f).exists() for f in _STUDY_FILES) or any(workdir.glob("progress.*-of-*.json")):
     found.add("study")
   if (workdir / "config.json").is_file():
-    found.add(_json_object(workdir / "config.json", "restore it, or pass a new --workdir").get("job", "study"))
+    found.add(records.json_object(workdir / "config.json", "restore it, or pass a new --workdir").get("job", "study"))
   return found
 
 
@@ -245,9 +215,10 @@ def _check_study_config(workdir: pathlib.Path) -> None:
 
 def check_workdir_for(workdir, config_dict: dict, job: str) -> None:
   """Refuse, before anything loads or is written, a workdir that cannot hold this run: outputs of another kind
-  of job (a workdir holds one: `workdir_jobs`), damaged JSON (`check_json_files`), a study's outputs without
+  of job (a workdir holds one: `workdir_jobs`), damaged JSON (`records.check_json_files`), a study's outputs without
   config.json, or config.json of another config (naming the fields that differ, with both values; the fields of
-  RESUMABLE_FIELDS[job] and records.VOLATILE_FIELDS may change). A missing or empty workdir passes.
+  RESUMABLE_FIELDS[job] and records.VOLATILE_FIELDS may change) unless that study recorded no question
+  (`unclaimed`: this run takes it over). A missing or empty workdir passes. Writes nothing.
 
   Raises:
     ValueError: naming the workdir, what it holds and the fix.
@@ -257,7 +228,7 @@ def check_workdir_for(workdir, config_dict: dict, job: str) -> None:
     raise ValueError(f"--workdir={workdir} is a file, not a directory; pass a directory (it is created if missing)")
   if not workdir.is_dir():
     return
-  check_json_files(workdir)
+  records.check_json_files(workdir)
   other = sorted(workdir_jobs(workdir) - {job})
   if other:
     raise ValueError(f"--workdir={workdir} holds a {other[0]} run and this is a {job} run (config.job="
@@ -269,13 +240,48 @@ def check_workdir_for(workdir, config_dict: dict, job: str) -> None:
     old = json.loads(path.read_text())
     ignore = tuple(records.VOLATILE_FIELDS) + RESUMABLE_FIELDS.get(job, ())
     changed = records.config_difference(old, config_dict, ignore)
-    if changed:
+    if changed and not (job == "study" and unclaimed(workdir, config_dict)):
       flat = lambda d, f: functools.reduce(
           lambda x, k: x.get(k, records.MISSING) if isinstance(x, dict) else records.MISSING, f.split("."), d)
       shown = [f"config.{f}: {_short(flat(old, f))} -> {_short(flat(config_dict, f))}" for f in changed[:4]]
       more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
       raise ValueError(f"--workdir={workdir} holds a run of a different config (fields differ: {'; '.join(shown)}"
                        f"{more}); pass another --workdir, or rerun with the same config to resume")
+
+
+def unclaimed(workdir, config_dict: dict) -> bool:
+  """A study workdir that another config (config.json) claimed without recording any question and without
+  finishing (a run that failed, was stopped, or found no question informative, before any record part was
+  written; no manifest): nothing of it is lost when this config takes it over (`release_claim`), so the command
+  that fixes what that run's error named runs in the same workdir. One process only (another process of a run may
+  be writing its claim)."""
+  workdir = pathlib.Path(workdir)
+  path = workdir / "config.json"
+  if (not path.is_file() or (workdir / "manifest.json").exists() or process_count() != 1
+      or any(records.part_files(workdir, t) for t in records.TABLES)):
+    return False
+  return records.config_hash(records.json_object(path, "restore it, or pass a new --workdir")) != records.config_hash(
+      config_dict)
+
+
+def release_claim(workdir) -> list[str]:
+  """Remove an unclaimed workdir's claim (`unclaimed`): its config.json and progress files (the log and anything
+  else stay). Call holding the lock. Returns the names removed."""
+  workdir = pathlib.Path(workdir)
+  paths = [workdir / "config.json", workdir / "progress.json", *sorted(workdir.glob("progress.*-of-*.json"))]
+  removed = [p.name for p in paths if p.is_file()]
+  for name in removed:
+    (workdir / name).unlink()
+  return removed
+
+
+def can_create(workdir) -> bool:
+  """Whether `workdir` exists as a writable folder or could be created, checked without writing anything (the
+  dry run's `check_workdir_path`): its nearest existing folder is a writable folder."""
+  d = pathlib.Path(workdir).absolute()
+  while not d.exists() and d != d.parent:
+    d = d.parent
+  return d.is_dir() and os.access(d, os.W_OK | os.X_OK)
 
 
 def _short(value, width: int = 40) -> str:

@@ -14,7 +14,7 @@ import types
 from typing import Mapping
 
 from opd_jax.decode import sampling
-from opd_jax.study import looks as looks_lib
+from opd_jax.report import looks as looks_lib
 from opd_jax.study import preflight
 
 

@@ -1,6 +1,6 @@
 """Tasks: problems + prompt template + answer extraction + verifier, reward in {0, 1} (paper.md, "Objects").
 
-  task = tasks.load_task("gsm8k", path="../shared/data/gsm8k_test.jsonl", num_problems=20)
+  task = tasks.load_task("gsm8k", path="test.jsonl", num_problems=20)   # openai/grade-school-math's test split
   task.prompt(task.problems[0])                    # user message (no chat template)
   task.reward(task.problems[0], "... #### 18")     # 1.0 or 0.0
 
@@ -52,16 +52,19 @@ def register(source: Source) -> Source:
   return source
 
 
-def _files(rest, *, path, split, num_problems, template, data_dir, name, **_):
+def _files(rest, *, path, split, num_problems, template, data_dir, name, bad_answers="keep", **_):
   from opd_jax.tasks import files  # pylint: disable=g-import-not-at-top
-  load = files.load_gsm8k if name == "gsm8k" else files.load_math500
-  return load(path=path, data_dir=data_dir, split=split, num_problems=num_problems,
-              **({} if template is None else {"template": template}))
+  if name == "gsm8k":
+    return files.load_gsm8k(path=path, data_dir=data_dir, split=split, num_problems=num_problems,
+                            bad_answers=bad_answers, **({} if template is None else {"template": template}))
+  return files.load_math500(path=path, data_dir=data_dir, split=split, num_problems=num_problems,
+                            **({} if template is None else {"template": template}))
 
 
-def _jsonl(rest, *, path, split, num_problems, template, **_):
+def _jsonl(rest, *, path, split, num_problems, template, solution_needed_by="", bad_answers="keep", **_):
   from opd_jax.tasks import files  # pylint: disable=g-import-not-at-top
-  return files.load_jsonl(rest, path=path, split=split, num_problems=num_problems, template=template)
+  return files.load_jsonl(rest, path=path, split=split, num_problems=num_problems, template=template,
+                          solution_needed_by=solution_needed_by, bad_answers=bad_answers)
 
 
 def _reasoning_gym(rest, *, num_problems, seed, template, config=None, **_):
@@ -91,11 +94,11 @@ def _synthetic(rest, *, num_problems, seed, template, **_):
 
 
 register(Source(name="gsm8k", load=lambda rest, **kw: _files(rest, name="gsm8k", **kw), example="gsm8k",
-                examples=("gsm8k",)))
+                options=("bad_answers",), examples=("gsm8k",)))
 register(Source(name="math500", load=lambda rest, **kw: _files(rest, name="math500", **kw), example="math500",
                 examples=("math500",)))
 register(Source(name="jsonl", load=_jsonl, example="jsonl:<numeric|math>", needs_rest=True,
-                examples=("jsonl:numeric", "jsonl:math")))
+                options=("solution_needed_by", "bad_answers"), examples=("jsonl:numeric", "jsonl:math")))
 register(Source(name="reasoning_gym", load=_reasoning_gym, example="reasoning_gym:<dataset>", needs_rest=True,
                 options=("config",), examples=("reasoning_gym:gsm_symbolic", "reasoning_gym:basic_arithmetic",
                                                "reasoning_gym:chain_sum")))
@@ -129,7 +132,9 @@ def load_task(name: str, *, path=None, split: str = "test", num_problems: int | 
     download: tfds only: download and prepare when not prepared. Never downloads otherwise.
     template: the user message with "{question}" (default: per task, stating the answer format).
     **kw: the source's `options`: reasoning_gym: `config` (dict of dataset config fields); tfds: question_field,
-      answer_field, solution_field, answer_marker, grader (see opd_jax.tasks.tfds_source.load).
+      answer_field, solution_field, answer_marker, grader (see opd_jax.tasks.tfds_source.load); gsm8k:
+      bad_answers, jsonl: solution_needed_by and bad_answers (every bad line of the file in one error: see
+      opd_jax.tasks.files.load_jsonl).
   Returns:
     A Task.
   Raises:

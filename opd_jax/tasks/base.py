@@ -113,14 +113,7 @@ def check_answers(task: Task, *, skip: bool = False) -> Task:
   Raises:
     ValueError: naming the first bad problems and their answers, unless skip.
   """
-  bad = []
-  for p in task.problems:
-    try:
-      ok = bool(p.answer.strip()) and task.grader(p, p.answer)
-    except Exception:  # pylint: disable=broad-except  (a grader that cannot parse the gold: same verdict)
-      ok = False
-    if not ok:
-      bad.append(p)
+  bad = [p for p in task.problems if not grades_itself(p, task.grader)]
   if not bad:
     return task
   shown = ", ".join(f"{p.id} ({p.answer!r})" for p in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
@@ -132,6 +125,15 @@ def check_answers(task: Task, *, skip: bool = False) -> Task:
                   "%s", task.name, len(bad), len(task.problems), shown)
   bad_ids = {p.id for p in bad}
   return dataclasses.replace(task, problems=[p for p in task.problems if p.id not in bad_ids])
+
+
+def grades_itself(problem: Problem, grader: Callable[[Problem, str], bool]) -> bool:
+  """Whether `problem`'s gold answer is not empty and `grader` credits it against itself (`check_answers`'s rule; a
+  grader that raises on it: False)."""
+  try:
+    return bool(problem.answer.strip()) and bool(grader(problem, problem.answer))
+  except Exception:  # pylint: disable=broad-except  (a grader that cannot parse the gold: same verdict)
+    return False
 
 
 def check_template(template: str) -> str:

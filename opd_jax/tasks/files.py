@@ -11,14 +11,17 @@ Gold answers are read from the file's literal text, exactly (issue 49, item 1): 
 plain decimals: `_gold`); a key repeated in one object, NaN or Infinity, and bytes that are not UTF-8 are refused
 with the file and the line; and under the math grader a gold answer that is one number as people write it must be
 read by math-verify as that number (`check_math_gold`: `1e-05` is e - 5 to math-verify unless rewritten, `1 000`
-is 0), else the file is refused at load, naming the line and the fix. Each error is one ValueError line naming
-the file, the line and what to write instead.
+is 0), else the file is refused at load, naming the line and the fix. A JSONL file is read once and every bad
+line is named in one ValueError line (`refuse_lines`: the file, each line and what is wrong, then what to write
+instead), with what the study needs of each row (issue 50, item 5: a solution, a gold answer that grades).
 """
 import decimal
 import fractions
 import json
 import pathlib
 import re
+
+from absl import logging
 
 from opd_jax.tasks import answers
 from opd_jax.tasks import base
@@ -29,20 +32,20 @@ GSM8K_TEMPLATE = ("{question}\nSolve it step by step, then write the final answe
                   "e.g. '#### 42'.")
 MATH_TEMPLATE = "{question}\nSolve it step by step, then put the final answer within \\boxed{}."
 
-GSM8K_SOURCE = ("https://github.com/openai/grade-school-math (grade_school_math/data/test.jsonl, train.jsonl); "
-                "this project's tests use ../shared/data/gsm8k_test.jsonl")
+GSM8K_SOURCE = "https://github.com/openai/grade-school-math (grade_school_math/data/test.jsonl, train.jsonl; MIT)"
 MATH500_SOURCE = ("https://github.com/openai/prm800k (prm800k/math_splits/test.jsonl, the 500-problem subset of "
-                  "MATH, as a JSON list); this project's tests use ../shared/data/math500_test.json")
+                  "MATH, saved as one JSON list)")
 
 
 def _resolve(task: str, path, data_dir, default_name: str, source: str) -> pathlib.Path:
   """The file to read: `path`, else `data_dir/default_name`; clear errors when neither exists."""
+  how = (f"download it from {source}, then pass path=<file> (--config.task.path) or data_dir=<folder holding "
+         f"{default_name}> (--config.task.data_dir)")
   if path is None and data_dir is None:
-    raise ValueError(f"task {task!r} reads a local file: pass path=... (or data_dir=... holding {default_name}); "
-                     f"get it from {source}")
+    raise ValueError(f"task {task!r} reads a local file, and none was given: {how}")
   resolved = pathlib.Path(path) if path is not None else pathlib.Path(data_dir) / default_name
   if not resolved.is_file():
-    raise FileNotFoundError(f"task {task!r}: file {str(resolved)!r} not found; get it from {source}")
+    raise FileNotFoundError(f"task {task!r}: file {str(resolved)!r} not found; {how}")
   return resolved
 
 
@@ -84,23 +87,89 @@ def _decoded(data: bytes, file: pathlib.Path, first_line: int = 1) -> str:
                      f"{e.reason}); save the file as UTF-8") from None
 
 
-def _json_lines(file: pathlib.Path, expected: str):
-  """(row, line number, object) of each non-blank line of a JSONL file (row: 0-based among those lines).
+def _json_lines(file: pathlib.Path) -> tuple[list, list]:
+  """Every non-blank line of a JSONL file, read once.
 
-  Raises:
-    ValueError: a line that is not UTF-8 or not valid JSON, repeats a key in one object or holds NaN / Infinity,
-      naming the file, the line and `expected`.
+  Returns:
+    (rows, bad): rows = (row, line number, object) of each line that reads (row: 0-based among the non-blank
+    lines, bad ones included, so a fix does not renumber the rest); bad = (line number, what is wrong) of each line
+    that is not UTF-8 or not valid JSON, repeats a key in one object or holds NaN / Infinity, for `refuse_lines`.
   """
   with open(file, "rb") as f:
-    raw = [(i, _decoded(l, file, i)) for i, l in enumerate(f, 1)]
-  for row, (lineno, line) in enumerate((i, l) for i, l in raw if l.strip()):
+    data = list(enumerate(f, 1))
+  rows, bad, row = [], [], -1
+  for lineno, raw in data:
     try:
-      yield row, lineno, _loads(line)
+      text = _decoded(raw, file, lineno)
+    except ValueError as e:                 # not UTF-8: the message names the line and the byte
+      row += 1
+      bad.append((lineno, str(e).removeprefix(f"{file}: ")))
+      continue
+    if not text.strip():
+      continue
+    row += 1
+    try:
+      rows.append((row, lineno, _loads(text)))
     except json.JSONDecodeError as e:
-      raise ValueError(f"{file}: line {lineno} is not valid JSON ({e.msg}); expected {expected}") from None
-    except (_Refused, ValueError) as e:        # ValueError: an integer of more digits than Python converts
-      raise ValueError(f"{file}: line {lineno} {e}" if isinstance(e, _Refused) else
-                       f"{file}: line {lineno}: {e}; write the number as a string") from None
+      bad.append((lineno, f"line {lineno} is not valid JSON ({e.msg})"))
+    except _Refused as e:
+      bad.append((lineno, f"line {lineno} {e}"))
+    except ValueError as e:                 # an integer of more digits than Python converts
+      bad.append((lineno, f"line {lineno}: {e}; write the number as a string"))
+  return rows, bad
+
+
+MAX_LINES_SHOWN = 10      # bad lines one error names; the rest are counted
+
+
+def refuse_lines(file, bad: list[tuple[int, str]], fixes=(), *, rows: int = 0, num_problems: int | None = None) -> None:
+  """Raises one ValueError naming every bad line of `file` in line order (`MAX_LINES_SHOWN`, then a count), then
+  each of `fixes` once, then a `num_problems` larger than the file's `rows` (`base.limit` would refuse it next):
+  "data.jsonl: line 3: ...; line 5: ...; <fix>". Returns when `bad` is empty."""
+  if not bad:
+    return
+  if num_problems and num_problems > rows:
+    fixes = [*fixes, f"and num_problems={num_problems} (config.task.num_problems) asks for more than its {rows} "
+             "rows: lower it, or set it to 0 for all"]
+  texts = [text for _, text in sorted(bad, key=lambda b: b[0])]
+  more = len(texts) - MAX_LINES_SHOWN
+  texts = texts[:MAX_LINES_SHOWN] + ([f"and {more} more bad lines"] if more > 0 else [])
+  raise ValueError("; ".join([f"{file}: {texts[0]}", *texts[1:], *dict.fromkeys(f for f in fixes if f)]))
+
+
+BAD_ANSWERS = ("keep", "refuse", "skip")
+
+
+def _check_golds(task_name: str, file, problems: list, lines: dict, grade, bad_answers: str, numeric: bool,
+                 bad: list) -> tuple[list, list[str]]:
+  """The gold answers of `problems` graded against themselves (`base.check_answers`'s rule), by line.
+
+  Args:
+    lines: problem id -> its line number.
+    bad_answers: "keep" (unchecked: `base.check_answers` may refuse them later), "refuse" (each one added to `bad`)
+      or "skip" (dropped with one warning naming their lines).
+    bad: the file's bad lines so far, appended to.
+  Returns:
+    (the problems kept, the fixes to name once in the error).
+  """
+  if bad_answers not in BAD_ANSWERS:
+    raise ValueError(f"bad_answers must be one of {BAD_ANSWERS}, got {bad_answers!r}")
+  if bad_answers == "keep":
+    return problems, []
+  wrong = [p for p in problems if not base.grades_itself(p, grade)]
+  if not wrong:
+    return problems, []
+  what = "is not a number" if numeric else "does not grade as correct against itself (math-verify)"
+  if bad_answers == "skip":
+    logging.warning("task %r: skipping %d of %d problems of %s whose gold answer %s: lines %s", task_name,
+                    len(wrong), len(problems), file, what, ", ".join(str(lines[p.id]) for p in wrong))
+    dropped = {p.id for p in wrong}
+    return [p for p in problems if p.id not in dropped], []
+  bad += [(lines[p.id], f"line {lines[p.id]}: answer {p.answer!r} {what}") for p in wrong]
+  rule = ("the numeric grader reads one number per answer, e.g. 42, -3.5 or 1,000" if numeric else
+          "the math grader reads answers with math-verify")
+  return problems, [f"{len(wrong)} of {len(problems)} gold answers do not grade as correct against themselves "
+                    f"({rule}): fix those lines, or set config.task.skip_bad_answers=True to skip them"]
 
 
 _PLAIN = re.compile(r"-?\d+(?:\.\d+)?")
@@ -164,36 +233,52 @@ def check_math_gold(gold: str, where: str) -> list | None:
 
 
 def load_gsm8k(*, path=None, data_dir=None, split: str = "test", num_problems: int | None = None,
-               template: str = GSM8K_TEMPLATE) -> base.Task:
+               template: str = GSM8K_TEMPLATE, bad_answers: str = "keep") -> base.Task:
   """GSM8K from a JSONL file: gold = the text after the last `#### `, solution = the text before it.
+
+  Every line is checked before any is used, and every bad one is named in one error (`refuse_lines`).
 
   Args:
     path: the JSONL file; default `data_dir/gsm8k_<split>.jsonl`.
     data_dir: folder holding `gsm8k_<split>.jsonl` when `path` is None.
-    split: names the ids ("gsm8k-<split>-<row:05d>", row = 0-based line index) and the default file.
+    split: names the ids ("gsm8k-<split>-<row:05d>", row = 0-based index among the non-blank lines) and the
+      default file.
     num_problems: the first n rows in file order (None: all).
     template: the user message, with `{question}`.
+    bad_answers: a gold answer that is not a number: "keep" (for `base.check_answers`), "refuse" (named with its
+      line among the bad lines) or "skip" (dropped, with a warning naming the lines); a study passes "refuse" or
+      "skip" (config.task.skip_bad_answers).
   Returns:
     A Task graded by `answers.extract_number` / `answers.numbers_equal` (exact decimal equality).
+  Raises:
+    ValueError: naming every line that is not UTF-8, not a JSON object, without a 'question' or a '#### <answer>'
+      (or with a gold answer that is not a number, under bad_answers="refuse").
   """
   file = _resolve("gsm8k", path, data_dir, f"gsm8k_{split}.jsonl", GSM8K_SOURCE)
-  problems = []
-  for row, lineno, record in _json_lines(file, "one GSM8K object per line"):
+  rows, bad = _json_lines(file)
+  n_rows, problems, lines = len(rows) + len(bad), [], {}
+  for row, lineno, record in rows:
     if not isinstance(record, dict):
-      raise ValueError(f"{file}: line {lineno} is a JSON {type(record).__name__}, not an object; expected "
-                       "GSM8K rows {\"question\": ..., \"answer\": \"... #### <number>\"}")
+      bad.append((lineno, f"line {lineno} is a JSON {type(record).__name__}, not an object"))
+      continue
     text = record.get("answer", "")
     if not isinstance(text, str) or isinstance(text, _Literal):
       text = ""
-    if "####" not in text or "question" not in record:
-      raise ValueError(f"{file}: row {row} has no 'question' or no '#### <answer>' in its 'answer' field; "
-                       "expected GSM8K JSONL rows")
+    if "question" not in record or "####" not in text:
+      missing = "'question'" if "question" not in record else "'#### <answer>' in its 'answer'"
+      bad.append((lineno, f"line {lineno}: no {missing}"))
+      continue
     solution, gold = text.rsplit("####", 1)
     problems.append(base.Problem(id=base.safe_id("gsm8k", split, f"{row:05d}"), question=record["question"],
                                  answer=gold.strip(), solution=solution.rstrip(), fields={"row": row}))
+    lines[problems[-1].id] = lineno
+  shape = "expected GSM8K rows {\"question\": ..., \"answer\": \"... #### <number>\"}" if bad else ""
+  grade = lambda p, a: answers.numbers_equal(p.answer, a)
+  problems, fixes = _check_golds("gsm8k", file, problems, lines, grade, bad_answers, True, bad)
+  refuse_lines(file, bad, [shape, *fixes], rows=n_rows, num_problems=num_problems)
   problems = base.limit(problems, num_problems, str(file))
   return base.Task(name="gsm8k", problems=problems, template=base.check_template(template),
-                   extractor=answers.extract_number, grader=lambda p, a: answers.numbers_equal(p.answer, a))
+                   extractor=answers.extract_number, grader=grade)
 
 
 def load_math500(*, path=None, data_dir=None, split: str = "test", num_problems: int | None = None,
@@ -286,8 +371,12 @@ def grading(grader: str, where: str) -> tuple:
 
 
 def load_jsonl(grader: str, *, path=None, split: str = "test", num_problems: int | None = None,
-               template: str | None = None) -> base.Task:
+               template: str | None = None, solution_needed_by: str = "", bad_answers: str = "keep") -> base.Task:
   """A task from a JSONL file of questions and answers (`JSONL_SCHEMA`), graded by `grader` (`GRADERS`).
+
+  Every line is checked before any is used, and every bad one is named in one error with what is wrong
+  (`refuse_lines`): "data.jsonl: line 3: no 'solution' (needed on every line by config.configurations['solution']);
+  line 5: answer 'abc' is not a number; ...".
 
   Args:
     grader: "numeric" or "math" (`grading`); the task's name is `jsonl:<grader>`.
@@ -295,10 +384,17 @@ def load_jsonl(grader: str, *, path=None, split: str = "test", num_problems: int
     split: names nothing but the default ids' prefix (kept for the loader's common signature).
     num_problems: the first n rows in file order (None: all).
     template: the user message with `{question}`; default: gsm8k's (numeric) or math500's (math).
+    solution_needed_by: who needs a reference solution on every line (e.g. "config.configurations['solution']",
+      a configuration whose context shows it): a line without 'solution' is then a bad line; "" (default):
+      optional.
+    bad_answers: a gold answer that does not grade as correct against itself (under "numeric": not a number):
+      "keep" (for `base.check_answers`), "refuse" (a bad line) or "skip" (dropped, with a warning naming the
+      lines); a study passes "refuse" or "skip" (config.task.skip_bad_answers).
   Raises:
-    ValueError: no path, a line that is not UTF-8 or not a JSON object or repeats a key, a row without a string
-      question or an answer, a math gold answer that math-verify reads as another number (`check_math_gold`)
-      (each naming the file and the line), a bad grader, duplicate ids (`base.Task`).
+    ValueError: no path, a bad grader, duplicate ids (`base.Task`), or bad lines, all named in one error: not UTF-8,
+      not a JSON object, repeating a key, without a string question or an answer, a math gold answer that
+      math-verify reads as another number (`check_math_gold`), and those `solution_needed_by` and `bad_answers`
+      make bad.
     FileNotFoundError: a missing file.
     EmptyTaskError: a file without rows.
   """
@@ -309,20 +405,37 @@ def load_jsonl(grader: str, *, path=None, split: str = "test", num_problems: int
   file = pathlib.Path(path)
   if not file.is_file():
     raise FileNotFoundError(f"task {name!r}: file {str(file)!r} not found")
-  problems = []
-  for row, lineno, record in _json_lines(file, f"one object per line with {sorted(JSONL_SCHEMA)}"):
+  rows, bad = _json_lines(file)
+  n_rows, problems, lines, schema = len(rows) + len(bad), [], {}, bool(bad)
+  for row, lineno, record in rows:
     question = record.get("question") if isinstance(record, dict) else None
     if not isinstance(question, str) or isinstance(question, _Literal) or record.get("answer") is None:
-      raise ValueError(f"{file}: line {lineno} needs a string 'question' and an 'answer' (schema: "
-                       f"{', '.join(f'{k}: {v}' for k, v in JSONL_SCHEMA.items())})")
+      bad.append((lineno, f"line {lineno} needs a string 'question' and an 'answer'"))
+      schema = True
+      continue
     solution = record.get("solution")
-    answer = _gold(record["answer"], f"{file}: line {lineno}")
-    parsed = check_math_gold(answer, f"{file}: line {lineno}") if grader == "math" else None
+    try:
+      answer = _gold(record["answer"], f"line {lineno}")
+      parsed = check_math_gold(answer, f"line {lineno}") if grader == "math" else None
+    except ValueError as e:
+      bad.append((lineno, str(e)))
+      continue
+    if solution is None and solution_needed_by:
+      first = not any(": no 'solution'" in text for _, text in bad)
+      bad.append((lineno, f"line {lineno}: no 'solution'" + (f" (needed on every line by {solution_needed_by})"
+                                                              if first else "")))
+    problem_id = base.safe_id(str(record.get("id") or f"{file.stem}-{split}-{row:05d}"))
+    if problem_id in lines:
+      bad.append((lineno, f"line {lineno}: id {problem_id!r} repeats line {lines[problem_id]}'s (ids must be unique)"))
+      continue
     if parsed:
       grade.parsed_golds[answer] = parsed
-    problems.append(base.Problem(id=base.safe_id(str(record.get("id") or f"{file.stem}-{split}-{row:05d}")),
-                                 question=record["question"], answer=answer,
+    problems.append(base.Problem(id=problem_id, question=record["question"], answer=answer,
                                  solution=None if solution is None else str(solution), fields={"row": row}))
+    lines[problem_id] = lineno
+  problems, fixes = _check_golds(name, file, problems, lines, grade, bad_answers, grader == "numeric", bad)
+  shape = f"expected one object per line: {', '.join(f'{k}: {v}' for k, v in JSONL_SCHEMA.items())}"
+  refuse_lines(file, bad, [shape if schema else "", *fixes], rows=n_rows, num_problems=num_problems)
   problems = base.limit(problems, num_problems, str(file))
   template = template or (GSM8K_TEMPLATE if grader == "numeric" else MATH_TEMPLATE)
   return base.Task(name=name, problems=problems, template=base.check_template(template), extractor=extractor,

@@ -54,10 +54,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from opd_jax import records
 from opd_jax.decode import sampling
 from opd_jax.models import decoder
 from opd_jax.models.token_bytes import ByteVocab, byte_vocab
-from opd_jax.study import records
 from opd_jax.teachers import cross_tree
 
 

@@ -13,9 +13,9 @@ import numpy as np
 from absl import logging
 
 from opd_jax import models
+from opd_jax import records
 from opd_jax.estimators import predictors
 from opd_jax.models import token_bytes
-from opd_jax.study import records
 from opd_jax.teachers import cross
 
 _CROSS: dict[tuple[str, str, bool], bool] = {}   # (student spec, teacher spec, force) -> reads text (`cross_teacher`)

@@ -16,6 +16,7 @@ import math
 
 from opd_jax.cost import estimate
 from opd_jax.decode import sampling
+from opd_jax.study import model_specs
 from opd_jax.teachers import contexts
 
 STAGES = ("rollouts", "train step", "evaluation")
@@ -25,8 +26,8 @@ def calls(config) -> list[estimate.Call]:
   """The program calls of `config.train` (module docstring)."""
   t, n_tok = config.train, config.sampling.max_new_tokens
   conf = contexts.parse("train", t.configuration, field="config.train.configuration")
-  s_cfg = estimate.model_config(config.student.name, config)
-  t_cfg = s_cfg if conf.teacher == contexts.SELF else estimate.model_config(conf.teacher, config)
+  s_cfg = model_specs.architecture(config.student.name, config)
+  t_cfg = s_cfg if conf.teacher == contexts.SELF else model_specs.architecture(conf.teacher, config)
   bucket = sampling.bucket  # pylint: disable=protected-access
   work = estimate.planned_work(config, {conf.context})
   prompt = math.ceil(work.prompt_tokens)

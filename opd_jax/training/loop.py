@@ -31,13 +31,13 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from opd_jax import records
 from opd_jax import terminal
 from opd_jax.decode import sampling
-from opd_jax.decode import sharding
+from opd_jax.models import sharding
 from opd_jax.report import console
 from opd_jax.study import environment
 from opd_jax.study import preflight
-from opd_jax.study import records
 from opd_jax.tasks import grading
 from opd_jax.teachers import contexts
 from opd_jax.training import checks

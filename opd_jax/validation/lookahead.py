@@ -59,6 +59,7 @@ import ml_collections
 import numpy as np
 import pandas as pd
 
+from opd_jax import records
 from opd_jax import terminal
 from opd_jax.decode import sampling
 from opd_jax.estimators import divergences
@@ -66,7 +67,6 @@ from opd_jax.estimators import gradients
 from opd_jax.models import decoder
 from opd_jax.study import environment
 from opd_jax.study import preflight
-from opd_jax.study import records
 from opd_jax.study import targeted
 from opd_jax.training import loop
 from opd_jax.training import lora

@@ -1,4 +1,4 @@
-"""Estimates recomputed from node records (nodes.estimates_from_rows) and the continuations subsample of
+"""Estimates recomputed from node records (records.estimates_from_rows) and the continuations subsample of
 benchmarks/fewer_continuations.py (issue 33): the records' own counts give the records' numbers back; fewer kept
 continuations give counts of the records' rewards."""
 import math
@@ -10,7 +10,8 @@ import pytest
 from benchmarks import fewer_continuations as fc
 from opd_jax.teachers import contexts
 from opd_jax.estimators import gradients
-from opd_jax.study import nodes, records, targeted
+from opd_jax import records
+from opd_jax.study import nodes, targeted
 
 
 def _rows():
@@ -31,7 +32,7 @@ def _rows():
 
 def test_estimates_from_rows_give_the_records_back_and_projection_is_alignment_times_the_ideal_norm():
   rows = _rows()
-  got = nodes.estimates_from_rows(rows)
+  got = records.estimates_from_rows(rows)
   np.testing.assert_allclose(got["alignment"], rows.alignment.to_numpy(float), atol=1e-12)
   np.testing.assert_allclose(got["teacher_advantage"], rows.teacher_advantage.to_numpy(float), atol=1e-12)
   assert np.isnan(got["projection"][rows.context.to_numpy() == "solution"]).all()     # no context: no q
@@ -50,12 +51,12 @@ def test_subsampled_counts_come_from_the_records_rewards():
   for k, rw in zip(key, rows.rewards):
     assert all(np.array_equal(a, b) for a, b in zip(full[k], rw))
   assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(
-      nodes.estimates_from_rows(rows, rewards=full).values(), nodes.estimates_from_rows(rows).values()))
+      records.estimates_from_rows(rows, rewards=full).values(), records.estimates_from_rows(rows).values()))
   half = fc.subsample(rewards, 3, np.random.default_rng(1))
   for k, s in zip(key, rows.successes):
     got = np.asarray([x.sum() for x in half[k]])
     assert all(x.size == 3 for x in half[k]) and (got <= np.minimum(3, s)).all() and (got >= np.asarray(s) - 3).all()
-  again = nodes.estimates_from_rows(rows, rewards=half)
+  again = records.estimates_from_rows(rows, rewards=half)
   assert np.isfinite(again["teacher_advantage"][rows.context.to_numpy() != "solution"]).all()
   assert not np.allclose(np.nan_to_num(again["alignment"]), np.nan_to_num(rows.alignment.to_numpy(float)))
 

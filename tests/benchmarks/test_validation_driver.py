@@ -13,7 +13,7 @@ import pytest
 import scipy.stats
 
 from benchmarks import validate_training as vt
-from opd_jax.study import nodes as nodes_lib
+from opd_jax import records
 
 
 def test_pieces_export_what_their_records_hold_and_a_finished_piece_is_not_rerun(tmp_path, monkeypatch):
@@ -29,7 +29,7 @@ def test_pieces_export_what_their_records_hold_and_a_finished_piece_is_not_rerun
     assert s.incorrect_nodes.sum() == len(a)
     if len(a):
       np.testing.assert_allclose(s.incorrect_alignment_sum.sum() / s.incorrect_nodes.sum(), a.mean(), rtol=1e-12)
-    pr = nodes_lib.estimates_from_rows(g)["projection"]                     # its own recompute, per configuration
+    pr = records.estimates_from_rows(g)["projection"]                       # its own recompute, per configuration
     pr = pr[~g.correct.to_numpy() & np.isfinite(pr)]
     assert s.incorrect_projection_nodes.sum() == len(pr)
     np.testing.assert_allclose(s.incorrect_projection_sum.sum(), pr.sum(), rtol=1e-9, atol=1e-12)
@@ -167,7 +167,6 @@ def test_rank_correlations_equal_scipys_with_ties_and_undefined_values():
 
 def test_json_records_are_strict_json(tmp_path):
   """records.atomic_write_json (summary.json, manifest.json, verdict.json): NaN and inf are written as null."""
-  from opd_jax.study import records  # pylint: disable=g-import-not-at-top
   records.atomic_write_json(tmp_path / "x.json", {"a": float("nan"), "b": [np.float32("inf"), 1.5, np.float64(2)],
                                                   "c": {"d": -float("inf"), "e": "NaN"}})
   back = json.loads((tmp_path / "x.json").read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))

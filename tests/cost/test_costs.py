@@ -12,6 +12,7 @@ from benchmarks import harness
 from configs import smoke
 from opd_jax.cost import estimate
 from opd_jax.cost import programs
+from opd_jax.study import model_specs
 from opd_jax.study import planning
 from opd_jax.models import decoder
 from opd_jax.teachers import contexts
@@ -88,13 +89,13 @@ def test_realized_work_sets_the_prompt_widths_and_counts(monkeypatch):
 
 def test_architecture_table_without_weights_and_bad_names():
   config = smoke.get_config()
-  assert estimate.model_config("/data/Qwen3-8B", config) == estimate.ARCHITECTURES["qwen3-8b"]
-  assert harness.matmul_params(estimate.ARCHITECTURES["qwen3-8b"]) == pytest.approx(7.6e9, rel=0.05)   # "8B"
+  assert model_specs.architecture("/data/Qwen3-8B", config) == model_specs.ARCHITECTURES["qwen3-8b"]
+  assert harness.matmul_params(model_specs.ARCHITECTURES["qwen3-8b"]) == pytest.approx(7.6e9, rel=0.05)   # "8B"
   assert estimate.accelerator("v5e-64") == (estimate.ACCELERATORS["v5e"], 64)
   with pytest.raises(ValueError, match="unknown accelerator"):
     estimate.accelerator("a100")
   with pytest.raises(ValueError, match="ARCHITECTURES"):
-    estimate.model_config("/nowhere/Mystery-7B", config)
+    model_specs.architecture("/nowhere/Mystery-7B", config)
 
 
 def test_cli_prints_the_table_for_smoke_and_one_line_errors(tmp_path):
@@ -136,7 +137,7 @@ def test_design_hours_scale_by_the_measured_stops(monkeypatch):
   """The sequential design's hours per question of the cap are the measured stop fractions (looks.MEASURED_STOP,
   and looks.MEASURED_FUTILE with a calibrated futility threshold) times the hours per question run; the fixed
   design's bound is computed with looks and futility off."""
-  from opd_jax.study import looks
+  from opd_jax.report import looks
   monkeypatch.setattr(programs, "_compiled_flops", lambda *key: 1e12)
   config = smoke.get_config()
   config.budget.questions = 40

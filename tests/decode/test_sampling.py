@@ -333,7 +333,8 @@ def test_returned_logprobs_are_the_sampled_policy_of_a_full_forward(model, tempe
 def test_decode_step_moves_about_the_ideal_bytes_and_copies_no_cache_in_its_loop(layered):
   """Guard (compiled HLO, `hlo_bytes`): a decode step reads the weights and the KV cache about once (<= 1.35x the
   ideal), and no op inside the loop copies a cache-sized buffer, in both layouts."""
-  from opd_jax.cost import flops, hlo_bytes   # pylint: disable=g-import-not-at-top
+  from opd_jax import flops   # pylint: disable=g-import-not-at-top
+  from opd_jax.cost import hlo_bytes   # pylint: disable=g-import-not-at-top
   # head_dim 64 as real models (128): the [B, H, S] scores are small beside the [B, K, S, Dh] cache.
   cfg = decoder.Config(arch="qwen3", vocab_size=512, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
                        head_dim=64, d_ff=128, qk_norm=True, tie_embeddings=True, max_seq_len=4096)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sp_stats
 
-from opd_jax.study import records
+from opd_jax import records
 from opd_jax import report
 from opd_jax.report import predictors
 from opd_jax.estimators import stats

@@ -11,7 +11,7 @@ from scipy import stats as sp_stats
 import statsmodels.api as sm
 
 from benchmarks import verdict_calibration as calibration
-from opd_jax.study import records
+from opd_jax import records
 from opd_jax import report
 from opd_jax.report import compare
 from opd_jax.report import decision

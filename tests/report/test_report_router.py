@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from scipy import optimize
 
-from opd_jax.study import records
+from opd_jax import records
 from opd_jax import report
 from opd_jax.report import compare
 from opd_jax.report import decision

@@ -61,7 +61,7 @@ def test_compare_arrays_gives_each_pair_the_level_of_its_history():
   align = rng.normal(size=(160, 3))
   align[q < LATE, 2] = np.nan
   design = sequential.Design(looks=LOOKS)
-  history = [decision.shared_questions(align[q < n], q[q < n]) for n in LOOKS[:3]]
+  history = [sequential.shared_questions(align[q < n], q[q < n]) for n in LOOKS[:3]]
   res = decision.compare_arrays(align, q, design=design, look=4, history=history)
   assert res["m"] == 3
   np.testing.assert_allclose(res["pair_nominal"][0, 1], sequential.nominal_alpha(design, 4, pairs=3), rtol=1e-12)

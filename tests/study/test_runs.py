@@ -1,6 +1,6 @@
 """The process split, per-process progress files, waiting for every process, and the workdir lock (runs.py).
 
-Two real jax.distributed processes running them: test_sharding.py.
+Two real jax.distributed processes running them: tests/models/test_sharding.py.
 """
 import json
 import os
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from opd_jax.study import records
+from opd_jax import records
 from opd_jax.study import runs
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from configs import smoke
 from configs import teacher_sweep
-from opd_jax.study import looks
+from opd_jax.report import looks
 from opd_jax.study import pipeline
 from opd_jax.study import preflight
 from opd_jax.study import questions

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from opd_jax.study import records
+from opd_jax import records
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 KEYS = {"rollouts": ["question_id", "rollout_id"], "tokens": ["question_id", "rollout_id", "teacher", "context",
@@ -128,13 +128,13 @@ def test_nodes_recomputed_with_numpy_and_tables_agree(smoke):
 
 
 def test_alignment_ratio_recomputed_with_numpy(smoke):
-  """report.decision.with_estimand("alignment_ratio") (issue 48): per node <g*, g_D> / |g_D| over one scale per
+  """report.common.with_estimand("alignment_ratio") (issue 48): per node <g*, g_D> / |g_D| over one scale per
   node group, sqrt of the mean over the group's distinct nodes of <g*_a, g*_b> (halves: the rewards at even and
   odd places), recomputed from the rows with numpy; the group's mean is in [-1, 1]."""
-  from opd_jax.report import decision  # pylint: disable=g-import-not-at-top
+  from opd_jax.report import common  # pylint: disable=g-import-not-at-top
   nodes = _tables(smoke[0])["nodes"]
   for target, mask in (("all", np.ones(len(nodes), bool)), ("incorrect", ~nodes.correct.to_numpy(bool))):
-    got = decision.with_estimand(nodes, "alignment_ratio", target)
+    got = common.with_estimand(nodes, "alignment_ratio", target)
     s, proj = {}, np.full(len(nodes), np.nan)
     for i, row in enumerate(nodes.itertuples()):
       p = np.asarray(row.p)
@@ -524,7 +524,7 @@ def test_ctrl_c_exits_even_when_a_library_swallows_it():
   assert proc.stdout.readline().strip() == "swallowed"         # the press only ran the child's handler
   out, err = proc.communicate(timeout=60)                      # a safety net: the exit comes after GRACE_S
   from opd_jax import main  # pylint: disable=g-import-not-at-top
-  assert proc.returncode == 130 and err.strip().splitlines() == [main.INTERRUPTED]
+  assert proc.returncode == 130 and err.strip().splitlines() == [main.NOTHING_STARTED]    # no job had begun
 
 
 # The second block's base rollouts of the smoke study hold the main thread outside Python, as an XLA compile does

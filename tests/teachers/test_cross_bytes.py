@@ -27,7 +27,7 @@ from opd_jax.teachers import cross
 from opd_jax.teachers import cross_tree
 from opd_jax import models
 from opd_jax.study import nodes
-from opd_jax.study import records
+from opd_jax import records
 from opd_jax.study import targeted
 from opd_jax.models import checkpoints
 from opd_jax.models import decoder

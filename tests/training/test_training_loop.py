@@ -175,7 +175,7 @@ import json, sys
 import jax
 jax.config.update("jax_num_cpu_devices", 8)
 import numpy as np
-from opd_jax.decode import sharding
+from opd_jax.models import sharding
 from opd_jax.training import lora, loop, state as state_lib, step as step_lib
 sys.path.insert(0, "tests/training")
 from test_training_loop import S_PROMPTS, T_PROMPTS, RESPONSES, _model

@@ -10,8 +10,8 @@ import pytest
 from configs import smoke
 from opd_jax.report import cli
 from opd_jax.report import decision
+from opd_jax.report import looks
 from opd_jax.report import verdict_text
-from opd_jax.study import looks
 
 
 def _study(path, questions, looks_=()):

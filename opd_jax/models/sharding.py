@@ -13,7 +13,8 @@ were placed on (`shard_params`): params keep their placement, batch arrays have 
 rows over "data" and kv heads over "model", small index arrays are replicated. The same code runs on 1 CPU
 device, 8 fake CPU devices (tests), a GPU host and a TPU host; with params on no mesh it is plain `jax.jit`.
 
-This module imports nothing of opd_jax. Splitting a study between processes (jax.distributed) is runs.py.
+This module imports nothing of opd_jax (models, decode, the study and the trainer all use it). Splitting a study
+between processes (jax.distributed) is study/runs.py.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Model FLOPs and bytes by formula (no jax import: the benchmarks' HF-side workers use it too).
 
-Shared by the cost model (`opd_jax.cost.estimate`, `--dry_run --cost_model`) and the benchmarks
-(`benchmarks/harness.py`).
+Shared by the cost model (`opd_jax.cost.estimate`, `--dry_run --cost_model`), the study's checklist (its memory
+line, `opd_jax.study.checklist`) and the benchmarks (`benchmarks/harness.py`); it imports nothing of opd_jax.
 """
 from __future__ import annotations
 

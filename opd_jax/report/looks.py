@@ -15,6 +15,9 @@ on resume (the records are the same, so is the look). A decided or futile look m
 
 One process only: with several processes the questions of a look would depend on how fast each process runs;
 `check` refuses it before any model loads.
+
+The design lives with the report: the study's run loop (study/pipeline.py), the report command (report/cli.py)
+and the cost model (cost/estimate.py) all read it, and it imports nothing of the study.
 """
 from __future__ import annotations
 
@@ -22,10 +25,10 @@ import dataclasses
 import math
 import pathlib
 
+from opd_jax import records
 from opd_jax import terminal
 from opd_jax.report import decision
 from opd_jax.report import sequential
-from opd_jax.study import records
 
 
 MIN_LOOK = 2              # below the power rule's 10 questions a look never decides (it is underpowered)

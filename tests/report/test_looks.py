@@ -1,11 +1,11 @@
-"""The sequential study's loop (opd_jax/study/looks.py): the schedule, its checks, stopping at a decided look, resuming."""
+"""The sequential study's loop (opd_jax/report/looks.py): the schedule, its checks, stopping at a decided look, resuming."""
 import json
 
 import pytest
 
 from configs import smoke as smoke_config
-from opd_jax.study import looks
-from opd_jax.study import records
+from opd_jax.report import looks
+from opd_jax import records
 from opd_jax.study import pipeline
 from opd_jax.report import decision
 

@@ -3,13 +3,15 @@
 Layout (design.md, "Records"):
   <workdir>/config.json            the resolved config
   <workdir>/manifest.json          schema version, config hash, versions, seeds, checksums, mesh, timings
-  <workdir>/progress.json          questions processed so far (the commit point of resume; runs.py)
+  <workdir>/progress.json          questions processed so far (the commit point of resume; study/runs.py)
   <workdir>/records/{rollouts,tokens,nodes}/part-<question_id>.parquet
 Read a table whole with `pandas.read_parquet("<workdir>/records/nodes")`.
 
 This module is the one definition of every table's columns, dtypes and meanings (`SCHEMAS`, `describe_schema`),
 of the predictor columns (`PREDICTORS`) and of the reasons an alignment is NaN (`NAN_REASONS`): the study, the
-report and the tests import them from here.
+teachers, the report and the tests import them from here. It also recomputes node rows' estimates from what they
+record (`estimates_from_rows`) and refuses a workdir whose bookkeeping JSON is damaged (`check_json_files`).
+It imports only the estimators of opd_jax (every package that reads or writes records sits above it).
 
 A question's parts are written first (each atomically: temporary file, then rename), then its progress file
 (also atomically: `runs.write_progress`). A run killed anywhere and rerun redoes at most the question in flight,
@@ -28,6 +30,8 @@ import pathlib
 import tempfile
 from typing import Any, Mapping
 
+import jax
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -35,6 +39,7 @@ import pyarrow.parquet as pq
 from opd_jax.estimators import divergences
 from opd_jax.estimators import gradients
 from opd_jax.estimators import predictors
+from opd_jax.estimators import success
 
 SCHEMA_VERSION = 3
 TABLES = ("rollouts", "tokens", "nodes")
@@ -391,6 +396,73 @@ def read_table(workdir, table: str) -> pd.DataFrame:
   return pq.read_table([str(p) for p in parts], schema=SCHEMAS[table]).to_pandas()
 
 
+ROW_ESTIMANDS = ("alignment", "teacher_advantage", "projection", "g_ideal_norm2")
+
+
+def estimates_from_rows(rows: pd.DataFrame, counts: dict | None = None,
+                        rewards: dict | None = None) -> dict[str, np.ndarray]:
+  """Recomputes estimates of node rows from what they record (p, q, successes, n): `success.node_estimates`.
+
+  For the report and benchmarks that read records: `gradients.projection` is not a record column, and `counts`
+  replaces the rows' counts, e.g. by a subsample of their rewards (benchmarks/fewer_continuations.py). The
+  divergence's parameter is read from `divergence_param` (records written before it: the beta / clip column
+  that its registry entry's `param` names).
+
+  Args:
+    rows: node rows (SCHEMAS["nodes"]), any configurations and nodes.
+    counts: optional {(question_id, rollout_id, position): (successes [K], n [K]) int} over the node's recorded
+      candidates, for every node of `rows`; None: the rows' own successes and n (or those of `rewards`).
+    rewards: optional {(question_id, rollout_id, position): K arrays of 0/1 rewards}, e.g. a subsample of the
+      rows' `rewards`; None: the rows' own `rewards` column (NaN g_ideal_norm2 where the rows have none).
+  Returns:
+    {name: float64 [len(rows)]} for ROW_ESTIMANDS; NaN where the row has no q (context unavailable, or a
+    cross-tokenizer node without q) and where the estimator is undefined (alignment: gradients.nan_reason;
+    projection: no distillation direction). g_ideal_norm2 is the cross-fitted |g*|^2 from the rewards' two halves
+    (`success.halves`, `success.crossfit_norm2`: unbiased at any number of continuations >= 2), the same for
+    every configuration at a node (g* does not depend on the teacher); NaN where a candidate ran once.
+  """
+  out = {name: np.full(len(rows), np.nan) for name in ROW_ESTIMANDS}
+  for _, idx in rows.groupby(["config_id"], sort=False).indices.items():
+    sub = rows.iloc[idx]
+    width = max(1, max(len(c) for c in sub["candidates"]))
+    pad = lambda xs, dtype: np.stack([np.pad(np.asarray(x, dtype), (0, width - len(x))) for x in xs])
+    keys = list(zip(sub["question_id"], sub["rollout_id"], sub["position"]))
+    node_rewards = ([rewards[k] for k in keys] if rewards is not None else
+                    list(sub["rewards"]) if "rewards" in sub.columns else None)
+    if counts is None and rewards is not None:
+      got = [success.halves(rw) for rw in node_rewards]
+      succ, n = [a + b for a, _, b, _ in got], [na + nb for _, na, _, nb in got]
+    elif counts is None:
+      succ, n = sub["successes"], sub["n"]
+    else:
+      got = [counts[k] for k in keys]
+      succ, n = [s for s, _ in got], [c for _, c in got]
+    has_q = np.asarray([len(x) > 0 for x in sub["q"]])
+    p = pad([x if ok else np.zeros(len(c)) for x, c, ok in zip(sub["p"], sub["candidates"], has_q)], np.float64)
+    q = pad([x if ok else np.zeros(len(c)) for x, c, ok in zip(sub["q"], sub["candidates"], has_q)], np.float64)
+    first = sub.iloc[0]
+    div = str(first["divergence"])
+    value = divergence_param(first)[1]
+    opts = divergences.options(div, None if math.isnan(value) else value)
+    est = success.node_estimates(p, q, pad(succ, np.int64), pad(n, np.int64), divergence=div,
+                                  sampled_index=np.zeros(len(sub), np.int64),
+                                  advantage=np.nan_to_num(sub["sampled_advantage"].to_numpy(np.float64)), **opts)
+    undirected = est.nan_reason == gradients.ZERO_DISTILLATION_GRADIENT       # no distillation direction
+    with jax.enable_x64(True):
+      proj = np.asarray(gradients.projection(est.g_ideal, est.g_distill))
+    out["alignment"][idx] = np.where(has_q, est.alignment, np.nan)
+    out["teacher_advantage"][idx] = np.where(has_q, est.teacher_advantage, np.nan)
+    out["projection"][idx] = np.where(has_q & ~undirected, proj, np.nan)
+    if node_rewards is not None:                  # g* needs p and the rewards only: every row, q or not
+      split = [success.halves(rw) for rw in node_rewards]
+      a_s, a_n, b_s, b_n = (pad([h[i] for h in split], np.int64) for i in range(4))
+      p_all = pad([x if len(x) == len(c) else np.zeros(len(c)) for x, c in zip(sub["p"], sub["candidates"])],
+                  np.float64)
+      out["g_ideal_norm2"][idx] = success.crossfit_norm2(p_all, a_s, a_n, b_s, b_n)
+  return out
+
+
+
 MISSING = object()   # a field one config dict has and the other lacks (`config_difference`)
 
 
@@ -455,3 +527,34 @@ def check_workdir(workdir, config_dict: dict) -> None:
                        "same config to resume")
   else:
     atomic_write_json(cfg_path, config_dict)
+
+
+def json_object(path: pathlib.Path, fix: str) -> dict:
+  """The JSON object in `path`; a ValueError naming the file, the position and `fix` when it is not one."""
+  try:
+    value = json.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); {fix}") from None
+  except UnicodeDecodeError:
+    raise ValueError(f"{path}: not valid JSON (not UTF-8 text); {fix}") from None
+  if not isinstance(value, dict):
+    raise ValueError(f"{path}: not a JSON object (a {type(value).__name__}); {fix}")
+  return value
+
+
+def check_json_files(workdir) -> None:
+  """Refuse a workdir whose bookkeeping JSON is damaged, naming the file (json's own error names none):
+  config.json, manifest.json and the progress files.
+
+  Raises:
+    ValueError: naming the file, the position and the fix.
+  """
+  workdir = pathlib.Path(workdir)
+  fixes = {"config.json": "it records the run's config: restore it, or pass a new --workdir",
+           "manifest.json": "it is rewritten when the run finishes: delete it and rerun the same command",
+           "progress": "it records which questions are done: restore it, or pass a new --workdir"}
+  paths = [workdir / "config.json", workdir / "manifest.json", workdir / "progress.json",
+           *sorted(workdir.glob("progress.*-of-*.json"))]
+  for path in paths:
+    if path.is_file():
+      json_object(path, fixes.get(path.name, fixes["progress"]))

@@ -21,7 +21,7 @@ from jax.sharding import AbstractMesh
 
 from opd_jax import models
 from opd_jax.study import runs
-from opd_jax.decode import sharding
+from opd_jax.models import sharding
 from opd_jax.models import decoder
 from opd_jax.models import param_init
 from flax import nnx
@@ -77,10 +77,11 @@ jax.config.update("jax_num_cpu_devices", 8)
 import numpy as np
 import jax.numpy as jnp
 from opd_jax import models
-from opd_jax.decode import sampling, scoring, sharding
+from opd_jax.decode import sampling, scoring
+from opd_jax.models import sharding
 from flax import nnx
 from opd_jax.models import decoder
-sys.path.insert(0, "tests/decode")
+sys.path.insert(0, "tests/models")
 from test_sharding import CFG, ODD, _data, _model
 
 out = {"devices": len(jax.devices())}
@@ -379,10 +380,10 @@ pid, port, workdir, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4
 jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
                            initialization_timeout=60)
 import numpy as np
-sys.path.insert(0, "tests/decode")
+sys.path.insert(0, "tests/models")
 from opd_jax import models
 from opd_jax.study import runs
-from opd_jax.decode import sharding
+from opd_jax.models import sharding
 from opd_jax.models import decoder
 from test_sharding import CFG, _model
 
@@ -459,7 +460,7 @@ json.dump({"summary": pipeline.run(config, workdir)}, open(out, "w"))
 
 
 def test_two_process_smoke_study_splits_questions_and_process_0_summarises(tmp_path):
-  from opd_jax.study import records  # pylint: disable=g-import-not-at-top
+  from opd_jax import records  # pylint: disable=g-import-not-at-top
   port, workdir = _free_port(), tmp_path / "run"
   outs = [tmp_path / f"out{i}.json" for i in range(2)]
   # The one-process reference (4 local devices, the same mesh per process) runs beside the two processes: most
@@ -507,7 +508,7 @@ import jax
 devices, data, model, workdir = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 jax.config.update("jax_num_cpu_devices", devices)
 from configs import smoke
-from opd_jax.decode import sharding
+from opd_jax.models import sharding
 from opd_jax.study import pipeline
 config = smoke.get_config()
 config.logging.progress = False
@@ -557,7 +558,7 @@ def test_smoke_study_on_8_devices_equals_one_device(tmp_path):
   The 8-device run places params by `config.mesh.rules`: the default table without "mlp" (so the MLP's F dim
   is replicated, where sharding.RULES would put it over "model").
   """
-  from opd_jax.study import records  # pylint: disable=g-import-not-at-top
+  from opd_jax import records  # pylint: disable=g-import-not-at-top
   runs = {"eight": (8, 4, 2), "one": (1, 1, 1)}
   rules = {"eight": repr(tuple(r for r in sharding.RULES if r[0] != "mlp")), "one": "()"}
   procs = [_run(MESH_STUDY, *runs[name], tmp_path / name, 0.3, rules[name]) for name in runs]
