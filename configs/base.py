@@ -62,10 +62,10 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                                         teacher advantage over all of C(u)). No effect at top-k 0, top-p 1
   budget.stop_at_answer     False: continuations run to their stop token or the cap; True: on tasks with an
                             answer span (Task.answer_span: reasoning_gym's <answer></answer>) a continuation also
-                            stops, finished, where its first answer tag closes, graded on the text up to there: the
-                            full response's reward unless it would have written a second closed tag or run into
-                            the cap (then 0) after it (opd_jax/decode/stops.py; docs/performance.md, "Stopping
-                            continuations at the answer")
+                            stops, finished, where its first answer span with content closes (the one the grader
+                            reads: tasks/spans.py), so the stop changes a reward only where the full response would
+                            have run into the cap (then 0) after it (opd_jax/decode/stops.py; docs/performance.md,
+                            "Stopping continuations at the answer")
   budget.student_top_k, budget.teacher_top_k   candidate set: sampled token + top-k of p + top-k of each view's q,
                             one set per node for every configuration of the study (manifest.json
                             "candidate_set"; docs/usage.md, "Candidate sets are the study's")
