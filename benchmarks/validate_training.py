@@ -455,6 +455,13 @@ def check_piece(piece: str, tiny: bool) -> None:
                      f"{sorted(configurations(tiny))})")
 
 
+def run_child(cmd: list[str], t0: float) -> tuple[int, float, float]:
+  """Run a piece's child process: (exit code, wall seconds since t0, its peak RSS in GiB by os.wait4)."""
+  proc = subprocess.Popen(cmd)
+  _, status, usage = os.wait4(proc.pid, 0)
+  return os.waitstatus_to_exitcode(status), time.time() - t0, usage.ru_maxrss / 2**20   # ru_maxrss: KiB on Linux
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--workdir", required=True)
@@ -484,10 +491,7 @@ def main(argv=None) -> int:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", f"--piece={piece}", f"--workdir={workdir}",
            f"--data_dir={data}", f"--figure={args.figure}", f"--n_boot={args.n_boot}"] + (["--tiny"] if args.tiny
                                                                                          else [])
-    proc = subprocess.Popen(cmd)
-    _, status, usage = os.wait4(proc.pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    wall, peak = time.time() - t0, usage.ru_maxrss / 2**20          # ru_maxrss: KiB on Linux
+    code, wall, peak = run_child(cmd, t0)
     print(f"{piece}: exit {code}, {wall:.0f} s, peak RSS {peak:.2f} GiB", flush=True)
     if code:
       return code

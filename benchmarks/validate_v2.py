@@ -23,7 +23,6 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 import time
 
@@ -184,10 +183,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     cmd = [sys.executable, os.path.abspath(__file__), "--child", f"--piece={piece}", f"--workdir={workdir}",
            f"--data_dir={data}"] + (["--tiny"] if args.tiny else [])
-    proc = subprocess.Popen(cmd)
-    _, status, usage = os.wait4(proc.pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    wall, peak = time.time() - t0, usage.ru_maxrss / 2**20          # ru_maxrss: KiB on Linux
+    code, wall, peak = v1.run_child(cmd, t0)
     print(f"{piece}: exit {code}, {wall:.0f} s, peak RSS {peak:.2f} GiB", flush=True)
     if code:
       return code
