@@ -231,13 +231,20 @@ def question_key(config_dict: dict) -> str:
   return records.config_hash(d)
 
 
+def _key(workdir: pathlib.Path) -> str | None:
+  """The question key of the workdir's config.json, or None where it cannot be read."""
+  import json  # pylint: disable=g-import-not-at-top
+  try:
+    return question_key(json.loads((workdir / "config.json").read_text()))
+  except (OSError, ValueError):
+    return None
+
+
 def _entries(workdir: pathlib.Path) -> tuple[str | None, list[dict]]:
   """(this workdir's question key, the ledger's entries of that key from other workdirs that still exist)."""
   import json  # pylint: disable=g-import-not-at-top
-  path = ledger_path()
-  try:
-    key = question_key(json.loads((workdir / "config.json").read_text()))
-  except (OSError, ValueError):
+  path, key = ledger_path(), _key(workdir)
+  if key is None:
     return None, []
   if path is None or not path.is_file():
     return key, []
@@ -257,8 +264,7 @@ def note_look(workdir, selected: list[str], n: int, schedule: tuple[int, ...]) -
   informs later studies, it is not this study's record)."""
   import json  # pylint: disable=g-import-not-at-top
   workdir = pathlib.Path(workdir)
-  key, _ = _entries(workdir)
-  path = ledger_path()
+  key, path = _key(workdir), ledger_path()
   if key is None or path is None:
     return
   entry = {"key": key, "workdir": str(workdir.resolve()), "ids": [str(q) for q in selected[:n]],
