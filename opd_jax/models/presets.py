@@ -40,6 +40,11 @@ PRESETS = {
 }
 
 
+def installed(name: str) -> bool:
+  """Whether every package of preset `name` is installed (found without importing it; no file is read)."""
+  return all(importlib.util.find_spec(module) is not None for module in PRESETS[name].modules)
+
+
 def _preset_parts(name: str) -> list[pathlib.Path]:
   preset, parts = PRESETS[name], []
   for module in preset.modules:

@@ -12,10 +12,10 @@ Nothing is loaded but the task (seconds; not even that when it fails: the line s
 """
 from __future__ import annotations
 
-import pathlib
 from typing import Any
 
 from opd_jax import flops
+from opd_jax import models
 from opd_jax.study import model_specs
 from opd_jax.study import planning
 from opd_jax.study import preflight
@@ -82,7 +82,8 @@ def describe(config, task: Any = None) -> str:
       limits.append(f"{who} {cfgs[who].max_seq_len}")
     except (ValueError, OSError):
       limits.append(f"{who} unknown until loaded")
-  found = model_specs.header(config.student.name, config) if problem is not None else None
+  found = (model_specs.header(config.student.name, config)
+           if problem is not None and not preflight.absent(config.student.name) else None)
   if found is not None:
     prompt_tokens = len(contexts.study_chat(found[1], task.prompt(problem), preflight.chat(config)))
   lines.append(f"caps:     max_new_tokens={n_tok}; contexts: {', '.join(limits)} tokens"
@@ -98,10 +99,12 @@ def describe(config, task: Any = None) -> str:
                f"{b.nodes_per_rollout} nodes, {b.node_strategy}), <= {plan.candidates_per_node} candidates/node, "
                f"{r} continuations/candidate; {len(confs)} configurations")
   dtype, nbytes = _dtype(config)
-  absent = [s for s in specs.values() if "/" in s and not pathlib.Path(s).exists()]   # e.g. :paper's /data/Qwen3
+  absent = [s for s in specs.values() if preflight.absent(s)]   # e.g. :paper's /data/Qwen3, a preset not installed
   lines.append(f"models:   student {config.student.name}; teachers {', '.join(teachers)}; dtype {dtype}"
-               + (f" (not on this machine: {', '.join(absent)}; shapes from the name, a run needs the folders)"
+               + (f" (not on this machine: {', '.join(absent)}; shapes from the name; a run needs the weights)"
                   if absent else ""))
+  lines += [f"weights:  {s} is a preset whose packages are not installed: {models.PRESETS[s].install}"
+            for s in absent if s in models.PRESETS]
   if "student" in cfgs:
     weights = sum(flops.matmul_params(c) + (0 if getattr(c, "tie_embeddings", False) else c.d_model * c.vocab_size)
                   for c in cfgs.values()) * nbytes

@@ -11,14 +11,18 @@ from typing import Any
 from opd_jax import models
 from opd_jax import terminal
 from opd_jax.models import decoder
+from opd_jax.models import presets
 
 
 def header(spec: str, config) -> tuple[int, Any] | None:
   """(context length, tokenizer) of a model spec without its weights: a random:<seed> model's
   (config.random_model.max_seq_len, the byte tokenizer), else the checkpoint's header where it is cheap to read
-  (`models.checkpoints.peek`); None otherwise."""
+  (`models.checkpoints.peek`); None otherwise (or when the weights are not on this machine: `preflight.absent`)."""
+  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top  (preflight imports this module)
   if spec.startswith("random:"):
     return config.random_model.max_seq_len, models.byte_tokenizer()
+  if preflight.absent(spec):          # weights not on this machine: `check_model` refused it, or a dry run says so
+    return None
   peeked = models.checkpoints.peek(spec)
   return None if peeked is None else (peeked[0].max_seq_len, peeked[1])
 
@@ -34,6 +38,9 @@ def check_model(spec: str, field: str) -> None:
     ValueError / FileNotFoundError: naming `field`, the spec or file and the fix, with the nearest presets or
       paths.
   """
+  if spec in models.PRESETS and not presets.installed(spec):
+    raise FileNotFoundError(f"{field}: model preset {spec!r} needs packages that are not installed; install them "
+                            f"with: {models.PRESETS[spec].install}")
   if spec.startswith(("random:", "flax:")) or spec in models.PRESETS:   # random:<seed>: `preflight.random_seed`
     return
   path = pathlib.Path(spec).expanduser()
@@ -133,7 +140,8 @@ ARCHITECTURES = {
 
 def architecture(spec: str, config) -> decoder.Config:
   """Architecture of a model spec without its weights: random:<seed> (config.random_model, as
-  `environment.load_model`), a checkpoint's header (`checkpoints.peek`), else `ARCHITECTURES` by name. The cost
+  `environment.load_model`), a checkpoint's header (`checkpoints.peek`), else (weights not on this
+  machine: `preflight.absent`) `ARCHITECTURES` by name. The cost
   model (opd_jax/cost/estimate.py) and the checklist's caps and memory lines read it.
 
   Raises:
@@ -146,7 +154,7 @@ def architecture(spec: str, config) -> decoder.Config:
                           n_layers=r.n_layers, n_heads=r.n_heads, n_kv_heads=r.n_kv_heads, head_dim=r.head_dim,
                           d_ff=r.d_ff, qkv_bias=r.arch == "qwen2", qk_norm=r.arch == "qwen3",
                           max_seq_len=r.max_seq_len)
-  peeked = models.checkpoints.peek(spec)
+  peeked = None if preflight.absent(spec) else models.checkpoints.peek(spec)
   if peeked is not None:
     return peeked[0]
   name = os.path.basename(os.path.normpath(spec)).lower()

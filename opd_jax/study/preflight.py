@@ -18,6 +18,7 @@ from opd_jax import records
 from opd_jax import tasks
 from opd_jax import terminal
 from opd_jax.decode import sampling
+from opd_jax.models import presets
 from opd_jax.models import sharding
 from opd_jax.report import common
 from opd_jax.report import looks
@@ -478,7 +479,10 @@ def classify_teachers(config) -> None:
 
 
 def absent(spec: str) -> bool:
-  """A model spec that names a path (a folder or a .gguf file) not on this machine, e.g. :paper's /data/Qwen3."""
+  """A model spec whose weights are not on this machine: a path (a folder or a .gguf file) that does not exist, e.g.
+  :paper's /data/Qwen3, or a preset whose packages are not installed (`presets.installed`)."""
+  if spec in models.PRESETS:
+    return not presets.installed(spec)
   return (os.sep in spec or spec.endswith(".gguf")) and not pathlib.Path(spec).expanduser().exists()
 
 
@@ -498,8 +502,8 @@ def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = F
     cross_ok: a teacher of another tokenizer may read text (the study); False: refused (the trainer).
     hand_off: keep the result for the next check of an equal config, which returns it without redoing the work
       (once): `check_train`'s, for the trainer's own `environment.setup`.
-    absent_models_ok: a model path that is not on this machine passes (the dry run, which says so:
-      `checklist.describe`); a run refuses it.
+    absent_models_ok: a model that is not on this machine (`absent`: a path, or a preset's packages) passes (the
+      dry run, which says so: `checklist.describe`); a run refuses it.
     local_mesh: check config.mesh against this process's devices (False: a dry run that prices another machine).
   Returns:
     (task, confs).
@@ -519,7 +523,8 @@ def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = F
                              fields=fields)
   specs = {contexts.SELF: config.student.name}
   specs.update({conf.teacher: conf.teacher for conf in confs if conf.teacher != contexts.SELF})
-  headers = {name: model_specs.header(spec, config) for name, spec in specs.items()}
+  headers = {name: None if absent_models_ok and absent(spec) else model_specs.header(spec, config)
+             for name, spec in specs.items()}
   student = headers[contexts.SELF]
   for conf in confs:                    # the same tokenizer, or one the cross-tokenizer path reads (`cross_teacher`)
     h = headers.get(conf.teacher)
