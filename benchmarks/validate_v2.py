@@ -3,6 +3,7 @@
   python benchmarks/validate_v2.py --workdir=/work/runs/v2                     # every stage-1 piece not yet done
   python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=train:s1_solution_frozen       # one piece
   python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=stage1      # stage 1's table, from the CSVs
+  python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=study:1,study:2   # stage 2's blocks, in order
 
 Stage 1, the mechanism: v1's runs (docs/data/validation/runs.csv: the self-teacher was the current student, as
 training moved it) against the same runs with the frozen self-teacher (`config.train.teacher_weights=initial`,
@@ -10,6 +11,13 @@ the base student reading its context: what the study diagnoses), and the moving 
 rate. v1's protocol otherwise (`configs/validation.py:train`: 40 steps of 4 questions x 2 rollouts, LoRA rank 16,
 held-out pass@1 on 40 questions x 8 samples before and at step 40, the same keys: the v1 runs are the paired
 comparison). What was expected before any run: docs/data/validation_v2/stage1_expectations.md.
+
+Stage 2, the study first: `study:<b>`, block b of the study on every view of stage 3 (`configs/validation.py:
+v2_study<b>`: 27 configurations, 20 questions at R = 12, a pool of its own without the v2 trainer's questions),
+exported as v1's study_nodes_<b>.csv and study_views_<b>.csv plus study_records_<b>.parquet (the node records with
+every continuation's reward: the alignment ratio's real-records check and the variance split of issue 48 read
+them). Stage 3's runs use `:v2_train` (80 held-out questions x 4 samples after steps 10, 20 and 40; a replicate
+sets config.train.seed).
 
 Each piece runs in a child process (benchmarks/validate_training.py's `_job`: what `python -m opd_jax.main` does,
 resuming a started run from its checkpoint), its wall time and peak RSS measured by the parent (`os.wait4`); a
@@ -47,8 +55,11 @@ RUNS = {
                                       teacher_weights="current", learning_rate=3e-5, seed=0, v1="solution"),
 }
 TINY = {"tiny_frozen": dict(spec="self:solution:reverse_kl", stage=1, stratum="self", teacher_weights="initial",
-                            learning_rate=1e-2, seed=0, v1=None)}
-RUN_COLUMNS = ("configuration", "spec", "stage", "stratum", "teacher_weights", "seed", "learning_rate", "steps",
+                            learning_rate=1e-2, seed=0, v1=None),
+        "tiny_v2_rep": dict(spec="self:solution:reverse_kl", stage=3, stratum="self", teacher_weights="initial",
+                            learning_rate=1e-2, seed=0, v1=None, protocol="v2", train_seed=1)}
+RUN_COLUMNS = ("configuration", "spec", "stage", "stratum", "teacher_weights", "seed", "train_seed", "learning_rate",
+               "steps",
                "micro_batch_rows", "before", "after", "diff", "lo", "hi", "p_value", "n_questions", "samples",
                "last_loss", "last_train_reward", "last_response_tokens", "wall_s", "peak_rss_gb")
 
@@ -57,12 +68,20 @@ def runs(tiny: bool) -> dict[str, dict]:
   return TINY if tiny else RUNS
 
 
+def blocks(tiny: bool) -> list[int]:
+  return [1] if tiny else list(range(1, validation.V2_BLOCKS + 1))
+
+
 def pieces(tiny: bool) -> list[str]:
-  return [f"train:{n}" for n in runs(tiny)] + ["stage1"]
+  return [f"train:{n}" for n in runs(tiny)] + ["stage1"] + [f"study:{b}" for b in blocks(tiny)]
 
 
 def done(piece: str, data: pathlib.Path) -> bool:
-  """A training piece is done when its rows are in `data` (the committed record), whatever the workdir holds."""
+  """A piece is done when its rows are in `data` (the committed record), whatever the workdir holds."""
+  if piece.startswith("study:"):
+    b = piece.split(":", 1)[1]
+    return all((data / f"study_{kind}_{b}.{ext}").exists()
+               for kind, ext in (("nodes", "csv"), ("views", "csv"), ("records", "parquet")))
   if not piece.startswith("train:"):
     return False
   name, path = piece.split(":", 1)[1], data / "runs.csv"
@@ -70,12 +89,41 @@ def done(piece: str, data: pathlib.Path) -> bool:
 
 
 def train_config(run: dict, tiny: bool):
-  config = validation.get_config("tiny_train" if tiny else "train")
+  """The run's trainer config: v1's protocol (`:train`; stage 1) or v2's (`:v2_train`; stage 3), with its
+  configuration, self-teacher weights, learning rate, seed (the pool and the evaluation's keys) and training seed
+  (-1: the seed's)."""
+  variant = {"v1": "train", "v2": "v2_train"}[run.get("protocol", "v1")]
+  config = validation.get_config(f"tiny_{variant}" if tiny else variant)
   config.train.configuration = run["spec"]
   config.train.teacher_weights = run["teacher_weights"]
   config.train.optim.learning_rate = run["learning_rate"]
   config.seed = run["seed"]
+  config.train.seed = run.get("train_seed", -1)
   return config
+
+
+def run_study(block: int, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
+  """Study block `block` on a pool without any question of the v2 trainer's pool (a superset of v1's), then its
+  exports (`export_study`)."""
+  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
+  config = validation.get_config(f"{'tiny_' if tiny else ''}v2_study{block}")
+  exclude = workdir / "train_pool_questions.json"
+  if not exclude.exists():
+    workdir.mkdir(parents=True, exist_ok=True)
+    pool = preflight.load_task(validation.get_config("tiny_v2_train" if tiny else "v2_train"))
+    exclude.write_text(json.dumps(sorted({p.question for p in pool.problems})))
+  config.task.exclude = str(exclude.resolve())
+  v1._job(config, workdir / f"study{block}", "study")  # pylint: disable=protected-access
+  export_study(workdir / f"study{block}", data, block)
+
+
+def export_study(study_dir: pathlib.Path, data: pathlib.Path, block: int) -> None:
+  """v1's study_nodes_<b>.csv and study_views_<b>.csv, and study_records_<b>.parquet: the block's node records as
+  written (question ids prefixed "<block>:", as in the CSVs), every continuation's reward included."""
+  v1.export_study(study_dir, data, block)
+  nodes = pd.read_parquet(study_dir / "records" / "nodes")
+  nodes["question_id"] = f"{block}:" + nodes.question_id.astype(str)
+  nodes.to_parquet(data / f"study_records_{block}.parquet", index=False, compression="zstd")
 
 
 def run_train(name: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
@@ -84,7 +132,8 @@ def run_train(name: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) 
   run = runs(tiny)[name]
   config = train_config(run, tiny)
   run_dir = workdir / "train" / name
-  shared = workdir / f"eval_before_seed{run['seed']}.npy"
+  protocol = run.get("protocol", "v1")                    # v2's evaluation is another [Q, S] than v1's
+  shared = workdir / f"eval_before_{'' if protocol == 'v1' else protocol + '_'}seed{run['seed']}.npy"
   if shared.exists() and not (run_dir / "train" / "eval_before.npy").exists():
     (run_dir / "train").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(shared, run_dir / "train" / "eval_before.npy")
@@ -98,8 +147,15 @@ def export_train(name: str, run: dict, config, run_dir: pathlib.Path, data: path
   """eval_<name>.csv, samples_<name>.jsonl (the last step's rollouts) and row.json (the parent adds wall time and
   peak memory and appends it to runs.csv)."""
   v1.export_train(name, config, run_dir, data)            # eval_<name>.csv and row.json, v1's columns
+  steps = sorted(int(p.stem.removeprefix("eval_step")) for p in (run_dir / "train").glob("eval_step*.npy"))
+  if len(steps) > 1:                                        # v2: the held-out rewards after every evaluation
+    table = pd.read_csv(data / f"eval_{name}.csv")
+    for step in steps[:-1]:
+      table[f"after_step{step}"] = np.load(run_dir / "train" / f"eval_step{step}.npy").mean(axis=1)
+    table.to_csv(data / f"eval_{name}.csv", index=False)
   row = json.loads((run_dir / "row.json").read_text())
-  row.update(stage=run["stage"], stratum=run["stratum"], teacher_weights=run["teacher_weights"])
+  row.update(stage=run["stage"], stratum=run["stratum"], teacher_weights=run["teacher_weights"],
+             train_seed=run.get("train_seed", -1))
   (run_dir / "row.json").write_text(json.dumps(row))
   lines = (run_dir / "train" / "samples.jsonl").read_text().splitlines()
   last = max(json.loads(l)["step"] for l in lines)
@@ -112,7 +168,8 @@ def add_run_row(run_dir: pathlib.Path, data: pathlib.Path, wall_s: float, peak_r
   path = data / "runs.csv"
   table = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=RUN_COLUMNS)
   table = pd.concat([table[table.configuration != row["configuration"]], pd.DataFrame([row])], ignore_index=True)
-  table[list(RUN_COLUMNS)].to_csv(path, index=False)
+  table["train_seed"] = table.get("train_seed", pd.Series(-1, index=table.index)).fillna(-1).astype(int)  # rows
+  table[list(RUN_COLUMNS)].to_csv(path, index=False)                                         # before the column: -1
   return row
 
 
@@ -146,23 +203,28 @@ def stage1_table(data: pathlib.Path, v1_dir: pathlib.Path = V1_DIR, tiny: bool =
 
 def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
   check_piece(piece, tiny)
-  if piece.startswith("train:"):
+  if piece.startswith("study:"):
+    run_study(int(piece.split(":", 1)[1]), workdir, data, tiny)
+  elif piece.startswith("train:"):
     run_train(piece.split(":", 1)[1], workdir, data, tiny)
   elif piece == "stage1":
     print(stage1_table(data, tiny=tiny).to_string(), flush=True)
 
 
 def check_piece(piece: str, tiny: bool) -> None:
-  """Raises ValueError naming the pieces when `piece` is not one of them (or "all")."""
-  if piece not in ("all", *pieces(tiny)):
-    raise ValueError(f"--piece={piece}: use all, stage1 or train:<name> (name in {sorted(runs(tiny))})")
+  """Raises ValueError naming the pieces when `piece` (or one of its comma-separated pieces) is not one of them (or
+  "all")."""
+  for one in piece.split(","):
+    if one not in ("all", *pieces(tiny)):
+      raise ValueError(f"--piece={one}: use all, stage1, study:<b> (b in {blocks(tiny)}) or train:<name> (name in "
+                       f"{sorted(runs(tiny))}), or several of them joined by commas")
 
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--workdir", required=True)
   ap.add_argument("--data_dir", default=str(DATA_DIR))
-  ap.add_argument("--piece", default="all", help="all | train:<name> | stage1")
+  ap.add_argument("--piece", default="all", help="all | train:<name> | stage1 | study:<b>, or several joined by commas")
   ap.add_argument("--tiny", action="store_true", help="random models on the synthetic task (tests)")
   ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
@@ -176,7 +238,7 @@ def main(argv=None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   data.mkdir(parents=True, exist_ok=True)
-  for piece in pieces(args.tiny) if args.piece == "all" else [args.piece]:
+  for piece in pieces(args.tiny) if args.piece == "all" else args.piece.split(","):
     if done(piece, data):
       print(f"{piece}: done ({data}); not rerun", flush=True)
       continue

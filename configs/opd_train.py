@@ -23,7 +23,10 @@ The task, template and policy are teacher_sweep's, so a configuration diagnosed 
 the same questions. Held-out questions are the pool's first `eval_questions`; the rest are trained on. Fields
 (config.train): configuration ("teacher:context:divergence[@x]" as in config.configurations), steps,
 batch_questions x rollouts_per_question rollouts per step, eval_questions x eval_samples held-out samples every
-eval_every steps (same keys each time), micro_batch_rows (rollouts per micro-batch: the step's gradients are
+eval_every steps (same keys each time; eval_at: the steps to evaluate after instead, e.g. (10, 20, 40); the last step
+is always evaluated), seed (the training's own draws: LoRA init, training order, rollout keys; -1: config.seed, which
+also fixes the question pool and the evaluation's keys, so a replicate with another train.seed keeps those),
+micro_batch_rows (rollouts per micro-batch: the step's gradients are
 accumulated over micro-batches of this many rows before one update; 0: all at once), checkpoint_every,
 keep_checkpoints, chunk (loss positions per chunk), teacher_weights (the self-teacher's weights: "initial", the
 base student frozen, what the study diagnoses; "current", the student being trained; "ema@d", an average of its
@@ -55,8 +58,8 @@ def get_config(arg: str | None = None):
   config.train = ml_collections.ConfigDict(dict(
       configuration="self:solution:reverse_kl",
       teacher_weights="initial",
-      steps=12, batch_questions=4, rollouts_per_question=2,
-      eval_questions=16, eval_samples=2, eval_every=6,
+      seed=-1, steps=12, batch_questions=4, rollouts_per_question=2,
+      eval_questions=16, eval_samples=2, eval_every=6, eval_at=(),
       micro_batch_rows=0, checkpoint_every=1, keep_checkpoints=2, chunk=128, export=False,
       lora=dict(rank=16, alpha=32.0, targets=lora.DEFAULT_TARGETS),
       optim=dict(learning_rate=1e-4, warmup_steps=0, schedule="constant", weight_decay=0.0, clip_norm=1.0,

@@ -15,6 +15,14 @@ self:solution run of docs/results.md, experiment 3. Three disjoint question sets
 (generator seeds `block_seed(b)`, without any question of the trainer's pool: config.task.exclude), and the
 trainer's pool (seed 0): its first `eval_questions` held out for pass@1 before and after, the rest trained on.
 `:tiny_study` / `:tiny_train`: random models on the synthetic parity task (tests).
+
+Validation v2 (issue 47; benchmarks/validate_v2.py, docs/data/validation_v2/PLAN.md): `:v2_study<b>`, block b of
+the study on every view of stage 3 (the 1.5B teacher with four contexts, the student with five, each under three
+divergences: V2_CONFIGURATIONS), V2_BLOCK_QUESTIONS questions at R = 12 per block, on pools of their own (seeds
+V2_STUDY_SEED + ...) without the trainer's questions; `:v2_train`, the stage-3 trainer: the v1 trainer with 80
+held-out questions x 4 samples evaluated after steps 10, 20 and 40 (a pool of 240: 80 held out, 160 trained on),
+config.seed 0 for the pool and the evaluation's keys, config.train.seed for the replicate (the driver sets it).
+`:tiny_v2_study` / `:tiny_v2_train`: their tiny forms.
 """
 from configs import opd_train
 from configs import teacher_sweep
@@ -50,6 +58,23 @@ MAX_NEW_TOKENS = 48
 MICRO_BATCH_ROWS = 4
 
 
+# Validation v2's study: every view of stage 3's two strata (the same nodes for every configuration), under reverse KL,
+# JSD_0.5 and forward KL (the divergences cost nothing once a view is scored).
+V2_DIVERGENCES = {"rkl": "reverse_kl", "jsd": "jsd@0.5", "fkl": "forward_kl"}
+V2_VIEWS = {**{f"ext_{c}": f"{TEACHER}:{c}" for c in ("plain", "answer", "solution", "summary")},
+            **{f"self_{c}": f"self:{c}" for c in ("solution", "summary", "answer", "misleading", "contrastive")}}
+V2_CONFIGURATIONS = {f"{v}_{d}": f"{view}:{div}" for v, view in V2_VIEWS.items() for d, div in V2_DIVERGENCES.items()}
+V2_TINY = {f"{v}_{d}": f"{view}:{div}" for v, view in {"ext_plain": "random:1:plain", "self_solution":
+           "self:solution"}.items() for d, div in V2_DIVERGENCES.items()}
+V2_STUDY_SEED = 20_000
+V2_BLOCKS = 4
+V2_BLOCK_QUESTIONS = 20
+V2_CONTINUATIONS = 12
+V2_EVAL_QUESTIONS = 80
+V2_EVAL_SAMPLES = 4
+V2_EVAL_AT = (10, 20)                        # and the last step, 40
+
+
 def _task(config, tiny: bool):
   if tiny:
     config.student.name = "random:0"
@@ -67,11 +92,32 @@ def block_seed(block: int) -> int:
   return STUDY_SEED + (block - 1) * BLOCK_STRIDE
 
 
+def v2_block_seed(block: int) -> int:
+  """The generator seed (and draws) of v2 study block `block` (1-based): none of v1's blocks' or the trainer's."""
+  return V2_STUDY_SEED + (block - 1) * BLOCK_STRIDE
+
+
 def get_config(arg: str | None = None):
-  """`study[<b>]` (block b, default 1), `train`, or their `tiny_` forms."""
+  """`study[<b>]` (block b, default 1), `train`, `v2_study[<b>]`, `v2_train`, or their `tiny_` forms."""
   arg = arg or "study"
   tiny = arg.startswith("tiny")
   kind = arg.removeprefix("tiny").strip("_") or ("study" if tiny else arg)
+  if kind.startswith("v2_study"):
+    block = int(kind.removeprefix("v2_study") or 1)
+    config = get_config(f"{'tiny_' if tiny else ''}study")
+    config.seed = v2_block_seed(block)
+    config.configurations = dict(V2_TINY if tiny else V2_CONFIGURATIONS)
+    if not tiny:
+      config.budget.update(questions=V2_BLOCK_QUESTIONS, continuations_per_candidate=V2_CONTINUATIONS)
+    return config
+  if kind == "v2_train":
+    config = get_config(f"{'tiny_' if tiny else ''}train")
+    if not tiny:
+      config.task.num_problems = V2_EVAL_QUESTIONS + 160
+      config.train.update(eval_questions=V2_EVAL_QUESTIONS, eval_samples=V2_EVAL_SAMPLES, eval_at=V2_EVAL_AT)
+    else:
+      config.train.eval_at = (1,)
+    return config
   if kind.startswith("study"):
     block = int(kind.removeprefix("study") or 1)
     config = _task(teacher_sweep.get_config(), tiny)
@@ -107,4 +153,4 @@ def get_config(arg: str | None = None):
       config.logging.progress = False
     return config
   raise ValueError(f"unknown variant {arg!r} of validation; use 'study<b>' (a block, 1-{BLOCKS}), 'train', "
-                   "'tiny_study' or 'tiny_train'")
+                   f"'v2_study<b>' (1-{V2_BLOCKS}), 'v2_train', or one of them with the prefix 'tiny_'")

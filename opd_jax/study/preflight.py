@@ -63,6 +63,10 @@ SEED_MAX = 2 ** 32 - 1
 INT_MAX = 2 ** 31 - 1
 
 
+# Seeds whose -1 means "config.seed's" (training/loop.py, `training_seed`).
+SEEDS_INHERITING = ("config.train.seed",)
+
+
 def _is_seed(name: str) -> bool:
   return name == "seed" or name.endswith("_seed")
 
@@ -82,9 +86,10 @@ def check_integers(tree, prefix: str = "config") -> None:
       check_integers(v, field)
     elif isinstance(v, bool) or not isinstance(v, int):
       continue
-    elif _is_seed(str(k)) and not 0 <= v <= SEED_MAX:
-      raise _bad(field, f"must be an integer >= 0 and <= 2**32 - 1 = {SEED_MAX} (JAX's PRNG keys hold 32 bits)", v,
-                 fix="pick a smaller seed")
+    elif _is_seed(str(k)) and not (0 <= v <= SEED_MAX or (v == -1 and field in SEEDS_INHERITING)):
+      inherit = " (or -1: config.seed)" if field in SEEDS_INHERITING else ""
+      raise _bad(field, f"must be an integer >= 0 and <= 2**32 - 1 = {SEED_MAX}{inherit} (JAX's PRNG keys hold 32 "
+                 "bits)", v, fix="pick a smaller seed")
     elif not -INT_MAX - 1 <= v <= INT_MAX:
       raise _bad(field, f"must be an integer of at most 2**31 - 1 = {INT_MAX} in magnitude (numpy and JAX count and "
                  "index with 32-bit integers)", v, fix="pick a smaller value")

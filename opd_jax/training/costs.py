@@ -18,6 +18,7 @@ from opd_jax.cost import estimate
 from opd_jax.decode import sampling
 from opd_jax.study import model_specs
 from opd_jax.teachers import contexts
+from opd_jax.training import evaluate
 
 STAGES = ("rollouts", "train step", "evaluation")
 
@@ -38,7 +39,7 @@ def calls(config) -> list[estimate.Call]:
          estimate.Call("rollouts", "decode", "student", s_cfg, rows, 1, P + n_tok, t.steps * n_tok)]
   out += step_calls(s_cfg, t_cfg, rows, P, bucket(prompt + ctx, 16), n_tok, lora=t.lora.rank > 0,
                     steps=t.steps)
-  evals = 1 + t.steps // t.eval_every + (t.steps % t.eval_every != 0)
+  evals = 1 + len(evaluate.eval_steps(t))
   e_rows = t.eval_questions * t.eval_samples
   out += [estimate.Call("evaluation", "prefill", "student", s_cfg, t.eval_questions, P, P + n_tok, evals),
           estimate.Call("evaluation", "decode", "student", s_cfg, e_rows, 1, P + n_tok, evals * n_tok)]

@@ -18,6 +18,13 @@ from opd_jax.decode import sampling
 from opd_jax.report import common as report_common
 
 
+def eval_steps(t) -> list[int]:
+  """The steps after which held-out pass@1 is measured (and after the last step, always): config.train.eval_at
+  when given, else every eval_every steps."""
+  at = sorted({int(s) for s in t.get("eval_at", ())})
+  return sorted({*at, t.steps} if at else {*range(t.eval_every, t.steps + 1, t.eval_every), t.steps})
+
+
 def eval_keys(seed: int, n_questions: int, samples: int) -> jax.Array:
   """Per-row keys [Q * S] of the evaluation: row (i, s) uses row_keys(fold_in(key(seed), 2**31 - 1), i * S + s),
   the same at every step and in every run of this seed (a stream no other draw of the trainer uses)."""

@@ -7,7 +7,9 @@ on the chunked OPD loss (training/step.py). Held-out pass@1 is measured before t
 steps with the same PRNG keys (common random numbers, training/evaluate.py), and reported as a paired difference
 with its interval.
 
-Everything random derives from (config.seed, step), so a run resumed from its last checkpoint (orbax,
+Everything random derives from (config.seed, config.train.seed, step): config.seed fixes the question pool and
+the evaluation's keys, the training seed (`training_seed`: config.train.seed, or config.seed when it is -1) the
+LoRA init, the training order and the rollout keys, so that a replicate changes only what training draws. A run resumed from its last checkpoint (orbax,
 training/state.py: params or adapters, optimizer state, step, PRNG key, data cursor) reaches the same final
 params as an uninterrupted one. Outputs under <workdir>/train: metrics.csv (one row per step), eval.csv (one
 row per evaluation), samples.jsonl (every step's rollouts: step, question_id, reward, tokens, text), metrics.png,
@@ -48,6 +50,13 @@ from opd_jax.training import state as state_lib
 from opd_jax.training import step as step_lib
 
 
+def training_seed(config) -> int:
+  """The seed of the training's own draws (LoRA init, the training questions' order, rollout keys):
+  config.train.seed, or config.seed when it is -1 (the default; runs before the field existed)."""
+  seed = config.train.get("seed", -1)
+  return config.seed if seed == -1 else seed
+
+
 def validate(config) -> None:
   """config.train errors that need no model (each names the field and the fix; the optimizer's:
   `checks.validate_train`)."""
@@ -58,6 +67,14 @@ def validate(config) -> None:
     v = t[f]
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
       raise ValueError(f"config.train.{f} must be an integer > 0, got {v!r}")
+  seed = t.get("seed", -1)
+  if isinstance(seed, bool) or not isinstance(seed, int) or seed < -1:
+    raise ValueError(f"config.train.seed must be an integer >= 0, or -1 (config.seed), got {seed!r}")
+  at = t.get("eval_at", ())
+  if not isinstance(at, (tuple, list)) or any(isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= t.steps
+                                              for s in at):
+    raise ValueError(f"config.train.eval_at must be a tuple of steps in 1..config.train.steps={t.steps} (empty: "
+                     f"every eval_every steps), got {at!r}")
   micro = t.get("micro_batch_rows", 0)
   if isinstance(micro, bool) or not isinstance(micro, int) or micro < 0:
     raise ValueError(f"config.train.micro_batch_rows must be an integer >= 0 (0: the whole step's rollouts at "
@@ -193,12 +210,12 @@ def run(config, workdir: str) -> str:
   env = environment.setup(config, cross_ok=False)  # another tokenizer: refused at the load where headers were not cheap
   conf = env.confs[0]
   task, pool = env.task, env.task.problems
-  data = train_and_held_out(len(pool), t.eval_questions, config.seed)
+  data = train_and_held_out(len(pool), t.eval_questions, training_seed(config))
   c = config.sampling
   policy = dict(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k)
 
   # --- Trainable params, optimizer, checkpoints ---------------------------------------------------------
-  student, key = env.student, jax.random.key(config.seed)
+  student, key = env.student, jax.random.key(training_seed(config))
   base = student.params
   scale = t.lora.alpha / t.lora.rank if t.lora.rank > 0 else None
   trainable = lambda b: (lora.init(b, jax.random.fold_in(key, 1), rank=t.lora.rank, pattern=t.lora.targets)
@@ -241,6 +258,7 @@ def run(config, workdir: str) -> str:
   adapted = jax.jit(lambda b, a: lora.adapt(b, a, scale=scale)) if scale is not None else None
   current = lambda: dataclasses.replace(student, params=adapted(base, st["params"]) if adapted else st["params"])
 
+  evals_at = set(evaluate.eval_steps(t))
   failures_before = grading.failures()                   # grades that time out or fail: counted, reported
   # --- Held-out evaluation (common random numbers) -------------------------------------------------------
   held = [pool[i] for i in data.held_out]
@@ -299,7 +317,7 @@ def run(config, workdir: str) -> str:
         m = {k: float(v) for k, v in m.items()}
         metrics.append({"step": s + 1, **m, "train_reward": float(np.mean(rewards)),
                         "response_tokens": float(np.mean(got.lengths)), "seconds": time.time() - t0})
-        if (s + 1) % t.eval_every == 0 or s + 1 == t.steps:
+        if s + 1 in evals_at:
           with terminal.bar(f"evaluation at step {s + 1}"):
             after = evaluate_now()
           records.atomic_write_bytes(out / f"eval_step{s + 1}.npy", _npy(after))   # [Q, S] rewards, as before's

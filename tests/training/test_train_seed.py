@@ -1,0 +1,73 @@
+"""A training seed apart from the task's (config.train.seed, issue 47's replicates) and evaluations at chosen steps
+(config.train.eval_at): a replicate keeps the question pool, the held-out questions and the evaluation's keys
+(so the base model's held-out rewards are the same array) and changes what training draws (the training order, the
+rollouts); evaluations happen after the steps asked and the last. The order is checked against numpy's permutation
+of the training questions with the training seed, computed here."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from configs import opd_train
+from opd_jax import records
+from opd_jax.training import evaluate
+from opd_jax.training import loop
+
+
+def _config(train_seed: int, eval_at=()):
+  config = opd_train.get_config("smoke")
+  config.logging.progress = False
+  config.train.update(seed=train_seed, eval_at=eval_at)
+  return config
+
+
+def test_a_replicate_keeps_the_pool_and_the_evaluation_and_changes_the_training_draws(tmp_path):
+  base, rep = _config(-1), _config(7, eval_at=(1,))
+  loop.run(base, str(tmp_path / "base"))
+  loop.run(rep, str(tmp_path / "rep"))
+  a, b = tmp_path / "base" / "train", tmp_path / "rep" / "train"
+  assert json.loads((a / "eval_questions.json").read_text()) == json.loads((b / "eval_questions.json").read_text())
+  np.testing.assert_array_equal(np.load(a / "eval_before.npy"), np.load(b / "eval_before.npy"))
+  assert pd.read_csv(a / "eval.csv").step.tolist() == [3]                       # eval_every=3, steps=3
+  assert pd.read_csv(b / "eval.csv").step.tolist() == [1, 3]                    # eval_at=(1,) and the last step
+  t = base.train
+  held = t.eval_questions
+  n_pool = base.task.num_problems
+  for run, seed in ((a, base.seed), (b, 7)):
+    order = np.random.default_rng(seed).permutation(np.arange(held, n_pool)).tolist()
+    lines = [json.loads(l) for l in (run / "samples.jsonl").read_text().splitlines()]
+    firsts = [l["question_id"] for l in lines if l["step"] == 1][::t.rollouts_per_question]
+    assert [int(q.rsplit("-", 1)[-1]) for q in firsts] == order[:t.batch_questions], (firsts, order)   # "...-00007"
+
+
+def test_the_training_seed_defaults_to_config_seed_and_old_configs_hash_as_before():
+  config = _config(-1)
+  config.seed = 3
+  assert loop.training_seed(config) == 3
+  config.train.seed = 0
+  assert loop.training_seed(config) == 0
+  d = _config(-1).to_dict()
+  old = json.loads(json.dumps(d, default=str))
+  del old["train"]["seed"], old["train"]["eval_at"]
+  assert records.config_hash(d) == records.config_hash(old)
+  d["train"]["seed"] = 1
+  assert records.config_hash(d) != records.config_hash(old)
+
+
+@pytest.mark.parametrize("field,value", [("seed", -2), ("seed", True), ("eval_at", (0,)), ("eval_at", (4,))])
+def test_bad_seed_or_eval_steps_name_the_field(field, value):
+  config = _config(-1)
+  config.train[field] = value
+  with pytest.raises(ValueError, match=f"config.train.{field}"):
+    loop.validate(config)
+
+
+def test_eval_steps_are_the_steps_asked_and_the_last():
+  t = _config(-1).train
+  t.update(steps=40, eval_every=40)
+  assert evaluate.eval_steps(t) == [40]
+  t.eval_at = (20, 10)
+  assert evaluate.eval_steps(t) == [10, 20, 40]
+  t.update(eval_at=(), eval_every=15)
+  assert evaluate.eval_steps(t) == [15, 30, 40]
