@@ -39,6 +39,7 @@ from configs import validation  # pylint: disable=g-import-not-at-top,wrong-impo
 from opd_jax import records  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.report import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.report import decision  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.report import verdict_text  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DATA_DIR = REPO / "docs" / "data" / "validation"
@@ -220,7 +221,7 @@ def study_verdict(nodes: pd.DataFrame, data: pathlib.Path, suffix: str = "") -> 
   """The verdict of the blocks' nodes together, as the study's report decides it (report.decision.decide with the
   study config's estimand), on each node group: {target: ranking} (`named` = the configuration it names,
   `could_be_best` = those it cannot exclude). Writes the study config's target's as study_verdict.csv and
-  study_verdict_line.txt."""
+  study_verdict_line.txt (its first line and details, verdict_text.lines)."""
   report = validation.get_config("study").report
   out = {}
   for target in GROUPS:
@@ -232,7 +233,7 @@ def study_verdict(nodes: pd.DataFrame, data: pathlib.Path, suffix: str = "") -> 
                                 for i, r in enumerate(verdict.get("ranking", []))])
     if target == report.target:
       out[target].to_csv(data / f"study_verdict{suffix}.csv", index=False)
-      (data / f"study_verdict{suffix}_line.txt").write_text(verdict.get("line", "") + "\n")
+      (data / f"study_verdict{suffix}_line.txt").write_text("\n".join(verdict_text.lines(verdict)) + "\n")
   return out
 
 

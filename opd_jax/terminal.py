@@ -3,7 +3,7 @@ of a failure (`field_error`, `fail`: the one format of every entry point's confi
 
 One console (`console`, called by every entry point): when `config.logging.progress` (every job: study, trainer,
 lookahead, and the report inside a study), tqdm bars on a terminal, and one line per stage when stderr is not one
-(a file, a pipe: `stage_line`, e.g. `base rollouts: 1,536 tok in 40.2 s`; no cursor codes); warnings and errors as
+(a file, a pipe: `stage_line`, e.g. `base rollouts: 1,536 tokens in 40.2 s`; no cursor codes); warnings and errors as
 `warning: <message>` lines written between the bars, and absl/Python INFO lines (timestamps, thread ids) in
 `<workdir>/log.txt` (`attach_log`), not on the console (`config.logging.verbosity=2`: there too). `quiet_startup`
 (on `import opd_jax`) silences the startup chatter of the libraries: transformers' "PyTorch was not found"
@@ -186,17 +186,18 @@ class _Count:
 
 
 def stage_line(stage: str, seconds: float, n: float | None = None, unit: str = "it", unit_scale: bool = False) -> str:
-  """The one line of a finished stage when no bar is drawn: `base rollouts: 1,536 tok in 40.2 s`, or
+  """The one line of a finished stage when no bar is drawn: `base rollouts: 1,536 tokens in 40.2 s`, or
   `loading models: 21.6 s` for a stage without a count (n None)."""
   if n is None:
     return f"{stage}: {seconds:.1f} s"
   if unit_scale:                                    # 491MB: the SI prefix on the unit, no space between
     return f"{stage}: {tqdm.format_sizeof(n)}{unit} in {seconds:.1f} s"
-  word = unit if int(n) == 1 or unit in ABBREVIATED else unit + "s"       # 10 views, 1 view, 3,744 tok
+  unit = WORDS.get(unit, unit)
+  word = unit if int(n) == 1 else unit + "s"              # 10 views, 1 view, 3,744 tokens, 3 questions
   return f"{stage}: {int(n):,} {word} in {seconds:.1f} s"
 
 
-ABBREVIATED = ("tok", "q", "it", "B")                # units written as abbreviations: no plural
+WORDS = {"tok": "token", "q": "question", "it": "item", "B": "byte"}   # a bar's short unit (tok/s) as a word
 
 
 _open: list = []          # the bars drawn now (innermost last): a last line printed by another thread starts below

@@ -137,7 +137,7 @@ def test_stderr_in_a_file_gets_one_line_per_stage_and_a_terminal_gets_bars(monke
     q.update(1)
   lines = capsys.readouterr().err.splitlines()
   assert [re.sub(r"[\d.]+ s$", "T s", l) for l in lines] == [
-      "  loading models: T s", "  assembling x: 2.00MB in T s", "questions: 2 q in T s"]   # inner ones indented
+      "  loading models: T s", "  assembling x: 2.00MB in T s", "questions: 2 questions in T s"]   # inner ones indented
   loading = float(lines[0].split()[-2])
   assert 0.2 <= loading <= time.time() - t0                 # the stage's own time, not 00:00
   with pytest.raises(KeyboardInterrupt), terminal.bar("scoring", total=3):
@@ -213,4 +213,6 @@ def test_stage_lines_read_as_words():
   assert terminal.stage_line("assembling m", 1.84, 491e6, "B", True) == "assembling m: 491MB in 1.8 s"
   assert terminal.stage_line("scoring", 3.0, 10, "view") == "scoring: 10 views in 3.0 s"
   assert terminal.stage_line("scoring", 3.0, 1, "view") == "scoring: 1 view in 3.0 s"
-  assert terminal.stage_line("base rollouts", 3.0, 3744, "tok") == "base rollouts: 3,744 tok in 3.0 s"
+  assert terminal.stage_line("base rollouts", 3.0, 3744, "tok") == "base rollouts: 3,744 tokens in 3.0 s"
+  assert terminal.stage_line("questions", 69.5, 3, "q") == "questions: 3 questions in 69.5 s"     # not "3 q"
+  assert terminal.stage_line("questions", 9.5, 1, "q") == "questions: 1 question in 9.5 s"

@@ -92,9 +92,11 @@ def test_the_verdict_says_not_estimable_and_what_would_decide(tmp_path):
   v = decision.decide(_six(5), n_boot=50)
   top = v["comparisons"][0]
   assert top["ci_lo"] == -2.0 and top["ci_hi"] == 2.0          # the interval that printed as [-2.0000, +2.0000]
-  assert "2.0000" not in v["line"] and "not estimable (5 shared questions < 10: the interval spans" in v["line"]
+  text = "\n".join(verdict_text.lines(v))
+  assert "2.0000" not in text and "not estimable (5 shared questions < 10: the interval spans" in text
   assert all("2.0000, 2.0000" not in cell for row in verdict_text.table_rows(v) for cell in row)
-  assert verdict_text.next_step(v).startswith("to decide: at least 10 questions with a defined alignment (now 5")
+  assert verdict_text.next_step(v).startswith(
+      "to decide: at least 10 questions with a defined alignment (this study: 5")
   # With min_effect: the questions needed, on the console too (they were in summary.md and report.html only),
   # and the larger variant of the default sweep.
   workdir = _study(tmp_path / "run", _six(12))
@@ -104,9 +106,11 @@ def test_the_verdict_says_not_estimable_and_what_would_decide(tmp_path):
   need = sample_size.questions_needed(0.1, p["se"], p["df"], p["questions"], alpha=p["alpha"], power=0.8, se_df=p["df"])
   assert verdict["verdict"] != "use" and p["questions_needed"] == math.ceil(need)
   lines = console.results_text(workdir).splitlines()
-  assert lines[0] == verdict["line"]
-  assert lines[1].startswith(f"to decide: ~{math.ceil(need)} questions ({math.ceil(need) - 12} more) would detect "
-                             "a difference of 0.1 with 80% power")
-  assert lines[1].endswith("or run configs/teacher_sweep.py:hour (up to 80 questions, ~1 h on a 2-core CPU)")
+  assert lines[0] == verdict["line"] and lines[1:1 + len(verdict["details"])] == [f"  {d}" for d in verdict["details"]]
+  step = lines[1 + len(verdict["details"]) + len(verdict["validation"])]
+  assert step.startswith(f"to decide: a study of ~{math.ceil(need)} questions would detect a difference of 0.1 with "
+                         "80% power")
+  assert step.endswith("or configs/teacher_sweep.py:hour with the same --config.task.exclude (a new study, its looks "
+                       "planned before it starts; --dry_run prints its plan and time)")
   assert f"to detect 0.1: {math.ceil(need)} questions" in (workdir / "summary.md").read_text()
   assert verdict_text.next_step(verdict) in (workdir / "summary.md").read_text()     # what would decide, there too

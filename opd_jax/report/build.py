@@ -19,6 +19,7 @@ from opd_jax.report import predictors as why
 from opd_jax.report import router as rt
 from opd_jax.report import summary as summ
 from opd_jax.report import token_pages
+from opd_jax.report import validation_note
 from opd_jax.report import where
 
 
@@ -71,7 +72,8 @@ def _rollout_lengths(workdir: str, meta: dict) -> pd.DataFrame | None:
     except (FileNotFoundError, KeyError, ValueError):
       return None
   reward = rollouts["reward"].to_numpy(np.float64)
-  meta["rollouts"] = (f"{len(rollouts)} rollouts, {rollouts['question_id'].nunique()} questions, "
+  meta["rollouts"] = (f"{common.counted(len(rollouts), 'rollout')}, "
+                      f"{common.counted(rollouts['question_id'].nunique(), 'question')}, "
                       f"accuracy {np.mean(reward == 1):.3f}")
   return rollouts if "length" in rollouts.columns else None
 
@@ -85,7 +87,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   """Rebuilds the report files of `<workdir>` from its node records (and rollouts, config.json, manifest.json).
 
   Files: summary.md (markdown, returned), summary.csv (summary.summarize), verdict.json (decision.decide on
-  `target`, with the router (router.route on `target`) under "router"), where.csv (where.where_table),
+  `target`, with the router (router.route on `target`) under "router" and what the training validation showed
+  about its self-distillation contexts under "validation": validation_note.lines), where.csv (where.where_table),
   predictors.csv (predictors.predictor_table), alignment.png (plot), report.html (html; figures inline) and
   html/ (html and pages > 0: token_pages.write_pages, linked from report.html), written as one set
   (`records.atomic_write_files`): a failure (a full disk) leaves the previous report's files as they were.
@@ -128,12 +131,14 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
                             estimand=estimand, unplanned=unplanned, **seq)
   predictor_rows = why.predictor_table(nodes, n_boot=n_boot_predictors, seed=seed)
   routed = rt.route(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes, min_questions=min_questions)
-  verdict = {**verdict, "router": routed}
+  verdict = {**verdict, "validation": validation_note.lines(verdict, validation_note.self_configs(nodes)),
+             "router": routed}
   config = _load_json(os.path.join(workdir, "config.json"))
   manifest = _load_json(os.path.join(workdir, "manifest.json"))
   name = (config or {}).get("name") or os.path.basename(os.path.abspath(workdir))
-  meta = {"nodes": f"{len(nodes)} node rows, {nodes['question_id'].nunique()} questions, "
-                   f"{nodes['config_id'].nunique()} configurations"}
+  meta = {"nodes": f"{common.counted(len(nodes), 'node row')}, "
+                   f"{common.counted(nodes['question_id'].nunique(), 'question')}, "
+                   f"{common.counted(nodes['config_id'].nunique(), 'configuration')}"}
   lengths = _rollout_lengths(workdir, meta)
   meta["intervals"] = (f"{100 * summary['ci_level'].iloc[0]:g}% percentile cluster bootstrap over questions, "
                        f"n_boot={n_boot}, seed={seed}; underpowered below {min_nodes} defined alignments or "

@@ -68,9 +68,9 @@ def underpowered_reason(n_defined: int, n_questions: int, *, min_nodes: int = MI
                         min_questions: int = MIN_QUESTIONS) -> str:
   parts = []
   if n_defined < min_nodes:
-    parts.append(f"only {n_defined} non-degenerate nodes with a defined alignment (< {min_nodes})")
+    parts.append(f"only {counted(n_defined, 'non-degenerate node')} with a defined alignment (< {min_nodes})")
   if n_questions < min_questions:
-    parts.append(f"only {n_questions} questions (< {min_questions}) with a defined alignment")
+    parts.append(f"only {counted(n_questions, 'question')} (< {min_questions}) with a defined alignment")
   return "; ".join(parts)
 
 

@@ -52,7 +52,8 @@ TABLE_COLUMNS = ("config_id", "group", "n_nodes", "n_defined", "n_defined_questi
 
 
 # Configs with a larger variant that would decide what their default leaves undecided: name -> the hint.
-LARGER = {"teacher_sweep": "or run configs/teacher_sweep.py:hour (up to 80 questions, ~1 h on a 2-core CPU)"}
+LARGER = {"teacher_sweep": ("or configs/teacher_sweep.py:hour with the same --config.task.exclude (a new study, its "
+                            "looks planned before it starts; --dry_run prints its plan and time)")}
 
 
 def next_line(verdict: dict, config_name: str | None = None) -> str:
@@ -66,8 +67,9 @@ def next_line(verdict: dict, config_name: str | None = None) -> str:
 
 
 def results_text(workdir) -> str:
-  """What a finished run prints on stdout: the verdict (verdict.json's line) and what would decide it
-  (`next_line`: the questions needed, also those for config.report.min_effect), the alignment table
+  """What a finished run prints on stdout: the verdict (verdict.json's line; its details and what the training
+  validation showed, indented) and what would decide it (`next_line`: a new study's questions, also those for
+  config.report.min_effect), the alignment table
   (`TABLE_COLUMNS` of summary.csv that exist), then one line saying where the records, report and figures are."""
   workdir = pathlib.Path(workdir)
   lines = []
@@ -77,7 +79,8 @@ def results_text(workdir) -> str:
       name = json.loads((workdir / "config.json").read_text()).get("name")
     except (OSError, ValueError, AttributeError):
       name = None
-    lines += [verdict["line"], *filter(None, [next_line(verdict, name)]), ""]
+    lines += [verdict["line"], *(f"  {line}" for line in verdict.get("details", ())),
+              *(f"  {line}" for line in verdict.get("validation", ())), *filter(None, [next_line(verdict, name)]), ""]
   csv = workdir / "summary.csv"
   if csv.is_file():
     table = pd.read_csv(csv)

@@ -275,7 +275,8 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
       `history`). None: every comparable pair is taken as comparable at every earlier look.
     unplanned: why this verdict is not the study's planned test (a look its design did not plan: another study
       already looked at these questions, or the report asks another target or estimand), or None. The verdict is
-      then computed as usual but labelled: planned False, decided False, its line prefixed "NOT A DECISION".
+      then computed as usual but labelled: planned False, decided False, its line prefixed "NOT A DECISION"
+      and its first detail saying why.
   Returns:
     A JSON-ready dict: target, level, n_boot, seed, min_nodes, min_questions, min_shared_questions, min_effect,
     n_questions (questions with a defined alignment on the target group), method, family_size (m), ci_level;
@@ -286,11 +287,13 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
     p_adjusted, distinguishable, underpowered); power (vs, diff (best - runner-up), se, df, questions, alpha,
     power, detectable_difference, min_effect, questions_needed, more_questions, estimable, reason; None without
     data); best, runner_up, best_set, not_comparable, verdict ("use", "indistinguishable", "underpowered",
-    "no_data"), line (the sentence). With a design also: look, looks, margin, nominal_alpha, alpha_spent,
-    spending, decision, decided, stop, equivalent (the configurations named by an "equivalent" decision, else []),
-    undecided (config_id, vs, questions_needed (to detect the margin with 80% expected power; None when not
-    estimable): the comparisons with the best that block a decision), and each comparison's `equivalent`; with
-    design.futility > 0 also futility and p_decided (None where not computed).
+    "no_data"), line (the first line: what to use, or that no configuration is shown better, and the number that
+    says how sure; verdict_text.headline), details (the lines after it: the design's state, why, the family of
+    intervals, what could be best, what is not comparable). With a design also: look, looks, margin, nominal_alpha,
+    alpha_spent, spending, decision, decided, stop, equivalent (the configurations named by an "equivalent"
+    decision, else []), undecided (config_id, vs, questions_needed (to detect the margin with 80% expected power;
+    None when not estimable): the comparisons with the best that block a decision), and each comparison's
+    `equivalent`; with design.futility > 0 also futility and p_decided (None where not computed).
   Raises:
     ValueError: bad nodes (common.check_nodes), an unknown target, level outside (0, 1), min_effect <= 0, or a
       design that disagrees with level or min_effect (compare_arrays).
@@ -336,7 +339,7 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
   b = res["best"]
   if b < 0:
     out.update(verdict="no_data", best=None, runner_up=None, best_set=[], not_comparable=[],
-               line=f"no configuration has a defined {estimand} on {target} nodes: nothing to decide")
+               line=f"no configuration has a defined {estimand} on {target} nodes: nothing to decide", details=[])
     return _with_design(out, res, design, configs, b) if design is not None else out
   for c in res["order"][1:]:
     under = common.underpowered(int(res["n_shared"][c, b]), int(res["n_shared_questions"][c, b]),
@@ -352,15 +355,20 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
              not_comparable=[c["config_id"] for c in out["comparisons"] if not c["comparable"]])
   out["power"] = _power(res, b, ru, configs, level, min_effect,
                         None if design is None else _final_alpha(design, res["m"], level))
-  out["line"] = _line(out, target)
-  out = out if design is None else _with_design(out, res, design, configs, b)
+  parts = verdict_text.fixed_parts(out)
+  out.update(line=verdict_text.headline(parts["what"], target, parts["number"], how=parts.get("how", "")),
+             details=parts["details"])
+  out = out if design is None else _with_design(out, res, design, configs, b, parts)
   return out if unplanned is None else _not_a_decision(out, unplanned)
 
 
 def _not_a_decision(out: dict, why: str) -> dict:
   """A verdict labelled as outside the planned test (decide's `unplanned`)."""
-  return {**out, "planned": False, "unplanned": why, "decided": False,
-          "line": f"NOT A DECISION ({why}); read as exploratory: {out['line']}"}
+  line = f"NOT A DECISION: {out['line']}"
+  if len(line) > verdict_text.HEADLINE_MAX:                   # the interval's level is in the details too
+    line = line.replace(f", {100 * out['level']:g}% simultaneous", "")
+  return {**out, "planned": False, "unplanned": why, "decided": False, "line": line,
+          "details": [f"not a decision ({why}); read as exploratory", *out["details"]]}
 
 
 def _final_alpha(design: sequential.Design, m: int, level: float) -> float:
@@ -370,8 +378,10 @@ def _final_alpha(design: sequential.Design, m: int, level: float) -> float:
   return sequential.nominal_alpha(design, design.n_looks, pairs=m)
 
 
-def _with_design(out: dict, res: dict, design: sequential.Design, configs: list, b: int) -> dict:
-  """decide's output with the sequential fields and line (see decide)."""
+def _with_design(out: dict, res: dict, design: sequential.Design, configs: list, b: int,
+                 parts: dict | None = None) -> dict:
+  """decide's output with the sequential fields, its first line and details (see decide; `parts`: the fixed
+  design's words, verdict_text.fixed_parts)."""
   out.update(look=res["look"], looks=list(design.looks), spending=design.spending, margin=design.margin,
              nominal_alpha=res["nominal_alpha"],
              alpha_spent=res["alpha_spent"], decision=res["decision"], decided=res["decided"], stop=res["stop"],
@@ -383,7 +393,7 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
                + f" ({design.looks[res['look'] - 1]} questions)"
                + (", the last: the pool of questions ran out" if res["last"] and res["look"] < design.n_looks else ""))
   if b < 0:
-    out["line"] = f"{look_text}, {res['decision']}: {out['line']}"
+    out["details"] = [f"{look_text}, {res['decision']}"]
     return out
   index = {c: i for i, c in enumerate(configs)}
   alpha = _final_alpha(design, res["m"], out["level"])
@@ -399,30 +409,43 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
   if res["decision"] == "equivalent":
     out["equivalent"] = members
   family = "" if one else f"simultaneous over every look: alpha spent {out['alpha_spent']:.3g} of {design.alpha:g}"
-  if res["decision"] == "use":
-    out["line"] = f"{look_text}, decided: {out['line']}" + (f"; {family}" if family else "")
-  elif res["decision"] == "equivalent":
+  decision, target, pct = res["decision"], out["target"], f"{100 * out['level']:g}%"
+  state = (f"stopped for futility (predictive P(decided by the cap of {design.looks[-1]} questions) = "
+           f"{res['p_decided']:.2g} < {design.futility:g}), undecided" if decision == "futile" else
+           {"use": "decided", "equivalent": "decided", "continue": "continue"}.get(
+               decision, "undecided" if one else "cap reached, undecided"))
+  suffix = "" if one else f"look {res['look']} of {design.n_looks}: " + {
+      "use": "decided", "equivalent": "decided", "continue": "goes on", "cap": "the last look"}.get(decision, "")
+  suffix = suffix.rstrip(": ")
+  first = f"{look_text}, {state}" + (f"; {family}" if family else "")
+  if decision == "use":
+    out.update(line=verdict_text.headline(f"use {configs[b]}", target, parts["number"], suffix, parts.get("how", "")),
+               details=[first, *parts["details"]])
+    return out
+  if decision == "equivalent":
     behind = [c["config_id"] for c in out["comparisons"] if c["config_id"] not in members and c["comparable"]]
-    out["line"] = (f"{look_text}, decided: equivalent within +-{design.margin:g} on {out['target']} nodes: "
-                   f"{', '.join(members)} (use any of them: every pair of them within the margin; "
-                   + (f"{', '.join(behind)} distinguishably behind; " if behind else "")
-                   + f"{100 * out['level']:g}% simultaneous intervals over "
-                   f"{common.counted(out['family_size'], 'pairwise comparison')}, paired on shared nodes, "
-                   "CR2 by question"
-                   + (f", {family})" if family else ")"))
-  else:
-    at = "" if one else " at the last look's level"
-    need = [f"{u['config_id']} (" + (f"~{u['questions_needed']} questions to detect {design.margin:g}{at}"
-                                     if u["questions_needed"] is not None else "not comparable yet"
-                                     if not next(c for c in out["comparisons"]
-                                                 if c["config_id"] == u["config_id"])["comparable"]
-                                     else "not estimable") + ")" for u in out["undecided"]]
-    what = ("continue" if res["decision"] == "continue" else "undecided" if one else "cap reached, undecided"
-            if res["decision"] == "cap" else
-            f"stopped for futility (predictive P(decided by the cap of {design.looks[-1]} questions) = "
-            f"{res['p_decided']:.2g} < {design.futility:g}), undecided")
-    out["line"] = (f"{look_text}, {what}: " + (f"undecided against {configs[b]}: {', '.join(need)}; "
-                                               if need else "") + out["line"] + (f"; {family}" if family else ""))
+    names = ", ".join(members[:3]) + (f" and {len(members) - 3} more" if len(members) > 3 else "")
+    out["line"] = verdict_text.headline(f"use any of {names}", target,
+                                        f"equivalent within +-{design.margin:g}, {pct} simultaneous", suffix)
+    out["details"] = [first, f"equivalent within +-{design.margin:g} on {target} nodes: {', '.join(members)} (use any "
+                      "of them: every pair of them within the margin; "
+                      + (f"{', '.join(behind)} distinguishably behind; " if behind else "")
+                      + f"{pct} simultaneous intervals over "
+                      f"{common.counted(out['family_size'], 'pairwise comparison')}, paired on shared nodes, "
+                      "CR2 by question" + (f", {family})" if family else ")")]
+    return out
+  at = "" if one else " at the last look's level"
+  comparable = {c["config_id"]: c["comparable"] for c in out["comparisons"]}
+  need = [f"{u['config_id']} (" + (f"~{u['questions_needed']} questions to detect {design.margin:g}{at}"
+                                   if u["questions_needed"] is not None else "not comparable yet"
+                                   if not comparable[u["config_id"]] else "not estimable") + ")"
+          for u in out["undecided"]]
+  number = (f"stopped for futility, P(decided by the cap) = {res['p_decided']:.2g}" if decision == "futile"
+            else parts["number"])
+  out["line"] = verdict_text.headline(verdict_text.NOT_SHOWN, target, number, suffix,
+                                      "" if decision == "futile" else parts.get("how", ""))
+  out["details"] = [first, *([f"undecided against {configs[b]}: {', '.join(need)}"] if need else []),
+                    *parts["details"]]
   return out
 
 
@@ -466,43 +489,3 @@ def _power(res: dict, b: int, ru: int, configs: list, level: float, min_effect: 
       out["questions_needed"] = math.ceil(need) if math.isfinite(need) else None
       out["more_questions"] = max(0, math.ceil(need) - g) if math.isfinite(need) else None
   return out
-
-
-def _line(out: dict, target: str) -> str:
-  """The verdict sentence."""
-  best, comps, pct = out["best"], out["comparisons"], f"{100 * out['level']:g}%"
-  word = out.get("estimand", "alignment")
-  defined = {r["config_id"] for r in out["ranking"] if r["n_defined"]}
-  sparse = [f"{c['config_id']} ({c['n_shared_questions']})" for c in comps
-            if not c["comparable"] and c["config_id"] in defined]
-  empty = [c["config_id"] for c in comps if c["config_id"] not in defined]
-  absent_text = (f"; not comparable (fewer than {MIN_SHARED_QUESTIONS} questions shared with {best}): "
-                 f"{', '.join(sparse)}" if sparse else "") + (
-                     f"; no defined {word}: {', '.join(empty)}" if empty else "")
-  top = next((c for c in comps if c["comparable"]), None)
-  lead = (f"{best} - {top['config_id']} = {-top['diff']:+.4f} "
-          f"{verdict_text.interval_text(top, out['min_questions'], flip=True)}"
-          if top else "")
-  family = (f"{pct} simultaneous intervals over {common.counted(out['family_size'], 'pairwise comparison')}, paired on "
-            "shared nodes, CR2 by question")
-  if out["verdict"] == "underpowered":
-    short = out["ranking"][0]["short"]
-    why = f"{best}: {short}" if short else f"no configuration shares {MIN_SHARED_QUESTIONS} questions with {best}"
-    return (f"UNDERPOWERED on {target} nodes ({why}): no decision"
-            + (f"; indicative only: {lead}" if top else "") + absent_text)
-  if not sparse and top is None:
-    return f"only {best} has defined {word}s on {target} nodes: nothing to compare{absent_text}"
-  if out["verdict"] == "use":
-    return (f"use {best}: distinguishable from every comparable configuration on {target} nodes; closest: {lead} "
-            f"mean {word} ({family}){absent_text}")
-  tied = [c["config_id"] for c in comps if c["comparable"] and not c["distinguishable"]]
-  ahead = [c["config_id"] for c in comps if c["comparable"] and c["distinguishable"] and c["diff"] > 0]
-  p = out["power"]
-  mde = (f"; detectable with 80% {'expected ' * bool(p.get('expected'))}power at this budget: "
-         f"{p['detectable_difference']:.4f}" if p["estimable"] else "")
-  why = ([f"{best} is not distinguishable from {', '.join(tied)}"] if tied else []) + (
-      [f"{', '.join(ahead)} distinguishably ahead of {best} on their shared nodes"] if ahead else [])
-  return (f"no decision on {target} nodes: {'; '.join(why)} ({lead}; {family}); could be best: "
-          f"{', '.join(out['best_set'])}{mde}{absent_text}")
-
-

@@ -33,11 +33,14 @@ def meta_lines(meta: dict) -> list[str]:
 
 
 def verdict_lines(verdict: dict) -> list[str]:
-  """The decision section: the verdict line, what would decide it, the table of configurations against the best,
-  power."""
+  """The decision section: the verdict's first line, its details, what the training validation showed
+  (verdict["validation"]), what would decide it, the table of configurations against the best, power."""
   step = verdict_text.next_step(verdict)             # what would decide it: the console's line after the verdict
-  lines = ["## Verdict", "", f"**{verdict['line']}**", "", *([step, ""] if step else []),
-           verdict_text.table_note(verdict), ""]
+  details = [f"- {line}" for line in verdict.get("details", ())]
+  checked = [f"- {line}" for line in verdict.get("validation", ())]
+  lines = ["## Verdict", "", f"**{verdict['line']}**", "", *([*details, ""] if details else []),
+           *(["What training showed for self-distillation:", "", *checked, ""] if checked else []),
+           *([step, ""] if step else []), verdict_text.table_note(verdict), ""]
   lines += table(verdict_text.TABLE_HEADER, verdict_text.table_rows(verdict))
   power = verdict_text.power_text(verdict.get("power"))
   return lines + (["", power] if power else []) + [""]

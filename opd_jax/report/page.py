@@ -20,7 +20,8 @@ dl.glossary{display:grid;grid-template-columns:max-content auto;gap:.15em 1em;fo
 font-weight:bold}dl.glossary dd{margin:0}table.verdicts td{text-align:left;vertical-align:top}
 table.verdicts td:nth-child(3){min-width:12em;max-width:18em;overflow-wrap:anywhere}
 table.verdicts th{text-align:left}table.verdicts td:nth-child(4){white-space:nowrap}
-table.verdicts td:nth-child(5){min-width:28em}"""
+table.verdicts td:nth-child(5){min-width:28em}ul.details{font-size:14px}
+ul.validation{font-size:14px;border-left:6px solid #d90;padding:.3em .3em .3em 2em;background:#fff7e6}"""
 
 
 # One line per column / metric name of report.html (th tooltips and the visible glossary); per-table meanings
@@ -138,6 +139,9 @@ def render_html(*, title: str, verdict: dict, summary: pd.DataFrame, figures: di
            'are in the <a href="#glossary">glossary</a> at the end.</p>']
   weak = "" if verdict.get("verdict") == "use" else " weak"
   parts.append(f'<h2>Verdict</h2><p class="verdict{weak}">{html.escape(verdict["line"])}</p>')
+  for cls, items in (("details", verdict.get("details")), ("validation", verdict.get("validation"))):
+    if items:
+      parts.append(f'<ul class="{cls}">' + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>")
   step = verdict_text.next_step(verdict)             # what would decide it: the console's line after the verdict
   if step:
     parts.append(f'<p class="note">{html.escape(step)}</p>')

@@ -256,7 +256,8 @@ def route(nodes: pd.DataFrame, *, target: str = "incorrect", n_folds: int = 5, l
   out["line"] = (f"{weak}the cross-validated router {verb} the best single configuration {configs[best]}: "
                  f"router - {configs[best]} = {d['diff']:+.4f} [{d['ci_lo']:+.4f}, {d['ci_hi']:+.4f}] mean "
                  f"alignment on {target} nodes "
-                 f"({pct} cluster bootstrap, {n_q} questions, {int(len(index))} nodes); the per-token oracle is "
+                 f"({pct} cluster bootstrap, {common.counted(n_q, 'question')}, "
+                 f"{common.counted(int(len(index)), 'node')}); the per-token oracle is "
                  f"{gap:+.4f} above the router{null_text}")
   return out
 

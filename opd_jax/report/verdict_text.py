@@ -1,11 +1,15 @@
-"""The verdict in words: its one-line summary (`line`), intervals and power in text, the next step to take, and the
-table of configurations that summary.md, report.html and the console print (`opd_jax/report/decision.py` decides;
-this module only renders)."""
+"""The verdict in words: its first line (`headline`: what to use, or that no configuration is shown better, and the
+one number that says how sure), the lines after it (`fixed_parts`' details), intervals and power in text, the next
+step to take, and the table of configurations that summary.md, report.html and the console print
+(`opd_jax/report/decision.py` decides; this module only renders)."""
 from __future__ import annotations
 
 import math
 
 from opd_jax.report import common
+
+NOT_SHOWN = "no configuration is shown better"     # the first line's words when the verdict names none
+HEADLINE_MAX = 160                                 # the first line's length with config ids of <= 20 characters
 
 
 def power_text(power: dict | None) -> str:
@@ -23,7 +27,7 @@ def power_text(power: dict | None) -> str:
              if power["detectable_difference"] > 2 else ""))
   if power["min_effect"] is not None:
     need = power["questions_needed"]
-    text += (f"; to detect {power['min_effect']:g}: {need} questions ({power['more_questions']} more)"
+    text += (f"; to detect {power['min_effect']:g}: {need} questions, in a new study on unseen questions"
              if need is not None else f"; {power['min_effect']:g} is not detectable with any number of questions")
   return text + "."
 
@@ -48,15 +52,102 @@ def interval_text(c: dict, min_questions: int, *, flip: bool = False, signed: bo
   return f"[{lo:+.4f}, {hi:+.4f}]" if signed else common.ci(lo, hi)
 
 
+def headline(what: str, target: str, number: str = "", suffix: str = "", how: str = "") -> str:
+  """The verdict's first line: `what` ("use X", NOT_SHOWN, ...) on the target group, then the number that says how
+  sure (`number`, with `how`, e.g. ", 95% simultaneous", where the line stays within HEADLINE_MAX), then `suffix` (a
+  sequential design's look) in parentheses. Within HEADLINE_MAX for config ids of <= 20 characters: everything
+  else goes to the lines after it."""
+  def join(tail):
+    return f"{what} on {target} nodes" + (f": {number}{tail}" if number else "") + (f" ({suffix})" if suffix else "")
+  return join(how) if len(join(how)) <= HEADLINE_MAX else join("")
+
+
+def lead(out: dict, *, compact: bool = False) -> str:
+  """"best - closest = diff [interval]" of the first comparable comparison ("" without one); `compact`: three
+  decimals, and the interval without the reason when it is not estimable (for the first line)."""
+  top = next((c for c in out["comparisons"] if c["comparable"]), None)
+  if top is None:
+    return ""
+  if not compact:
+    return (f"{out['best']} - {top['config_id']} = {-top['diff']:+.4f} "
+            f"{interval_text(top, out['min_questions'], flip=True)}")
+  head, lo, hi = f"{out['best']} - {top['config_id']} = {-top['diff']:+.3f}", -top["ci_hi"], -top["ci_lo"]
+  if math.isnan(lo) or math.isnan(hi) or spans_everything(lo, hi):
+    return f"{head}, its interval not estimable (too few shared questions)"
+  return f"{head} [{lo:+.3f}, {hi:+.3f}]"
+
+
+def _short_head(out: dict) -> str:
+  """Why the best is underpowered, in a few words for the first line."""
+  r, word, best = out["ranking"][0], out.get("estimand", "alignment"), out["best"]
+  if r["n_questions"] < out["min_questions"]:
+    return (f"{best} has {common.counted(r['n_questions'], 'question')} with a defined {word}, "
+            f"needs {out['min_questions']}")
+  if r["n_defined"] < out["min_nodes"]:
+    return f"{best} has {common.counted(r['n_defined'], 'node')} with a defined {word}, needs {out['min_nodes']}"
+  return f"no configuration shares {common.MIN_SHARED_QUESTIONS} questions with {best}"
+
+
+def fixed_parts(out: dict) -> dict:
+  """The verdict of the fixed design in words: {what, number, how} (the first line's parts, `headline`) and details
+  (the lines after it: why, the intervals' family, what could be best, what is not comparable or not defined).
+
+  `out` is decision.decide's dict with a best (ranking, comparisons, power, best_set, verdict, level, ...)."""
+  best, comps, target = out["best"], out["comparisons"], out["target"]
+  word, pct = out.get("estimand", "alignment"), f"{100 * out['level']:g}%"
+  defined = {r["config_id"] for r in out["ranking"] if r["n_defined"]}
+  sparse = [f"{c['config_id']} ({c['n_shared_questions']})" for c in comps
+            if not c["comparable"] and c["config_id"] in defined]
+  empty = [c["config_id"] for c in comps if c["config_id"] not in defined]
+  absent = ([f"not comparable (fewer than {common.MIN_SHARED_QUESTIONS} questions shared with {best}): "
+             f"{', '.join(sparse)}"] if sparse else []) + ([f"no defined {word}: {', '.join(empty)}"] if empty else [])
+  full, short = lead(out), lead(out, compact=True)
+  how = f", {pct} simultaneous" if short.endswith("]") else ""          # the interval's level, when there is one
+  family = (f"{pct} simultaneous intervals over {common.counted(out['family_size'], 'pairwise comparison')}, paired on "
+            "shared nodes, CR2 by question")
+  if out["verdict"] == "underpowered":
+    first = out["ranking"][0]["short"]
+    why = (f"{best}: {first}" if first
+           else f"no configuration shares {common.MIN_SHARED_QUESTIONS} questions with {best}")
+    return dict(what=NOT_SHOWN, number=f"UNDERPOWERED, {_short_head(out)}",
+                details=[f"UNDERPOWERED on {target} nodes ({why}): no decision"
+                         + (f"; indicative only: {full}" if full else ""), *absent])
+  if not sparse and not full:
+    return dict(what=f"only {best} has defined {word}s", number="nothing to compare", details=absent)
+  if out["verdict"] == "use":
+    return dict(what=f"use {best}", number=short, how=how,
+                details=[f"{best} is distinguishable from every comparable configuration on {target} nodes; closest: "
+                         f"{full} mean {word} ({family})", *absent])
+  tied = [c["config_id"] for c in comps if c["comparable"] and not c["distinguishable"]]
+  ahead = [c["config_id"] for c in comps if c["comparable"] and c["distinguishable"] and c["diff"] > 0]
+  p = out["power"]
+  mde = (f"; detectable with 80% {'expected ' * bool(p.get('expected'))}power at this budget: "
+         f"{p['detectable_difference']:.4f}" if p["estimable"] else "")
+  why = ([f"{best} is not distinguishable from {', '.join(tied)}"] if tied else []) + (
+      [f"{', '.join(ahead)} distinguishably ahead of {best} on their shared nodes"] if ahead else [])
+  return dict(what=NOT_SHOWN, number=short, how=how,
+              details=[f"{'; '.join(why)} ({full}; {family})", f"could be best: {', '.join(out['best_set'])}{mde}",
+                       *absent])
+
+
+def lines(verdict: dict) -> list[str]:
+  """Every line of the verdict in the order printed: the first line, its details, then what the training
+  validation showed (verdict["validation"], report.validation_note; build adds it)."""
+  return [verdict["line"], *verdict.get("details", ()), *verdict.get("validation", ())]
+
+
 SEEN = "questions_seen.json"    # a study's processed question texts (pipeline.run): config.task.exclude reads it
 
 
 def _new_study(n=None) -> str:
-  """The one action on more questions that keeps the stated error rates (issue 49, item 4): a new study on
-  questions this one did not see. A rerun of these questions with a larger cap would look at them again."""
+  """The one action on more data that keeps the stated error rates (issue 49, item 4; issue 50, item 8): a new
+  study, its configurations, cap and looks fixed before it starts, on questions this one did not see. More
+  questions or configurations added to this study after its verdict would test these questions again (a look, or
+  a family, its design did not plan)."""
   cap = f" --config.budget.questions={n}" if n else ""
-  return (f"a new study on questions this one did not see (--config.task.exclude=<this workdir>/{SEEN}{cap}; a "
-          "larger cap on these same questions would test them again: not a decision)")
+  return (f"a new study on questions this one did not see, its configurations, cap and looks fixed before it starts "
+          f"(--config.task.exclude=<this workdir>/{SEEN}{cap}); more questions or configurations added to this "
+          "study would test these questions again: not a decision")
 
 
 def next_step(verdict: dict) -> str:
@@ -69,18 +160,18 @@ def next_step(verdict: dict) -> str:
   decided = verdict.get("decided", verdict["verdict"] == "use")
   needs = [u["questions_needed"] for u in verdict.get("undecided") or () if u["questions_needed"] is not None]
   if needs and not decided:
-    return (f"to decide: ~{max(needs)} questions would detect {verdict['margin']:g} with 80% expected power (now "
-            f"{n}): {_new_study(max(needs))}")
+    return (f"to decide: a study of ~{max(needs)} questions would detect {verdict['margin']:g} with 80% expected "
+            f"power (this one: {n}): {_new_study(max(needs))}")
   effect, need = p.get("min_effect"), p.get("questions_needed")
   if effect is not None and need is not None:
-    return (f"{'to decide' if not decided else 'power'}: ~{need} questions ({p['more_questions']} more) would detect "
-            f"a difference of {effect:g} with 80% power (config.report.min_effect): {_new_study(need)}")
+    return (f"{'to decide' if not decided else 'power'}: a study of ~{need} questions would detect a difference of "
+            f"{effect:g} with 80% power (config.report.min_effect): {_new_study(need)}")
   if decided:
     return "" if effect is None else f"power: {effect:g} is not detectable with any number of questions"
   short = verdict["ranking"][0].get("short")
   text = (f"to decide: at least {verdict['min_questions']} questions with a defined "
-          f"{verdict.get('estimand', 'alignment')} (now {n}): {_new_study()}" if short
-          else f"to decide: more questions: {_new_study()}")
+          f"{verdict.get('estimand', 'alignment')} (this study: {n}): {_new_study()}" if short
+          else f"to decide: a larger sample: {_new_study()}")
   if p.get("estimable"):
     text += (f"; this budget detects differences >= {p['detectable_difference']:.3f} only: "
              "--config.report.min_effect=<the smallest worth detecting> prints the questions that would detect it")
@@ -130,7 +221,8 @@ def table_note(verdict: dict) -> str:
   what = "" if est == "alignment" else (
       f"The verdict compares the {est}, {common.ESTIMANDS[est]}, per node ('mean align' "
       "and 'diff vs best' hold it). ")
-  return (f"{what}Configurations on {verdict['target']} nodes ({verdict['n_questions']} questions with a defined "
+  return (f"{what}Configurations on {verdict['target']} nodes ({common.counted(verdict['n_questions'], 'question')} "
+          "with a defined "
           f"{est}), the best first, then by their paired difference against it. diff vs best = mean of "
           f"(configuration - best) over the nodes both define (paired), with a CR2 cluster-robust standard error by "
           f"question and Bell-McCaffrey degrees of freedom; {family}. Pairs sharing fewer than "

@@ -37,6 +37,8 @@ def test_pieces_export_what_their_records_hold_and_a_finished_piece_is_not_rerun
   ranking = vt.study_verdict(exported, data)["incorrect"]                   # study's own
   assert ranking.configuration.tolist() == [r["config_id"] for r in verdict["ranking"]]
   assert ranking.query("named").configuration.tolist() == ([verdict["best"]] if verdict.get("best") else [])
+  written = (data / "study_verdict_line.txt").read_text().splitlines()          # the first line, then details
+  assert written[0] == verdict["line"] and set(written[1:]) <= set(verdict["details"])  # (without the design's)
   means = [np.nan if r["mean_alignment"] is None else r["mean_alignment"] for r in verdict["ranking"]]
   np.testing.assert_allclose(ranking.mean_alignment.astype(float), means, rtol=1e-12)
 

@@ -47,7 +47,8 @@ def test_planted_effect_is_named_and_null_is_indistinguishable():
     v0 = decision.decide(planted(seed + 1000, 0.0), n_boot=400, seed=seed)
     null_ok += v0["verdict"] == "indistinguishable"
     if v0["verdict"] == "indistinguishable":
-      assert v0["line"].startswith("no decision on incorrect nodes: ")
+      assert v0["line"].startswith("no configuration is shown better on incorrect nodes: ")
+      assert v0["line"].endswith(", 95% simultaneous") and " - " in v0["line"]
   assert found >= 0.9 * len(SEEDS), found
   assert null_ok >= 0.9 * len(SEEDS), null_ok
 
@@ -55,7 +56,10 @@ def test_planted_effect_is_named_and_null_is_indistinguishable():
 def test_underpowered_target_decides_nothing():
   nodes = planted(0, 0.5, n_questions=6)          # 60 nodes per config but only 6 questions
   v = decision.decide(nodes, n_boot=200)
-  assert v["verdict"] == "underpowered" and v["line"].startswith(
+  assert v["verdict"] == "underpowered" and v["line"] == (
+      "no configuration is shown better on incorrect nodes: UNDERPOWERED, A has 6 questions with a defined alignment, "
+      "needs 10")
+  assert v["details"][0].startswith(
       "UNDERPOWERED on incorrect nodes (A: 6 questions with a defined alignment, need 10): no decision")
   assert all(r["underpowered"] for r in v["ranking"])
   # One question: nothing is comparable, nothing distinguishable, power not estimable (it printed p 0.000 and
@@ -172,7 +176,7 @@ def test_sparse_configuration_is_not_comparable_and_vetoes_nothing():
   assert v["verdict"] == "use" and v["best"] == "A" and v["not_comparable"] == ["S"]
   s = next(c for c in v["comparisons"] if c["config_id"] == "S")
   assert s["n_shared_questions"] == 2 and not s["comparable"] and not s["distinguishable"]
-  assert "not comparable (fewer than 5 questions shared with A): S (2)" in v["line"]
+  assert "not comparable (fewer than 5 questions shared with A): S (2)" in v["details"]
   assert v["family_size"] == 1 and "S" in v["best_set"]          # untested, so never excluded from the best set
   assert [r["short"] for r in v["ranking"] if r["config_id"] == "S"] == [
       "2 questions with a defined alignment, need 10"]

@@ -83,6 +83,8 @@ def test_one_look_design_gives_the_fixed_decision_exactly():
     for key, value in fixed.items():
       if key == "comparisons":
         assert [{k: v for k, v in c.items() if k != "equivalent"} for c in seq[key]] == value
+      elif key == "details":                     # the design's state first, then the fixed design's words
+        assert seq[key][-len(value):] == value and seq[key][0].startswith("fixed design, "), seq[key]
       elif key != "line":
         assert seq[key] == value, key
     assert seq["look"] == 1 and seq["alpha_spent"] == 0.05 and seq["stop"]
@@ -98,7 +100,8 @@ def test_use_equivalent_continue_and_cap_on_constructed_tables():
   align, q = table([0.5, 0.0, 0.0], 40, seed=2, noise=0.05)
   v = decision.decide(calibration.as_nodes(align[q < 10], q[q < 10]), n_boot=20, design=design, look=1)
   assert (v["decision"], v["decided"], v["stop"], v["best"], v["best_set"]) == ("use", True, True, "c0", ["c0"])
-  assert v["line"].startswith("look 1 of 3 (10 questions), decided: use c0: ")
+  assert v["line"].startswith("use c0 on incorrect nodes: c0 - c1 = +") and v["line"].endswith("(look 1 of 3: decided)")
+  assert v["details"][0].startswith("look 1 of 3 (10 questions), decided; simultaneous over every look: alpha spent")
   # The interval is the t interval at this look's nominal level (scipy, by hand), and it excludes 0.
   c = v["comparisons"][0]
   half = sp_stats.t.ppf(1 - v["nominal_alpha"] / 2, c["df"]) * c["se"]
@@ -112,8 +115,10 @@ def test_use_equivalent_continue_and_cap_on_constructed_tables():
   assert v["decision"] == "equivalent" and sorted(v["equivalent"]) == ["c0", "c1"] and v["stop"]
   pair = next(c for c in v["comparisons"] if c["config_id"] in ("c0", "c1"))
   assert pair["equivalent"] and -0.05 < pair["ci_lo"] < pair["ci_hi"] < 0.05
-  assert "decided: equivalent within +-0.05 on incorrect nodes" in v["line"] and "c2 distinguishably behind" in (
-      v["line"])
+  assert v["line"].startswith("use any of c") and "equivalent within +-0.05" in v["line"]
+  assert v["details"][0].startswith("look 2 of 3 (20 questions), decided")
+  assert "equivalent within +-0.05 on incorrect nodes" in v["details"][1] and "c2 distinguishably behind" in (
+      v["details"][1])
   # Equal configurations with the simulation's full noise: undecided; "continue" before the cap, "cap" at it.
   align, q = table([0.0, 0.0], 40, seed=4)
   v = decision.decide(calibration.as_nodes(align[q < 20], q[q < 20]), n_boot=20, design=design, look=2)
@@ -121,14 +126,19 @@ def test_use_equivalent_continue_and_cap_on_constructed_tables():
   need = v["undecided"][0]["questions_needed"]
   want = sample_size.questions_needed(0.05, v["comparisons"][0]["se"], v["comparisons"][0]["df"], 20,
                                 alpha=sequential.nominal_alpha(design, 3), se_df=v["comparisons"][0]["df"])
-  assert need == math.ceil(want) > 40 and f"(~{need} questions to detect 0.05 at the last look's level)" in v["line"]
-  assert v["line"].startswith("look 2 of 3 (20 questions), continue: undecided against ")
+  assert need == math.ceil(want) > 40 and f"(~{need} questions to detect 0.05 at the last look's level)" in (
+      v["details"][1])
+  assert v["line"].startswith("no configuration is shown better on incorrect nodes: ")
+  assert v["line"].endswith("(look 2 of 3: goes on)") and v["details"][0].startswith(
+      "look 2 of 3 (20 questions), continue") and v["details"][1].startswith("undecided against ")
   last = decision.decide(calibration.as_nodes(align, q), n_boot=20, design=design, look=3)
   assert (last["decision"], last["decided"], last["stop"], last["alpha_spent"]) == ("cap", False, True, 0.05)
-  assert last["line"].startswith("look 3 of 3 (40 questions), cap reached, undecided: ")
+  assert last["line"].startswith("no configuration is shown better on incorrect nodes: ")
+  assert last["details"][0].startswith("look 3 of 3 (40 questions), cap reached, undecided")
   ran_out = decision.decide(calibration.as_nodes(align[q < 20], q[q < 20]), n_boot=20, design=design, look=2,
                             final=True)
-  assert ran_out["stop"] and ran_out["alpha_spent"] == 0.05 and "the pool of questions ran out" in ran_out["line"]
+  assert ran_out["stop"] and ran_out["alpha_spent"] == 0.05 and "the pool of questions ran out" in (
+      ran_out["details"][0])
   with pytest.raises(ValueError, match="min_effect"):
     decision.decide(calibration.as_nodes(align, q), design=design, look=1, min_effect=0.1)
   with pytest.raises(ValueError, match="need a design"):
@@ -167,8 +177,10 @@ def test_futility_stops_a_hopeless_look_and_never_changes_a_claim():
   assert (v0["decision"], v0["stop"]) == ("continue", False) and "p_decided" not in v0 and "futility" not in v0
   assert (v1["decision"], v1["decided"], v1["stop"]) == ("futile", False, True) and v1["p_decided"] < 0.1
   assert v1["comparisons"] == v0["comparisons"] and v1["best_set"] == v0["best_set"]
-  assert v1["line"].startswith(f"look 1 of 2 (10 questions), stopped for futility (predictive P(decided by the cap "
-                               f"of 14 questions) = {v1['p_decided']:.2g} < 0.1), undecided: ")
+  assert v1["line"] == (f"no configuration is shown better on incorrect nodes: stopped for futility, P(decided by the "
+                        f"cap) = {v1['p_decided']:.2g} (look 1 of 2)")
+  assert v1["details"][0].startswith(f"look 1 of 2 (10 questions), stopped for futility (predictive P(decided by the "
+                                     f"cap of 14 questions) = {v1['p_decided']:.2g} < 0.1), undecided")
   # p_decided is the smallest p_resolved over the comparisons that block a decision.
   res = decision.compare_arrays(align[q < 10], q[q < 10], design=futile, look=1)
   b = res["best"]

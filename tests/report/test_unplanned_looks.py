@@ -53,7 +53,8 @@ def test_the_report_labels_another_target_and_decide_labels_the_verdict(tmp_path
                        for c_ in "ab" for q in range(12) for t in range(3)])
   plain = decision.decide(rows, n_boot=20)
   got = decision.decide(rows, n_boot=20, unplanned=why)
-  assert got["line"] == f"NOT A DECISION ({why}); read as exploratory: {plain['line']}"
+  assert got["line"] == f"NOT A DECISION: {plain['line']}"
+  assert got["details"] == [f"not a decision ({why}); read as exploratory", *plain["details"]]
   assert got["planned"] is False and got["decided"] is False and got["best"] == plain["best"]
 
 

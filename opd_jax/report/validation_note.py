@@ -1,0 +1,113 @@
+"""What the training validation showed, in the verdict's own lines, when the verdict's best (or a configuration that
+could be best) is a self-distillation context: the student as its own teacher (issue 50, item 8).
+
+Until validation v2 decides which configurations a study may recommend (docs/data/validation_v2/PLAN.md), a
+verdict that names a self context says, beside it:
+  - v1 (docs/data/validation/runs.csv): the self-teacher runs' held-out pass@1 before and after training, which
+    fell to 0.000 in every one, and the external teacher's gains; v1's self-teacher was the moving student
+    (README.md, "Does the study predict training?"), where the study diagnoses the initial one;
+  - v2 (docs/data/validation_v2/runs.csv), the self-teacher frozen (the trainer's default since): under way, and
+    its self-teacher runs so far;
+  - v1's predictors (docs/data/validation/predictors.csv): the Spearman of the gains with the verdict's estimand
+    on its target group, and with the teacher's identity alone (external or self).
+Every number is read from those committed files (the repository's docs/, beside this package); where they cannot
+be read (an install without docs/), the lines name the files and state no number.
+"""
+from __future__ import annotations
+
+import pathlib
+
+import pandas as pd
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]        # the repository (docs/ beside opd_jax/)
+V1 = "docs/data/validation"
+V2 = "docs/data/validation_v2"
+README = 'README.md, "Does the study predict training?"'
+SELF = "self"                                             # the teacher name of a self-distillation context
+
+
+def self_configs(nodes: pd.DataFrame) -> list[str]:
+  """The configurations of node records whose teacher is the student itself (teacher "self"), sorted."""
+  return sorted(set(nodes.loc[nodes["teacher"].astype(str) == SELF, "config_id"].astype(str)))
+
+
+def _read(root: pathlib.Path, path: str) -> pd.DataFrame | None:
+  try:
+    return pd.read_csv(root / path)
+  except (OSError, ValueError):
+    return None
+
+
+def _teacher(spec: str) -> str:
+  return str(spec).split(":", 1)[0]
+
+
+def _v1_line(root: pathlib.Path) -> str:
+  """v1's self-teacher runs and the external teacher's, from runs.csv."""
+  runs = _read(root, f"{V1}/runs.csv")
+  if runs is None or not {"spec", "before", "after", "diff", "steps"} <= set(runs.columns):
+    return (f"Validation v1 ({V1}/runs.csv, {README}): every self context trained against a moving self-teacher "
+            "collapsed in training")
+  own = runs[runs["spec"].map(_teacher) == SELF]
+  ext = runs[runs["spec"].map(_teacher) != SELF]
+  fell = own[own["after"] == 0.0]
+  before = sorted(set(own["before"].round(3)))
+  own_text = ((f"all {len(own)}" if len(fell) == len(own) else f"{len(fell)} of {len(own)}")
+              + " self-teacher runs fell" + (f" from {before[0]:.3f}" if len(before) == 1 else "")
+              + " to 0.000 held-out pass@1, with a moving self-teacher (the student being trained: README.md)")
+  ext_text = ""
+  if len(ext):
+    lo, hi = float(ext["diff"].min()), float(ext["diff"].max())
+    ext_text = f"; its {len(ext)} external-teacher runs: {lo:+.2f} to {hi:+.2f}"
+  return f"Validation v1 ({V1}/runs.csv): " + own_text + ext_text
+
+
+def _v2_line(root: pathlib.Path) -> str:
+  """v2: under way, and its frozen self-teacher runs so far (runs.csv)."""
+  text = f"Validation v2 (the self-teacher frozen, the trainer's default now) is under way ({V2}/PLAN.md)"
+  runs = _read(root, f"{V2}/runs.csv")
+  if runs is None or not {"spec", "teacher_weights", "diff", "lo", "hi"} <= set(runs.columns):
+    return text
+  own = runs[(runs["spec"].map(_teacher) == SELF) & (runs["teacher_weights"] == "initial")]
+  if not len(own):
+    return text
+  done = ", ".join(f"{r.spec} {r.diff:+.3f} [{r.lo:+.3f}, {r.hi:+.3f}]" for r in own.itertuples())
+  return text + f"; its self-teacher runs so far ({V2}/runs.csv), held-out pass@1 change: {done}"
+
+
+def _predictor_line(root: pathlib.Path, estimand: str, target: str) -> str:
+  """v1's Spearman of the gains with the verdict's estimand on its target group, against the teacher's identity."""
+  claim = "The study's ranking was not shown to predict training gains beyond the teacher's identity"
+  table = _read(root, f"{V1}/predictors.csv")
+  if table is None or not {"predictor", "spearman", "n_configurations"} <= set(table.columns):
+    return f"{claim} ({README})"
+  rows = table.set_index("predictor")
+  name, ref = f"{estimand}_{target}", "reference_external_teacher"
+  if name not in rows.index or ref not in rows.index:
+    return f"{claim} ({README})"
+  mine, teacher = float(rows.at[name, "spearman"]), float(rows.at[ref, "spearman"])
+  numbers = (f"Spearman with v1's {int(rows.at[name, 'n_configurations'])} gains {mine:+.2f} (mean {estimand}, "
+             f"{target} nodes), {teacher:+.2f} (teacher external or self) ({V1}/predictors.csv)")
+  return f"{claim}: {numbers}" if mine <= teacher else "Validation v1's " + numbers
+
+
+def lines(verdict: dict, selfs: list[str], root: pathlib.Path | None = None) -> list[str]:
+  """The validation's lines for a verdict (decision.decide's dict), or [] when neither its best nor any
+  configuration that could be best is a self context (`selfs`: self_configs of its nodes).
+
+  Args:
+    verdict: with best, best_set, target and estimand (best None: no data, no lines).
+    selfs: the self-distillation configurations of the study.
+    root: the folder holding docs/ (default: the repository beside this package).
+  Returns:
+    [] or three lines: which configurations are self contexts, and v1's runs; v2; v1's predictors.
+  """
+  root = ROOT if root is None else pathlib.Path(root)
+  named = [c for c in dict.fromkeys([verdict.get("best"), *verdict.get("best_set", ())]) if c in set(selfs)]
+  if not named:
+    return []
+  best = [c for c in named if c == verdict.get("best")]
+  others = [c for c in named if c != verdict.get("best")]
+  who = ", ".join([*(f"{c} (the best)" for c in best), *([f"{', '.join(others)} (could be best)"] if others else [])])
+  return [f"{who}: self-distillation. " + _v1_line(root), _v2_line(root),
+          _predictor_line(root, verdict.get("estimand", "alignment"), verdict.get("target", "incorrect"))]

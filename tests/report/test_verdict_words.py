@@ -1,0 +1,201 @@
+"""The verdict a newcomer reads (issue 50, item 8): a short first line (what to use, or that no configuration is
+shown better, and the number that says how sure), the rest on the lines after it; what the training validation
+showed, exactly when a self-distillation context is the best or could be best, its numbers read from the committed
+files; and advice that keeps the design's error rates (a new study on unseen questions, never more questions or
+configurations added to this one)."""
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks import verdict_calibration as calibration
+from opd_jax import report
+from opd_jax.report import common
+from opd_jax.report import console
+from opd_jax.report import decision
+from opd_jax.report import sequential
+from opd_jax.report import validation_note
+from opd_jax.report import verdict_text
+from tests.report.test_report_decision import planted     # pylint: disable=g-bad-import-order
+from tests.report.test_report_sequential import table      # pylint: disable=g-bad-import-order
+
+LONG = ["self_contrastive_jsd", "external_teacher_fkl", "solution_summary_ctx", "answer_with_solution",
+        "misleading_control_1", "external_jsd_beta_05"]                   # config ids of 20 characters
+NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
+
+
+def _named(nodes: pd.DataFrame, selfs=()) -> pd.DataFrame:
+  """`nodes` with config ids c0, c1, ... (or A, B, ...) renamed to LONG's and teacher "self" for `selfs` (indices)."""
+  ids = list(pd.unique(nodes["config_id"]))
+  out = nodes.assign(config_id=nodes["config_id"].map({c: LONG[i] for i, c in enumerate(ids)}))
+  return out.assign(teacher=np.where(out["config_id"].isin([LONG[i] for i in selfs]), "self", "t"))
+
+
+def _verdicts():
+  """Verdicts of every kind, with 20-character config ids: fixed design (use, no decision, underpowered, one with
+  data, unplanned) and sequential (use, equivalent, continue, cap, futile, the pool ran out)."""
+  out = {"use": decision.decide(_named(planted(0, 0.5)), n_boot=20),
+         "null": decision.decide(_named(planted(1, 0.0)), n_boot=20),
+         "underpowered": decision.decide(_named(planted(0, 0.5, n_questions=6)), n_boot=20),
+         "one_question": decision.decide(_named(planted(0, 0.5, n_questions=1)), n_boot=20)}
+  only = _named(planted(0, 0.5))
+  only.loc[only["config_id"] == LONG[1], "alignment"] = np.nan
+  out["only_one"] = decision.decide(only.assign(degenerate=only["alignment"].isna()), n_boot=20)
+  out["unplanned"] = decision.decide(_named(planted(1, 0.0)), n_boot=20, unplanned="x" * 70)
+  design = sequential.Design(looks=(10, 20, 40), margin=0.05)
+  align, q = table([0.5, 0.0, 0.0], 40, seed=2, noise=0.05)
+  out["seq_use"] = decision.decide(_named(calibration.as_nodes(align[q < 10], q[q < 10])), n_boot=20, design=design,
+                                   look=1)
+  align, q = table([0.0, 0.0, -0.8], 40, seed=3, noise=0.002)
+  align[:, 2] = align[:, 0] - 0.8 + 0.1 * np.random.default_rng(0).normal(size=q.size)
+  out["seq_equivalent"] = decision.decide(_named(calibration.as_nodes(align[q < 20], q[q < 20])), n_boot=20,
+                                          design=design, look=2)
+  align, q = table([0.0, 0.0, 0.0, 0.0, 0.0, 0.0], 40, seed=4)
+  six = _named(calibration.as_nodes(align, q))
+  first = six[six["question_id"].isin({f"q{x:03d}" for x in range(20)})].reset_index(drop=True)
+  out["seq_continue"] = decision.decide(first, n_boot=20, design=design, look=2)
+  out["seq_cap"] = decision.decide(six, n_boot=20, design=design, look=3)
+  out["seq_ran_out"] = decision.decide(first, n_boot=20, design=design, look=2, final=True)
+  futile = sequential.Design(looks=(10, 14), margin=0.01, futility=0.1)
+  out["seq_futile"] = decision.decide(six[six["question_id"] < "q010"].reset_index(drop=True), n_boot=20,
+                                      design=futile, look=1)
+  return out
+
+
+VERDICTS = _verdicts()
+
+
+def test_every_kind_of_verdict_is_built():
+  kinds = {k: (v["verdict"], v.get("decision")) for k, v in VERDICTS.items()}
+  assert kinds["use"] == ("use", None) and kinds["null"] == ("indistinguishable", None)
+  assert kinds["underpowered"][0] == kinds["one_question"][0] == "underpowered"
+  assert {kinds[k][1] for k in kinds if k.startswith("seq_")} == {"use", "equivalent", "continue", "cap", "futile"}
+
+
+@pytest.mark.parametrize("kind", sorted(VERDICTS))
+def test_the_first_line_is_short_and_says_what_to_use_and_how_sure(kind):
+  v = VERDICTS[kind]
+  line = v["line"]
+  assert "\n" not in line and len(line) <= verdict_text.HEADLINE_MAX, (len(line), line)
+  decided = v.get("decision", v["verdict"]) in ("use", "equivalent")
+  head = line.removeprefix("NOT A DECISION: ")
+  assert head.startswith("use ") if decided else (head.startswith(verdict_text.NOT_SHOWN) or kind == "only_one"), line
+  if kind not in ("only_one",) and v["verdict"] != "no_data":
+    assert NUMBER.search(line.replace(v["best"], "")), line          # the interval, the questions or P(decided)
+  # Nothing of the verdict is lost: its details hold the rest (the old one-line sentence's parts).
+  assert all(d and "\n" not in d for d in v["details"])
+  text = "\n".join(verdict_text.lines(v))
+  if v["verdict"] == "underpowered":
+    assert "UNDERPOWERED on incorrect nodes (" in text
+  if kind.startswith("seq_") and v["decision"] != "use":
+    assert v["details"][0].startswith("look ")
+  if kind == "unplanned":
+    assert line.startswith("NOT A DECISION: ") and v["details"][0].startswith(f"not a decision ({'x' * 70})")
+
+
+def _verdict(best, best_set, target="incorrect"):
+  return {"best": best, "best_set": best_set, "target": target, "estimand": "alignment"}
+
+
+@pytest.mark.parametrize("best, best_set, selfs, shown", [
+    ("a", ["a"], ["a"], True),                        # the best is a self context
+    ("a", ["a", "b"], ["b"], True),                   # one that could be best is
+    ("a", ["a"], ["b"], False),                       # a self context distinguishably behind: no lines
+    ("a", ["a", "b"], [], False),                     # no self context
+    (None, [], ["a"], False)])                        # no data
+def test_validation_lines_appear_exactly_when_a_self_context_could_be_best(best, best_set, selfs, shown):
+  got = validation_note.lines(_verdict(best, best_set), selfs)
+  assert bool(got) == shown
+  if shown:
+    named = [c for c in dict.fromkeys([best, *best_set]) if c in selfs]
+    assert got[0].startswith(", ".join(f"{c} (the best)" if c == best else f"{c} (could be best)" for c in named))
+    assert "moving" in got[0] and "v2" in got[1] and "frozen" in got[1] and "teacher's identity" in got[2]
+
+
+def test_validation_numbers_are_read_from_the_committed_files(tmp_path):
+  """The repository's files give v1's collapse and gains and v1's Spearman; other files give other numbers, and
+  without files the lines state none."""
+  v1 = pd.read_csv(validation_note.ROOT / validation_note.V1 / "runs.csv")
+  own = v1[v1["spec"].str.startswith("self:")]
+  ext = v1[~v1["spec"].str.startswith("self:")]
+  lines = validation_note.lines(_verdict("a", ["a"]), ["a"])
+  before = own["before"].iloc[0]
+  assert (own["after"] == 0).all() and (own["before"] == before).all()
+  assert f"all {len(own)} self-teacher runs fell from {before:.3f} to 0.000 held-out pass@1" in lines[0]
+  assert f"{ext['diff'].min():+.2f} to {ext['diff'].max():+.2f}" in lines[0]
+  pred = pd.read_csv(validation_note.ROOT / validation_note.V1 / "predictors.csv").set_index("predictor")
+  for target in ("incorrect", "correct"):
+    text = validation_note.lines(_verdict("a", ["a"], target), ["a"])[2]
+    assert f"{pred.at[f'alignment_{target}', 'spearman']:+.2f} (mean alignment, {target} nodes)" in text
+    assert f"{pred.at['reference_external_teacher', 'spearman']:+.2f} (teacher external or self)" in text
+  # Other files: one self run of two fell, the external one lost; v2's frozen runs listed.
+  (tmp_path / validation_note.V1).mkdir(parents=True)
+  (tmp_path / validation_note.V2).mkdir(parents=True)
+  pd.DataFrame({"spec": ["self:a:reverse_kl", "self:b:reverse_kl", "ext:plain:reverse_kl"], "steps": 7,
+                "before": 0.5, "after": [0.0, 0.375, 0.25], "diff": [-0.5, -0.125, -0.25]}).to_csv(
+                    tmp_path / validation_note.V1 / "runs.csv", index=False)
+  pd.DataFrame({"spec": ["self:a:reverse_kl", "self:b:reverse_kl"], "teacher_weights": ["initial", "current"],
+                "diff": [0.125, 0.0], "lo": [0.0, 0.0], "hi": [0.25, 0.0]}).to_csv(
+                    tmp_path / validation_note.V2 / "runs.csv", index=False)
+  other = validation_note.lines(_verdict("a", ["a"]), ["a"], root=tmp_path)
+  assert "1 of 2 self-teacher runs fell from 0.500 to 0.000" in other[0] and "-0.25 to -0.25" in other[0]
+  assert other[1].endswith("self:a:reverse_kl +0.125 [+0.000, +0.250]") and "self:b" not in other[1]
+  assert other[2].endswith('(README.md, "Does the study predict training?")')      # no predictors.csv: no number
+  bare = validation_note.lines(_verdict("a", ["a"]), ["a"], root=tmp_path / "none")
+  assert len(bare) == 3 and not any(re.search(r"\d\.\d", line) for line in bare), bare
+
+
+FORBIDDEN = [re.compile(p) for p in (r"\(\d+ more\)", r"\braise\b", r"\brun more\b", r"\badd (a|more|another) "
+                                     r"configuration", r"--configuration=", r"\brerun\b", r"\(now \d+\)")]
+
+
+@pytest.mark.parametrize("kind", sorted(VERDICTS))
+def test_the_advice_keeps_the_error_rates(kind):
+  """Every piece of advice (the console's next step with the default sweep's larger variant, the report's power
+  sentence) names a new study on unseen questions, never more questions or configurations in this one."""
+  v = VERDICTS[kind]
+  for effect in (None, 0.05):
+    w = {**v, "power": {**(v["power"] or {}), **({"min_effect": effect, "questions_needed": 400,
+                                                  "more_questions": 380} if effect else {})}}
+    texts = [console.next_line(w, "teacher_sweep"), verdict_text.power_text(w["power"] if w["power"] else None)]
+    for text in filter(None, texts):
+      assert not any(p.search(text) for p in FORBIDDEN), text
+      if "questions" in text and text.startswith(("to decide", "power:")) and "not detectable" not in text:
+        assert f"--config.task.exclude=<this workdir>/{verdict_text.SEEN}" in text, text
+        assert "a new study on questions this one did not see" in text, text
+      if ":hour" in text:
+        assert "with the same --config.task.exclude (a new study" in text
+
+
+def test_the_report_prints_the_validation_lines_where_the_verdict_is_read(tmp_path):
+  """verdict.json, summary.md, report.html and the console carry the validation lines when the best is a self
+  context, and none when the self context is distinguishably behind."""
+  for name, selfs, shown in (("ahead", (0,), True), ("behind", (1,), False)):
+    workdir = tmp_path / name
+    directory = workdir / "records" / "nodes"
+    directory.mkdir(parents=True)
+    nodes = _named(planted(0, 0.5, n_questions=12), selfs)                  # A = B + 0.5: "use A"
+    for q, part in nodes.groupby("question_id"):
+      part.to_parquet(directory / f"part-{q}.parquet")
+    (workdir / "config.json").write_text(json.dumps({"name": "teacher_sweep"}))
+    report.write_summary(str(workdir), n_boot=50, n_boot_predictors=10, plot=False, pages=0)
+    v = json.loads((workdir / "verdict.json").read_text())
+    assert v["verdict"] == "use" and v["best"] == LONG[0] and bool(v["validation"]) == shown
+    printed = console.results_text(workdir)
+    markdown, page = (workdir / "summary.md").read_text(), (workdir / "report.html").read_text()
+    assert printed.splitlines()[0] == v["line"] and f"**{v['line']}**" in markdown
+    for line in v["details"] + v["validation"]:
+      assert f"  {line}" in printed and f"- {line}" in markdown
+    assert ("Validation v1" in printed) == ("Validation v1" in markdown) == ("Validation v1" in page) == shown
+
+
+def test_counts_read_as_words():
+  """A count of one is singular in the report's text ("only 1 questions" was printed for a group of one)."""
+  assert common.underpowered_reason(1, 1) == ("only 1 non-degenerate node with a defined alignment (< 10); only 1 "
+                                             "question (< 10) with a defined alignment")
+  assert common.underpowered_reason(3, 2) == ("only 3 non-degenerate nodes with a defined alignment (< 10); only 2 "
+                                             "questions (< 10) with a defined alignment")
+  one = VERDICTS["one_question"]
+  assert "(1 question with a defined alignment)" in verdict_text.table_note(one)
