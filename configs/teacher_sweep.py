@@ -1,15 +1,16 @@
 """Teacher sweep: which teacher and which self-distillation context align with success, per token.
 
-  python -m opd_jax.main --config=configs/teacher_sweep.py               # 4 min 15 s on a quiet 2-core CPU,
-                                                                          # warm cache (measured; docs/results.md);
-                                                                          # an empty model cache adds ~11 min (issue 35)
-  python -m opd_jax.main --config=configs/teacher_sweep.py:gsm           # the previous default, ~9 min cold
-  python -m opd_jax.main --config=configs/teacher_sweep.py:hour          # the one-hour study (docs/results.md): 17 min
-                                                                          # (stops for futility at its first look;
-                                                                          # 63-117 min to its cap without that stop)
+  python -m opd_jax.main --config=configs/teacher_sweep.py               # the default study
+  python -m opd_jax.main --config=configs/teacher_sweep.py:gsm           # the previous default
+  python -m opd_jax.main --config=configs/teacher_sweep.py:hour          # the one-hour study (docs/results.md)
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper \
       --config.student.name=/data/Qwen3-1.7B \
       --config.configurations.external=/data/Qwen3-8B:plain:reverse_kl   # GPU/TPU, hours
+
+Time, by the dry run's estimate (`--dry_run`, opd_jax/study/planning.py: an upper bound on a quiet 2-core CPU,
+every rollout at its token cap): for the default, <= 16.9 min with the models in the cache, <= 27.5 min converting
+them first; for `:hour` to its cap, <= 4.2 h with the models in the cache, <= 4.4 h converting them first. Measured
+runs, each with its host and load: docs/results.md (tests/test_docs_figures.py checks these figures).
 
 Default: the offline Qwen2.5-Coder-0.5B-Instruct student, Qwen2.5-Coder-1.5B-Instruct as external teacher and
 the student itself with the solution, summary and contrastive contexts, on reasoning-gym's basic_arithmetic

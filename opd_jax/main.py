@@ -471,7 +471,8 @@ def main(argv):
     fail(f"{e}")
   if summary:
     from opd_jax import report  # pylint: disable=g-import-not-at-top
-    print(report.results_text(workdir))
+    from opd_jax.study import planning  # pylint: disable=g-import-not-at-top
+    print(report.results_text(workdir, larger=planning.larger_advice(config.get("name"))))
 
 
 _AS_COMMAND = False     # set by `run` (python -m opd_jax.main), not when main() is called in-process

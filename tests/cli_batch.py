@@ -3,12 +3,12 @@ test_study.py).
 
   python tests/cli_batch.py cases.json results.json
 
-cases.json: a list of {"argv": [...], "interrupt": bool, "no_presets": bool}; results.json: per case {"code",
-"stdout", "stderr"}.
+cases.json: a list of {"argv": [...], "interrupt": bool, "no_presets": bool, "env": {name: value}}; results.json:
+per case {"code", "stdout", "stderr"}.
 The modules are imported once; each case runs `opd_jax.main` as the command line would, in a forked child (absl
 and ml_collections flags cannot be parsed twice in one process). "interrupt" makes the study raise
 KeyboardInterrupt (what SIGINT raises) as soon as it starts; "no_presets" runs it as on a machine where no preset's
-weight packages are installed (whatever this one has).
+weight packages are installed (whatever this one has); "env" sets environment variables in the child.
 """
 import contextlib
 import importlib
@@ -50,6 +50,7 @@ def run_cli(argv: list[str], module: str = "main") -> dict:
 
 
 def _child(case: dict) -> dict:
+  os.environ.update(case.get("env", {}))
   if case.get("interrupt"):
     pipeline.run = _interrupted
   if case.get("no_presets"):

@@ -19,7 +19,7 @@ DRY_RUNS = ["configs/smoke.py", "configs/teacher_sweep.py", "configs/teacher_swe
             "configs/teacher_sweep.py:hour", "configs/teacher_sweep.py:paper", "configs/context_sweep.py"]
 
 
-def test_dry_run_prints_the_plan(tmp_path):
+def test_dry_run_prints_the_plan(tmp_path, monkeypatch):
   """`--dry_run` of each config prints its plan, whichever preset weight packages this machine has: each config as
   this machine runs it, and the default study on a machine with none (the plan names the packages to install; the
   run refuses in one line before anything is written). The command lines run from one interpreter start
@@ -28,14 +28,33 @@ def test_dry_run_prints_the_plan(tmp_path):
   bare = [{"argv": [f"--config={REPO / 'configs/teacher_sweep.py'}", "--dry_run"], "no_presets": True},
           {"argv": [f"--config={REPO / 'configs/teacher_sweep.py'}", f"--workdir={tmp_path / 'run'}"],
            "no_presets": True}]
-  spec.write_text(json.dumps([{"argv": [f"--config={REPO / config}", "--dry_run"]} for config in DRY_RUNS] + bare))
+  warm, cold = tmp_path / "warm_cache", tmp_path / "cold_cache"     # every preset converted / none
+  with monkeypatch.context() as m:
+    m.setenv(models.checkpoints.CACHE_ENV, str(warm))
+    for preset in models.PRESETS.values():
+      models.checkpoints.params_dir(preset.sha256, None).mkdir(parents=True)
+  hour = [{"argv": [f"--config={REPO / 'configs/teacher_sweep.py:hour'}", "--dry_run"], "no_presets": True,
+           "env": {models.checkpoints.CACHE_ENV: str(cache)}} for cache in (warm, cold)]
+  spec.write_text(json.dumps([{"argv": [f"--config={REPO / config}", "--dry_run"]} for config in DRY_RUNS] + bare
+                             + hour))
   proc = subprocess.run([sys.executable, str(REPO / "tests" / "cli_batch.py"), str(spec), str(tmp_path / "out.json")],
                         capture_output=True, text=True, timeout=300, cwd=REPO,
                         env=dict(os.environ, PYTHONPATH=str(REPO)))
   assert proc.returncode == 0, proc.stderr[-2000:]
   results = json.loads((tmp_path / "out.json").read_text())
-  assert len(results) == len(DRY_RUNS) + 2
-  results, (dry, run) = results[:-2], results[-2:]
+  assert len(results) == len(DRY_RUNS) + 4
+  results, (dry, run), (hour_warm, hour_cold) = results[:-4], results[-4:-2], results[-2:]
+  # Issue 50, item 4: the console's advice after the default study quotes the estimate `--dry_run` of `:hour`
+  # prints, one model for both (with the models in the cache; and converting them first in the docs' phrase).
+  from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import planning  # pylint: disable=g-import-not-at-top
+  printed = [re.search(r"estimated wall time (<= [0-9.]+ (?:min|h)) ", r["stdout"]).group(1)
+             for r in (hour_warm, hour_cold)]
+  advice = planning.larger_advice("teacher_sweep")
+  assert advice.startswith("or run configs/teacher_sweep.py:hour (up to 80 questions: ")
+  assert f"{printed[0]} with the models in the cache" in advice and printed[0] != printed[1]
+  assert planning.estimate_text(teacher_sweep.get_config("hour")) == (
+      f"{printed[0]} with the models in the cache, {printed[1]} converting them first")
   assert dry["code"] == 0, dry["stderr"][-2000:]
   for name, preset in models.PRESETS.items():
     if name in ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"):   # the default study's two models

@@ -19,6 +19,7 @@ from opd_jax.estimators import sample_size
 from opd_jax.report import console
 from opd_jax.report import decision
 from opd_jax.report import verdict_text
+from opd_jax.study import planning
 from tests.report.test_report_decision import planted      # pylint: disable=g-bad-import-order
 from tests.report.test_report_decision import three_configs   # pylint: disable=g-bad-import-order
 
@@ -98,19 +99,24 @@ def test_the_verdict_says_not_estimable_and_what_would_decide(tmp_path):
   assert verdict_text.next_step(v).startswith(
       "to decide: at least 10 questions with a defined alignment (this study: 5")
   # With min_effect: the questions needed, on the console too (they were in summary.md and report.html only),
-  # and the larger variant of the default sweep.
+  # and the larger variant of the default sweep with the dry run's estimate (what opd_jax.main passes; issue 50).
   workdir = _study(tmp_path / "run", _six(12))
   report.write_summary(str(workdir), n_boot=50, n_boot_predictors=20, html=False, plot=False, min_effect=0.1)
   verdict = json.loads((workdir / "verdict.json").read_text())
   p = verdict["power"]
   need = sample_size.questions_needed(0.1, p["se"], p["df"], p["questions"], alpha=p["alpha"], power=0.8, se_df=p["df"])
   assert verdict["verdict"] != "use" and p["questions_needed"] == math.ceil(need)
-  lines = console.results_text(workdir).splitlines()
+  advice = planning.larger_advice("teacher_sweep")        # what opd_jax.main passes after the default study
+  plain = console.results_text(workdir).splitlines()
+  step_at = 1 + len(verdict["details"]) + len(verdict["validation"])
+  assert plain[step_at] == verdict_text.next_step(verdict)
+  lines = console.results_text(workdir, larger=advice).splitlines()
   assert lines[0] == verdict["line"] and lines[1:1 + len(verdict["details"])] == [f"  {d}" for d in verdict["details"]]
-  step = lines[1 + len(verdict["details"]) + len(verdict["validation"])]
+  step = lines[step_at]
   assert step.startswith(f"to decide: a study of ~{math.ceil(need)} questions would detect a difference of 0.1 with "
                          "80% power")
-  assert step.endswith("or configs/teacher_sweep.py:hour with the same --config.task.exclude (a new study, its looks "
-                       "planned before it starts; --dry_run prints its plan and time)")
+  assert step.endswith(f"; {advice}") and advice.startswith(
+      "or configs/teacher_sweep.py:hour with the same --config.task.exclude (a new study, its looks planned before it "
+      "starts; up to 80 ")
   assert f"to detect 0.1: {math.ceil(need)} questions" in (workdir / "summary.md").read_text()
   assert verdict_text.next_step(verdict) in (workdir / "summary.md").read_text()     # what would decide, there too

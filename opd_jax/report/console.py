@@ -51,36 +51,30 @@ TABLE_COLUMNS = ("config_id", "group", "n_nodes", "n_defined", "n_defined_questi
                  "alignment_ci_lo", "alignment_ci_hi", "mean_noise_ceiling", "underpowered")
 
 
-# Configs with a larger variant that would decide what their default leaves undecided: name -> the hint.
-LARGER = {"teacher_sweep": ("or configs/teacher_sweep.py:hour with the same --config.task.exclude (a new study, its "
-                            "looks planned before it starts; --dry_run prints its plan and time)")}
-
-
-def next_line(verdict: dict, config_name: str | None = None) -> str:
+def next_line(verdict: dict, larger: str = "") -> str:
   """The verdict's next step (`verdict_text.next_step`: the questions that would decide, or detect
-  config.report.min_effect), with the larger variant of the config when it has one (`LARGER`); "" if none."""
+  config.report.min_effect), followed by `larger` (the advice to run the config's larger variant with the dry
+  run's estimate of its time, `study.planning.larger_advice`, which the caller passes: a report does not plan)
+  when it says what would decide; "" if nothing would."""
   from opd_jax.report import verdict_text
   text = verdict_text.next_step(verdict)
-  if text.startswith("to decide") and config_name in LARGER:
-    text += f"; {LARGER[config_name]}"
+  if text.startswith("to decide") and larger:
+    text += f"; {larger}"
   return text
 
 
-def results_text(workdir) -> str:
+def results_text(workdir, larger: str = "") -> str:
   """What a finished run prints on stdout: the verdict (verdict.json's line; its details and what the training
   validation showed, indented) and what would decide it (`next_line`: a new study's questions, also those for
-  config.report.min_effect), the alignment table
+  config.report.min_effect, then `larger`), the alignment table
   (`TABLE_COLUMNS` of summary.csv that exist), then one line saying where the records, report and figures are."""
   workdir = pathlib.Path(workdir)
   lines = []
   if (workdir / "verdict.json").is_file():
     verdict = json.loads((workdir / "verdict.json").read_text())
-    try:
-      name = json.loads((workdir / "config.json").read_text()).get("name")
-    except (OSError, ValueError, AttributeError):
-      name = None
     lines += [verdict["line"], *(f"  {line}" for line in verdict.get("details", ())),
-              *(f"  {line}" for line in verdict.get("validation", ())), *filter(None, [next_line(verdict, name)]), ""]
+              *(f"  {line}" for line in verdict.get("validation", ())), *filter(None, [next_line(verdict, larger)]),
+              ""]
   csv = workdir / "summary.csv"
   if csv.is_file():
     table = pd.read_csv(csv)

@@ -1,10 +1,15 @@
 """The plan of a study before any model loads: the work its budget bounds (questions, rollouts, scorings, nodes,
 continuations, tokens) and the wall time that work is estimated to take on the 2-core CPU (`plan`, `Plan`), the
 dry run's and the checklist's first lines. The cost model (`opd_jax/cost/estimate.py`) prices the same plan on
-accelerators."""
+accelerators.
+
+The project's one wall-time estimate of a study on the CPU is this one (`Plan.total_seconds`, in a phrase
+`estimate_text`): the dry run prints it, the console's advice (`larger_advice`) and the docs quote it
+(tests/test_docs_figures.py checks the docs against it). What it assumes: `ASSUMPTIONS`."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 from opd_jax import models
 from opd_jax.decode import stops
@@ -33,9 +38,13 @@ class Plan:
   cross_strings: int = 0                # their strings asked of the teacher (tail + candidate), at most
   design: tuple[str, ...] = ()          # the work-saving designs' expected work beside the fixed design's bound
 
+  @property
+  def total_seconds(self) -> float:
+    """The estimated wall time in seconds: the work at the CPU rates, model loading and compiles (cold included)."""
+    return self.seconds + self.load_compile_seconds
+
   def describe(self) -> str:
-    total = self.seconds + self.load_compile_seconds
-    when = f"{total / 3600:.1f} h" if total >= 5400 else f"{total / 60:.1f} min"
+    when = duration(self.total_seconds)
     return "\n".join([
         f"planned: {self.questions} questions, {self.rollouts} base rollouts, {self.scored_rollouts} scored "
         f"rollouts x {self.scoring_passes} (teacher, context) scorings",
@@ -46,10 +55,20 @@ class Plan:
            f"{self.cross_strings:,} strings asked of them, each a few teacher tokens off the cached response "
            "(not in the estimate; benchmarks/cross_cost.py)"] if self.cross_views else []),
         *(f"         {line}" for line in self.design),
-        f"         estimated wall time <= {when} (2-core CPU rates of the 0.5B student: "
-        f"{self.load_compile_seconds / 60:.1f} min of model loading and compiles"
-        + (f", {self.cold_seconds / 60:.1f} of them reading, assembling and converting models not yet in the cache"
-           if self.cold_seconds else "") + "; scale by model size and hardware)"])
+        f"         estimated wall time <= {when} ({self.load_compile_seconds / 60:.1f} min of model loading and "
+        "compiles" + (f", {self.cold_seconds / 60:.1f} of them reading, assembling and converting models not yet in "
+                      "the cache" if self.cold_seconds else "") + ")",
+        f"         (the estimate: {ASSUMPTIONS}, at the 0.5B student's rates; scale by model size and hardware)"])
+
+
+# What the wall-time estimate assumes: a bound (the planned work is), at the rates below.
+ASSUMPTIONS = ("an upper bound on a quiet 2-core CPU, fp32: every question selected, every rollout at its token "
+               "cap, every candidate slot filled, the answer stop not counted")
+
+
+def duration(seconds: float) -> str:
+  """A wall time as the dry run prints it: "24.1 min" below 90 minutes, "4.3 h" from 90 minutes on."""
+  return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.1f} min"
 
 
 # Rates of the default study on the 2-core CPU, fp32 (0.5B student, 1.5B teacher), for the dry-run estimate
@@ -81,22 +100,34 @@ HEADER_S = 10.0
 COLD_S_PER_GB = 370.0
 
 
-def cold_seconds(spec: str, dtype) -> float:
+CACHE_STATES = (None, "warm", "cold")
+
+
+def cold_seconds(spec: str, dtype, cache: str | None = None) -> float:
   """Seconds that reading, assembling and converting the preset `spec` adds to its load when its params for
-  `dtype` (None: the platform default) are not in the cache yet; 0 for a converted preset or another spec."""
+  `dtype` (None: the platform default) are not in the cache yet; 0 for a converted preset or another spec.
+  `cache`: None looks at this machine's cache, "warm" takes every preset as converted, "cold" none."""
   preset = models.checkpoints.PRESETS.get(spec)
-  if preset is None or models.checkpoints.params_dir(preset.sha256, dtype).is_dir():
+  if preset is None or cache == "warm":
+    return 0.0
+  if cache is None and models.checkpoints.params_dir(preset.sha256, dtype).is_dir():
     return 0.0
   return 2 * HEADER_S + COLD_S_PER_GB * preset.size / 1e9
 
 
-def plan(config, task=None) -> Plan:
+def plan(config, task=None, cache: str | None = None) -> Plan:
   """The work a config asks for, printed by `--dry_run` and before a run (no model loaded).
 
   Args:
     task: the study's task when loaded: a pool smaller than config.budget.questions bounds the questions, and the
       answer stop (budget.stop_at_answer) saves work only on a task with an answer tag (`Task.answer_span`).
+    cache: which presets count as already converted in the model cache (`cold_seconds`): None as on this
+      machine (the dry run's), "warm" every one, "cold" none (a first run on a fresh machine).
+  Raises:
+    ValueError: an invalid config (`preflight.validate`), or another `cache`.
   """
+  if cache not in CACHE_STATES:
+    raise ValueError(f"planning.plan: cache must be one of {CACHE_STATES}, got {cache!r}")
   preflight.validate(config)
   b, n_tok = config.budget, config.sampling.max_new_tokens
   confs = [contexts.parse(k, v) for k, v in config.configurations.items()]
@@ -114,11 +145,42 @@ def plan(config, task=None) -> Plan:
   secs = gen / DECODE_TOKENS_PER_S + scored_tokens / SCORE_TOKENS_PER_S
   specs = {config.student.name} | {c.teacher for c in confs if c.teacher != contexts.SELF}
   kind = lambda spec: "random" if spec.startswith("random:") else "checkpoint"
-  cold = sum(cold_seconds(m, config.student.get("dtype", "") or None) for m in specs)
+  cold = sum(cold_seconds(m, config.student.get("dtype", "") or None, cache) for m in specs)
   fixed = sum(LOAD_S[kind(m)] for m in specs) + 3 * COMPILE_S[kind(config.student.name)] + cold
   strings = len(cross) * (scored * n_tok + nodes * cand)          # every position's token, every candidate
   return Plan(q, rollouts, scored, len(views), nodes, cand, cont, gen, scored_tokens, secs, fixed, cold,
               len(cross), strings, _design_lines(config, nodes * cand, task))
+
+
+def estimate_text(config, first_use: bool = True) -> str:
+  """The dry run's wall-time estimate of `config` in one phrase, as the console's advice and the docs quote it:
+  the bound with the models in the cache and, with `first_use` where it differs, on a machine that has not
+  converted them yet (`plan` with cache "warm" and "cold"); e.g. "<= 16.9 min with the models in the cache,
+  <= 27.5 min converting them first". What it assumes: `ASSUMPTIONS`."""
+  warm = plan(config, cache="warm")
+  text = f"<= {duration(warm.total_seconds)} with the models in the cache"
+  cold = plan(config, cache="cold") if first_use else warm
+  if cold.cold_seconds:
+    text += f", <= {duration(cold.total_seconds)} converting them first"
+  return text
+
+
+# Configs with a larger variant that would decide what their default leaves undecided: config.name -> (its
+# module under configs/, the variant's argument).
+LARGER = {"teacher_sweep": ("teacher_sweep", "hour")}
+
+
+def larger_advice(config_name: str | None) -> str:
+  """The console's advice to run the larger variant of config `config_name` (`LARGER`), with its cap and the dry
+  run's estimate of its wall time to that cap (`estimate_text`, models in the cache: the default has just
+  converted them); "" for a config without one."""
+  if config_name not in LARGER:
+    return ""
+  module, arg = LARGER[config_name]
+  config = importlib.import_module(f"configs.{module}").get_config(arg)
+  return (f"or configs/{module}.py:{arg} with the same --config.task.exclude (a new study, its looks planned before "
+          f"it starts; up to {config.budget.questions} questions: {estimate_text(config, first_use=False)}, its dry "
+          "run's bound on a quiet 2-core CPU)")
 
 
 def _design_lines(config, slots: int, task=None) -> tuple[str, ...]:

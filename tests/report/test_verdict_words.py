@@ -3,6 +3,7 @@ shown better, and the number that says how sure), the rest on the lines after it
 showed, exactly when a self-distillation context is the best or could be best, its numbers read from the committed
 files; and advice that keeps the design's error rates (a new study on unseen questions, never more questions or
 configurations added to this one)."""
+import functools
 import json
 import re
 
@@ -18,6 +19,7 @@ from opd_jax.report import decision
 from opd_jax.report import sequential
 from opd_jax.report import validation_note
 from opd_jax.report import verdict_text
+from opd_jax.study import planning
 from tests.report.test_report_decision import planted     # pylint: disable=g-bad-import-order
 from tests.report.test_report_sequential import table      # pylint: disable=g-bad-import-order
 
@@ -151,6 +153,11 @@ FORBIDDEN = [re.compile(p) for p in (r"\(\d+ more\)", r"\braise\b", r"\brun more
                                      r"configuration", r"--configuration=", r"\brerun\b", r"\(now \d+\)")]
 
 
+@functools.lru_cache(maxsize=None)
+def _larger() -> str:
+  return planning.larger_advice("teacher_sweep")      # what opd_jax.main passes to the console after the default
+
+
 @pytest.mark.parametrize("kind", sorted(VERDICTS))
 def test_the_advice_keeps_the_error_rates(kind):
   """Every piece of advice (the console's next step with the default sweep's larger variant, the report's power
@@ -159,7 +166,7 @@ def test_the_advice_keeps_the_error_rates(kind):
   for effect in (None, 0.05):
     w = {**v, "power": {**(v["power"] or {}), **({"min_effect": effect, "questions_needed": 400,
                                                   "more_questions": 380} if effect else {})}}
-    texts = [console.next_line(w, "teacher_sweep"), verdict_text.power_text(w["power"] if w["power"] else None)]
+    texts = [console.next_line(w, _larger()), verdict_text.power_text(w["power"] if w["power"] else None)]
     for text in filter(None, texts):
       assert not any(p.search(text) for p in FORBIDDEN), text
       if "questions" in text and text.startswith(("to decide", "power:")) and "not detectable" not in text:
