@@ -306,3 +306,17 @@ def test_crossfit_table_is_its_json():
     want = (f"| {r} | {largest(part[part.estimator == 'mean_alignment'])} | {largest(ratio)} | "
             f"{largest(ratio[ratio.teacher.str.contains(' - ')])} |")
     assert want in _lines("docs/results.md"), want
+
+
+def test_validation_v2_stage1_figures_are_runs_csv():
+  """README's stage-1 sentence: each frozen self run's paired difference (the first with its interval) and v1's
+  moving teacher's, from docs/data/validation_v2/runs.csv and stage1.csv."""
+  runs = pd.read_csv(DATA / "validation_v2" / "runs.csv").set_index("configuration")
+  stage1 = pd.read_csv(DATA / "validation_v2" / "stage1.csv").set_index("configuration")
+  s = runs.loc["s1_solution_frozen"]
+  phrases = [f"solution {_ci(s['diff'], s.lo, s.hi)}"]
+  phrases += [f"{c} {_f(runs.loc[f's1_{c}_frozen', 'diff'], '+.3f')}" for c in ("summary", "answer")]
+  moving = set(stage1.loc[[f"s1_{c}_frozen" for c in ("solution", "summary", "answer")], "v1_diff"].round(3))
+  assert len(moving) == 1
+  phrases.append(f"moving: {_f(moving.pop(), '+.3f')} each")
+  _says("README.md", *phrases, source="docs/data/validation_v2/runs.csv and stage1.csv")
