@@ -4,6 +4,7 @@
   python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=train:s1_solution_frozen       # one piece
   python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=stage1      # stage 1's table, from the CSVs
   python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=study:1,study:2   # stage 2's blocks, in order
+  python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=stage2      # stage 2's tables, from the CSVs
 
 Stage 1, the mechanism: v1's runs (docs/data/validation/runs.csv: the self-teacher was the current student, as
 training moved it) against the same runs with the frozen self-teacher (`config.train.teacher_weights=initial`,
@@ -73,7 +74,7 @@ def blocks(tiny: bool) -> list[int]:
 
 
 def pieces(tiny: bool) -> list[str]:
-  return [f"train:{n}" for n in runs(tiny)] + ["stage1"] + [f"study:{b}" for b in blocks(tiny)]
+  return [f"train:{n}" for n in runs(tiny)] + ["stage1"] + [f"study:{b}" for b in blocks(tiny)] + ["stage2"]
 
 
 def done(piece: str, data: pathlib.Path) -> bool:
@@ -201,6 +202,75 @@ def stage1_table(data: pathlib.Path, v1_dir: pathlib.Path = V1_DIR, tiny: bool =
   return out
 
 
+def stratum(configuration: str) -> str:
+  """The stage-3 stratum of a v2 study configuration: "external" (the 1.5B teacher) or "self"."""
+  return "self" if configuration.startswith("self_") else "external"
+
+
+def stage2_tables(data: pathlib.Path, n_split: int = 200, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+  """From the study blocks' CSVs in `data` (v1's predictors: alignment, positive fraction and projection by node
+  group, teacher advantage, the tokens' cheap divergences; `validate_training.predictor_sums`):
+    stage2.csv: each configuration's value of each predictor, with a 95% percentile interval resampling the study's
+      questions (`n_boot` draws, the same draws for every configuration);
+    stage2_reliability.csv: per stratum and predictor, how well the study's questions fix the ranking of the
+      stratum's configurations: the mean Spearman rho between the rankings that two disjoint random halves of the
+      questions give (`n_split` splits), and its Spearman-Brown step-up to all the questions, 2 rho / (1 + rho);
+    stage2_contrasts.csv: per view, predictor and pair of divergences, the paired difference with its interval and
+      the fraction of draws whose sign agrees with the full sample's.
+  What is resampled is the study's questions only (the configurations are fixed: every one on the same nodes)."""
+  nodes, views, found = v1.read_study(data)
+  confs = sorted(nodes.config_id.unique())
+  questions, sums = v1.predictor_sums(v1.question_sums(nodes), views, confs)
+  point = v1.predictor_values(sums, np.ones(len(questions)))
+  rng = np.random.default_rng(seed)
+  n_q = len(questions)
+  boot = {k: [] for k in point}
+  for _ in range(n_boot):
+    w = np.bincount(rng.integers(0, n_q, n_q), minlength=n_q).astype(float)
+    for k, v in v1.predictor_values(sums, w).items():
+      boot[k].append(v)
+  boot = {k: np.array(v) for k, v in boot.items()}                             # [draws, C]
+  with np.errstate(all="ignore"):
+    lo = {k: np.nanpercentile(b, 2.5, axis=0) for k, b in boot.items()}
+    hi = {k: np.nanpercentile(b, 97.5, axis=0) for k, b in boot.items()}
+  rows = [dict(configuration=c, stratum=stratum(c), view=c.rsplit("_", 1)[0], divergence=c.rsplit("_", 1)[1],
+               predictor=k, value=point[k][i], lo=lo[k][i], hi=hi[k][i], blocks=len(found), questions=n_q)
+          for k in point for i, c in enumerate(confs)]
+  values = pd.DataFrame(rows)
+  values.to_csv(data / "stage2.csv", index=False)
+  rel = []
+  halves = [rng.permutation(n_q) for _ in range(n_split)]
+  for name in ("external", "self"):
+    idx = [i for i, c in enumerate(confs) if stratum(c) == name]
+    for k in point:
+      rhos = []
+      for perm in halves:
+        a, b = np.zeros(n_q), np.zeros(n_q)
+        a[perm[: n_q // 2]], b[perm[n_q // 2:]] = 1.0, 1.0
+        rho = v1.rank_correlations(v1.predictor_values({k: sums[k]}, a)[k][idx],
+                                   v1.predictor_values({k: sums[k]}, b)[k][idx])[0]
+        rhos.append(rho)
+      r = float(np.nanmean(rhos)) if np.isfinite(rhos).any() else np.nan
+      rel.append(dict(stratum=name, predictor=k, configurations=len(idx), questions=n_q, split_half_rho=r,
+                      spearman_brown=2 * r / (1 + r) if np.isfinite(r) and r > -1 else np.nan))
+  pd.DataFrame(rel).to_csv(data / "stage2_reliability.csv", index=False)
+  contrasts = []
+  for view in sorted({c.rsplit("_", 1)[0] for c in confs}):
+    divs = [c for c in confs if c.rsplit("_", 1)[0] == view]
+    for k in point:
+      for i, a in enumerate(divs):
+        for b in divs[i + 1:]:
+          ia, ib = confs.index(a), confs.index(b)
+          d, db = point[k][ia] - point[k][ib], boot[k][:, ia] - boot[k][:, ib]
+          ok = np.isfinite(db)
+          contrasts.append(dict(view=view, predictor=k, a=a, b=b, diff=d,
+                                lo=np.percentile(db[ok], 2.5) if ok.any() else np.nan,
+                                hi=np.percentile(db[ok], 97.5) if ok.any() else np.nan,
+                                sign_agreement=float(np.mean(np.sign(db[ok]) == np.sign(d))) if ok.any() else np.nan))
+  pd.DataFrame(contrasts).to_csv(data / "stage2_contrasts.csv", index=False)
+  return pd.DataFrame(rel)
+
+
 def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
   check_piece(piece, tiny)
   if piece.startswith("study:"):
@@ -209,6 +279,8 @@ def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool)
     run_train(piece.split(":", 1)[1], workdir, data, tiny)
   elif piece == "stage1":
     print(stage1_table(data, tiny=tiny).to_string(), flush=True)
+  elif piece == "stage2":
+    print(stage2_tables(data, n_split=20 if tiny else 200, n_boot=50 if tiny else 1000).to_string(), flush=True)
 
 
 def check_piece(piece: str, tiny: bool) -> None:
@@ -216,7 +288,7 @@ def check_piece(piece: str, tiny: bool) -> None:
   "all")."""
   for one in piece.split(","):
     if one not in ("all", *pieces(tiny)):
-      raise ValueError(f"--piece={one}: use all, stage1, study:<b> (b in {blocks(tiny)}) or train:<name> (name in "
+      raise ValueError(f"--piece={one}: use all, stage1, stage2, study:<b> (b in {blocks(tiny)}) or train:<name> (name in "
                        f"{sorted(runs(tiny))}), or several of them joined by commas")
 
 
