@@ -3,12 +3,22 @@
   python benchmarks/variance_split.py --workdir=/work/runs/hour --out=docs/data/variance_split/hour.json
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper --dry_run --cost_model=h200 \\
       --variance_split=docs/data/variance_split/hour.json
+  python benchmarks/variance_split.py --estimand=projection --r=4 \\
+      --nodes_csv='docs/data/validation/study_nodes_*.csv' --out=docs/data/variance_split/validation.json
 
 For every pair of configurations, the paired difference of the estimand at each node of the target group where
 both are defined, from all its continuations and from each half (`success.halves`), gives the three components
 (`estimators.variance.components`: questions, nodes, continuations). Writes one JSON: estimand, target, the
 records' R, the source and per pair the components. The split is the pilot's (its task, models and node rule):
 a design priced with it for another study assumes that study's split is alike.
+
+`--nodes_csv` reads node rows without rewards (the validation study's committed docs/data/validation/
+study_nodes_<b>.csv: one row per configuration and node with its projection and teacher advantage, R = 4 by
+configs/validation.py): the question component and the within-question one, s2_node + s2_continuation / R, are
+measured, the continuation share of the latter is not (no halves), and each pair says so ("continuation": null,
+"within"); the design then holds at both ends of that share (cost/design.py). The alignment ratio is the
+projection over one scale per node group, so its split is the projection's over that scale squared and its
+design (a ratio of variances) the projection's.
 """
 from __future__ import annotations
 
@@ -60,22 +70,68 @@ def split(rows, estimand: str, target: str) -> dict:
   return {"estimand": estimand, "target": target, "r": r, "pairs": out}
 
 
+def split_without_rewards(rows, estimand: str, target: str, r: float) -> dict:
+  """The split of node rows that hold `estimand`'s value but no rewards: per pair {"question", "within" (s2_node +
+  s2_continuation / r), "node": None, "continuation": None, "questions", "nodes", "r"}.
+
+  Raises:
+    ValueError: `estimand` not a column of the rows (naming the columns there are).
+  """
+  if estimand not in rows.columns:
+    raise ValueError(f"--estimand={estimand}: the rows have no such column (they have {list(rows.columns)}); "
+                     "without rewards only a recorded estimand can be split (e.g. --estimand=projection)")
+  in_group = common.group_mask(rows, target)
+  frame = rows.loc[in_group, ["config_id", *common.NODE_KEY]].assign(v=rows.loc[in_group, estimand].to_numpy(float))
+  wide = frame.pivot_table(index=list(common.NODE_KEY), columns="config_id", values="v", aggfunc="first")
+  configs = list(dict.fromkeys(rows["config_id"]))
+  out = {}
+  for i, c1 in enumerate(configs):
+    for c2 in configs[i + 1:]:
+      if c1 not in wide or c2 not in wide:
+        continue
+      try:
+        comp = variance.components((wide[c1] - wide[c2]).to_numpy(float), None, None,
+                                   wide.index.get_level_values(0), r)
+      except ValueError:
+        continue
+      out[f"{c1} - {c2}"] = {"question": comp.question, "within": comp.node, "node": None, "continuation": None,
+                             "questions": comp.questions, "nodes": comp.nodes, "r": float(r)}
+  return {"estimand": estimand, "target": target, "r": float(r), "pairs": out}
+
+
 def main(argv=None) -> int:
+  import glob  # pylint: disable=g-import-not-at-top
+  import pandas as pd  # pylint: disable=g-import-not-at-top
   from opd_jax.report import build  # pylint: disable=g-import-not-at-top
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--workdir", required=True)
+  ap.add_argument("--workdir", help="a study's workdir (its node records, with rewards)")
+  ap.add_argument("--nodes_csv", help="instead: a glob of node-row CSVs without rewards (validate_training.py's "
+                  "study_nodes_<b>.csv); needs --r")
+  ap.add_argument("--r", type=float, default=0.0, help="with --nodes_csv: the continuations per candidate behind them")
   ap.add_argument("--out", required=True)
   ap.add_argument("--estimand", default="alignment_ratio", choices=ESTIMANDS)
   ap.add_argument("--target", default="incorrect", choices=("incorrect", "correct", "all"))
   args = ap.parse_args(argv)
-  got = split(build.read_records(args.workdir), args.estimand, args.target)
-  got["source"] = args.workdir
+  if bool(args.workdir) == bool(args.nodes_csv):
+    ap.error("give one of --workdir (records with rewards) or --nodes_csv (node rows without them)")
+  if args.nodes_csv:
+    paths = sorted(glob.glob(args.nodes_csv))
+    if not paths or not args.r >= 2:
+      ap.error(f"--nodes_csv={args.nodes_csv} matched {len(paths)} files; it needs >= 1 and --r >= 2 (the "
+               "continuations per candidate behind the rows)")
+    rows = pd.concat([pd.read_csv(p, dtype={"question_id": str}) for p in paths], ignore_index=True)
+    got = split_without_rewards(rows, args.estimand, args.target, args.r)
+    got["source"] = f"{args.nodes_csv} ({len(paths)} files, {rows['question_id'].nunique()} questions)"
+  else:
+    got = split(build.read_records(args.workdir), args.estimand, args.target)
+    got["source"] = args.workdir
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   with open(args.out, "w") as f:
     json.dump(got, f, indent=1)
   for k, v in got["pairs"].items():
-    print(f"{k}: question {v['question']:.3g}, node {v['node']:.3g}, continuation {v['continuation']:.3g} "
-          f"({v['questions']} questions, {v['nodes']} nodes)")
+    inside = (f"within {v['within']:.3g} (continuation share unknown)" if v["continuation"] is None else
+              f"node {v['node']:.3g}, continuation {v['continuation']:.3g}")
+    print(f"{k}: question {v['question']:.3g}, {inside} ({v['questions']} questions, {v['nodes']} nodes)")
   print(f"wrote {args.out}: {len(got['pairs'])} pairs, R = {got['r']:g}")
   return 0
 

@@ -41,6 +41,13 @@ Issue 33 (--cells=sequential,planted; not in the default cells):
     questions a one-look design needs for the same rate of right decisions, interpolated on a grid of fixed
     designs run on the same tables) and their ratio. The margin is on this model's scale (a paired difference of
     sd ~0.6 per question; the study's default MARGIN = 0.05 is on the one-hour study's).
+  With --estimand=alignment_ratio (issue 48) the sequential cells' tables are the alignment ratio's, simulated from
+    0/1 rewards at a design (benchmarks/ratio_tables.py: --design_nodes nodes per question, --r continuations per
+    candidate; S cross-fitted and recomputed at each look), and the cells' true values are in the ratio's units:
+    (0, 0), (0, 0, 0), (margin, 0), (2 margin, 0), (2 margin, margin, 0), (margin / 2, 0) and
+    (2 margin, margin, 0, 0, 0, 0); no fixed grid (--fixed_grid=0):
+    PYTHONPATH=$PWD python benchmarks/verdict_calibration.py --cells=sequential --estimand=alignment_ratio \
+        --looks=150,300,450,601 --design_nodes=4 --r=16 --margin=0.05 --futility=0.1 --fixed_grid=0 --sims=300
   planted: the detectable difference reported by one study of G questions (two equal configurations), planted
     as the true difference of an independent study of G questions, is detected ("use" of the right one) at this
     rate: se_known (sample_size.detectable_difference as issue 25 reported it) and se_estimated (with se_df = df,
@@ -198,16 +205,27 @@ def judge(res, truth, margin) -> tuple[bool, bool, bool]:
   return res["decided"] and not (false_use or false_equivalent), false_use, false_equivalent
 
 
-def run_sequential(mu, nodes, sims, rng, design, fixed_grid: bool = True) -> dict:
-  """One sequential cell (module docstring); fixed_grid=False skips the fixed designs (no ratio)."""
+def _gaussian(mu, nodes, cap):
+  """The table maker of the alignment model: at(n) -> (align, q) of the first n of `cap` questions."""
+  def make(rng):
+    align, q = simulate(rng, mu, cap, nodes)
+    return lambda n: (align[q < n], q[q < n])
+  return make
+
+
+def run_sequential(mu, nodes, sims, rng, design, fixed_grid: bool = True, tables=None) -> dict:
+  """One sequential cell (module docstring); fixed_grid=False skips the fixed designs (no ratio). `tables`: a
+  maker rng -> at (at(n) -> ([N, K] values, [N] questions) of the first n questions), default the alignment
+  model's (`simulate`); `mu` holds the true means (their differences are what is judged)."""
   start, rows, truth, cap = time.time(), [], np.asarray(mu, float), design.looks[-1]
   grid = sorted({*design.looks, *range(design.looks[0], cap + 1, max(1, design.looks[0]))}) if fixed_grid else []
   fixed = np.zeros(len(grid))
+  make = tables or _gaussian(mu, nodes, cap)
   for _ in range(sims):
-    align, q = simulate(rng, mu, cap, nodes)
+    at = make(rng)
     flagged = False
     for look, n in enumerate(design.looks, 1):
-      res = decision.compare_arrays(align[q < n], q[q < n], design=design, look=look)
+      res = decision.compare_arrays(*at(n), design=design, look=look)
       flagged |= wrong_flags(res, truth)
       if res["stop"]:
         break
@@ -215,7 +233,7 @@ def run_sequential(mu, nodes, sims, rng, design, fixed_grid: bool = True) -> dic
     cap_decided = math.nan                   # a futile stop: would the cap have decided? (the calibration of p)
     if res["decision"] == "futile":
       on = dataclasses.replace(design, futility=0.0)
-      cap_decided = float(decision.compare_arrays(align, q, design=on, look=design.n_looks)["decided"])
+      cap_decided = float(decision.compare_arrays(*at(cap), design=on, look=design.n_looks)["decided"])
     cmp = res["comparable"]
     true_diff = truth[:, None] - truth[None, :]
     covered = bool(np.all((res["ci_lo"][cmp] <= true_diff[cmp]) & (true_diff[cmp] <= res["ci_hi"][cmp])))
@@ -224,8 +242,7 @@ def run_sequential(mu, nodes, sims, rng, design, fixed_grid: bool = True) -> dic
                      cap_decided=cap_decided))
     for i, g in enumerate(grid):
       one = sequential.Design(looks=(g,), alpha=design.alpha, margin=design.margin)
-      fixed[i] += judge(decision.compare_arrays(align[q < g], q[q < g], design=one, look=1), truth,
-                        design.margin)[0]
+      fixed[i] += judge(decision.compare_arrays(*at(g), design=one, look=1), truth, design.margin)[0]
   r = pd.DataFrame(rows)
   fixed /= sims
   right = r.right.mean()
@@ -305,6 +322,11 @@ def main() -> None:
   parser.add_argument("--futility", type=float, default=0.0, help="the sequential cells' futility threshold "
                       "(sequential.Design.futility; 0: none)")
   parser.add_argument("--fixed_grid", type=int, default=1, help="0: skip the fixed designs (no questions ratio)")
+  parser.add_argument("--estimand", default="alignment", choices=("alignment", "alignment_ratio"),
+                      help="the sequential cells' tables: the alignment model (default) or the alignment ratio "
+                      "from simulated rewards (benchmarks/ratio_tables.py)")
+  parser.add_argument("--design_nodes", type=int, default=4, help="alignment_ratio: nodes per question")
+  parser.add_argument("--r", type=int, default=16, help="alignment_ratio: continuations per candidate (>= 2)")
   parser.add_argument("--futility_rule", default="predictive", choices=("predictive", "current_trend"),
                       help="the futility stop's probability (sequential.p_resolved): predictive (averaged over the "
                       "estimate's uncertainty, the default) or the current trend (the estimate taken as the truth)")
@@ -339,12 +361,22 @@ def main() -> None:
     m = args.margin
     cells = ((0.0, 0.0), (0.0, 0.0, 0.0), (m, 0.0), (0.5, 0.0), (0.5, 0.25, 0.0), (m / 2, 0.0),
              (0.1, 0.05, 0.0, 0.0, 0.0, 0.0))
-    for nodes_i, nodes in enumerate(("unif15", "geom40")):
+    node_models = ("unif15", "geom40")
+    model = None
+    if args.estimand == "alignment_ratio":
+      from benchmarks import ratio_tables  # pylint: disable=g-import-not-at-top
+      if args.r < 2:
+        parser.error(f"--r={args.r}: the alignment ratio's cross-fit needs >= 2 continuations per candidate")
+      cells = ((0.0, 0.0), (0.0, 0.0, 0.0), (m, 0.0), (2 * m, 0.0), (2 * m, m, 0.0), (m / 2, 0.0),
+               (2 * m, m, 0.0, 0.0, 0.0, 0.0))
+      node_models, model = (f"ratio_m{args.design_nodes}_r{args.r}",), ratio_tables.RatioModel()
+    for nodes_i, nodes in enumerate(node_models):
       for cell_i, mu in enumerate(cells):
         if str(cell_i) not in args.seq_cells.split(","):
           continue
+        tables = model and model.tables(mu, design.looks[-1], args.design_nodes, args.r)
         line = run_sequential(mu, nodes, args.sims, np.random.default_rng([args.seed, 4, nodes_i, cell_i]), design,
-                              bool(args.fixed_grid))
+                              bool(args.fixed_grid), tables)
         print(json.dumps(line), flush=True)
         lines.append(line)
   if "planted" in kinds:

@@ -78,6 +78,13 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             could be are equivalent within report.min_effect), e.g. (10, 20, 40); budget.questions
                             is the cap and the last look; error rates hold over the looks (alpha spending,
                             opd_jax/report/sequential.py). () = the fixed design: every question, one verdict
+  budget.pilot              "" or a variance split (benchmarks/variance_split.py; a path from the working directory or
+                            the repository root) the design was chosen from: `--dry_run --cost_model=<chip>` prices
+                            the cheapest design for budget.precision_of's precision from it (opd_jax/cost/design.py)
+                            and manifest.json "design" records it with its split; "" = none (default)
+  budget.precision_of       () or (questions, nodes_per_rollout, continuations_per_candidate): the fixed design whose
+                            standard error the design is to reach (the dry run's "hours for R=<R>'s precision");
+                            () = the config's own (default)
   budget.futility           with budget.looks: also stop at a look whose verdict is unlikely to be decided even at the
                             cap (the smallest conditional probability of a blocking comparison resolving, under the
                             current estimates, below this; opd_jax/report/sequential.py "Futility"); it only ever
@@ -115,7 +122,9 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             many questions would detect it with 80% power (0 = not asked)
   report.estimand           what the verdict compares per node: alignment (cos(g*, g_D), the paper's) | projection
                             (<g*, g_D> / |g_D|: unbiased at any number of continuations, so R = 2-4 will do;
-                            report.min_effect is in its units and required with budget.looks; docs/results.md)
+                            report.min_effect is in its units and required with budget.looks; docs/results.md) |
+                            alignment_ratio (the projection over the RMS of the cross-fitted |g*| on the group: a
+                            cosine's scale without small-R bias, R >= 2; report/common.py ESTIMANDS)
   logging.progress          tqdm bars of every job (study, trainer, lookahead, report); False: none
   logging.verbosity         1: INFO lines (stage times, absl/JAX logs) go to <workdir>/log.txt only, warnings print
                             as `warning: ...`; 2: INFO lines on the console too (changing either field does not
@@ -156,6 +165,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   allocation_min_mass=0.01, stop_at_answer=False)
   c.budget.looks = ()
   c.budget.futility = 0.0
+  c.budget.pilot = ""
+  c.budget.precision_of = ()
   c.selection = "informative"
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0,
                    cross_tokenizer=dict(mode="exact", prune=10.0, max_tree_nodes=512, force=False))

@@ -6,6 +6,7 @@
   python -m opd_jax.main --config=configs/teacher_sweep.py:paper \
       --config.student.name=/data/Qwen3-1.7B \
       --config.configurations.external=/data/Qwen3-8B:plain:reverse_kl   # GPU/TPU, hours
+  python -m opd_jax.main --config=configs/teacher_sweep.py:paper_fixed ...   # the fixed R = 64 design it replaces
 
 Time, by the dry run's estimate (`--dry_run`, opd_jax/study/planning.py: an upper bound on a quiet 2-core CPU,
 every rollout at its token cap): for the default, <= 16.9 min with the models in the cache, <= 27.5 min converting
@@ -22,8 +23,27 @@ its point estimates. `:gsm` is the previous default (gsm_symbolic, GSM8K templat
 256-token responses: one informative question, 4 defined nodes per configuration, every group UNDERPOWERED).
 `:hour` is the default at up to 8x the questions and 3x R (docs/results.md: its verdict and table), looking at
 its verdict at 20, 40 and 60 questions and stopping once it is decided or unlikely to be decided by the cap
-(futility 0.1: it stopped at 20 questions, undecided, under the rule of 2026-12-04; docs/results.md). `:paper` is
-the paper-scale budget for Qwen3 HF folders on accelerators.
+(futility 0.1: it stopped at 20 questions, undecided, under the rule of 2026-12-04; docs/results.md).
+
+`:paper` is the paper-scale study for Qwen3 HF folders on accelerators, in the design chosen by its variance split
+and its cost (issue 48; opd_jax/cost/design.py): the alignment ratio (report.estimand, no small-R bias), up to 601
+questions, 2 nodes per node rollout, r = 16 continuations per candidate, looks at 150, 300 and 450 questions with
+the futility stop 0.1. It is the cheapest design on the cost model's H200 roofline whose standard error, on every
+pair of configurations, is at most that of the fixed design it replaces (100 questions, 16 nodes per rollout,
+R = 64: budget.precision_of), by the variance split of the pilot in budget.pilot,
+docs/data/variance_split/validation.json: the validation study's 40 questions and 8 configurations (the 0.5B
+student on sums, R = 4; docs/data/validation/study_nodes_*.csv, written by `python benchmarks/variance_split.py
+--estimand=projection --r=4 --nodes_csv='docs/data/validation/study_nodes_*.csv'
+--out=docs/data/variance_split/validation.json`). Those rows hold no rewards, so the continuation share of the
+within-question variance is not measured and the design holds at both ends of it. `--dry_run --cost_model=h200`
+prints the choice, `hours for R=64's precision: 15.8` beside the fixed design's 69.5 h (not a tenth of it: at the
+end without continuation noise 5.99 h would do; a pilot with rewards, `benchmarks/variance_split.py
+--workdir=<its records>` and `--config.budget.pilot=<its JSON>`, measures the share; docs/results.md). The split is
+the pilot's task and models: the design assumes the paper-scale study's is alike.
+
+The fixed design is one override away, `:paper_fixed` (the `:paper` of before issue 48: 100 questions, 16 nodes
+per rollout, R = 64, the per-node cosine, no looks; its config name, hash and default workdir are that `:paper`'s,
+so a study started with it resumes under `:paper_fixed`).
 
 Capping a study (docs/results.md, "The sequential study"): `budget.questions` is the cap;
 `--config.budget.looks='(20, 40, 60)'` looks at the verdict after those many questions and stops once it is
@@ -102,7 +122,7 @@ def get_config(arg: str | None = None):
     config.budget.looks = (20, 40, 60)           # the sequential design: stop once decided (cap 80)
     config.report.min_effect = 0.05              # its equivalence margin (required with looks: docs/results.md)
     config.budget.futility = 0.1                 # or once unlikely to decide by the cap (docs/results.md)
-  elif arg == "paper":
+  elif arg in ("paper", "paper_fixed"):
     config.name = "teacher_sweep_paper"
     config.student.name = "/data/Qwen3-1.7B"                      # an HF folder (config.json, safetensors)
     config.task.name = "reasoning_gym:gsm_symbolic"
@@ -124,6 +144,20 @@ def get_config(arg: str | None = None):
     config.budget.branch_batch = 512
     config.scoring.chunk = 512
     config.scoring.all_rollouts = True
+    if arg == "paper":
+      # The design by variance split and cost (module docstring; `--dry_run --cost_model=h200` recomputes it and
+      # says whether this config runs it). The pool: 5 per question studied, as the fixed design's 500 for 100.
+      config.name = "teacher_sweep_paper_design"
+      config.task.num_problems = 3000
+      config.budget.questions = 601              # the cap, the last look
+      config.budget.nodes_per_rollout = 2
+      config.budget.continuations_per_candidate = 16
+      config.budget.looks = (150, 300, 450)
+      config.budget.futility = 0.1
+      config.report.estimand = "alignment_ratio"
+      config.report.min_effect = 0.05            # the equivalence margin, on the ratio's cosine scale
+      config.budget.pilot = "docs/data/variance_split/validation.json"
+      config.budget.precision_of = (100, 16, 64)  # the fixed design's questions, nodes_per_rollout, R
   elif arg:
-    raise ValueError(f"unknown variant {arg!r} of teacher_sweep; use '', 'gsm', 'hour' or 'paper'")
+    raise ValueError(f"unknown variant {arg!r} of teacher_sweep; use '', 'gsm', 'hour', 'paper' or 'paper_fixed'")
   return config

@@ -13,6 +13,7 @@ from opd_jax import main
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 VARIANTS = ["teacher_sweep.py", "teacher_sweep.py:hour", "teacher_sweep.py:gsm", "teacher_sweep.py:paper",
+            "teacher_sweep.py:paper_fixed",
             "smoke.py", "context_sweep.py", "cross_tokenizer.py", "validation.py:study", "validation.py:train",
             "validation.py:tiny_study", "validation.py:tiny_train", "opd_train.py", "opd_train.py:smoke",
             "opd_train.py:gpu", "lookahead.py"]

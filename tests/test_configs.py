@@ -81,12 +81,16 @@ def test_paper_variant_runs_on_tiny_qwen3_folders(tmp_path):
        "--config.task.num_problems=2", "--config.sampling.max_new_tokens=8", "--config.budget.questions=1",
        "--config.budget.rollouts_per_question=2", "--config.budget.node_rollouts_per_question=1",
        "--config.budget.nodes_per_rollout=2", "--config.budget.continuations_per_candidate=2",
-       "--config.budget.branch_batch=16", "--config.scoring.chunk=8", "--config.logging.progress=False"],
+       "--config.budget.branch_batch=16", "--config.scoring.chunk=8", "--config.logging.progress=False",
+       "--config.budget.looks=()", "--config.budget.futility=0.0"],         # its looks are beyond 1 question
       capture_output=True, text=True, timeout=600, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
   assert proc.returncode == 0, proc.stderr[-3000:]
   nodes = pd.read_parquet(workdir / "records" / "nodes")
   assert set(nodes.config_id) == {"external", "solution", "summary", "contrastive", "solution_fkl", "solution_jsd"}
   assert len(nodes) == 2 * 6 and (workdir / "summary.md").exists()
+  design = json.loads((workdir / "manifest.json").read_text())["design"]       # its estimand and pilot, recorded
+  assert (design["estimand"], design["r"], design["pilot"]["path"]) == ("alignment_ratio", 2,
+                                                                        "docs/data/variance_split/validation.json")
 
 
 def test_help_lists_every_top_level_group_and_dry_run_counts_fixed_costs_in_hours(tmp_path, monkeypatch):

@@ -7,20 +7,31 @@ cost c_q + m c_n + m r c_c (m nodes per question, r continuations per candidate)
 r* = sqrt(s2_c c_n / (s2_n c_c)) and m* = sqrt((s2_n + s2_c / r*) c_q / (s2_q (c_n + r* c_c))); here it is
 searched over the integer grid (r >= 2: the alignment ratio's cross-fit needs two halves), Q the least that reaches
 the target for every pair of configurations. The unit costs come from the roofline cost model
-(`estimate.calls` / `estimate.cost`) at three budgets, and the chosen design's hours are the cost model's own at
-that design, not the linear fit's.
+(`estimate.calls` / `estimate.cost`) at three budgets; the cost model then prices the PRICED cheapest designs by
+that linear cost (decode batches round up, so it is exact at its three budgets only) and the least of them is
+chosen, its hours the cost model's own.
+
+Which nodes count: the split is of the verdict's node group (its "target", e.g. incorrect), so a question's m
+there is nodes_per_rollout x its node rollouts in that group (half of budget.node_rollouts_per_question for
+correct or incorrect: they are balanced), while every node rollout's nodes cost (`group_rollouts`).
+
+The target precision is that of `budget.precision_of` (questions, nodes_per_rollout, R), the fixed design a
+config's design replaces, or else the config's own design. A pilot without rewards (`variance.read_pilot`: its
+continuation share of the within-question variance unknown) gives each pair at both ends of that share, all
+between nodes or all continuation noise at the pilot's R; a design that reaches the target at both ends reaches it
+at every share between (its variance and the target's are both linear in the share).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import pathlib
 
 from opd_jax.estimators import variance
 
 R_GRID = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 NODES_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+ENDS = ("no continuation noise", "all continuation noise")   # the two ends of an unknown continuation share
+PRICED = 6               # the cheapest designs by the linear cost that the cost model prices (`choose`)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -31,22 +42,41 @@ class Design:
   hours: float             # the cost model's accelerator hours at this design (all questions)
 
 
-def read_split(path) -> tuple[dict, dict[str, variance.Components]]:
-  """(meta, {pair: Components}) of a variance-split JSON (benchmarks/variance_split.py).
+def read_split(path, field: str = "--variance_split") -> tuple[dict, dict[str, variance.Components]]:
+  """(meta, {pair: Components}) of a variance-split JSON (benchmarks/variance_split.py); a pair whose continuation
+  share is unknown appears twice, "<pair> [<end>]" for each of ENDS, and meta["ends"] is then True.
 
   Raises:
-    ValueError: a missing file or one without pairs, naming the path and how to write one.
+    ValueError: a missing file or one without pairs, naming `field`, the path and how to write one.
   """
-  p = pathlib.Path(path)
-  try:
-    d = json.loads(p.read_text())
-    pairs = {k: variance.Components(**v) for k, v in d["pairs"].items()}
-  except (OSError, ValueError, KeyError, TypeError) as e:
-    raise ValueError(f"--variance_split={path}: not a variance split ({type(e).__name__}: {e}); write one with "
-                     "python benchmarks/variance_split.py --workdir=<a study's workdir> --out=<file>") from None
-  if not pairs:
-    raise ValueError(f"--variance_split={path}: no pairs of configurations in it")
-  return {k: v for k, v in d.items() if k != "pairs"}, pairs
+  d = variance.read_pilot(path, field)
+  pairs = {}
+  for k, v in d["pairs"].items():
+    size = dict(question=float(v["question"]), questions=int(v["questions"]), nodes=int(v["nodes"]), r=float(v["r"]))
+    if v.get("continuation") is None:
+      w = float(v["within"])
+      pairs[f"{k} [{ENDS[0]}]"] = variance.Components(node=w, continuation=0.0, **size)
+      pairs[f"{k} [{ENDS[1]}]"] = variance.Components(node=0.0, continuation=w * size["r"], **size)
+    else:
+      pairs[k] = variance.Components(node=float(v["node"]), continuation=float(v["continuation"]), **size)
+  meta = {k: v for k, v in d.items() if k != "pairs"}
+  meta["ends"] = any(v.get("continuation") is None for v in d["pairs"].values())
+  meta["pairs"] = len(d["pairs"])
+  return meta, pairs
+
+
+def group_rollouts(config, target: str) -> float:
+  """Node rollouts per question whose nodes are in the node group `target` (the split's)."""
+  m = config.budget.node_rollouts_per_question
+  return float(m) if target == "all" else m / 2
+
+
+def reference(config) -> tuple[int, int, int]:
+  """(questions, nodes_per_rollout, R) of the fixed design whose precision the design is to reach:
+  budget.precision_of, or the config's own."""
+  ref = tuple(config.budget.get("precision_of", ()) or ())
+  b = config.budget
+  return tuple(int(x) for x in ref) if ref else (b.questions, b.nodes_per_rollout, b.continuations_per_candidate)
 
 
 def hours(config, work, chip, chips: int, *, nodes_per_rollout: int, r: int) -> float:
@@ -71,38 +101,98 @@ def unit_costs(config, work, chip, chips: int) -> tuple[float, float, float]:
   return max(c - 2 * m * (c_n + 4 * c_c), 0.0), c_n, c_c
 
 
-def cheapest(split: dict[str, variance.Components], targets: dict[str, float], costs, node_rollouts: int,
-             r_grid=R_GRID, nodes_grid=NODES_GRID) -> tuple[int, int, int, float]:
-  """(questions, nodes_per_rollout, r, linear cost) of the cheapest design whose every pair's variance is at most
-  its target (`targets`: pair -> variance), by the linear per-question cost of `costs` (c_q, c_n, c_c)."""
+def designs(split: dict[str, variance.Components], targets: dict[str, float], costs, node_rollouts: int,
+            group_rollouts: float | None = None, r_grid=R_GRID, nodes_grid=NODES_GRID) -> list[tuple]:
+  """Every (linear cost, questions, nodes_per_rollout, r) of the grid, cheapest first, with the least questions
+  whose every pair's variance is at most its target (`targets`: pair -> variance), costed by the linear
+  per-question cost of `costs` (c_q, c_n, c_c): every node rollout's nodes cost, `group_rollouts` of them (default
+  all) hold the split's nodes."""
   c_q, c_n, c_c = costs
-  best = None
+  g = node_rollouts if group_rollouts is None else group_rollouts
+  out = []
   for n in nodes_grid:
     m = n * node_rollouts
     for r in r_grid:
-      q = max(math.ceil(s.variance(1, m, r) / targets[k] - 1e-9) for k, s in split.items())
-      cost = q * (c_q + m * c_n + m * r * c_c)
-      if best is None or cost < best[3]:
-        best = (q, n, r, cost)
-  return best
+      q = max(math.ceil(s.variance(1, n * g, r) / targets[k] - 1e-9) for k, s in split.items())
+      out.append((q * (c_q + m * c_n + m * r * c_c), q, n, r))
+  return sorted(out)
 
 
-def describe(config, work, chip, chips: int, path, questions: int) -> list[str]:
-  """The dry run's lines for a variance split: the design that reaches, for every pair, the precision of the fixed
-  design (config's nodes per rollout, its R, `questions` questions) at the least cost, and its hours."""
-  meta, split = read_split(path)
+def cheapest(split: dict[str, variance.Components], targets: dict[str, float], costs, node_rollouts: int,
+             group_rollouts: float | None = None, r_grid=R_GRID, nodes_grid=NODES_GRID) -> tuple[int, int, int, float]:
+  """(questions, nodes_per_rollout, r, linear cost) of the cheapest of `designs` by the linear cost."""
+  cost, q, n, r = designs(split, targets, costs, node_rollouts, group_rollouts, r_grid, nodes_grid)[0]
+  return q, n, r, cost
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Choice:
+  """The design a split chooses for a config, the fixed design it matches, and how they were priced."""
+  chosen: Design
+  fixed: Design
+  costs: tuple[float, float, float]        # (c_q, c_n, c_c) hours
+  meta: dict                               # the split's estimand, target, r, source, ends
+  pairs: int                               # pairs of configurations in the split
+  ends: dict[str, Design]                  # with an unknown continuation share: the cheapest at each end alone
+  worst: float                             # the config's own design: its largest variance / target over the pairs
+
+
+def choose(config, work, chip, chips: int, path, field: str = "--variance_split") -> Choice:
+  """The cheapest design (`cheapest`) for the precision of `reference(config)` under the split at `path`, priced
+  by the cost model (`hours`) on `chips` x `chip`."""
+  meta, split = read_split(path, field)
   b = config.budget
-  m = b.node_rollouts_per_question * b.nodes_per_rollout
-  targets = {k: s.variance(questions, m, b.continuations_per_candidate) for k, s in split.items()}
+  q0, n0, r0 = reference(config)
+  g = group_rollouts(config, meta.get("target", "incorrect"))
+  targets = {k: s.variance(q0, n0 * g, r0) for k, s in split.items()}
   costs = unit_costs(config, work, chip, chips)
-  q, n, r, _ = cheapest(split, targets, costs, b.node_rollouts_per_question)
-  got = hours(config, work, chip, chips, nodes_per_rollout=n, r=r) * q
-  fixed = hours(config, work, chip, chips, nodes_per_rollout=b.nodes_per_rollout,
-                r=b.continuations_per_candidate) * questions
-  return [f"  variance split ({meta.get('estimand', '?')} on {meta.get('target', '?')} nodes, {len(split)} pairs, "
-          f"from {meta.get('source', path)}): unit costs {costs[0]:.3g} h per question, {costs[1]:.3g} per node, "
-          f"{costs[2]:.3g} per node-continuation",
-          f"  the cheapest design for the fixed design's precision at {questions} questions: {q} questions, "
-          f"nodes_per_rollout {n}, r = {r} (the fixed: nodes_per_rollout {b.nodes_per_rollout}, R = "
-          f"{b.continuations_per_candidate}, {fixed:.3g} h)",
-          f"  hours for R={b.continuations_per_candidate}'s precision: {got:.3g}"]
+  price = lambda q, n, r: Design(questions=q, nodes_per_rollout=n, r=r,
+                                 hours=hours(config, work, chip, chips, nodes_per_rollout=n, r=r) * q)
+  ends = {}
+  if meta["ends"]:
+    for end in ENDS:
+      part = {k: s for k, s in split.items() if k.endswith(f"[{end}]")}
+      ends[end] = price(*cheapest(part, targets, costs, b.node_rollouts_per_question, g)[:3])
+  worst = max(s.variance(b.questions, b.nodes_per_rollout * g, b.continuations_per_candidate) / targets[k]
+              for k, s in split.items())
+  # The linear fit is exact at its three budgets only (decode batches round up): the cost model prices its PRICED
+  # cheapest designs and the least of those is chosen.
+  priced = [price(q, n, r) for _, q, n, r in designs(split, targets, costs, b.node_rollouts_per_question, g)[:PRICED]]
+  return Choice(chosen=min(priced, key=lambda d: d.hours),
+                fixed=price(q0, n0, r0), costs=costs, meta=meta, pairs=meta["pairs"], ends=ends, worst=worst)
+
+
+def _design(d: Design) -> str:
+  return f"{d.questions} questions, nodes_per_rollout {d.nodes_per_rollout}, r = {d.r}: {d.hours:.3g} h"
+
+
+def describe(config, work, chip, chips: int, path, field: str = "--variance_split") -> list[str]:
+  """The dry run's lines for a variance split: the fixed design (`reference`), the design that reaches its
+  precision for every pair at the least cost, its hours, and whether the config runs it."""
+  c = choose(config, work, chip, chips, path, field)
+  b, m = config.budget, c.meta
+  out = [f"  variance split ({m.get('estimand', '?')} on {m.get('target', '?')} nodes, {c.pairs} pairs, from "
+         f"{m.get('source', path)}; {field.removeprefix('--').removeprefix('config.')}={path}): unit costs "
+         f"{c.costs[0]:.3g} h per question, {c.costs[1]:.3g} per node, {c.costs[2]:.3g} per node-continuation"]
+  if c.ends:
+    a, z = (c.ends[e] for e in ENDS)
+    out.append(f"  its continuation share is not measured (the pilot's rows have no rewards), so the design holds at "
+               f"both ends: the within-question variance all between nodes ({_design(a)}) or all continuation "
+               f"noise at the pilot's R = {m.get('r', 0):g} ({_design(z)})")
+  f, d = c.fixed, c.chosen
+  out.append(f"  the fixed design: {f.questions} questions, nodes_per_rollout {f.nodes_per_rollout}, R = {f.r}, "
+             f"no looks: {f.hours:.3g} h")
+  own = (b.questions, b.nodes_per_rollout, b.continuations_per_candidate)
+  runs = ("this config's design" if own == (d.questions, d.nodes_per_rollout, d.r) else
+          f"this config runs {own[0]} questions, nodes_per_rollout {own[1]}, R = {own[2]}: its variance is "
+          f"{c.worst:.3g}x the fixed design's on its worst pair")
+  out.append(f"  the cheapest design for its precision on every pair: {_design(d)} ({runs})")
+  why = ""
+  if c.ends:
+    low = c.ends[ENDS[0]]
+    why = (f"; it must hold at both ends of the unmeasured continuation share: at the end without continuation noise "
+           f"{low.hours:.3g} h ({low.hours / f.hours:.3g}) would do, and a pilot with rewards measures the share: "
+           "benchmarks/variance_split.py --workdir=<its records>")
+  out.append(f"  hours for R={f.r}'s precision: {d.hours:.3g} ({d.hours / f.hours:.3g} of the fixed design's "
+             f"{f.hours:.3g} h{why})")
+  return out

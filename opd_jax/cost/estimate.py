@@ -322,7 +322,8 @@ STAGES = ("rollouts", "scoring", "continuations")
 def describe(config, name: str, variance_split: str | None = None) -> str:
   """The `--dry_run --cost_model=<name>` report: per stage FLOPs, bytes, the CPU estimate and (for an
   accelerator) the roofline time and its bound, then totals and hours per question; with `variance_split` (a JSON
-  of benchmarks/variance_split.py) also the cheapest design for the fixed design's precision (cost/design.py).
+  of benchmarks/variance_split.py, else config.budget.pilot) also the cheapest design for the fixed design's precision
+  (cost/design.py).
   Raises ValueError on an unknown accelerator, a model without an architecture or an unreadable split."""
   chip, chips = accelerator(name)
   work = planned_work(config)
@@ -353,9 +354,11 @@ def describe(config, name: str, variance_split: str | None = None) -> str:
     lines.append(f"  hours per question: {total.acc_s / plan.questions / 3600:.3g} on {where} "
                  f"({total.acc_s / 3600:.3g} h for {plan.questions} questions)")
     lines += _design_hours(config, work, total.acc_s / plan.questions / 3600, chip, chips, where)
-    if variance_split:
+    pilot = variance_split or config.budget.get("pilot", "")
+    if pilot:
       from opd_jax.cost import design  # pylint: disable=g-import-not-at-top
-      lines += design.describe(config, work, chip, chips, variance_split, plan.questions)
+      lines += design.describe(config, work, chip, chips, pilot,
+                               "--variance_split" if variance_split else "config.budget.pilot")
     else:
       lines.append(f"  hours for R={config.budget.continuations_per_candidate}'s precision: needs a measured "
                    "variance split (--variance_split=<JSON of benchmarks/variance_split.py on a pilot study>)")
@@ -381,7 +384,7 @@ def _design_hours(config, work: Work, per_q: float, chip, chips: int, where: str
   fixed.budget.allocation, fixed.budget.adaptive, fixed.budget.looks = "uniform", False, ()
   fixed.budget.futility = 0.0
   bound = cost(calls(fixed, work=work), chip, chips).acc_s / planning.plan(fixed).questions / 3600
-  out = [f"  the fixed design (uniform R = {config.budget.continuations_per_candidate}, every question): {bound:.3g} h "
+  out = [f"  without looks (uniform R = {config.budget.continuations_per_candidate}, every question): {bound:.3g} h "
          f"per question on {where}; this design: {per_q:.3g} h per question run"]
   if looks.is_sequential(config):
     lo, hi = looks.MEASURED_STOP[0.5][0], looks.MEASURED_STOP[0.0][1]

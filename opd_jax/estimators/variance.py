@@ -15,8 +15,12 @@ equal halves a, b of r / 2 each, E (v_a - v_b)^2 / 4 = s2_continuation / r.
 from __future__ import annotations
 
 import dataclasses
+import json
+import pathlib
 
 import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parents[2]     # a relative pilot path is read from here if not from cwd
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -69,3 +73,35 @@ def components(values, half_a, half_b, questions, r: float) -> Components:
   m0 = (n - np.sum(m ** 2) / n) / (k - 1)
   return Components(question=max((between - within) / m0, 0.0), node=max(within - s2_c / r, 0.0),
                     continuation=s2_c, questions=k, nodes=n, r=float(r))
+
+
+def pilot_path(path) -> pathlib.Path:
+  """Where a variance split named by `path` is: as given (absolute, or relative to the working directory), else
+  relative to the repository root (configs name committed pilots, docs/data/variance_split/, that way)."""
+  p = pathlib.Path(path)
+  return p if p.is_absolute() or p.exists() or not (REPO / p).exists() else REPO / p
+
+
+def read_pilot(path, field: str = "--variance_split") -> dict:
+  """The JSON object of a variance split (benchmarks/variance_split.py): "estimand", "target", "r", "source" and
+  "pairs" {"a - b": {"question", "node", "continuation", "questions", "nodes", "r"}}, where "node" and
+  "continuation" are null and "within" (= node + continuation / r) is given when the pilot had no rewards.
+
+  Raises:
+    ValueError: a missing or unreadable file, or one without pairs, naming `field`, the path and how to write one.
+  """
+  p = pilot_path(path)
+  try:
+    d = json.loads(p.read_text())
+    pairs = d["pairs"]
+    for v in pairs.values():
+      if v.get("continuation") is None:
+        float(v["question"]), float(v["within"])      # pylint: disable=expression-not-assigned
+      else:
+        float(v["question"]), float(v["node"]), float(v["continuation"])  # pylint: disable=expression-not-assigned
+  except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    raise ValueError(f"{field}={path}: not a variance split ({type(e).__name__}: {e}); write one with "
+                     "python benchmarks/variance_split.py --workdir=<a study's workdir> --out=<file>") from None
+  if not pairs:
+    raise ValueError(f"{field}={path}: no pairs of configurations in it")
+  return d

@@ -22,11 +22,14 @@ and the cost model (cost/estimate.py) all read it, and it imports nothing of the
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import pathlib
 
 from opd_jax import records
 from opd_jax import terminal
+from opd_jax.estimators import variance
 from opd_jax.report import decision
 from opd_jax.report import sequential
 
@@ -120,6 +123,50 @@ def validate(config) -> None:
     raise ValueError(terminal.field_error(
         "config.budget.looks", f"must be strictly increasing counts in [{MIN_LOOK}, budget.questions = "
         f"{config.budget.questions}]", tuple(looks), fix=fix))
+  validate_pilot(config)
+
+
+def validate_pilot(config) -> None:
+  """budget.pilot: "" or a readable variance split (`variance.read_pilot`); budget.precision_of: () or three
+  integers >= 1 (ValueError in `terminal.field_error`'s format, or naming the file)."""
+  pilot = config.budget.get("pilot", "")
+  if not isinstance(pilot, str):
+    raise ValueError(terminal.field_error("config.budget.pilot", "must be a path (a string) or ''", pilot))
+  if pilot:
+    try:
+      variance.read_pilot(pilot, "config.budget.pilot")
+    except ValueError as e:
+      raise ValueError(f"{e}; or --config.budget.pilot='' (no pilot)") from None
+  ref = config.budget.get("precision_of", ()) or ()
+  if not isinstance(ref, (tuple, list)) or (ref and (len(ref) != 3 or any(
+      isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in ref))):
+    raise ValueError(terminal.field_error(
+        "config.budget.precision_of", "must be () or (questions, nodes_per_rollout, continuations_per_candidate), "
+        "integers >= 1", ref, fix="e.g. --config.budget.precision_of='(100, 16, 64)'"))
+
+
+def design_record(cfg: dict) -> dict:
+  """manifest.json "design": what a study's numbers rest on, from its config dict (issue 48, item 4): the node
+  group, estimand and equivalence margin of the verdict, questions (the cap), node rollouts, nodes per rollout, r
+  (continuations per candidate, uniform) or the allocation's mean, the looks and futility stop, the fixed design
+  whose precision it was chosen to reach (`precision_of`, None if none) and the pilot it was chosen from (None, or
+  its path, sha256 and the split itself: estimand, target, R, source and per pair the variance components).
+  A config written before these fields reads as their old values (records.ADDED_FIELDS)."""
+  b, r = cfg.get("budget", {}), cfg.get("report", {})
+  out = {"estimand": r.get("estimand", "alignment"), "target": r.get("target", "incorrect"),
+         "min_effect": r.get("min_effect", 0.0), "questions": b.get("questions"),
+         "node_rollouts_per_question": b.get("node_rollouts_per_question"),
+         "nodes_per_rollout": b.get("nodes_per_rollout"), "r": b.get("continuations_per_candidate"),
+         "allocation": "adaptive" if b.get("adaptive") else b.get("allocation", "uniform"),
+         "looks": list(b.get("looks", ()) or ()), "futility": b.get("futility", 0.0),
+         "precision_of": list(b.get("precision_of", ()) or ()) or None, "pilot": None}
+  if out["allocation"] != "uniform":
+    out["continuations_mean"] = b.get("continuations_mean")
+  if b.get("pilot"):
+    path = variance.pilot_path(b["pilot"])
+    text = path.read_bytes()
+    out["pilot"] = {"path": b["pilot"], "sha256": hashlib.sha256(text).hexdigest(), "split": json.loads(text)}
+  return out
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -302,7 +302,8 @@ def write_manifest(env: environment.Env, cfg: dict, workdir: pathlib.Path, *, pr
   the grades that timed out or failed, grades_timed_out and grades_errored (opd_jax/tasks/grading.py), over
   every session and process of the run), the sequential design's looks taken (`report/looks.py`; absent for the fixed
   design), the policies, the candidate-set rule (`nodes.candidate_rule`: a configuration's alignment is defined on
-  its study's C(u)) and the schema's column docs (records.describe_schema)."""
+  its study's C(u)), the design (`looks.design_record`: r, the estimand, the looks, the pilot and its variance
+  split) and the schema's column docs (records.describe_schema)."""
   devices = jax.devices()
   manifest = {
       "schema_version": records.SCHEMA_VERSION, "config_hash": records.config_hash(cfg),
@@ -313,7 +314,7 @@ def write_manifest(env: environment.Env, cfg: dict, workdir: pathlib.Path, *, pr
       "questions_processed": processed, "questions_selected": selected, "timings_s": timings, "work": work,
       "policy": {"student": dataclasses.asdict(env.spec.policy),
                  "teacher": dataclasses.asdict(env.spec.teacher_policy)},
-      "candidate_set": environment.candidate_rule(env),
+      "candidate_set": environment.candidate_rule(env), "design": looks.design_record(cfg),
       "schema": records.describe_schema(), **({"looks": taken} if taken is not None else {}),
   }
   with records.writing("manifest"):

@@ -1,8 +1,11 @@
-"""The design by variance split and cost (opd_jax/cost/design.py, issue 48 item 2): unit costs recovered from a
-known linear cost, the cheapest design against an independent search and Cochran's continuous optimum, and the
-dry run's lines from a split file."""
+"""The design by variance split and cost (opd_jax/cost/design.py, issue 48 items 2-4): unit costs recovered from a
+known linear cost, the cheapest design against an independent search and Cochran's continuous optimum, the dry
+run's lines from a split file, :paper's committed pilot (rebuilt from its CSVs; a design chosen from it holds at
+every continuation share), and what the manifest and the config hash keep of the design."""
 import json
 import math
+import pathlib
+import sys
 
 import numpy as np
 import pytest
@@ -58,7 +61,94 @@ def test_the_dry_run_prints_the_design_from_a_split_file(tmp_path, monkeypatch):
   config = smoke.get_config()
   text = estimate.describe(config, "h200", str(path))
   line = [l for l in text.splitlines() if f"hours for R={config.budget.continuations_per_candidate}'s precision:" in l]
-  assert len(line) == 1 and float(line[0].rsplit(":", 1)[1]) > 0
+  assert len(line) == 1 and float(line[0].split("precision: ", 1)[1].split()[0]) > 0
   assert "needs a measured variance split" in estimate.describe(config, "h200")
+  config.budget.pilot, config.budget.precision_of = str(path), (50, 2, 8)     # the config names its pilot
+  lines = estimate.describe(config, "h200").splitlines()
+  assert any(l.startswith("  the fixed design: 50 questions, nodes_per_rollout 2, R = 8, no looks:") for l in lines)
+  assert sum("hours for R=8's precision: " in l for l in lines) == 1
   with pytest.raises(ValueError, match="not a variance split"):
     design.read_split(tmp_path / "missing.json")
+
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+PILOT = "docs/data/variance_split/validation.json"
+
+
+def _linear_hours(monkeypatch, c_q=0.0014, c_n=0.0008, c_c=0.00015):
+  monkeypatch.setattr(design, "hours", lambda cfg, w, ch, k, nodes_per_rollout, r: c_q + nodes_per_rollout * (
+      cfg.budget.node_rollouts_per_question * (c_n + r * c_c)))
+
+
+def test_the_committed_pilot_is_its_csvs_split_and_the_paper_design_holds_at_every_share(monkeypatch):
+  """docs/data/variance_split/validation.json is what benchmarks/variance_split.py writes from the committed
+  validation rows; the design chosen from it (a linear stand-in for the cost model) reaches the fixed design's
+  variance on every pair at both ends of the unknown continuation share and between them."""
+  sys.path.insert(0, str(REPO / "benchmarks"))
+  import pandas as pd  # pylint: disable=g-import-not-at-top
+  import variance_split  # pylint: disable=g-import-not-at-top
+  rows = pd.concat([pd.read_csv(p, dtype={"question_id": str})
+                    for p in sorted((REPO / "docs/data/validation").glob("study_nodes_*.csv"))], ignore_index=True)
+  got = variance_split.split_without_rewards(rows, "projection", "incorrect", 4)
+  committed = json.loads((REPO / PILOT).read_text())
+  assert got["pairs"].keys() == committed["pairs"].keys() and len(got["pairs"]) == 28
+  for k, v in got["pairs"].items():
+    assert v["continuation"] is None and v == pytest.approx(committed["pairs"][k])
+  from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
+  config = teacher_sweep.get_config("paper")
+  assert config.budget.pilot == PILOT and tuple(config.budget.precision_of) == (100, 16, 64)
+  _linear_hours(monkeypatch)
+  c = design.choose(config, None, None, 1, config.budget.pilot)
+  assert (c.fixed.questions, c.fixed.nodes_per_rollout, c.fixed.r) == (100, 16, 64) and set(c.ends) == set(
+      design.ENDS) and c.pairs == 28
+  d = c.chosen
+  for v in committed["pairs"].values():
+    for share in (0.0, 0.3, 1.0):                    # the continuation share of the within-question variance
+      s2_c = share * v["within"] * 4
+      comp = variance.Components(question=v["question"], node=v["within"] - s2_c / 4, continuation=s2_c,
+                                 questions=1, nodes=1, r=4)
+      assert comp.variance(d.questions, 2 * d.nodes_per_rollout, d.r) <= comp.variance(100, 32, 64) * (1 + 1e-9)
+  assert d.hours < c.fixed.hours and min(e.hours for e in c.ends.values()) <= d.hours
+
+
+def test_the_manifest_records_the_design_and_an_old_config_keeps_its_hash(tmp_path):
+  """manifest.json "design" (looks.design_record): r, the estimand, the looks, the fixed design it replaces and
+  the pilot with its split; a config.json written before budget.pilot / budget.precision_of (they read as '' and
+  ()) hashes as before and its workdir is claimed again, not refused."""
+  import hashlib  # pylint: disable=g-import-not-at-top
+  from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
+  from opd_jax import records  # pylint: disable=g-import-not-at-top
+  from opd_jax.report import looks  # pylint: disable=g-import-not-at-top
+  paper = teacher_sweep.get_config("paper")
+  rec = looks.design_record(paper.to_dict())
+  assert (rec["r"], rec["nodes_per_rollout"], rec["questions"], rec["looks"], rec["futility"]) == (16, 2, 601,
+                                                                                                  [150, 300, 450], 0.1)
+  assert rec["estimand"] == "alignment_ratio" and rec["precision_of"] == [100, 16, 64]
+  text = (REPO / PILOT).read_bytes()
+  assert rec["pilot"] == {"path": PILOT, "sha256": hashlib.sha256(text).hexdigest(), "split": json.loads(text)}
+  fixed = teacher_sweep.get_config("paper_fixed").to_dict()
+  old = json.loads(json.dumps(fixed))
+  for f in ("pilot", "precision_of"):
+    del old["budget"][f]
+  assert records.config_hash(old) == records.config_hash(fixed) and records.config_difference(old, fixed) == []
+  assert looks.design_record(old) == {**looks.design_record(fixed)} and looks.design_record(old)["pilot"] is None
+  assert looks.design_record(old)["r"] == 64 and looks.design_record(old)["estimand"] == "alignment"
+  (tmp_path / "config.json").write_text(json.dumps(old))
+  records.check_workdir(tmp_path, fixed)                                   # resumes: not refused
+  assert records.config_difference(old, paper.to_dict())[:1] and records.config_hash(paper.to_dict()) != \
+      records.config_hash(old)
+  with pytest.raises(ValueError, match="holds a run of a different config"):
+    records.check_workdir(tmp_path, {**fixed, "budget": {**fixed["budget"], "precision_of": [100, 16, 64]}})
+
+
+def test_bad_design_fields_are_one_line_naming_the_field():
+  from configs import smoke  # pylint: disable=g-import-not-at-top
+  from opd_jax.report import looks  # pylint: disable=g-import-not-at-top
+  c = smoke.get_config()
+  c.budget.precision_of = (100, 16)
+  with pytest.raises(ValueError, match=r"^config.budget.precision_of must be \(\) or \(questions, .*precision_of="):
+    looks.validate(c)
+  c.budget.precision_of = ()
+  c.budget.pilot = "nowhere.json"
+  with pytest.raises(ValueError, match=r"^config.budget.pilot=nowhere.json: not a variance split .*pilot=''"):
+    looks.validate(c)

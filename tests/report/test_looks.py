@@ -120,6 +120,8 @@ def test_a_decided_look_stops_the_study_and_the_report_reads_that_look(stopped_r
   manifest = json.loads((workdir / "manifest.json").read_text())
   assert manifest["looks"] == progress["looks"] and manifest["work"]["continuations"] == int(
       nodes.drop_duplicates(["question_id", "rollout_id", "position"])["continuations"].sum())
+  assert manifest["design"] == looks.design_record(c.to_dict()) and (manifest["design"]["r"], manifest["design"][
+      "looks"], manifest["design"]["estimand"], manifest["design"]["pilot"]) == (2, [2], "alignment", None)
   verdict = json.loads((workdir / "verdict.json").read_text())
   assert verdict["look"] == 1 and verdict["looks"] == [2, 3]
   # The look's verdict is decision.decide at look 1 of the design on the first 2 questions' nodes.
