@@ -51,7 +51,8 @@ def test_dry_run_prints_the_plan(tmp_path, monkeypatch):
   printed = [re.search(r"estimated wall time (<= [0-9.]+ (?:min|h)) ", r["stdout"]).group(1)
              for r in (hour_warm, hour_cold)]
   advice = planning.larger_advice("teacher_sweep")
-  assert advice.startswith("or run configs/teacher_sweep.py:hour (up to 80 questions: ")
+  assert advice.startswith("or configs/teacher_sweep.py:hour with the same --config.task.exclude (a new study, its "
+                           "looks planned before it starts; up to 80 questions: ")
   assert f"{printed[0]} with the models in the cache" in advice and printed[0] != printed[1]
   assert planning.estimate_text(teacher_sweep.get_config("hour")) == (
       f"{printed[0]} with the models in the cache, {printed[1]} converting them first")
