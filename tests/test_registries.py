@@ -40,7 +40,9 @@ def study(tmp_path_factory):
   config.configurations = {"external": "random:1:plain:reverse_kl",
                            **{f"ctx_{c}": f"self:{c}:reverse_kl" for c in contexts.REGISTRY},
                            **{f"div_{d}": f"self:solution:{_divergence_spec(d)}" for d in divergences.REGISTRY}}
+  config.random_model.n_layers = 1                  # sizes: what reaches the records does not depend on them
   config.budget.questions = 1
+  config.budget.node_rollouts_per_question = 1      # 2 nodes per configuration (alignment defined on both)
   config.budget.nodes_per_rollout = 2
   config.budget.continuations_per_candidate = 2
   config.sampling.max_new_tokens = 8

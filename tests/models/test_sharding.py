@@ -449,6 +449,7 @@ from opd_jax.study import environment
 config = smoke.get_config()
 config.logging.progress = False
 config.budget.questions = 2                               # one per process
+config.random_model.n_layers = 1                          # compiles: what is split and summarised is the same
 config.configurations = {"solution": "self:solution:reverse_kl"}
 config.budget.rollouts_per_question = 4
 config.budget.node_rollouts_per_question = 1              # one node rollout of one node per question: one
@@ -525,6 +526,7 @@ def spy(m, mesh, rules=None):    # the placement environment.setup asks for, rec
 
 sharding.shard_model = spy
 config.budget.questions = 2
+config.random_model.n_layers = 1                          # compiles: every leaf kind is still placed
 config.random_model.init_scale = float(sys.argv[5])
 config.configurations = {"solution": "self:solution:reverse_kl", "plain_fkl": "self:plain:forward_kl"}
 config.budget.rollouts_per_question = 4

@@ -345,7 +345,9 @@ def test_bad_inputs_fail_in_one_clear_line_and_reruns_report_without_work(smoke,
       {"argv": [cfg, "--configuration=mine=self:answer:reverse_kl", "--dry_run"]},
       {"argv": [cfg, f"--workdir={tmp_path / 'nothing'}", "--config.logging.progress=False",
                 "--config.task.name=gsm8k", f"--config.task.path={unsolvable}", "--config.task.num_problems=0",
-                "--config.selection=all", "--config.budget.questions=1"]},
+                "--config.selection=all", "--config.budget.questions=1",      # one node of one view is enough to
+                "--config.configurations={'solution': 'self:solution:reverse_kl'}",   # measure nothing: half the
+                "--config.budget.node_rollouts_per_question=1", "--config.budget.nodes_per_rollout=1"]},   # compiles
   ]
   before = {name: _snapshot(w) if w.is_dir() else None for name, _, w, _, _ in cases}
   manifest = (copies["rerun"] / "manifest.json").read_bytes()

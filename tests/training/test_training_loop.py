@@ -253,12 +253,12 @@ def trainer_env(tmp_path_factory):
 
 def test_sigkilled_run_resumes_to_the_uninterrupted_params(tmp_path, trainer_env):
   env = trainer_env
-  full = subprocess.Popen(_cmd(tmp_path / "full"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  full = subprocess.run(_cmd(tmp_path / "full"), env=env, capture_output=True, text=True, timeout=600)
+  assert full.returncode == 0, full.stderr[-2000:]
+  assert "paired difference" in full.stdout and "held-out pass@1 before" in full.stdout
+  # After the full run, not beside it: the killed run reads its compiled programs from trainer_env's cache.
   killed = subprocess.run(_cmd(tmp_path / "cut", "-c", KILLED), env=env, capture_output=True, text=True, timeout=600)
   assert killed.returncode == -9, killed.stderr[-2000:]
-  out, err = full.communicate(timeout=600)
-  assert full.returncode == 0, err[-2000:]
-  assert "paired difference" in out and "held-out pass@1 before" in out
   resumed = subprocess.run(_cmd(tmp_path / "cut"), env=env, capture_output=True, text=True, timeout=600)
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   assert "resumed from" in resumed.stderr
