@@ -273,6 +273,12 @@ def test_validation_prose_is_its_csvs():
         f"empty responses (loss {_exp(runs.last_loss['misleading'])} at step 40)",
         f"loss {runs.last_loss['answer']:.3f} at step 40", f"loss {_exp(runs.last_loss['contrastive'])} at step 40",
         f"the stop token alone (loss {_exp(runs.last_loss['solution'])}:")
+  low = runs["diff"].min()
+  gain = lambda c: f"{runs['diff'][c]:+.3f}"
+  _says("docs/results.md", f"(n = {len(runs)} trained configurations, {WORDS[int((runs['diff'] == low).sum())]} of "
+        f"them tied at {low:.3f}: every self context collapsed)",
+        f"(JSD {gain('external_jsd')}, reverse KL {gain('external')}, forward KL {gain('external_fkl')}; the "
+        "divergence is all that differs)")
   line = (VALIDATION / "study_verdict_line.txt").read_text()
   best = re.search(r"could be best: ([\w, ]+);", line).group(1).split(", ")
   detectable = float(re.search(r"at this budget: ([0-9.]+)", line).group(1))
@@ -560,6 +566,12 @@ def test_crossfit_table_is_its_json():
     want = (f"| {r} | {largest(part[part.estimator == 'mean_alignment'])} | {largest(ratio)} | "
             f"{largest(ratio[ratio.teacher.str.contains(' - ')])} |")
     _has_line("docs/results.md", want)
+  runs = json.loads((DATA / "crossfit" / "toys_r2-64_draws4000.json").read_text())
+  two = rows[(rows.r == 2) & ~rows.teacher.str.contains(" - ")]
+  sd = lambda estimator: two[two.estimator == estimator].sd.max()
+  _says("docs/results.md", f"`python benchmarks/crossfit.py --draws={runs['draws']}`, {runs['seconds']:.0f} s",
+        f"Its spread over draws at r = 2 (sd {sd('alignment_ratio'):.3f}) is "
+        f"{sd('alignment_ratio') / sd('mean_alignment'):.1f} times that of the mean cosine ({sd('mean_alignment'):.3f})")
 
 
 def test_validation_v2_stage1_figures_are_runs_csv():
