@@ -586,3 +586,54 @@ def test_validation_v2_stage1_figures_are_runs_csv():
   assert len(moving) == 1
   phrases.append(f"moving: {_f(moving.pop(), '+.3f')} each")
   _says("README.md", *phrases, source="docs/data/validation_v2/runs.csv and stage1.csv")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Every section either quotes a figure the checks above read, or says where it stands that its figures are not.
+
+MARKER = "not re-checked by tests/test_docs_figures.py"
+# Sections that quote no figure from a run (what to install, how to call, where things are).
+NO_RUN_FIGURES = {
+    "README.md": ("opd_jax", "Your own models, budgets and configurations", "Closing the loop: the trainer",
+                  "Multi-device and multi-host", "Layout", "Docs"),
+    "docs/results.md": (),
+}
+
+
+def _sections(path: str) -> list[tuple[str, str]]:
+  """(heading, whitespace-normalised body up to the next heading of any level) for every heading of `path`
+  outside code blocks."""
+  sections, fenced = [], False
+  for line in _lines(path):
+    fenced ^= line.startswith("```")
+    if not fenced and re.match(r"#+ ", line):
+      sections.append((line.lstrip("#").strip(), []))
+    elif sections:
+      sections[-1][1].append(line)
+  return [(heading, re.sub(r"\s+", " ", "\n".join(body))) for heading, body in sections]
+
+
+def test_every_section_has_a_checked_figure_or_says_it_has_none():
+  """Runs the checks above and places each phrase they found in its section: a section of README.md or
+  docs/results.md with none, and without MARKER ("... not re-checked by ...", the label of figures whose run's
+  files were not kept), fails, so a new section must either quote a committed file's figures through a check here
+  or say that it does not."""
+  CHECKED.clear()
+  for name, check in sorted(globals().items()):
+    if name.startswith("test_") and name != "test_every_section_has_a_checked_figure_or_says_it_has_none":
+      check()
+  for path, exempt in NO_RUN_FIGURES.items():
+    sections = _sections(path)
+    headings = [heading for heading, _ in sections]
+    for heading in exempt:
+      assert heading in headings, f"{path}: NO_RUN_FIGURES names {heading!r}, which is no heading of it"
+    for heading, body in sections:
+      checked = [phrase for p, phrase in CHECKED if p == path and re.sub(r"\s+", " ", phrase) in body]
+      assert checked or MARKER in body or heading in exempt, (
+          f"{path}, section {heading!r}: no figure of it is checked by tests/test_docs_figures.py and it does not "
+          f"say {MARKER!r}: check its figures against their committed files here, or label them where they stand")
+
+
+def test_readme_is_at_most_250_lines():
+  """Issue 50's bound: the README states what a newcomer needs; the rest lives in docs/."""
+  assert len(_lines("README.md")) <= 250, f"README.md has {len(_lines('README.md'))} lines; move detail to docs/"
