@@ -2,8 +2,9 @@
 committed result files (issue 50, item 3): each test reads the file under docs/data/ a figure came from, formats
 the figure as the prose writes it and asserts the prose says exactly that, so a rerun that changes a number fails
 here instead of leaving the prose wrong. Wall-time estimates are the dry run's (`study.planning.estimate_text`,
-item 4); measured wall times come from a committed measurement that names its host and load. Files only: no model
-runs, no timing."""
+item 4); measured wall times come from a committed measurement that names its host and load. A figure whose run's
+files were not kept is labelled where it stands (MARKER), and the last test fails a section of either doc that has
+neither a checked figure nor that label. Files only: no model runs, no timing."""
 import json
 import pathlib
 import re
