@@ -2,8 +2,9 @@
 committed result files (issue 50, item 3): each test reads the file under docs/data/ a figure came from, formats
 the figure as the prose writes it and asserts the prose says exactly that, so a rerun that changes a number fails
 here instead of leaving the prose wrong. Wall-time estimates are the dry run's (`study.planning.estimate_text`,
-item 4); measured wall times come from a committed measurement that names its host and load. Files only: no model
-runs, no timing."""
+item 4); measured wall times come from a committed measurement that names its host and load. A figure whose run's
+files were not kept is labelled where it stands (MARKER), and the last test fails a section of either doc that has
+neither a checked figure nor that label. Files only: no model runs, no timing."""
 import json
 import pathlib
 import re
@@ -24,17 +25,46 @@ def _lines(path: str) -> list[str]:
   return (REPO / path).read_text().splitlines()
 
 
+# Every phrase a check found in a doc, (path, phrase): test_every_section_has_a_checked_figure_or_says_it_has_none
+# runs the checks and places each phrase in its section.
+CHECKED: list[tuple[str, str]] = []
+
+
 def _says(path: str, *phrases: str, source: str = "its committed result file"):
   text = _text(path)
   for phrase in phrases:
     assert phrase in text, f"{path} should say {phrase!r} (from {source}); update the prose"
+    CHECKED.append((path, phrase))
 
 
 def _row(path: str, start: str, contains: str = "") -> str:
   """The one table row of `path` that starts with `start` (and holds `contains`)."""
   rows = [line for line in _lines(path) if line.startswith(start) and contains in line]
   assert len(rows) == 1, f"{path}: {len(rows)} table rows start with {start!r} and hold {contains!r}"
+  CHECKED.append((path, rows[0]))
   return rows[0]
+
+
+def _has_line(path: str, line: str):
+  """`path` has `line` as one whole line (a table row)."""
+  assert line in _lines(path), f"{path} should have the line {line!r}; update the prose"
+  CHECKED.append((path, line))
+
+
+def _row_matching(path: str, pattern: str) -> str:
+  """The one line of `path` that `pattern` matches at its start (a table row)."""
+  rows = [line for line in _lines(path) if re.match(pattern, line)]
+  assert len(rows) == 1, f"{path}: {len(rows)} lines match {pattern!r}"
+  CHECKED.append((path, rows[0]))
+  return rows[0]
+
+
+def _search(path: str, pattern: str) -> re.Match:
+  """The first match of `pattern` in `path`'s whitespace-normalised text."""
+  match = re.search(pattern, _text(path))
+  assert match, f"{path} should match {pattern!r}; update the prose"
+  CHECKED.append((path, match.group(0)))
+  return match
 
 
 def _f(x: float, spec: str) -> str:
@@ -108,7 +138,7 @@ def test_default_study_means_are_its_summary():
   for config in ("external", "summary", "solution"):          # "external (the 1.5B) has mean alignment 0.603 [...]"
     row = summary.loc[(config, "all")]
     ci = _ci(row["mean_alignment"], row["alignment_ci_lo"], row["alignment_ci_hi"], ".3f")
-    assert re.search(rf"\b{config}\b[^\[\]]{{0,40}} {re.escape(ci)}", _text("docs/results.md")), (config, ci)
+    _search("docs/results.md", rf"\b{config}\b[^\[\]]{{0,40}} {re.escape(ci)}")
   for config, spec in (("solution", "self:solution:reverse_kl"),
                        ("external", "qwen2.5-coder-1.5b-instruct:plain:reverse_kl")):   # experiment 3's table
     row = summary.loc[(config, "all")]
@@ -220,7 +250,70 @@ def test_validation_predictor_and_regret_tables_are_their_csvs():
     target = f"{r.target} (default)" if r.default else r.target
     want = (f"| {target} | {r.named} | {r.gain:+.3f} | {_ci(r.regret, r.regret_lo, r.regret_hi)} | "
             f"{r.could_be_best.replace(';', ', ')} | {r.could_be_best_worst_gain:+.3f} |")
-    assert want in _lines("docs/results.md"), want
+    _has_line("docs/results.md", want)
+
+
+def _exp(x: float) -> str:
+  """A tiny loss as the prose writes it: 2e-9."""
+  return re.sub(r"e-0*", "e-", f"{x:.0e}")
+
+
+def test_validation_prose_is_its_csvs():
+  """The sentences around the validation tables: each run's wall time, peak and last loss (runs.csv), the
+  verdict's could-be-best set and detectable difference (study_verdict_line.txt), each configuration's predictor
+  values (predictors.csv) and the study's nodes (study_nodes_*.csv)."""
+  runs = pd.read_csv(VALIDATION / "runs.csv").set_index("configuration")
+  wall = lambda c: f"{runs.wall_s[c] / 60:.1f} min ({runs.wall_s[c]:.0f} s"
+  _says("docs/results.md", f"piece ran alone on the 2 cores in {wall('summary')}",
+        f"its piece ran alone in {wall('external_fkl')})", f"end to end: {wall('external_jsd')}) alone on the 2 cores, "
+        f"{runs.peak_rss_gb['external_jsd']:.2f} GiB peak",
+        f"at {runs.peak_rss_gb['external_fkl']:.2f} GiB peak, over the 16 GiB one",
+        f"({runs.wall_s['contrastive'] / 60:.1f} min alone, {runs.peak_rss_gb['contrastive']:.2f} GiB)",
+        f"The external teacher's runs peaked {runs.peak_rss_gb['external'] - 16:.2f} GiB (reverse KL) and "
+        f"{runs.peak_rss_gb['external_fkl'] - 16:.2f} GiB (forward KL) over the 16 GiB target",
+        f"empty responses (loss {_exp(runs.last_loss['misleading'])} at step 40)",
+        f"loss {runs.last_loss['answer']:.3f} at step 40", f"loss {_exp(runs.last_loss['contrastive'])} at step 40",
+        f"the stop token alone (loss {_exp(runs.last_loss['solution'])}:")
+  low = runs["diff"].min()
+  gain = lambda c: f"{runs['diff'][c]:+.3f}"
+  _says("docs/results.md", f"(n = {len(runs)} trained configurations, {WORDS[int((runs['diff'] == low).sum())]} of "
+        f"them tied at {low:.3f}: every self context collapsed)",
+        f"(JSD {gain('external_jsd')}, reverse KL {gain('external')}, forward KL {gain('external_fkl')}; the "
+        "divergence is all that differs)")
+  line = (VALIDATION / "study_verdict_line.txt").read_text()
+  best = re.search(r"could be best: ([\w, ]+);", line).group(1).split(", ")
+  detectable = float(re.search(r"at this budget: ([0-9.]+)", line).group(1))
+  nodes = pd.concat([pd.read_csv(f) for f in sorted(VALIDATION.glob("study_nodes_*.csv"))])
+  at = nodes[["question_id", "rollout_id", "position"]].drop_duplicates()
+  _says("docs/results.md", f"(could be best: {WORDS[len(best)]} of {WORDS[nodes.config_id.nunique()]}; detectable "
+        f"difference {detectable:.2f} at {nodes.question_id.nunique()} questions)",
+        f"{(at.position == 0).mean():.0%} of the study's {len(at)} nodes are at the first token")
+  value = pd.read_csv(VALIDATION / "predictors.csv").set_index("predictor").filter(like="value_").rename(
+      columns=lambda c: c.removeprefix("value_"))
+  correct, first, adv = value.loc["alignment_correct"], value.loc["alignment_first"], value.loc["teacher_advantage"]
+  assert correct.external > correct.external_jsd > correct.external_fkl
+  self_adv = adv[["solution", "answer", "summary"]]
+  assert adv.external == adv.external_fkl == adv.external_jsd       # a view-level predictor: the same teacher view
+  _says("docs/results.md", f"orders them reverse KL {correct.external:.3f} > JSD {correct.external_jsd:.3f} > "
+        f"forward KL {correct.external_fkl:.3f}",
+        f"(teacher advantage {self_adv.min():.3f}-{self_adv.max():.3f} for solution, answer and summary against "
+        f"{adv.external:.3f} for the 1.5B teacher)",
+        f"(mean alignment {first.solution:.2f} solution, {first.answer:.2f} answer, {first.misleading:.2f} "
+        f"misleading)", f"reads {first.summary:+.2f}, above the 1.5B teacher ({first.external:+.2f})")
+  for predictor in ("alignment_all", "alignment_incorrect", "alignment_correct", "alignment_first",
+                    "teacher_advantage"):
+    assert value.loc[predictor].idxmin() == "misleading", predictor   # "last on ... every node slice"
+  first_adv = value.loc["teacher_advantage_first"]
+  assert first_adv.idxmin() == "contrastive"
+  _says("docs/results.md", f"(at the first token, `contrastive` reads {first_adv.contrastive:.3f} against its "
+        f"{first_adv.misleading:.3f})")
+  # The verdict on correct nodes is not committed: report.decision recomputes it from the committed node rows.
+  from opd_jax.report import decision  # pylint: disable=g-import-not-at-top
+  verdict = decision.decide(nodes, target="correct")
+  top = next(c for c in verdict["comparisons"] if {c["config_id"], c["vs"]} == {"external", "external_jsd"})
+  sign = 1 if top["config_id"] == "external" else -1
+  lo, hi = sorted((sign * top["ci_lo"], sign * top["ci_hi"]))
+  _says("docs/results.md", f"(external - external_jsd {_ci(sign * top['diff'], lo, hi)})")
 
 
 def test_sequential_replay_figures_are_its_csv():
@@ -253,15 +346,14 @@ def test_hour_looks_table_and_futility_comparison_are_their_json():
     pair = re.search(r"\((\w+ - \w+ = [+-][\d.]+ \[[^\]]+\]);", look["line"]).group(1)
     alpha = re.search(r"alpha spent ([0-9.e-]+) of", look["line"]).group(1)
     start = rf"\| {i}( \(cap\))? \| {look['questions']} \| "
-    row = next(line for line in _lines("docs/results.md") if re.match(start, line))
+    row = _row_matching("docs/results.md", start)
     assert f"| {pair} |" in row and row.endswith(f"| {alpha} |"), (row, pair, alpha)
   fixed, fut = looks["work"], futile["work"]
   _says("docs/results.md", f"{fixed['continuations']:,} continuations, {fixed['continuation_tokens']:,} continuation "
         "tokens (`manifest.json` work)")
   for name, label in (("continuations", "continuations"), ("continuation_tokens", "continuation tokens")):
     ratio = fut[name] / fixed[name]
-    assert re.search(rf"^\| {label} \| {fixed[name]:,} \| {fut[name]:,} \| (\*\*)?{ratio:.3f}(\*\*)? \|$",
-                     "\n".join(_lines("docs/results.md")), re.M), label
+    _search("docs/results.md", rf"\| {label} \| {fixed[name]:,} \| {fut[name]:,} \| (\*\*)?{ratio:.3f}(\*\*)? \|")
   _says("docs/results.md", f"| base rollouts, scored tokens | {fixed['base_rollouts']:,}, "
         f"{fixed['scored_tokens']:,} | "
         f"{fut['base_rollouts']:,}, {fut['scored_tokens']:,} | {fut['base_rollouts'] / fixed['base_rollouts']:.2g}, "
@@ -273,25 +365,194 @@ def test_hour_looks_table_and_futility_comparison_are_their_json():
   _says("docs/results.md", f"**{wall.group(1)} min {wall.group(2)} s** wall",
         f"P(decided by the cap of {p.group(1)} questions) = {p.group(2)} < 0.1",
         f"(external ~{needs['external']}, summary ~{needs['summary']} at the margin 0.05)")
+  _says("docs/results.md", f"{futile['wall'].split(', ')[1]}; `docs/data/hour_sequential/futility.json`")
+  # The run to the cap: its code, date and sample, and what its last pairs would need.
+  last = looks["looks"][-1]["line"]
+  need = {name: int(n) for name, n in re.findall(r"(\w+) \(~(\d+) questions to detect 0.05", last)}
+  hundreds = lambda n: f"{round(n, -2):,}"
+  _says("docs/results.md", f"code at\n{looks['code']}, run {looks['date']}".replace("\n", " "),
+        f"({looks['questions_selected']} informative questions of {looks['questions_sampled']} sampled)",
+        f"the last pairs need ~{hundreds(need['summary'])}-{hundreds(need['external'])} questions "
+        f"(\"~{need['external']} questions to detect 0.05\" at the cap)")
+  assert max(need.values()) == need["external"] and sorted(need.values())[-2] == need["summary"]
   minutes = round(int(wall.group(1)) + int(wall.group(2)) / 60)
   _says("README.md", f"it stopped for futility at {futile['questions_selected']}, undecided, in {minutes} min")
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Futility calibration (docs/data/futility/) and the cross-fitted ratio on the exact toys (docs/data/crossfit/).
+# Calibration in simulation (benchmarks/verdict_calibration.py): the sequential verdict's (docs/data/futility/),
+# the futility rules' and the alignment ratio's at `:paper`'s design (docs/data/design/); the cross-fitted ratio
+# on the exact toys (docs/data/crossfit/).
+
+FUTILITY = DATA / "futility"
+
+
+def _cells(path: pathlib.Path) -> list[dict]:
+  """The simulated cells of a verdict_calibration.py output, in order (its first line is the command, its last
+  the targets)."""
+  return [json.loads(line) for line in path.read_text().splitlines() if '"mu"' in line]
+
+
+def _rate(x: float) -> str:
+  """A rate as the calibration tables write it: "0" or three decimals."""
+  return "0" if x == 0 else f"{x:.3f}"
+
+
+def _truth(cell: dict) -> str:
+  return ", ".join(f"{m:g}" for m in cell["mu"])
+
+
+def _futility_runs() -> dict[str, list[dict]]:
+  runs = {name: _cells(FUTILITY / f"{name}.jsonl")
+          for name in ("none", "f0.05", "f0.1", "current_trend_f0.1_calibration", "predictive_f0.1")}
+  first = runs["none"]
+  assert len(first) == 14 and [c["nodes"] for c in first] == ["unif15"] * 7 + ["geom40"] * 7
+  for cells in runs.values():
+    assert [(c["mu"], c["nodes"], c["sims"]) for c in cells] == [(c["mu"], c["nodes"], c["sims"]) for c in first]
+  return runs
+
 
 def test_futility_table_is_its_jsonl():
-  runs = {name: [json.loads(line) for line in (DATA / "futility" / f"{name}.jsonl").read_text().splitlines()
-                 if '"mu"' in line] for name in ("none", "f0.05", "f0.1")}       # the first line: the command
-  assert len(runs["none"]) == len(runs["f0.1"]) == 14
+  runs = _futility_runs()
   for a, b, c in zip(runs["none"], runs["f0.05"], runs["f0.1"]):
-    assert a["mu"] == b["mu"] == c["mu"] and a["nodes"] == c["nodes"]
-    truth = ", ".join(f"{m:g}" for m in a["mu"])
-    want = (f"| {truth} | {a['nodes']} | {a['right']:.3f} / {b['right']:.3f} / {c['right']:.3f} | "
+    want = (f"| {_truth(a)} | {a['nodes']} | {a['right']:.3f} / {b['right']:.3f} / {c['right']:.3f} | "
             f"{a['mean_questions']:.1f} / {b['mean_questions']:.1f} / {c['mean_questions']:.1f} | "
             f"{c['decisions'].get('futile', 0):.3f} | {c['fwer_flags']:.3f} | {c['false_use']:.3f} | "
             f"{c['false_equivalent']:.3f} | {c['coverage']:.3f} |")
-    assert want in _lines("docs/results.md"), want
+    _has_line("docs/results.md", want)
+
+
+def test_sequential_calibration_table_is_the_futility_free_run():
+  """The issue-33 table (looks 10/20/40/80, uniform / geometric nodes) is the first five cells of each node kind in
+  futility/none.jsonl (the same seeds, futility off), its questions saved that file's `ratio` to the fixed design
+  with the same rate of right decisions."""
+  cells = _futility_runs()["none"]
+  uniform, geometric = cells[:7], cells[7:]
+  for u, g in zip(uniform[:5], geometric[:5]):
+    both = lambda key, f=_rate: f"{f(u[key])} / {f(g[key])}"
+    _has_line("docs/results.md", f"| {_truth(u)} | {both('fwer_flags')} | {both('false_use')} | "
+              f"{both('false_equivalent')} | {both('coverage', lambda x: f'{x:.3f}')} | "
+              f"{both('right', lambda x: f'{x:.2f}')} | {both('mean_questions', lambda x: f'{x:.1f}')} |")
+  by_truth = lambda cells: {_truth(c): c["ratio"] for c in cells}
+  u, g = by_truth(uniform), by_truth(geometric)
+  alike = [r for cells in (u, g) for t, r in cells.items() if t in ("0, 0", "0, 0, 0", "0.5, 0.25, 0")]
+  _says("docs/results.md", f"used {u['0.5, 0']:.2f} / {g['0.5, 0']:.2f} of its questions for a difference of 0.5, "
+        f"{u['0.3, 0']:.2f} / {g['0.3, 0']:.2f} for 0.3, and {min(alike):.2f}-{max(alike):.2f} when the "
+        "configurations are equal or graded")
+
+
+def test_futility_bullets_are_its_jsonl():
+  """What futility 0.05 and 0.1 (the current-trend rule) cost and save, from the table's three files."""
+  runs = _futility_runs()
+  none, f05, f1 = runs["none"], runs["f0.05"], runs["f0.1"]
+  cap = none[0]["looks"][-1]
+  close = [i for i, c in enumerate(none) if len(c["mu"]) == 6]          # the six close configurations
+  lost = lambda run: [a["right"] - b["right"] for a, b in zip(none, run)]
+  q = lambda run, i: run[i]["mean_questions"]
+  _says("docs/results.md", f"futility 0.1 stops at {q(f1, close[0]) / cap:.2f} / {q(f1, close[1]) / cap:.2f} of the "
+        f"cap on average ({q(f1, close[0]):.1f} and {q(f1, close[1]):.1f} of {cap} questions) instead of 1.0, and "
+        f"loses {_rate(lost(f1)[close[0]])} / {_rate(lost(f1)[close[1]])} of its right decisions")
+  elsewhere = [(x, i) for i, x in enumerate(lost(f1)) if i not in close]
+  worst, i = max(elsewhere)
+  assert none[i]["mu"] == [0, 0, 0] and none[i]["nodes"] == "geom40"    # as the prose names it
+  futile = f1[i]["decisions"]["futile"]
+  calibrated = runs["current_trend_f0.1_calibration"][i]["futile_decided_at_cap"]
+  _says("docs/results.md", f"costs {_rate(min(x for x, _ in elsewhere))}-{worst:.3f} of right decisions (largest: "
+        f"three equal configurations, geometric nodes, {none[i]['right']:.3f} to {f1[i]['right']:.3f}, with "
+        f"{q(f1, i) / cap:.2f} of the questions)",
+        f"about {worst / futile:.0%} ({worst:.3f} / {futile:.3f}; run on to the cap, {calibrated:.3f})",
+        f"A threshold of 0.05 loses less ({_rate(min(lost(f05)))}-{max(lost(f05)):.3f}) and saves less "
+        f"({q(f05, close[0]):.1f} and {q(f05, close[1]):.1f} questions where the cap cannot decide)")
+
+
+def test_futility_rules_table_is_their_jsonl():
+  """The current-trend and the predictive rule side by side, every futile stop run on to the cap
+  (futility/current_trend_f0.1_calibration.jsonl, futility/predictive_f0.1.jsonl): the stops pooled over the 14
+  cells, the stated probability's and the decided share's means over them."""
+  runs = _futility_runs()
+  trend, predictive = runs["current_trend_f0.1_calibration"], runs["predictive_f0.1"]
+  assert [c["decisions"] for c in trend] == [c["decisions"] for c in runs["f0.1"]]   # the table's f0.1, rerun
+
+  def pooled(cells):
+    stops = [c["decisions"].get("futile", 0) * c["sims"] for c in cells]
+    mean = lambda key: sum(s * (c[key] or 0) for s, c in zip(stops, cells)) / sum(stops)
+    return round(sum(stops)), mean("futile_mean_p"), mean("futile_decided_at_cap")
+
+  (n_t, p_t, d_t), (n_p, p_p, d_p) = pooled(trend), pooled(predictive)
+  _has_line("docs/results.md", f"| current trend (before) | {n_t} | {p_t:.3f} | {d_t:.3f} |")
+  _has_line("docs/results.md", f"| predictive (now) | {n_p} | {p_p:.3f} | {d_p:.3f} |")
+  _says("docs/results.md", f"futile stops ({len(trend)} cells x {trend[0]['sims']})",
+        f"(it says {p_p:.3f} where {d_p:.3f} happened); the current-trend one said {p_t:.3f} where {d_t:.3f} "
+        f"happened ({d_t / p_t:.1f} times)")
+  gains = [b["right"] - a["right"] for a, b in zip(trend, predictive)]
+  assert min(gains) >= 0, "the prose says right decisions are the same or higher in every cell"
+  i = gains.index(max(gains))
+  assert trend[i]["mu"] == [0, 0, 0] and trend[i]["nodes"] == "geom40"
+  _says("docs/results.md", f"(largest gain: three equal configurations, geometric nodes, {trend[i]['right']:.3f} to "
+        f"{predictive[i]['right']:.3f}); the error rates do not change (wrong flags <= "
+        f"{max(c['fwer_flags'] for c in predictive):.3f}, false \"use\" <= "
+        f"{max(c['false_use'] for c in predictive):.3f}, coverage >= {min(c['coverage'] for c in predictive):.3f})")
+  cap = trend[0]["looks"][-1]
+  close = [i for i, c in enumerate(trend) if len(c["mu"]) == 6]
+  frac = lambda cells: " / ".join(f"{cells[i]['mean_questions'] / cap:.2f}" for i in close)
+  _says("docs/results.md", f"six close configurations stop at {frac(predictive)} of the cap "
+        f"({predictive[close[0]]['mean_questions']:.1f} and {predictive[close[1]]['mean_questions']:.1f} of {cap} "
+        f"questions, uniform / geometric nodes) instead of {frac(trend)}")
+
+
+def _wilson(rate: float, n: int) -> str:
+  """`rate` of `n` draws with its 95% Wilson interval (statsmodels' reference, not the study's code)."""
+  from statsmodels.stats.proportion import proportion_confint  # pylint: disable=g-import-not-at-top
+  lo, hi = proportion_confint(round(rate * n), n, method="wilson")
+  return f"{_rate(rate)} [{_rate(round(lo, 3))}, {_rate(round(hi, 3))}]"
+
+
+def test_ratio_calibration_table_is_its_jsonl():
+  """The sequential verdict on the alignment ratio at `:paper`'s design (design/ratio_calibration_s1000.jsonl):
+  each cell's rates with Wilson intervals over its draws, and the bullets' extremes."""
+  cells = _cells(DATA / "design" / "ratio_calibration_s1000.jsonl")
+  cap = cells[0]["looks"][-1]
+  for c in cells:
+    n = c["sims"]
+    cols = [_wilson(c[k], n) for k in ("fwer_flags", "false_use", "false_equivalent", "coverage")]
+    cols += [_rate(c["right"]), f"{round(c['mean_questions'])} ({c['mean_questions'] / cap:.2f})"]
+    _row("docs/results.md", f"| {_truth(c)} ", contains=" | " + " | ".join(cols) + " |")
+  worst = max(cells, key=lambda c: c["false_use"])
+  _says("docs/results.md", f"Rates over {cells[0]['sims']} simulated studies per cell",
+        f"at most {max(max(c['fwer_flags'], c['false_use']) for c in cells):.3f}, false \"equivalent\" at most "
+        f"{max(c['false_equivalent'] for c in cells):.3f}, coverage at least {min(c['coverage'] for c in cells):.3f}",
+        f"its interval's upper end at {_wilson(worst['false_use'], worst['sims']).split(', ')[1][:-1]}",
+        f"{worst['false_use_at'][str(cap)]} of its {sum(worst['false_use_at'].values())} false \"use\" came at the cap")
+  first = cells[:3]
+  _says("docs/results.md", "of the futile stops, " + " / ".join(f"{c['futile_decided_at_cap']:.3f}" for c in first)
+        + " (first three cells) would have been decided at the cap, against a stated mean probability of "
+        + " / ".join(f"{c['futile_mean_p']:.3f}" for c in first))
+  stop = [c["mean_questions"] / cap for c in cells]
+  _says("docs/results.md", f"the study runs fewer questions than the cap: {min(stop):.2f}-{max(stop):.2f} of it in "
+        "the calibration below")
+
+
+def test_variance_split_and_paper_design_are_the_pilot_and_config():
+  """The pilot's split (variance_split/validation.json: within-question over question variance per pair) and the
+  design `:paper` runs (configs/teacher_sweep.py), as the design table's rows state them."""
+  pilot = json.loads((DATA / "variance_split" / "validation.json").read_text())
+  ratios = {pair: v["within"] / v["question"] for pair, v in pilot["pairs"].items()}
+  hardest = max(ratios, key=ratios.get)
+  _says("docs/results.md", f"--out=docs/data/variance_split/validation.json` ({len(ratios)} pairs)",
+        f"(their ratio {min(ratios.values()):.1f}-{max(ratios.values()):.0f} over the pairs, median "
+        f"{pd.Series(ratios).median():.1f})", f"{hardest}, within / question = {ratios[hardest]:.0f})",
+        f"incorrect nodes): `python benchmarks/variance_split.py --estimand={pilot['estimand']} --r={pilot['r']:g}")
+  from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
+  paper, fixed = teacher_sweep.get_config("paper"), teacher_sweep.get_config("paper_fixed")
+  assert tuple(paper.budget.precision_of) == (fixed.budget.questions, fixed.budget.nodes_per_rollout,
+                                              fixed.budget.continuations_per_candidate)
+  b = paper.budget
+  _row("docs/results.md", "| fixed (`:paper_fixed`) ", contains=f"| {fixed.budget.questions} | "
+       f"{fixed.budget.nodes_per_rollout} | {fixed.budget.continuations_per_candidate} |")
+  _row("docs/results.md", "| **chosen (`:paper`)**", contains=f"| {b.questions} | {b.nodes_per_rollout} | "
+       f"{b.continuations_per_candidate} |")
+  _says("docs/results.md", f"looks at {', '.join(map(str, b.looks[:-1]))} and {b.looks[-1]} of {b.questions} "
+        f"questions, futility {b.futility:g}, margin {paper.report.min_effect:g}")
 
 
 def test_crossfit_table_is_its_json():
@@ -305,7 +566,13 @@ def test_crossfit_table_is_its_json():
     ratio = part[part.estimator == "alignment_ratio"]
     want = (f"| {r} | {largest(part[part.estimator == 'mean_alignment'])} | {largest(ratio)} | "
             f"{largest(ratio[ratio.teacher.str.contains(' - ')])} |")
-    assert want in _lines("docs/results.md"), want
+    _has_line("docs/results.md", want)
+  runs = json.loads((DATA / "crossfit" / "toys_r2-64_draws4000.json").read_text())
+  two = rows[(rows.r == 2) & ~rows.teacher.str.contains(" - ")]
+  sd = lambda estimator: two[two.estimator == estimator].sd.max()
+  _says("docs/results.md", f"`python benchmarks/crossfit.py --draws={runs['draws']}`, {runs['seconds']:.0f} s",
+        f"Its spread over draws at r = 2 (sd {sd('alignment_ratio'):.3f}) is "
+        f"{sd('alignment_ratio') / sd('mean_alignment'):.1f} times that of the mean cosine ({sd('mean_alignment'):.3f})")
 
 
 def test_validation_v2_stage1_figures_are_runs_csv():
@@ -320,3 +587,54 @@ def test_validation_v2_stage1_figures_are_runs_csv():
   assert len(moving) == 1
   phrases.append(f"moving: {_f(moving.pop(), '+.3f')} each")
   _says("README.md", *phrases, source="docs/data/validation_v2/runs.csv and stage1.csv")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Every section either quotes a figure the checks above read, or says where it stands that its figures are not.
+
+MARKER = "not re-checked by tests/test_docs_figures.py"
+# Sections that quote no figure from a run (what to install, how to call, where things are).
+NO_RUN_FIGURES = {
+    "README.md": ("opd_jax", "Your own models, budgets and configurations", "Closing the loop: the trainer",
+                  "Multi-device and multi-host", "Layout", "Docs"),
+    "docs/results.md": (),
+}
+
+
+def _sections(path: str) -> list[tuple[str, str]]:
+  """(heading, whitespace-normalised body up to the next heading of any level) for every heading of `path`
+  outside code blocks."""
+  sections, fenced = [], False
+  for line in _lines(path):
+    fenced ^= line.startswith("```")
+    if not fenced and re.match(r"#+ ", line):
+      sections.append((line.lstrip("#").strip(), []))
+    elif sections:
+      sections[-1][1].append(line)
+  return [(heading, re.sub(r"\s+", " ", "\n".join(body))) for heading, body in sections]
+
+
+def test_every_section_has_a_checked_figure_or_says_it_has_none():
+  """Runs the checks above and places each phrase they found in its section: a section of README.md or
+  docs/results.md with none, and without MARKER ("... not re-checked by ...", the label of figures whose run's
+  files were not kept), fails, so a new section must either quote a committed file's figures through a check here
+  or say that it does not."""
+  CHECKED.clear()
+  for name, check in sorted(globals().items()):
+    if name.startswith("test_") and name != "test_every_section_has_a_checked_figure_or_says_it_has_none":
+      check()
+  for path, exempt in NO_RUN_FIGURES.items():
+    sections = _sections(path)
+    headings = [heading for heading, _ in sections]
+    for heading in exempt:
+      assert heading in headings, f"{path}: NO_RUN_FIGURES names {heading!r}, which is no heading of it"
+    for heading, body in sections:
+      checked = [phrase for p, phrase in CHECKED if p == path and re.sub(r"\s+", " ", phrase) in body]
+      assert checked or MARKER in body or heading in exempt, (
+          f"{path}, section {heading!r}: no figure of it is checked by tests/test_docs_figures.py and it does not "
+          f"say {MARKER!r}: check its figures against their committed files here, or label them where they stand")
+
+
+def test_readme_is_at_most_250_lines():
+  """Issue 50's bound: the README states what a newcomer needs; the rest lives in docs/."""
+  assert len(_lines("README.md")) <= 250, f"README.md has {len(_lines('README.md'))} lines; move detail to docs/"
