@@ -638,3 +638,35 @@ def test_every_section_has_a_checked_figure_or_says_it_has_none():
 def test_readme_is_at_most_250_lines():
   """Issue 50's bound: the README states what a newcomer needs; the rest lives in docs/."""
   assert len(_lines("README.md")) <= 250, f"README.md has {len(_lines('README.md'))} lines; move detail to docs/"
+
+
+def test_the_design_from_the_pilot_with_rewards_is_its_dry_run():
+  """docs/results.md's paragraph on the v2 pilot: the design and hours as its committed dry-run lines print them."""
+  lines = (DATA / "variance_split" / "v2_block1_dry_run.txt").read_text()
+  split = json.loads((DATA / "variance_split" / "v2_block1.json").read_text())
+  design = re.search(r"every pair: (\d+) questions, nodes_per_rollout (\d+), r = (\d+): ([\d.]+) h", lines).groups()
+  hours = re.search(r"hours for R=64's precision: ([\d.]+) \(([\d.]+) of the fixed design's ([\d.]+) h\)", lines).groups()
+  worst = re.search(r"its variance is ([\d.]+)x the fixed design's", lines).group(1)
+  _says("docs/results.md", f"({len(split['pairs'])} pairs,", f"R = {split['r']:g}, every continuation's reward kept",
+        f"is {design[0]} questions, nodes_per_rollout {design[1]}, r = {design[2]}",
+        f"`hours for R=64's precision: {hours[0]}` ({hours[1]} of the fixed design's {hours[2]} h)",
+        f"has {worst}x the fixed design's variance", source="docs/data/variance_split/v2_block1*")
+
+
+def test_the_real_records_subsampling_is_its_json():
+  """docs/results.md's real-records check of the alignment ratio: the shifts, errors and shares of its JSON."""
+  d = json.loads((DATA / "crossfit" / "v2_block1_subsampled.json").read_text())
+  ratio, cosine = d["alignment_ratio"], d["alignment"]
+  f4 = lambda x: f"{x:.4f}"
+  _says("docs/results.md", f"--draws={d['draws']}", f"{d['configs']}\nconfigurations".replace("\n", " "),
+        f"is {f4(ratio['max_mean_shift']['2'])} at r = 2 and {f4(ratio['max_mean_shift']['4'])} at r = 4",
+        f"<= {f4(ratio['shift_se']['2'])} and {f4(ratio['shift_se']['4'])}",
+        f"paired difference {f4(ratio['max_diff_shift']['2'])} and {f4(ratio['max_diff_shift']['4'])}",
+        f"the per-node cosine's is {f4(cosine['max_mean_shift']['2'])} and {f4(cosine['max_mean_shift']['4'])}",
+        f"({f4(cosine['max_diff_shift']['2'])} and {f4(cosine['max_diff_shift']['4'])} for a paired difference)",
+        f"unchanged in {ratio['same_could_be_best']['2']:.2f} of the draws at r = 2 and at r = 4",
+        f"({cosine['same_could_be_best']['2']:.2f} and {cosine['same_could_be_best']['4']:.2f} with the cosine)",
+        f"kept its place in {ratio['same_best']['2']:.2f} of draws (cosine: {cosine['same_best']['2']:.2f}, "
+        f"{cosine['same_best']['4']:.2f})", source="docs/data/crossfit/v2_block1_subsampled.json")
+  assert ratio["same_could_be_best"]["2"] == ratio["same_could_be_best"]["4"]
+  assert ratio["max_mean_shift"]["2"] <= 2 * ratio["shift_se"]["2"] and ratio["max_mean_shift"]["4"] <= 2 * ratio["shift_se"]["4"]
