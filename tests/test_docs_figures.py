@@ -670,3 +670,16 @@ def test_the_real_records_subsampling_is_its_json():
         f"{cosine['same_best']['4']:.2f})", source="docs/data/crossfit/v2_block1_subsampled.json")
   assert ratio["same_could_be_best"]["2"] == ratio["same_could_be_best"]["4"]
   assert ratio["max_mean_shift"]["2"] <= 2 * ratio["shift_se"]["2"] and ratio["max_mean_shift"]["4"] <= 2 * ratio["shift_se"]["4"]
+
+
+def test_stage1_outcomes_table_is_runs_csv_and_stage1_csv():
+  """docs/data/validation_v2/stage1_expectations.md's table of what happened: each run's row from runs.csv and
+  stage1.csv."""
+  runs = pd.read_csv(DATA / "validation_v2" / "runs.csv").set_index("configuration")
+  stage1 = pd.read_csv(DATA / "validation_v2" / "stage1.csv").set_index("configuration")
+  path = "docs/data/validation_v2/stage1_expectations.md"
+  for name in [n for n in stage1.index if n in runs.index and n.endswith("_frozen")]:
+    r, s = runs.loc[name], stage1.loc[name]
+    row = _row(path, f"| {name} |")
+    assert row == (f"| {name} | {_ci(r['diff'], r.lo, r.hi)} | {r.last_loss:.3f} | "
+                   f"{_f(s.minus_v1, '+.3f')} [{s.minus_v1_lo:.3f}, {s.minus_v1_hi:.3f}] |"), row
