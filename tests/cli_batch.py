@@ -16,6 +16,8 @@ import importlib.util
 import io
 import json
 import os
+import pathlib
+import subprocess
 import sys
 import tempfile
 
@@ -79,6 +81,17 @@ def run_case(case: dict) -> dict:
   finally:
     os.unlink(path)
 
+
+
+def run_test_script(script: str, root: pathlib.Path, timeout: int = 300) -> dict:
+  """The results of a test module run as a script (`python <script> <root> <root>/results.json`: its `__main__` runs
+  its command-line cases from one interpreter start and writes the JSON), as its module fixture reads them."""
+  repo = pathlib.Path(__file__).resolve().parents[1]
+  env = dict(os.environ, PYTHONPATH=str(repo), JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, str(script), str(root), str(root / "results.json")], env=env,
+                        capture_output=True, text=True, timeout=timeout, cwd=repo)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads((root / "results.json").read_text())
 
 if __name__ == "__main__":
   cases = json.loads(open(sys.argv[1]).read())

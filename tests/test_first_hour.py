@@ -11,7 +11,6 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -351,11 +350,8 @@ def run_batch(root: pathlib.Path, results_path: pathlib.Path, parallel: int = 2)
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
   root = tmp_path_factory.mktemp("first_hour")
-  env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
-  proc = subprocess.run([sys.executable, str(pathlib.Path(__file__)), str(root), str(root / "results.json")],
-                        env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  return json.loads((root / "results.json").read_text())
+  from tests import cli_batch  # pylint: disable=g-import-not-at-top
+  return cli_batch.run_test_script(__file__, root)
 
 
 @pytest.mark.parametrize("cid", [c["id"] for c in CASES])

@@ -12,7 +12,6 @@ import json
 import os
 import pathlib
 import re
-import subprocess
 import sys
 
 import pytest
@@ -287,11 +286,8 @@ def run_batch(root: pathlib.Path, results_path: pathlib.Path) -> None:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
   root = tmp_path_factory.mktemp("first_hour_3")
-  env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
-  proc = subprocess.run([sys.executable, str(pathlib.Path(__file__)), str(root), str(root / "results.json")],
-                        env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  return root, json.loads((root / "results.json").read_text())
+  from tests import cli_batch  # pylint: disable=g-import-not-at-top
+  return root, cli_batch.run_test_script(__file__, root)
 
 
 def _line(got: dict, prefix: str = "error:") -> str:
