@@ -82,8 +82,7 @@ def describe(config, task: Any = None) -> str:
       limits.append(f"{who} {cfgs[who].max_seq_len}")
     except (ValueError, OSError):
       limits.append(f"{who} unknown until loaded")
-  found = (model_specs.header(config.student.name, config)
-           if problem is not None and not preflight.absent(config.student.name) else None)
+  found = model_specs.header(config.student.name, config) if problem is not None else None   # None: not here
   if found is not None:
     prompt_tokens = len(contexts.study_chat(found[1], task.prompt(problem), preflight.chat(config)))
   lines.append(f"caps:     max_new_tokens={n_tok}; contexts: {', '.join(limits)} tokens"

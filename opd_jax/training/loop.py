@@ -67,8 +67,8 @@ def validate(config) -> None:
     v = t[f]
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
       raise ValueError(f"config.train.{f} must be an integer > 0, got {v!r}")
-  seed = t.get("seed", -1)
-  if isinstance(seed, bool) or not isinstance(seed, int) or seed < -1:
+  seed = t.get("seed", -1)              # its range: `checks.validate_train` (preflight.check_integers), above
+  if isinstance(seed, bool) or not isinstance(seed, int):
     raise ValueError(f"config.train.seed must be an integer >= 0, or -1 (config.seed), got {seed!r}")
   at = t.get("eval_at", ())
   if not isinstance(at, (tuple, list)) or any(isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= t.steps
