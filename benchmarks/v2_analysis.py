@@ -8,7 +8,8 @@ at most `n_perm` of them; else `n_perm` random ones). Its interval resamples, in
   - the study's questions (the predictor: a ratio of per-question sums, num @ w / den @ w);
   - the evaluation's questions (the same draw for every run: the runs share them, paired);
   - each configuration's seed replicates (the gain: the mean over the drawn replicates).
-Pure numpy and scipy; benchmarks/validate_v2.py reads the committed CSVs into these arrays.
+Spearman's rho is `validate_training.rank_correlations`'s (v1's table); benchmarks/validate_v2.py reads the
+committed CSVs into these arrays.
 """
 from __future__ import annotations
 
@@ -16,23 +17,16 @@ import itertools
 import math
 
 import numpy as np
-import scipy.stats
 
-
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-  """Spearman's rho of x and y [n] (average ranks for ties); NaN below 3 defined pairs or for a constant side."""
-  ok = np.isfinite(x) & np.isfinite(y)
-  x, y = np.asarray(x)[ok], np.asarray(y)[ok]
-  if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-    return math.nan
-  return float(np.corrcoef(scipy.stats.rankdata(x), scipy.stats.rankdata(y))[0, 1])
+from benchmarks import validate_training
 
 
 def within_strata(x: np.ndarray, y: np.ndarray, strata) -> float:
   """Mean over strata of Spearman's rho of x and y [C] within each stratum (strata: [C] labels); strata where rho
   is undefined are left out (NaN when all are)."""
   strata = np.asarray(strata)
-  rhos = [spearman(x[strata == s], y[strata == s]) for s in dict.fromkeys(strata.tolist())]
+  rhos = [validate_training.rank_correlations(x[strata == s], y[strata == s])[0]
+          for s in dict.fromkeys(strata.tolist())]
   rhos = [r for r in rhos if np.isfinite(r)]
   return float(np.mean(rhos)) if rhos else math.nan
 

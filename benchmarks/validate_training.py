@@ -105,15 +105,20 @@ def _job(config, workdir: pathlib.Path, job: str) -> None:
     print(pipeline.run(config, str(workdir)), flush=True)
 
 
-def run_study(block: int, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
+def train_pool_file(workdir: pathlib.Path, train_config) -> str:
+  """workdir/train_pool_questions.json, the question texts of the trainer's pool (written once): a study block's
+  config.task.exclude, so that the study shares no question with the trainer."""
   from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
-  config = validation.get_config(f"{'tiny_' if tiny else ''}study{block}")
-  exclude = workdir / "train_pool_questions.json"             # the study shares no question with the trainer
+  exclude = workdir / "train_pool_questions.json"
   if not exclude.exists():
     workdir.mkdir(parents=True, exist_ok=True)
-    train_pool = preflight.load_task(validation.get_config("tiny_train" if tiny else "train"))
-    exclude.write_text(json.dumps(sorted({p.question for p in train_pool.problems})))
-  config.task.exclude = str(exclude.resolve())
+    exclude.write_text(json.dumps(sorted({p.question for p in preflight.load_task(train_config).problems})))
+  return str(exclude.resolve())
+
+
+def run_study(block: int, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
+  config = validation.get_config(f"{'tiny_' if tiny else ''}study{block}")
+  config.task.exclude = train_pool_file(workdir, validation.get_config("tiny_train" if tiny else "train"))
   _job(config, workdir / f"study{block}", "study")
   export_study(workdir / f"study{block}", data, block)
 

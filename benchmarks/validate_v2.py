@@ -106,14 +106,8 @@ def train_config(run: dict, tiny: bool):
 def run_study(block: int, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
   """Study block `block` on a pool without any question of the v2 trainer's pool (a superset of v1's), then its
   exports (`export_study`)."""
-  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
   config = validation.get_config(f"{'tiny_' if tiny else ''}v2_study{block}")
-  exclude = workdir / "train_pool_questions.json"
-  if not exclude.exists():
-    workdir.mkdir(parents=True, exist_ok=True)
-    pool = preflight.load_task(validation.get_config("tiny_v2_train" if tiny else "v2_train"))
-    exclude.write_text(json.dumps(sorted({p.question for p in pool.problems})))
-  config.task.exclude = str(exclude.resolve())
+  config.task.exclude = v1.train_pool_file(workdir, validation.get_config("tiny_v2_train" if tiny else "v2_train"))
   v1._job(config, workdir / f"study{block}", "study")  # pylint: disable=protected-access
   export_study(workdir / f"study{block}", data, block)
 
