@@ -528,8 +528,7 @@ def check(config, fields: Mapping[str, str] | None = None, *, hand_off: bool = F
                              fields=fields)
   specs = {contexts.SELF: config.student.name}
   specs.update({conf.teacher: conf.teacher for conf in confs if conf.teacher != contexts.SELF})
-  headers = {name: None if absent_models_ok and absent(spec) else model_specs.header(spec, config)
-             for name, spec in specs.items()}
+  headers = {name: model_specs.header(spec, config) for name, spec in specs.items()}   # None: absent or not cheap
   student = headers[contexts.SELF]
   for conf in confs:                    # the same tokenizer, or one the cross-tokenizer path reads (`cross_teacher`)
     h = headers.get(conf.teacher)
