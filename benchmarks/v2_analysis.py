@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import pathlib
 
 import numpy as np
+import pandas as pd
 
 from benchmarks import validate_training
 
@@ -32,13 +34,16 @@ def within_strata(x: np.ndarray, y: np.ndarray, strata) -> float:
 
 
 def permutation_p(x: np.ndarray, y: np.ndarray, strata, n_perm: int = 10_000, seed: int = 0) -> tuple[float, int]:
-  """(one-sided p of `within_strata` against gains permuted within strata, permutations used). Exact (every
+  """(one-sided p of `within_strata` against gains permuted within strata, permutations used; NaN, 0 when the
+  statistic is undefined). Exact (every
   within-stratum permutation, p = the share at or above the observed) when their number is at most n_perm, else
   (1 + #{permuted >= observed}) / (1 + n_perm) over n_perm random ones (Phipson & Smyth 2010)."""
   strata = np.asarray(strata)
   groups = [np.flatnonzero(strata == s) for s in dict.fromkeys(strata.tolist())]
   observed = within_strata(x, y, strata)
   total = math.prod(math.factorial(len(g)) for g in groups)
+  if not np.isfinite(observed):                # no stratum with a defined rho: no test
+    return math.nan, 0
   eps = 1e-12                                  # ties with the observed statistic count as at or above it
   if total <= n_perm:
     count = 0
@@ -68,29 +73,208 @@ def gains(diffs: list[np.ndarray], eidx=None, seeds=None) -> np.ndarray:
   return np.asarray(out)
 
 
-def interval(num: np.ndarray, den: np.ndarray, diffs: list[np.ndarray], strata, n_boot: int = 2000, seed: int = 0,
-             level: float = 0.95) -> tuple[float, float, float]:
-  """(statistic, lo, hi): `within_strata` of the predictor num @ 1 / den @ 1 [C] (num, den: [C, Q] per-question
-  sums) and the gains (`gains`), with a percentile interval over draws that resample configurations within strata,
-  study questions, evaluation questions and seed replicates (module docstring)."""
+def draws(predictors: dict, diffs: list[np.ndarray], strata, n_boot: int = 2000, seed: int = 0
+          ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+  """({name: statistic}, {name: draws [n_boot]}) of `within_strata` for each predictor of `predictors` (name ->
+  (num [C, Q], den [C, Q], sign): the value sign * num @ w / den @ w, per-question sums over the study's questions)
+  against the gains (`gains`; diffs[c]: [S_c, E]). Every predictor sees the same draws, each of which resamples
+  configurations within strata, study questions, evaluation questions and seed replicates (module docstring), so
+  the difference of two predictors' draws is a paired interval. A draw whose statistic is undefined is NaN."""
   strata = np.asarray(strata)
-  n_q, n_e = num.shape[1], diffs[0].shape[1]
+  n_q = next(iter(predictors.values()))[0].shape[1]
+  n_e = diffs[0].shape[1]
   with np.errstate(invalid="ignore", divide="ignore"):
-    x = num.sum(1) / den.sum(1)
-  stat = within_strata(x, gains(diffs), strata)
+    stats = {k: within_strata(sign * num.sum(1) / den.sum(1), gains(diffs), strata)
+             for k, (num, den, sign) in predictors.items()}
   groups = [np.flatnonzero(strata == s) for s in dict.fromkeys(strata.tolist())]
   rng = np.random.default_rng(seed)
-  draws = []
-  for _ in range(n_boot):
+  out = {k: np.empty(n_boot) for k in predictors}
+  for i in range(n_boot):
     w = np.bincount(rng.integers(0, n_q, n_q), minlength=n_q).astype(float)
     eidx = rng.integers(0, n_e, n_e)
     seeds = [rng.integers(0, len(d), len(d)) for d in diffs]
     pick = np.concatenate([rng.choice(g, len(g)) for g in groups])
-    with np.errstate(invalid="ignore", divide="ignore"):
-      xb = (num @ w) / (den @ w)
-    draws.append(within_strata(xb[pick], gains(diffs, eidx, seeds)[pick], strata[pick]))
-  draws = np.asarray(draws)
-  draws = draws[np.isfinite(draws)]
+    y = gains(diffs, eidx, seeds)[pick]
+    for k, (num, den, sign) in predictors.items():
+      with np.errstate(invalid="ignore", divide="ignore"):
+        out[k][i] = within_strata((sign * (num @ w) / (den @ w))[pick], y, strata[pick])
+  return stats, out
+
+
+def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+  """(lo, hi): the percentile interval of the finite `values` (NaN, NaN when none is)."""
+  values = np.asarray(values, float)
+  values = values[np.isfinite(values)]
   a = (1 - level) / 2
-  lo, hi = (np.quantile(draws, [a, 1 - a]) if len(draws) else (math.nan, math.nan))
-  return stat, float(lo), float(hi)
+  return tuple(float(v) for v in np.quantile(values, [a, 1 - a])) if len(values) else (math.nan, math.nan)
+
+
+def interval(num: np.ndarray, den: np.ndarray, diffs: list[np.ndarray], strata, n_boot: int = 2000, seed: int = 0,
+             level: float = 0.95) -> tuple[float, float, float]:
+  """(statistic, lo, hi): `within_strata` of the predictor num @ 1 / den @ 1 [C] (num, den: [C, Q] per-question
+  sums) and the gains (`gains`), with a percentile interval over `draws`."""
+  stats, d = draws({"x": (num, den, 1.0)}, diffs, strata, n_boot, seed)
+  return (stats["x"], *percentile_interval(d["x"], level))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The committed CSVs (docs/data/validation_v2/) read into the arrays above: stage 2's predictors, stage 3's gains.
+
+PRIMARY = "alignment_trained"          # the primary predictor (hypothesis.md)
+RESAMPLED = "configurations within strata, study questions, evaluation questions, seed replicates"
+COLLAPSED = 0.10                       # a run whose held-out pass@1 after training is below this collapsed
+
+
+def stratum(configuration: str) -> str:
+  """The stage-3 stratum of a v2 study configuration: "external" (the 1.5B teacher) or "self"."""
+  return "self" if configuration.startswith("self_") else "external"
+
+
+def read_questions(data: pathlib.Path, blocks) -> pd.DataFrame:
+  """The blocks' study_questions_<b>.csv (question_id, rollouts, success_rate).
+
+  Raises:
+    ValueError: a block's file is missing, naming it and the piece that writes it."""
+  missing = [b for b in blocks if not (data / f"study_questions_{b}.csv").exists()]
+  if missing:
+    raise ValueError(f"{data}: no study_questions_<b>.csv for blocks {missing}; the study piece writes it "
+                     "(benchmarks/validate_v2.py export_questions, from the block's workdir)")
+  return pd.concat([pd.read_csv(data / f"study_questions_{b}.csv", dtype={"question_id": str}) for b in blocks],
+                   ignore_index=True)
+
+
+def trained_alignment(nodes: pd.DataFrame, rates: pd.DataFrame, confs: list[str], questions: list[str]) -> tuple:
+  """(num [C, Q], den [C, Q], 1.0): the alignment over all nodes as training weighs them. Training updates on the
+  student's own rollouts, correct ones at the question's success rate s_q; the study's nodes are balanced between
+  correct and incorrect rollouts. So per question the value is s_q * (mean alignment on correct nodes) + (1 - s_q) *
+  (mean on incorrect nodes), or the one group's mean where the other has no defined node (num: that value, den: 1;
+  den 0 where neither has), and over questions their mean."""
+  s = rates.set_index("question_id").success_rate
+  num, den = np.zeros((len(confs), len(questions))), np.zeros((len(confs), len(questions)))
+  col = {q: j for j, q in enumerate(questions)}
+  row = {c: i for i, c in enumerate(confs)}
+  ok = nodes[np.isfinite(nodes.alignment.to_numpy(float)) & nodes.config_id.isin(confs)]
+  means = ok.groupby(["config_id", "question_id", ok.correct.astype(bool)]).alignment.mean()
+  for (c, q), g in means.groupby(level=[0, 1]):
+    by = dict(zip(g.index.get_level_values(2), g.to_numpy(float)))
+    if True in by and False in by:
+      value = s.loc[q] * by[True] + (1 - s.loc[q]) * by[False]
+    else:
+      value = next(iter(by.values()))
+    num[row[c], col[q]], den[row[c], col[q]] = value, 1.0
+  return num, den, 1.0
+
+
+def study_predictors(data: pathlib.Path, confs: list[str]) -> tuple[list[str], dict]:
+  """(questions, {predictor: (num [C, Q], den [C, Q], sign)}) of the study blocks in `data`: v1's
+  (`validate_training.predictor_sums`) and `trained_alignment`."""
+  nodes, views, found = validate_training.read_study(data)
+  questions, sums = validate_training.predictor_sums(validate_training.question_sums(nodes), views, confs)
+  sums["alignment_trained"] = trained_alignment(nodes, read_questions(data, found), confs, questions)
+  return questions, sums
+
+
+def read_gains(data: pathlib.Path, specs: dict[str, str]) -> tuple[list[str], list[np.ndarray], pd.DataFrame]:
+  """(configurations [C], diffs: [S_c, E] held-out after - before per replicate and evaluation question, the
+  stage-3 rows of runs.csv with their study configuration) from runs.csv and eval_<run>.csv; `specs`: study
+  configuration -> spec (configs/validation.py V2_CONFIGURATIONS).
+
+  Raises:
+    ValueError: no stage-3 row, a run whose spec is no study configuration's, or runs evaluated on other
+      questions."""
+  runs = pd.read_csv(data / "runs.csv")
+  runs = runs[runs.stage == 3].copy()
+  if runs.empty:
+    raise ValueError(f"{data / 'runs.csv'}: no stage-3 run yet (benchmarks/validate_v2.py --piece=train:s3_...)")
+  of_spec = {v: k for k, v in specs.items()}
+  unknown = sorted(set(runs.spec) - set(of_spec))
+  if unknown:
+    raise ValueError(f"runs.csv: stage-3 specs {unknown} are no study configuration's; the study scored "
+                     f"{sorted(of_spec)}")
+  runs["study"] = runs.spec.map(of_spec)
+  runs = runs.sort_values(["study", "train_seed"])
+  confs = sorted(runs.study.unique(), key=lambda c: (stratum(c), c))
+  ids, diffs = None, []
+  for c in confs:
+    reps = []
+    for name in runs[runs.study == c].configuration:
+      e = pd.read_csv(data / f"eval_{name}.csv", dtype={"question_id": str})
+      if ids is not None and e.question_id.tolist() != ids:
+        raise ValueError(f"eval_{name}.csv holds other evaluation questions than the other stage-3 runs")
+      ids = e.question_id.tolist()
+      reps.append((e.after - e.before).to_numpy(float))
+    diffs.append(np.stack(reps))
+  return confs, diffs, runs
+
+
+def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000, n_perm: int = 10_000,
+                  seed: int = 0) -> dict[str, pd.DataFrame]:
+  """Stage 4 (issue 47, item 5) from the committed CSVs in `data`; writes and returns:
+    stage3_gains.csv: per configuration trained, its stratum, replicates, gain (mean over replicates of the mean
+      held-out after - before) with a 95% interval resampling evaluation questions and replicates, the lowest
+      after over its replicates and whether it collapsed (below COLLAPSED), and every predictor's value;
+    stage3.csv: per predictor, the mean within-stratum Spearman with the gain (each stratum's rho too), its interval
+      (`draws`: RESAMPLED), its one-sided permutation p within strata, and its difference from PRIMARY's with the
+      paired interval of the same draws; the row `primary` is the primary test (hypothesis.md);
+    stage3_pairs.csv: per view and pair of divergences both trained, each predictor's difference against the gain's
+      and whether their signs agree (what the view-level proxies cannot see: their difference is 0);
+    stage3_regret.csv: the gain lost by a rule named before training against the best configuration trained in
+      the stratum: the study's verdict among the stratum's configurations planned for stage 3
+      (study_verdict_<stratum>.csv, stage 2), PRIMARY's top configuration among those trained, and the
+      no-study rule "the 1.5B teacher, plain, reverse KL".
+  """
+  confs, diffs, runs = read_gains(data, specs)
+  strata = np.array([stratum(c) for c in confs])
+  _, sums = study_predictors(data, confs)
+  values = validate_training.predictor_values(sums, np.ones(next(iter(sums.values()))[0].shape[1]))
+  g = gains(diffs)
+  rng = np.random.default_rng(seed)
+  boot = np.array([gains(diffs, rng.integers(0, diffs[0].shape[1], diffs[0].shape[1]),
+                         [rng.integers(0, len(d), len(d)) for d in diffs]) for _ in range(n_boot)])
+  after = runs.groupby("study").after.min()
+  table = pd.DataFrame({"configuration": confs, "stratum": strata, "replicates": [len(d) for d in diffs], "gain": g,
+                        "lo": np.quantile(boot, 0.025, axis=0), "hi": np.quantile(boot, 0.975, axis=0),
+                        "lowest_after": [after[c] for c in confs],
+                        "collapsed": [bool(after[c] < COLLAPSED) for c in confs],
+                        **{k: v for k, v in values.items()}})
+  table.to_csv(data / "stage3_gains.csv", index=False)
+  stats, d = draws(sums, diffs, strata, n_boot, seed)
+  rows = []
+  for k in sums:
+    p, n = permutation_p(values[k], g, strata, n_perm, seed)
+    lo, hi = percentile_interval(d[k])
+    dlo, dhi = percentile_interval(d[k] - d[PRIMARY])
+    per = {f"rho_{s}": validate_training.rank_correlations(values[k][strata == s], g[strata == s])[0]
+           for s in dict.fromkeys(strata.tolist())}
+    rows.append(dict(predictor=k, primary=k == PRIMARY, statistic=stats[k], lo=lo, hi=hi, p_value=p, permutations=n,
+                     **per, minus_primary=stats[k] - stats[PRIMARY], minus_primary_lo=dlo, minus_primary_hi=dhi,
+                     configurations=len(confs), draws=n_boot, resampled=RESAMPLED))
+  tests = pd.DataFrame(rows).sort_values(["primary", "predictor"], ascending=[False, True])
+  tests.to_csv(data / "stage3.csv", index=False)
+  pairs = []
+  view = [c.rsplit("_", 1)[0] for c in confs]
+  for i, a in enumerate(confs):
+    for j in range(i + 1, len(confs)):
+      if view[j] == view[i]:
+        for k in sums:
+          dx, dg = values[k][i] - values[k][j], g[i] - g[j]
+          pairs.append(dict(view=view[i], a=a, b=confs[j], predictor=k, predictor_diff=dx, gain_diff=dg,
+                            agree=bool(np.sign(dx) == np.sign(dg)) if dx and dg else None))
+  pd.DataFrame(pairs, columns=["view", "a", "b", "predictor", "predictor_diff", "gain_diff", "agree"]).to_csv(
+      data / "stage3_pairs.csv", index=False)
+  rules = []
+  for s in dict.fromkeys(strata.tolist()):
+    idx = np.flatnonzero(strata == s)
+    best = idx[np.argmax(g[idx])]
+    verdict = data / f"study_verdict_{s}.csv"
+    named = pd.read_csv(verdict).query("named").configuration.tolist() if verdict.exists() else []
+    candidates = {f"{PRIMARY}'s top": confs[idx[np.nanargmax(values[PRIMARY][idx])]],
+                  "the study's verdict": named[0] if named else None,
+                  "no study: the 1.5B teacher, plain, reverse KL": "ext_plain_rkl" if s == "external" else None}
+    for rule, c in candidates.items():
+      if c is not None and c in confs:
+        rules.append(dict(stratum=s, rule=rule, named=c, gain=g[confs.index(c)], best=confs[best], best_gain=g[best],
+                          regret=g[best] - g[confs.index(c)]))
+  regret = pd.DataFrame(rules, columns=["stratum", "rule", "named", "gain", "best", "best_gain", "regret"])
+  regret.to_csv(data / "stage3_regret.csv", index=False)
+  return {"gains": table, "tests": tests, "pairs": pd.DataFrame(pairs), "regret": regret}

@@ -5,6 +5,8 @@
   python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=stage1      # stage 1's table, from the CSVs
   python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=study:1,study:2   # stage 2's blocks, in order
   python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=stage2      # stage 2's tables, from the CSVs
+  python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=train:s3_ext_plain_rkl   # a stage-3 run
+  python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=stage3      # the analysis, from the CSVs
 
 Stage 1, the mechanism: v1's runs (docs/data/validation/runs.csv: the self-teacher was the current student, as
 training moved it) against the same runs with the frozen self-teacher (`config.train.teacher_weights=initial`,
@@ -17,8 +19,10 @@ Stage 2, the study first: `study:<b>`, block b of the study on every view of sta
 v2_study<b>`: 27 configurations, 20 questions at R = 12, a pool of its own without the v2 trainer's questions),
 exported as v1's study_nodes_<b>.csv and study_views_<b>.csv plus study_records_<b>.parquet (the node records with
 every continuation's reward: the alignment ratio's real-records check and the variance split of issue 48 read
-them). Stage 3's runs use `:v2_train` (80 held-out questions x 4 samples after steps 10, 20 and 40; a replicate
-sets config.train.seed).
+them), and study_questions_<b>.csv (each question's base success rate). Stage 3's runs (STAGE3, in its order) use
+`:v2_train` (80 held-out questions x 4 samples after steps 10, 20 and 40; a replicate sets config.train.seed); none
+starts before docs/data/validation_v2/hypothesis.md exists (the predictions, committed first). `stage3` is the
+analysis (benchmarks/v2_analysis.py `stage3_tables`): the primary test and the secondary tables.
 
 Each piece runs in a child process (benchmarks/validate_training.py's `_job`: what `python -m opd_jax.main` does,
 resuming a started run from its checkpoint), its wall time and peak RSS measured by the parent (`os.wait4`); a
@@ -40,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pandas as pd  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from benchmarks import v2_analysis  # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import validate_training as v1  # pylint: disable=g-import-not-at-top,wrong-import-position
 from configs import validation  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -55,6 +60,27 @@ RUNS = {
     "s1_solution_moving_lr3e-5": dict(spec="self:solution:reverse_kl", stage=1, stratum="self",
                                       teacher_weights="current", learning_rate=3e-5, seed=0, v1="solution"),
 }
+# Stage 3 (hypothesis.md, committed before the first of these runs): the configurations trained, in this order (the
+# two strata interleaved, so that a run stopped early leaves a balanced design), each with v2's protocol from the
+# base model, the self-teacher frozen, lr 1e-4; replicates set config.train.seed (the pool and the evaluation's keys
+# stay config.seed's).
+STAGE3_CORE = [f"{v}_{d}" for d in ("rkl", "fkl") for v in ("ext_plain", "self_solution", "ext_answer", "self_summary",
+                                                            "ext_solution", "self_answer", "ext_summary",
+                                                            "self_misleading", "self_contrastive")]
+STAGE3_REPLICATES: list[str] = []          # hypothesis.md's rule names them from stage 2 (train_seed 1)
+STAGE3_LAST = [f"ext_{c}_jsd" for c in ("plain", "answer", "solution", "summary")]
+STAGE3 = [(c, -1) for c in STAGE3_CORE] + [(c, 1) for c in STAGE3_REPLICATES] + [(c, -1) for c in STAGE3_LAST]
+
+
+def stage3_name(configuration: str, train_seed: int) -> str:
+  """The run's name: s3_<study configuration>, and _seed<k> for a replicate."""
+  return f"s3_{configuration}" + ("" if train_seed < 0 else f"_seed{train_seed}")
+
+
+RUNS.update({stage3_name(c, k): dict(spec=validation.V2_CONFIGURATIONS[c], stage=3, stratum=v2_analysis.stratum(c),
+                                     teacher_weights="initial", learning_rate=1e-4, seed=0, v1=None, protocol="v2",
+                                     train_seed=k)
+             for c, k in STAGE3})
 TINY = {"tiny_frozen": dict(spec="self:solution:reverse_kl", stage=1, stratum="self", teacher_weights="initial",
                             learning_rate=1e-2, seed=0, v1=None),
         "tiny_v2_rep": dict(spec="self:solution:reverse_kl", stage=3, stratum="self", teacher_weights="initial",
@@ -74,7 +100,19 @@ def blocks(tiny: bool) -> list[int]:
 
 
 def pieces(tiny: bool) -> list[str]:
-  return [f"train:{n}" for n in runs(tiny)] + ["stage1"] + [f"study:{b}" for b in blocks(tiny)] + ["stage2"]
+  """Every piece, in the order `--piece=all` runs them: stage 1's runs and table, stage 2's blocks and tables, stage
+  3's runs (only once hypothesis.md is in the data folder: `check_order`) and their analysis."""
+  train = lambda stage: [f"train:{n}" for n, r in runs(tiny).items() if r["stage"] == stage]
+  return train(1) + ["stage1"] + [f"study:{b}" for b in blocks(tiny)] + ["stage2"] + train(3) + ["stage3"]
+
+
+def check_order(piece: str, data: pathlib.Path, tiny: bool) -> None:
+  """Raises ValueError when `piece` is a stage-3 run and `data` holds no hypothesis.md: the predictions are committed
+  before any stage-3 run (issue 47, item 3)."""
+  name = piece.removeprefix("train:")
+  if piece.startswith("train:") and runs(tiny)[name]["stage"] == 3 and not (data / "hypothesis.md").exists():
+    raise ValueError(f"--piece={piece} is a stage-3 run and {data / 'hypothesis.md'} does not exist: write and "
+                     "commit the predictions (hypothesis.md) before any stage-3 run")
 
 
 def done(piece: str, data: pathlib.Path) -> bool:
@@ -119,6 +157,16 @@ def export_study(study_dir: pathlib.Path, data: pathlib.Path, block: int) -> Non
   nodes = pd.read_parquet(study_dir / "records" / "nodes")
   nodes["question_id"] = f"{block}:" + nodes.question_id.astype(str)
   nodes.to_parquet(data / f"study_records_{block}.parquet", index=False, compression="zstd")
+  export_questions(study_dir, data, block)
+
+
+def export_questions(study_dir: pathlib.Path, data: pathlib.Path, block: int) -> None:
+  """study_questions_<b>.csv: per question of the block (ids prefixed "<block>:"), its base rollouts and their mean
+  reward (the student's success rate at the question, as training samples it: `trained_alignment` weights by it)."""
+  rollouts = pd.read_parquet(study_dir / "records" / "rollouts", columns=["question_id", "reward"])
+  table = rollouts.groupby("question_id", sort=True).reward.agg(rollouts="size", success_rate="mean").reset_index()
+  table["question_id"] = f"{block}:" + table.question_id.astype(str)
+  table.to_csv(data / f"study_questions_{block}.csv", index=False)
 
 
 def run_train(name: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
@@ -196,25 +244,29 @@ def stage1_table(data: pathlib.Path, v1_dir: pathlib.Path = V1_DIR, tiny: bool =
   return out
 
 
-def stratum(configuration: str) -> str:
-  """The stage-3 stratum of a v2 study configuration: "external" (the 1.5B teacher) or "self"."""
-  return "self" if configuration.startswith("self_") else "external"
-
-
-def stage2_tables(data: pathlib.Path, n_split: int = 200, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-  """From the study blocks' CSVs in `data` (v1's predictors: alignment, positive fraction and projection by node
-  group, teacher advantage, the tokens' cheap divergences; `validate_training.predictor_sums`):
+def stage2_tables(data: pathlib.Path, n_split: int = 200, n_boot: int = 1000, seed: int = 0,
+                  planned=None) -> pd.DataFrame:
+  """From the study blocks' CSVs in `data` (`v2_analysis.study_predictors`: v1's predictors, alignment, positive
+  fraction and projection by node group, teacher advantage, the tokens' cheap divergences, and the alignment as
+  training weighs the nodes):
     stage2.csv: each configuration's value of each predictor, with a 95% percentile interval resampling the study's
       questions (`n_boot` draws, the same draws for every configuration);
     stage2_reliability.csv: per stratum and predictor, how well the study's questions fix the ranking of the
       stratum's configurations: the mean Spearman rho between the rankings that two disjoint random halves of the
       questions give (`n_split` splits), and its Spearman-Brown step-up to all the questions, 2 rho / (1 + rho);
     stage2_contrasts.csv: per view, predictor and pair of divergences, the paired difference with its interval and
-      the fraction of draws whose sign agrees with the full sample's.
+      the fraction of draws whose sign agrees with the full sample's;
+    study_verdict_<stratum>.csv and study_verdict_<stratum>_line.txt: the study's verdict (v1's
+      `study_verdict`) among the stratum's configurations of `planned` (stage 3's; default all), named before
+      training.
   What is resampled is the study's questions only (the configurations are fixed: every one on the same nodes)."""
-  nodes, views, found = v1.read_study(data)
+  nodes, _, found = v1.read_study(data)
   confs = sorted(nodes.config_id.unique())
-  questions, sums = v1.predictor_sums(v1.question_sums(nodes), views, confs)
+  questions, sums = v2_analysis.study_predictors(data, confs)
+  planned = set(confs) if planned is None else set(planned)
+  for name in ("external", "self"):                # the verdict named before training, among a stratum's planned
+    v1.study_verdict(nodes[nodes.config_id.map(v2_analysis.stratum).eq(name) & nodes.config_id.isin(planned)],
+                     data, suffix=f"_{name}")
   point = v1.predictor_values(sums, np.ones(len(questions)))
   rng = np.random.default_rng(seed)
   n_q = len(questions)
@@ -227,7 +279,8 @@ def stage2_tables(data: pathlib.Path, n_split: int = 200, n_boot: int = 1000, se
   with np.errstate(all="ignore"):
     lo = {k: np.nanpercentile(b, 2.5, axis=0) for k, b in boot.items()}
     hi = {k: np.nanpercentile(b, 97.5, axis=0) for k, b in boot.items()}
-  rows = [dict(configuration=c, stratum=stratum(c), view=c.rsplit("_", 1)[0], divergence=c.rsplit("_", 1)[1],
+  rows = [dict(configuration=c, stratum=v2_analysis.stratum(c), view=c.rsplit("_", 1)[0],
+               divergence=c.rsplit("_", 1)[1],
                predictor=k, value=point[k][i], lo=lo[k][i], hi=hi[k][i], blocks=len(found), questions=n_q)
           for k in point for i, c in enumerate(confs)]
   values = pd.DataFrame(rows)
@@ -235,7 +288,7 @@ def stage2_tables(data: pathlib.Path, n_split: int = 200, n_boot: int = 1000, se
   rel = []
   halves = [rng.permutation(n_q) for _ in range(n_split)]
   for name in ("external", "self"):
-    idx = [i for i, c in enumerate(confs) if stratum(c) == name]
+    idx = [i for i, c in enumerate(confs) if v2_analysis.stratum(c) == name]
     for k in point:
       rhos = []
       for perm in halves:
@@ -274,7 +327,12 @@ def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool)
   elif piece == "stage1":
     print(stage1_table(data, tiny=tiny).to_string(), flush=True)
   elif piece == "stage2":
-    print(stage2_tables(data, n_split=20 if tiny else 200, n_boot=50 if tiny else 1000).to_string(), flush=True)
+    print(stage2_tables(data, n_split=20 if tiny else 200, n_boot=50 if tiny else 1000,
+                        planned=None if tiny else [c for c, _ in STAGE3]).to_string(), flush=True)
+  elif piece == "stage3":
+    specs = validation.V2_TINY if tiny else validation.V2_CONFIGURATIONS
+    out = v2_analysis.stage3_tables(data, specs, n_boot=50 if tiny else 2000, n_perm=200 if tiny else 10_000)
+    print(out["tests"].to_string(), flush=True)
 
 
 def check_piece(piece: str, tiny: bool) -> None:
@@ -282,15 +340,16 @@ def check_piece(piece: str, tiny: bool) -> None:
   "all")."""
   for one in piece.split(","):
     if one not in ("all", *pieces(tiny)):
-      raise ValueError(f"--piece={one}: use all, stage1, stage2, study:<b> (b in {blocks(tiny)}) or train:<name> (name in "
-                       f"{sorted(runs(tiny))}), or several of them joined by commas")
+      raise ValueError(f"--piece={one}: use all, stage1, stage2, stage3, study:<b> (b in {blocks(tiny)}) or "
+                       f"train:<name> (name in {sorted(runs(tiny))}), or several of them joined by commas")
 
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--workdir", required=True)
   ap.add_argument("--data_dir", default=str(DATA_DIR))
-  ap.add_argument("--piece", default="all", help="all | train:<name> | stage1 | study:<b>, or several joined by commas")
+  ap.add_argument("--piece", default="all",
+                  help="all | train:<name> | stage1 | study:<b> | stage2 | stage3, or several joined by commas")
   ap.add_argument("--tiny", action="store_true", help="random models on the synthetic task (tests)")
   ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
@@ -298,13 +357,19 @@ def main(argv=None) -> int:
   if args.child:
     run_piece(args.piece, workdir, data, args.tiny)
     return 0
+  todo = pieces(args.tiny) if args.piece == "all" else args.piece.split(",")
   try:
     check_piece(args.piece, args.tiny)                     # one line, before any child starts
+    if args.piece == "all" and not (data / "hypothesis.md").exists():
+      print(f"stage 3 waits for {data / 'hypothesis.md'} (the predictions, committed before any stage-3 run)")
+      todo = todo[:todo.index("stage2") + 1]
+    for piece in todo:
+      check_order(piece, data, args.tiny)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   data.mkdir(parents=True, exist_ok=True)
-  for piece in pieces(args.tiny) if args.piece == "all" else args.piece.split(","):
+  for piece in todo:
     if done(piece, data):
       print(f"{piece}: done ({data}); not rerun", flush=True)
       continue

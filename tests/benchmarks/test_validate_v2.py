@@ -18,15 +18,19 @@ def test_the_pieces_write_their_tables_and_a_finished_piece_is_not_rerun(tmp_pat
   """One driver run of every kind of piece (each in its child process; one XLA compilation cache for them all):
   - stage 2's study block writes the node CSV, view sums and node records (every configuration on the same nodes,
     each continuation's reward kept, no question of the trainer's pool), and its tables;
+  - stage 2's verdict per stratum, named before training;
   - a training piece (stage 3's protocol) writes its row with the v2 columns (stage, stratum, the self-teacher's
     weights, the training seed), the held-out rewards per question after each evaluation and the last step's
     rollouts;
-  and a second run reruns none of them."""
+  - stage 3's analysis reads them;
+  and a second run reruns none of the study and training pieces."""
   work, data = tmp_path / "w", tmp_path / "d"
   cmd = [sys.executable, str(REPO / "benchmarks/validate_v2.py"), f"--workdir={work}", f"--data_dir={data}", "--tiny",
-         "--piece=study:1,train:tiny_v2_rep,stage2"]
+         "--piece=study:1,stage2,train:tiny_v2_rep,stage3"]
   env = {"PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin",
          "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+  data.mkdir()
+  (data / "hypothesis.md").write_text("the predictions\n")      # a stage-3 run waits for them (test_v2_stage3.py)
   first = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
   assert first.returncode == 0, first.stderr[-2000:]
   runs = pd.read_csv(data / "runs.csv").set_index("configuration")
@@ -64,6 +68,11 @@ def test_the_pieces_write_their_tables_and_a_finished_piece_is_not_rerun(tmp_pat
   rel = pd.read_csv(data / "stage2_reliability.csv")
   assert set(rel.stratum) == {"external", "self"} and (rel.configurations == 3).all()
   assert rel.split_half_rho.dropna().between(-1, 1).all()
+  assert {"study_verdict_external.csv", "study_verdict_self_line.txt"} <= {p.name for p in data.iterdir()}
+  gains = pd.read_csv(data / "stage3_gains.csv")                 # one configuration trained: its gain, no rho
+  assert gains.configuration.tolist() == ["self_solution_rkl"]
+  assert np.isclose(gains.gain[0], runs.loc["tiny_v2_rep", "diff"])
+  assert np.isnan(pd.read_csv(data / "stage3.csv").statistic).all()
   again = subprocess.run(cmd[:-1] + ["--piece=study:1,train:tiny_v2_rep"], capture_output=True, text=True, timeout=600,
                          cwd=REPO, env=env)
   assert again.returncode == 0 and again.stdout.count("not rerun") == 2, again.stdout[-2000:]

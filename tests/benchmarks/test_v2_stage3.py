@@ -1,0 +1,137 @@
+"""Validation v2's stage-3 analysis (benchmarks/v2_analysis.py `stage3_tables`) on committed-form CSVs written here:
+each table against an independent pandas/scipy computation of what its docstring says, and the driver's refusal of a
+stage-3 run before hypothesis.md exists."""
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.stats
+
+from benchmarks import v2_analysis
+from benchmarks import validate_v2
+
+SPECS = {"ext_plain_rkl": "t:plain:reverse_kl", "ext_plain_fkl": "t:plain:forward_kl",
+         "ext_answer_rkl": "t:answer:reverse_kl", "self_solution_rkl": "self:solution:reverse_kl",
+         "self_solution_fkl": "self:solution:forward_kl", "self_summary_rkl": "self:summary:reverse_kl"}
+QUESTIONS = [f"1:q{i}" for i in range(6)]
+EVAL = [f"e{i}" for i in range(10)]
+
+
+def _write(data, rng, gain_of):
+  """Study CSVs (4 nodes per question and configuration: 2 correct, 2 incorrect; one undefined alignment), the
+  questions' success rates, and per configuration one stage-3 run (two for ext_plain_rkl) whose held-out rewards
+  differ by gain_of(configuration) on average."""
+  nodes, views = [], []
+  per_view = {(v, q): {f"{k}_{s}": (5 if s == "n" else rng.uniform(0, 5)) for k in ("kl_pq", "kl_qp", "js",
+                                                                                   "topk_overlap") for s in ("n", "sum")}
+              for v in {c.rsplit("_", 1)[0] for c in SPECS} for q in QUESTIONS}     # one view's tokens: its sums
+  for c in SPECS:
+    for q in QUESTIONS:
+      for r in range(4):
+        a = rng.uniform(-1, 1) if (c, q, r) != ("ext_answer_rkl", "1:q0", 3) else np.nan
+        nodes.append(dict(config_id=c, question_id=q, rollout_id=r, position=r % 2, correct=r < 2, alignment=a,
+                          teacher_advantage=rng.normal(), projection=rng.normal()))
+      views.append(dict(configuration=c, question_id=q, **per_view[(c.rsplit("_", 1)[0], q)]))
+  pd.DataFrame(nodes).to_csv(data / "study_nodes_1.csv", index=False)
+  pd.DataFrame(views).to_csv(data / "study_views_1.csv", index=False)
+  rates = pd.DataFrame(dict(question_id=QUESTIONS, rollouts=8, success_rate=rng.integers(1, 8, len(QUESTIONS)) / 8))
+  rates.to_csv(data / "study_questions_1.csv", index=False)
+  rows = []
+  for c, spec in SPECS.items():
+    for seed in ((-1, 1) if c == "ext_plain_rkl" else (-1,)):
+      name = validate_v2.stage3_name(c, seed)
+      before = rng.integers(0, 5, len(EVAL)) / 4
+      after = np.clip(before + gain_of(c) + rng.normal(0, 0.1, len(EVAL)), 0, 1)
+      pd.DataFrame(dict(question_id=EVAL, before=before, after=after, samples=4)).to_csv(data / f"eval_{name}.csv",
+                                                                                      index=False)
+      rows.append(dict(configuration=name, spec=spec, stage=3, train_seed=seed, after=after.mean()))
+  rows.append(dict(configuration="s1_x", spec="self:answer:reverse_kl", stage=1, train_seed=-1, after=0.5))
+  pd.DataFrame(rows).to_csv(data / "runs.csv", index=False)
+  return pd.DataFrame(nodes), rates
+
+
+def _trained(nodes, rates):
+  """The alignment as training weighs the nodes, computed here with pandas from the rows."""
+  s = rates.set_index("question_id").success_rate
+  ok = nodes.dropna(subset=["alignment"])
+  per_q = {}
+  for (c, q), g in ok.groupby(["config_id", "question_id"]):
+    good, bad = g[g.correct].alignment, g[~g.correct].alignment
+    per_q.setdefault(c, []).append(s[q] * good.mean() + (1 - s[q]) * bad.mean() if len(good) and len(bad)
+                                   else (good if len(good) else bad).mean())
+  return pd.Series({c: np.mean(v) for c, v in per_q.items()})
+
+
+def test_stage3_tables_against_pandas_and_scipy(tmp_path):
+  rng = np.random.default_rng(0)
+  nodes, rates = _write(tmp_path, rng, lambda c: 0.05 * len(c) % 0.3)
+  out = v2_analysis.stage3_tables(tmp_path, SPECS, n_boot=200, n_perm=1000)
+  gains = out["gains"].set_index("configuration")
+  runs = pd.read_csv(tmp_path / "runs.csv")
+  for c in SPECS:                                    # the mean over replicates of the mean paired difference
+    names = [validate_v2.stage3_name(c, k) for k in ((-1, 1) if c == "ext_plain_rkl" else (-1,))]
+    want = np.mean([(lambda e: (e.after - e.before).mean())(pd.read_csv(tmp_path / f"eval_{n}.csv")) for n in names])
+    assert np.isclose(gains.loc[c, "gain"], want) and gains.loc[c, "lo"] <= want <= gains.loc[c, "hi"]
+    assert gains.loc[c, "replicates"] == len(names)
+    assert gains.loc[c, "lowest_after"] == runs[runs.configuration.isin(names)].after.min()
+  trained = _trained(nodes, rates)
+  assert np.allclose(gains.loc[list(SPECS), "alignment_trained"], trained.loc[list(SPECS)])
+  assert np.allclose(gains.alignment_all, nodes.groupby("config_id").alignment.mean().loc[gains.index])
+  tests = out["tests"].set_index("predictor")
+  assert out["tests"].iloc[0].predictor == v2_analysis.PRIMARY and tests.primary.sum() == 1
+  strata = {"external": ["ext_plain_rkl", "ext_plain_fkl", "ext_answer_rkl"],
+            "self": ["self_solution_rkl", "self_solution_fkl", "self_summary_rkl"]}
+  rhos = {s: scipy.stats.spearmanr(trained.loc[cs], gains.loc[cs, "gain"])[0] for s, cs in strata.items()}
+  row = tests.loc[v2_analysis.PRIMARY]
+  assert np.isclose(row.statistic, np.mean(list(rhos.values())))
+  assert np.isclose(row.rho_external, rhos["external"]) and np.isclose(row.rho_self, rhos["self"])
+  assert 0 < row.p_value <= 1 and row.permutations == 36            # 3! x 3!: exact
+  assert row.lo <= row.hi and row.minus_primary == 0 and row.minus_primary_lo == row.minus_primary_hi == 0
+  kl = tests.loc["minus_kl_qp"]
+  assert np.isclose(kl.minus_primary, kl.statistic - row.statistic)
+  pairs = out["pairs"]                              # views with two divergences trained: plain and solution
+  assert set(pairs.view) == {"ext_plain", "self_solution"} and len(pairs) == 2 * len(tests)
+  p = pairs[(pairs.view == "ext_plain") & (pairs.predictor == "alignment_all")].iloc[0]
+  a, b = sorted(["ext_plain_rkl", "ext_plain_fkl"], key=lambda c: ("self" in c, c))
+  assert (p.a, p.b) == (a, b) and np.isclose(p.gain_diff, gains.loc[a, "gain"] - gains.loc[b, "gain"])
+  assert p.agree == (np.sign(p.predictor_diff) == np.sign(p.gain_diff))
+  assert (pairs[pairs.predictor == "minus_kl_qp"].predictor_diff == 0).all()     # a view-level proxy: no contrast
+  regret = out["regret"].set_index(["stratum", "rule"])
+  rule = regret.loc[("external", "no study: the 1.5B teacher, plain, reverse KL")]
+  best = gains.loc[strata["external"], "gain"].max()
+  assert rule.named == "ext_plain_rkl" and np.isclose(rule.regret, best - gains.loc["ext_plain_rkl", "gain"])
+  top = regret.loc[("self", f"{v2_analysis.PRIMARY}'s top")]
+  assert top.named == trained.loc[strata["self"]].idxmax()
+
+
+def test_a_planted_ranking_gives_rho_one_and_the_least_exact_p(tmp_path):
+  nodes, rates = _write(tmp_path, np.random.default_rng(1), lambda c: 0.0)
+  trained = _trained(nodes, rates)
+  planted = {c: 0.1 * trained.rank().loc[c] for c in SPECS}           # the gain follows the primary predictor
+  _write(tmp_path, np.random.default_rng(1), planted.get)              # the same study rows, these gains
+  tests = v2_analysis.stage3_tables(tmp_path, SPECS, n_boot=50, n_perm=1000)["tests"].set_index("predictor")
+  gains = pd.read_csv(tmp_path / "stage3_gains.csv").set_index("configuration").gain
+  for cs in (list(SPECS)[:3], list(SPECS)[3:]):                       # the planted order survived the eval noise
+    assert scipy.stats.spearmanr(trained.loc[cs], gains.loc[cs])[0] == 1
+  assert tests.loc[v2_analysis.PRIMARY].statistic == 1.0 and tests.loc[v2_analysis.PRIMARY].p_value == 1 / 36
+
+
+def test_bad_stage3_inputs_name_the_file(tmp_path):
+  rng = np.random.default_rng(2)
+  _write(tmp_path, rng, lambda c: 0.0)
+  runs = pd.read_csv(tmp_path / "runs.csv")
+  runs.loc[0, "spec"] = "t:misleading:reverse_kl"
+  runs.to_csv(tmp_path / "runs.csv", index=False)
+  with pytest.raises(ValueError, match="no study configuration's"):
+    v2_analysis.stage3_tables(tmp_path, SPECS, n_boot=10, n_perm=10)
+  (tmp_path / "study_questions_1.csv").unlink()
+  with pytest.raises(ValueError, match="study_questions"):
+    v2_analysis.study_predictors(tmp_path, list(SPECS))
+
+
+def test_a_stage3_run_waits_for_the_hypothesis(tmp_path, capsys):
+  name = next(n for n, r in validate_v2.RUNS.items() if r["stage"] == 3)
+  assert validate_v2.main([f"--workdir={tmp_path}", f"--data_dir={tmp_path}", f"--piece=train:{name}"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("error: ") and "hypothesis.md" in err and len(err.strip().splitlines()) == 1
+  assert validate_v2.pieces(False).index("stage2") < min(validate_v2.pieces(False).index(f"train:{n}")
+                                                          for n, r in validate_v2.RUNS.items() if r["stage"] == 3)
