@@ -174,9 +174,11 @@ def study_predictors(data: pathlib.Path, confs: list[str]) -> tuple[list[str], d
   return questions, sums
 
 
-def read_gains(data: pathlib.Path, specs: dict[str, str]) -> tuple[list[str], list[np.ndarray], pd.DataFrame]:
-  """(configurations [C], diffs: [S_c, E] held-out after - before per replicate and evaluation question, the
-  stage-3 rows of runs.csv with their study configuration) from runs.csv and eval_<run>.csv; `specs`: study
+def read_gains(data: pathlib.Path, specs: dict[str, str]) -> tuple[list[str], list[np.ndarray], list[np.ndarray],
+                                                                  pd.DataFrame]:
+  """(configurations [C], diffs: [S_c, E] held-out after - before per replicate and evaluation question, gold: the
+  same for log p(gold answer) (NaN for a run without it), the stage-3 rows of runs.csv with their study
+  configuration) from runs.csv and eval_<run>.csv; `specs`: study
   configuration -> spec (configs/validation.py V2_CONFIGURATIONS).
 
   Raises:
@@ -194,28 +196,33 @@ def read_gains(data: pathlib.Path, specs: dict[str, str]) -> tuple[list[str], li
   runs["study"] = runs.spec.map(of_spec)
   runs = runs.sort_values(["study", "train_seed"])
   confs = sorted(runs.study.unique(), key=lambda c: (stratum(c), c))
-  ids, diffs = None, []
+  ids, diffs, gold = None, [], []
   for c in confs:
-    reps = []
+    reps, golds = [], []
     for name in runs[runs.study == c].configuration:
       e = pd.read_csv(data / f"eval_{name}.csv", dtype={"question_id": str})
       if ids is not None and e.question_id.tolist() != ids:
         raise ValueError(f"eval_{name}.csv holds other evaluation questions than the other stage-3 runs")
       ids = e.question_id.tolist()
       reps.append((e.after - e.before).to_numpy(float))
+      golds.append((e.gold_after - e.gold_before).to_numpy(float) if "gold_after" in e else
+                   np.full(len(e), np.nan))
     diffs.append(np.stack(reps))
-  return confs, diffs, runs
+    gold.append(np.stack(golds))
+  return confs, diffs, gold, runs
 
 
 def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000, n_perm: int = 10_000,
                   seed: int = 0) -> dict[str, pd.DataFrame]:
   """Stage 4 (issue 47, item 5) from the committed CSVs in `data`; writes and returns:
     stage3_gains.csv: per configuration trained, its stratum, replicates, gain (mean over replicates of the mean
-      held-out after - before) with a 95% interval resampling evaluation questions and replicates, the lowest
+      held-out after - before) with a 95% interval resampling evaluation questions and replicates, gold_gain (the
+      same mean of the change of log p(gold answer), nats; NaN for runs without it), the lowest
       after over its replicates and whether it collapsed (below COLLAPSED), and every predictor's value;
     stage3.csv: per predictor, the mean within-stratum Spearman with the gain (each stratum's rho too), its interval
       (`draws`: RESAMPLED), its one-sided permutation p within strata, and its difference from PRIMARY's with the
-      paired interval of the same draws; the row `primary` is the primary test (hypothesis.md);
+      paired interval of the same draws, and the same statistic against gold_gain with its permutation p (a
+      secondary outcome); the row `primary` is the primary test (hypothesis.md);
     stage3_pairs.csv: per view and pair of divergences both trained, each predictor's difference against the gain's
       and whether their signs agree (what the view-level proxies cannot see: their difference is 0);
     stage3_regret.csv: the gain lost by a rule named before training against the best configuration trained in
@@ -223,7 +230,7 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
       (study_verdict_<stratum>.csv, stage 2), PRIMARY's top configuration among those trained, and the
       no-study rule "the 1.5B teacher, plain, reverse KL".
   """
-  confs, diffs, runs = read_gains(data, specs)
+  confs, diffs, gold_diffs, runs = read_gains(data, specs)
   strata = np.array([stratum(c) for c in confs])
   _, sums = study_predictors(data, confs)
   values = validate_training.predictor_values(sums, np.ones(next(iter(sums.values()))[0].shape[1]))
@@ -232,8 +239,10 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
   boot = np.array([gains(diffs, rng.integers(0, diffs[0].shape[1], diffs[0].shape[1]),
                          [rng.integers(0, len(d), len(d)) for d in diffs]) for _ in range(n_boot)])
   after = runs.groupby("study").after.min()
+  gold = gains(gold_diffs)
   table = pd.DataFrame({"configuration": confs, "stratum": strata, "replicates": [len(d) for d in diffs], "gain": g,
                         "lo": np.quantile(boot, 0.025, axis=0), "hi": np.quantile(boot, 0.975, axis=0),
+                        "gold_gain": gold,
                         "lowest_after": [after[c] for c in confs],
                         "collapsed": [bool(after[c] < COLLAPSED) for c in confs],
                         **{k: v for k, v in values.items()}})
@@ -246,8 +255,10 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
     dlo, dhi = percentile_interval(d[k] - d[PRIMARY])
     per = {f"rho_{s}": validate_training.rank_correlations(values[k][strata == s], g[strata == s])[0]
            for s in dict.fromkeys(strata.tolist())}
+    p_gold, _ = permutation_p(values[k], gold, strata, n_perm, seed)
     rows.append(dict(predictor=k, primary=k == PRIMARY, statistic=stats[k], lo=lo, hi=hi, p_value=p, permutations=n,
                      **per, minus_primary=stats[k] - stats[PRIMARY], minus_primary_lo=dlo, minus_primary_hi=dhi,
+                     statistic_gold=within_strata(values[k], gold, strata), p_value_gold=p_gold,
                      configurations=len(confs), draws=n_boot, resampled=RESAMPLED))
   tests = pd.DataFrame(rows).sort_values(["primary", "predictor"], ascending=[False, True])
   tests.to_csv(data / "stage3.csv", index=False)

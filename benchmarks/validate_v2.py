@@ -187,15 +187,22 @@ def run_train(name: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) 
 
 
 def export_train(name: str, run: dict, config, run_dir: pathlib.Path, data: pathlib.Path) -> None:
-  """eval_<name>.csv, samples_<name>.jsonl (the last step's rollouts) and row.json (the parent adds wall time and
+  """eval_<name>.csv (with v2's evaluations after every step evaluated, and each question's log p of its gold
+  answer before and after: gold_before, gold_after, gold_after_step<N>), samples_<name>.jsonl (the last step's
+  rollouts) and row.json (the parent adds wall time and
   peak memory and appends it to runs.csv)."""
   v1.export_train(name, config, run_dir, data)            # eval_<name>.csv and row.json, v1's columns
   steps = sorted(int(p.stem.removeprefix("eval_step")) for p in (run_dir / "train").glob("eval_step*.npy"))
-  if len(steps) > 1:                                        # v2: the held-out rewards after every evaluation
-    table = pd.read_csv(data / f"eval_{name}.csv")
+  table = pd.read_csv(data / f"eval_{name}.csv")
+  for step in steps[:-1]:                                   # v2: the held-out rewards after every evaluation
+    table[f"after_step{step}"] = np.load(run_dir / "train" / f"eval_step{step}.npy").mean(axis=1)
+  gold = run_dir / "train" / "eval_gold_before.npy"         # log p(gold answer) [Q], when the trainer wrote it
+  if gold.exists():
+    table["gold_before"] = np.load(gold)
+    table["gold_after"] = np.load(run_dir / "train" / f"eval_gold_step{steps[-1]}.npy")
     for step in steps[:-1]:
-      table[f"after_step{step}"] = np.load(run_dir / "train" / f"eval_step{step}.npy").mean(axis=1)
-    table.to_csv(data / f"eval_{name}.csv", index=False)
+      table[f"gold_after_step{step}"] = np.load(run_dir / "train" / f"eval_gold_step{step}.npy")
+  table.to_csv(data / f"eval_{name}.csv", index=False)
   row = json.loads((run_dir / "row.json").read_text())
   row.update(stage=run["stage"], stratum=run["stratum"], teacher_weights=run["teacher_weights"],
              train_seed=run.get("train_seed", -1))

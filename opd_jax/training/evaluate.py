@@ -15,6 +15,7 @@ import numpy as np
 import scipy.stats
 
 from opd_jax.decode import sampling
+from opd_jax.decode import scoring
 from opd_jax.report import common as report_common
 
 
@@ -58,6 +59,25 @@ def pass_at_1(model, task, problems, prompts, keys: jax.Array, *, samples: int, 
   _, _, rewards = grade(model.tokenizer, task, [p for p in problems for _ in range(samples)], out,
                        grade_truncated=grade_truncated)
   return rewards.reshape(len(problems), samples)
+
+
+def gold_response(task, problem) -> str:
+  """The gold answer as a response gives it directly: inside the task's answer span ("<answer>72</answer>") when the
+  task has one, else the answer string itself."""
+  return f"{task.answer_span[0]}{problem.answer}{task.answer_span[1]}" if task.answer_span else problem.answer
+
+
+def gold_logprob(model, task, problems, prompts, *, batch_size: int = 8) -> np.ndarray:
+  """log p(gold response | prompt) [Q] (float64, nats; `gold_response`, tokenized without special tokens) of each
+  held-out question under `model`: a deterministic, low-noise companion of pass@1 (issue 47). It scores the answer
+  given at once, so a change of format (reasoning before the answer) moves it as well as a change of knowledge.
+
+  Raises:
+    ValueError: as `scoring.score` (e.g. a prompt and answer longer than the model's context).
+  """
+  gold = [model.tokenizer.encode(gold_response(task, p), add_special_tokens=False) for p in problems]
+  logp = scoring.score(model, model, prompts, prompts, gold, batch_size=batch_size)["logp"]
+  return np.array([float(np.sum(x, dtype=np.float64)) for x in logp])
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -9,15 +9,16 @@ with its interval.
 
 Everything random derives from (config.seed, config.train.seed, step): config.seed fixes the question pool and
 the evaluation's keys, the training seed (`training_seed`: config.train.seed, or config.seed when it is -1) the
-LoRA init, the training order and the rollout keys, so that a replicate changes only what training draws. A run resumed from its last checkpoint (orbax,
-training/state.py: params or adapters, optimizer state, step, PRNG key, data cursor) reaches the same final
-params as an uninterrupted one. Outputs under <workdir>/train: metrics.csv (one row per step), eval.csv (one
-row per evaluation), samples.jsonl (every step's rollouts: step, question_id, reward, tokens, text), metrics.png,
-eval_before.npy and eval_step<N>.npy (rewards [Q, S] before training and at
-each evaluation; eval_questions.json: the ids of their rows), summary.json (with this session's grades_timed_out
-and grades_errored: grades that scored 0 without a verdict, opd_jax/tasks/grading.py, warned about on the console
-when any), and checkpoints/; with config.train.export, export/ holds the trained model as an HF safetensors folder
-(LoRA: merged, the adapted matrices in fp32: `export_student`).
+LoRA init, the training order and the rollout keys, so that a replicate changes only what training draws. A run
+resumed from its last checkpoint (orbax, training/state.py: params or adapters, optimizer state, step, PRNG key, data
+cursor) reaches the same final params as an uninterrupted one. Outputs under <workdir>/train: metrics.csv (one row
+per step), eval.csv (one row per evaluation), samples.jsonl (every step's rollouts: step, question_id, reward,
+tokens, text), metrics.png, eval_before.npy and eval_step<N>.npy (rewards [Q, S] before training and at each
+evaluation; eval_questions.json: the ids of their rows), eval_gold_before.npy and eval_gold_step<N>.npy (log p of
+each held-out question's gold answer given at once [Q], `evaluate.gold_logprob`), summary.json (with this session's
+grades_timed_out and grades_errored: grades that scored 0 without a verdict, opd_jax/tasks/grading.py, warned about
+on the console when any), and checkpoints/; with config.train.export, export/ holds the trained model as an HF
+safetensors folder (LoRA: merged, the adapted matrices in fp32: `export_student`).
 """
 from __future__ import annotations
 
@@ -275,6 +276,9 @@ def run(config, workdir: str) -> str:
       before = evaluate_now()
     records.atomic_write_bytes(before_path, _npy(before))
   records.atomic_write_json(out / "eval_questions.json", [p.id for p in held])   # the rows of eval_*.npy
+  gold_now = lambda: evaluate.gold_logprob(current(), task, held, held_prompts)
+  if not (out / "eval_gold_before.npy").exists():        # log p(gold answer | prompt) [Q]: cheap, deterministic
+    records.atomic_write_bytes(out / "eval_gold_before.npy", _npy(gold_now()))
 
   # --- Steps ----------------------------------------------------------------------------------------------
   start = int(st["step"])
@@ -321,6 +325,7 @@ def run(config, workdir: str) -> str:
           with terminal.bar(f"evaluation at step {s + 1}"):
             after = evaluate_now()
           records.atomic_write_bytes(out / f"eval_step{s + 1}.npy", _npy(after))   # [Q, S] rewards, as before's
+          records.atomic_write_bytes(out / f"eval_gold_step{s + 1}.npy", _npy(gold_now()))
           paired = evaluate.paired_difference(before, after)
           evals.append({"step": s + 1, **dataclasses.asdict(paired)})
         if (s + 1) % t.checkpoint_every == 0 or s + 1 == t.steps:

@@ -19,11 +19,11 @@ EVAL = [f"e{i}" for i in range(10)]
 def _write(data, rng, gain_of):
   """Study CSVs (4 nodes per question and configuration: 2 correct, 2 incorrect; one undefined alignment), the
   questions' success rates, and per configuration one stage-3 run (two for ext_plain_rkl) whose held-out rewards
-  differ by gain_of(configuration) on average."""
+  and gold-answer log-probs differ by gain_of(configuration) on average."""
   nodes, views = [], []
-  per_view = {(v, q): {f"{k}_{s}": (5 if s == "n" else rng.uniform(0, 5)) for k in ("kl_pq", "kl_qp", "js",
-                                                                                   "topk_overlap") for s in ("n", "sum")}
-              for v in {c.rsplit("_", 1)[0] for c in SPECS} for q in QUESTIONS}     # one view's tokens: its sums
+  cols = [f"{k}_{s}" for k in ("kl_pq", "kl_qp", "js", "topk_overlap") for s in ("n", "sum")]
+  per_view = {(v, q): {c: 5 if c.endswith("_n") else rng.uniform(0, 5) for c in cols}     # one view's tokens
+              for v in sorted({c.rsplit("_", 1)[0] for c in SPECS}) for q in QUESTIONS}
   for c in SPECS:
     for q in QUESTIONS:
       for r in range(4):
@@ -41,8 +41,10 @@ def _write(data, rng, gain_of):
       name = validate_v2.stage3_name(c, seed)
       before = rng.integers(0, 5, len(EVAL)) / 4
       after = np.clip(before + gain_of(c) + rng.normal(0, 0.1, len(EVAL)), 0, 1)
-      pd.DataFrame(dict(question_id=EVAL, before=before, after=after, samples=4)).to_csv(data / f"eval_{name}.csv",
-                                                                                      index=False)
+      gold = rng.normal(-5, 1, len(EVAL))                        # log p(gold answer) before, and after
+      pd.DataFrame(dict(question_id=EVAL, before=before, after=after, samples=4, gold_before=gold,
+                        gold_after=gold + rng.normal(gain_of(c), 0.5, len(EVAL)))).to_csv(data / f"eval_{name}.csv",
+                                                                                          index=False)
       rows.append(dict(configuration=name, spec=spec, stage=3, train_seed=seed, after=after.mean()))
   rows.append(dict(configuration="s1_x", spec="self:answer:reverse_kl", stage=1, train_seed=-1, after=0.5))
   pd.DataFrame(rows).to_csv(data / "runs.csv", index=False)
@@ -69,8 +71,10 @@ def test_stage3_tables_against_pandas_and_scipy(tmp_path):
   runs = pd.read_csv(tmp_path / "runs.csv")
   for c in SPECS:                                    # the mean over replicates of the mean paired difference
     names = [validate_v2.stage3_name(c, k) for k in ((-1, 1) if c == "ext_plain_rkl" else (-1,))]
-    want = np.mean([(lambda e: (e.after - e.before).mean())(pd.read_csv(tmp_path / f"eval_{n}.csv")) for n in names])
+    evals = [pd.read_csv(tmp_path / f"eval_{n}.csv") for n in names]
+    want = np.mean([(e.after - e.before).mean() for e in evals])
     assert np.isclose(gains.loc[c, "gain"], want) and gains.loc[c, "lo"] <= want <= gains.loc[c, "hi"]
+    assert np.isclose(gains.loc[c, "gold_gain"], np.mean([(e.gold_after - e.gold_before).mean() for e in evals]))
     assert gains.loc[c, "replicates"] == len(names)
     assert gains.loc[c, "lowest_after"] == runs[runs.configuration.isin(names)].after.min()
   trained = _trained(nodes, rates)
@@ -85,6 +89,8 @@ def test_stage3_tables_against_pandas_and_scipy(tmp_path):
   assert np.isclose(row.statistic, np.mean(list(rhos.values())))
   assert np.isclose(row.rho_external, rhos["external"]) and np.isclose(row.rho_self, rhos["self"])
   assert 0 < row.p_value <= 1 and row.permutations == 36            # 3! x 3!: exact
+  gold = {s: scipy.stats.spearmanr(trained.loc[cs], gains.loc[cs, "gold_gain"])[0] for s, cs in strata.items()}
+  assert np.isclose(row.statistic_gold, np.mean(list(gold.values()))) and 0 < row.p_value_gold <= 1
   assert row.lo <= row.hi and row.minus_primary == 0 and row.minus_primary_lo == row.minus_primary_hi == 0
   kl = tests.loc["minus_kl_qp"]
   assert np.isclose(kl.minus_primary, kl.statistic - row.statistic)

@@ -29,6 +29,10 @@ def test_a_replicate_keeps_the_pool_and_the_evaluation_and_changes_the_training_
   a, b = tmp_path / "base" / "train", tmp_path / "rep" / "train"
   assert json.loads((a / "eval_questions.json").read_text()) == json.loads((b / "eval_questions.json").read_text())
   np.testing.assert_array_equal(np.load(a / "eval_before.npy"), np.load(b / "eval_before.npy"))
+  np.testing.assert_array_equal(np.load(a / "eval_gold_before.npy"), np.load(b / "eval_gold_before.npy"))
+  gold = [np.load(b / f"eval_gold_{n}.npy") for n in ("before", "step1", "step3")]      # log p(gold answer) [Q]
+  assert all(g.shape == np.load(b / "eval_before.npy").shape[:1] and (g < 0).all() for g in gold)
+  assert not np.array_equal(gold[0], gold[2])                                  # training moved it
   assert pd.read_csv(a / "eval.csv").step.tolist() == [3]                       # eval_every=3, steps=3
   assert pd.read_csv(b / "eval.csv").step.tolist() == [1, 3]                    # eval_at=(1,) and the last step
   t = base.train
