@@ -72,6 +72,21 @@ STAGE3_LAST = [f"ext_{c}_jsd" for c in ("plain", "answer", "solution", "summary"
 STAGE3 = [(c, -1) for c in STAGE3_CORE] + [(c, 1) for c in STAGE3_REPLICATES] + [(c, -1) for c in STAGE3_LAST]
 
 
+def replicate_rule(values: pd.DataFrame, primary: str = v2_analysis.PRIMARY) -> list[str]:
+  """The stage-3 replicates hypothesis.md names, from stage 2's values (stage2.csv): per stratum, the views ranked
+  by `primary` on their reverse-KL configuration, and the reverse-KL configurations of the top view, the bottom one
+  and a third: in the external stratum the no-study rule's (ext_plain_rkl: its regret is a secondary result) unless
+  it is the top or bottom, else (and in the self stratum) the middle view's (position (n - 1) // 2 of n)."""
+  rkl = values[(values.predictor == primary) & (values.divergence == "rkl")]
+  out = []
+  for name in ("external", "self"):
+    ranked = rkl[rkl.stratum == name].sort_values("value", ascending=False).configuration.tolist()
+    third = ("ext_plain_rkl" if name == "external" and "ext_plain_rkl" in ranked[1:-1] else
+             ranked[(len(ranked) - 1) // 2])
+    out += [ranked[0], third, ranked[-1]]
+  return out
+
+
 def stage3_name(configuration: str, train_seed: int) -> str:
   """The run's name: s3_<study configuration>, and _seed<k> for a replicate."""
   return f"s3_{configuration}" + ("" if train_seed < 0 else f"_seed{train_seed}")
