@@ -530,6 +530,11 @@ def test_ratio_calibration_table_is_its_jsonl():
   stop = [c["mean_questions"] / cap for c in cells]
   _says("docs/results.md", f"the study runs fewer questions than the cap: {min(stop):.2f}-{max(stop):.2f} of it in "
         "the calibration below")
+  big = _cells(DATA / "design" / "ratio_calibration_cell0_s4000.jsonl")[0]          # cell 0 again, at 4000 draws
+  assert big["mu"] == cells[0]["mu"] and big["looks"] == cells[0]["looks"]
+  _says("docs/results.md", f"false \"use\" (= the flags' family-wise error) {_wilson(big['false_use'], big['sims'])}, "
+        f"coverage {_wilson(big['coverage'], big['sims'])}; {big['false_use_at'][str(cap)]} of its "
+        f"{sum(big['false_use_at'].values())} false \"use\" came at the cap", f"({big['false_use']:.4f}, MC se")
 
 
 def test_variance_split_and_paper_design_are_the_pilot_and_config():
