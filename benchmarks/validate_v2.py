@@ -67,7 +67,9 @@ RUNS = {
 STAGE3_CORE = [f"{v}_{d}" for d in ("rkl", "fkl") for v in ("ext_plain", "self_solution", "ext_answer", "self_summary",
                                                             "ext_solution", "self_answer", "ext_summary",
                                                             "self_misleading", "self_contrastive")]
-STAGE3_REPLICATES: list[str] = []          # hypothesis.md's rule names them from stage 2 (train_seed 1)
+# hypothesis.md's replicates (train_seed 1): `replicate_rule` on stage2.csv (tests/benchmarks/test_v2_stage3.py)
+STAGE3_REPLICATES = ["ext_answer_rkl", "ext_plain_rkl", "ext_solution_rkl", "self_summary_rkl", "self_solution_rkl",
+                     "self_misleading_rkl"]
 STAGE3_LAST = [f"ext_{c}_jsd" for c in ("plain", "answer", "solution", "summary")]
 STAGE3 = [(c, -1) for c in STAGE3_CORE] + [(c, 1) for c in STAGE3_REPLICATES] + [(c, -1) for c in STAGE3_LAST]
 

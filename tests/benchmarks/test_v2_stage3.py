@@ -141,3 +141,46 @@ def test_a_stage3_run_waits_for_the_hypothesis(tmp_path, capsys):
   assert err.startswith("error: ") and "hypothesis.md" in err and len(err.strip().splitlines()) == 1
   assert validate_v2.pieces(False).index("stage2") < min(validate_v2.pieces(False).index(f"train:{n}")
                                                           for n, r in validate_v2.RUNS.items() if r["stage"] == 3)
+
+
+def test_the_stage3_plan_is_the_hypothesis_rule_on_the_committed_stage2():
+  """The replicates are replicate_rule's on the committed stage2.csv, and the plan holds 22 configurations (12
+  external, 10 self) and 6 replicates, each run once, the strata interleaved."""
+  path = validate_v2.DATA_DIR / "stage2.csv"
+  if not path.exists():
+    pytest.skip(f"{path} is not in this checkout")
+  assert validate_v2.STAGE3_REPLICATES == validate_v2.replicate_rule(pd.read_csv(path))
+  plan = validate_v2.STAGE3
+  names = [validate_v2.stage3_name(c, k) for c, k in plan]
+  assert len(set(names)) == len(names) == 28
+  confs = {c for c, k in plan if k < 0}
+  assert len({c for c in confs if c.startswith("ext_")}) == 12 and len({c for c in confs if c.startswith("self_")}) == 10
+  assert [v2_analysis.stratum(c) for c, _ in plan[:4]] == ["external", "self", "external", "self"]
+  assert all(validate_v2.RUNS[n]["stage"] == 3 and validate_v2.RUNS[n]["teacher_weights"] == "initial" for n in names)
+
+
+def test_hypothesis_tables_are_the_committed_stage2():
+  """hypothesis.md's predicted view ranking and reliabilities are stage2.csv's and stage2_reliability.csv's."""
+  data = validate_v2.DATA_DIR
+  if not (data / "hypothesis.md").exists():
+    pytest.skip("no hypothesis.md in this checkout")
+  text = " ".join((data / "hypothesis.md").read_text().split())
+  values = pd.read_csv(data / "stage2.csv")
+  rows = values[(values.predictor == v2_analysis.PRIMARY) & (values.divergence == "rkl")]
+  for name in ("external", "self"):
+    ranked = rows[rows.stratum == name].sort_values("value", ascending=False)
+    for rank, r in enumerate(ranked.itertuples(), 1):
+      assert f"| {name} | {r.view} | {r.value:.3f} [{r.lo:.3f}, {r.hi:.3f}] | {rank} |" in text, r.view
+  rel = pd.read_csv(data / "stage2_reliability.csv").set_index(["predictor", "stratum"])
+  got = lambda k, col: " / ".join(f"{rel.loc[(k, s), col]:.2f}" for s in ("external", "self"))
+  assert (f"split-half Spearman {got(v2_analysis.PRIMARY, 'split_half_rho')} between random halves of the questions, "
+          f"{got(v2_analysis.PRIMARY, 'spearman_brown')} stepped up") in text
+  for k, label in (("alignment_all", "alignment on all nodes"), ("alignment_incorrect", "on incorrect nodes (the "
+                   "default verdict's)"), ("teacher_advantage", "teacher advantage"), ("minus_kl_qp", "-KL(q||p)")):
+    assert f"{label} {got(k, 'split_half_rho')}" in text, k
+  named = {s: pd.read_csv(data / f"study_verdict_{s}.csv").query("named").configuration.item()
+           for s in ("external", "self")}
+  assert f"{named['external']} in the external stratum, {named['self']} in the self stratum" in text
+  c = pd.read_csv(data / "stage2_contrasts.csv").query("predictor == @v2_analysis.PRIMARY")
+  assert (f"{int(((c.lo > 0) | (c.hi < 0)).sum())} of the {len(c)} within-view pairs have a 95% interval"
+          in text and f"the largest difference {c['diff'].abs().max():.3f}" in text)
