@@ -5,12 +5,19 @@
       --variance_split=docs/data/variance_split/hour.json
   python benchmarks/variance_split.py --estimand=projection --r=4 \\
       --nodes_csv='docs/data/validation/study_nodes_*.csv' --out=docs/data/variance_split/validation.json
+  python benchmarks/variance_split.py --estimand=projection \\
+      --records='docs/data/validation_v2/study_records_*.parquet' --out=docs/data/variance_split/v2_blocks12.json
 
 For every pair of configurations, the paired difference of the estimand at each node of the target group where
 both are defined, from all its continuations and from each half (`success.halves`), gives the three components
 (`estimators.variance.components`: questions, nodes, continuations). Writes one JSON: estimand, target, the
 records' R, the source and per pair the components. The split is the pilot's (its task, models and node rule):
 a design priced with it for another study assumes that study's split is alike.
+
+`--records` reads committed node records with rewards instead of a workdir: a glob of parquet files, each a study
+block's node records as written (benchmarks/validate_v2.py's study_records_<b>.parquet, question ids prefixed
+"<b>:"), pooled: the same split as from a workdir holding the same rows. Blocks must not share a node (a question
+id in two files is refused).
 
 `--nodes_csv` reads node rows without rewards (the validation study's committed docs/data/validation/
 study_nodes_<b>.csv: one row per configuration and node with its projection and teacher advantage, R = 4 by
@@ -70,6 +77,36 @@ def split(rows, estimand: str, target: str) -> dict:
   return {"estimand": estimand, "target": target, "r": r, "pairs": out}
 
 
+def read_node_records(pattern: str):
+  """(rows, paths): the node records of every parquet file matching the glob `pattern`, in path order, as one
+  DataFrame (the rows of `split`).
+
+  Raises:
+    ValueError: no file matches, a file has no `rewards` column, or two rows share (config_id, question_id,
+      rollout_id, position) (blocks whose question ids are not distinct, or one file matched twice).
+  """
+  import glob  # pylint: disable=g-import-not-at-top
+  import pandas as pd  # pylint: disable=g-import-not-at-top
+  paths = sorted(glob.glob(pattern))
+  if not paths:
+    raise ValueError(f"--records={pattern}: no file matches; give a glob of node-record parquet files, e.g. "
+                     "--records='docs/data/validation_v2/study_records_*.parquet'")
+  frames = [pd.read_parquet(p) for p in paths]
+  for p, f in zip(paths, frames):
+    if "rewards" not in f.columns:
+      raise ValueError(f"--records={pattern}: {p} has no rewards column (not node records with every "
+                       "continuation's reward); for node rows without rewards use --nodes_csv with --r")
+  rows = pd.concat(frames, ignore_index=True)
+  key = ["config_id", *common.NODE_KEY]
+  dup = rows.duplicated(subset=key)
+  if dup.any():
+    first = rows.loc[dup, key].iloc[0].to_dict()
+    raise ValueError(f"--records={pattern}: {int(dup.sum())} rows repeat a (config_id, question_id, rollout_id, "
+                     f"position) across {len(paths)} files, e.g. {first}; blocks pooled must have distinct question "
+                     "ids (validate_v2.export_study prefixes them '<block>:')")
+  return rows, paths
+
+
 def split_without_rewards(rows, estimand: str, target: str, r: float) -> dict:
   """The split of node rows that hold `estimand`'s value but no rewards: per pair {"question", "within" (s2_node +
   s2_continuation / r), "node": None, "continuation": None, "questions", "nodes", "r"}.
@@ -105,6 +142,8 @@ def main(argv=None) -> int:
   from opd_jax.report import build  # pylint: disable=g-import-not-at-top
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--workdir", help="a study's workdir (its node records, with rewards)")
+  ap.add_argument("--records", help="instead: a glob of node-record parquet files with rewards (validate_v2.py's "
+                  "study_records_<b>.parquet), pooled")
   ap.add_argument("--nodes_csv", help="instead: a glob of node-row CSVs without rewards (validate_training.py's "
                   "study_nodes_<b>.csv); needs --r")
   ap.add_argument("--r", type=float, default=0.0, help="with --nodes_csv: the continuations per candidate behind them")
@@ -112,8 +151,8 @@ def main(argv=None) -> int:
   ap.add_argument("--estimand", default="alignment_ratio", choices=ESTIMANDS)
   ap.add_argument("--target", default="incorrect", choices=("incorrect", "correct", "all"))
   args = ap.parse_args(argv)
-  if bool(args.workdir) == bool(args.nodes_csv):
-    ap.error("give one of --workdir (records with rewards) or --nodes_csv (node rows without them)")
+  if sum(map(bool, (args.workdir, args.records, args.nodes_csv))) != 1:
+    ap.error("give one of --workdir or --records (node records with rewards) or --nodes_csv (node rows without them)")
   if args.nodes_csv:
     paths = sorted(glob.glob(args.nodes_csv))
     if not paths or not args.r >= 2:
@@ -122,6 +161,13 @@ def main(argv=None) -> int:
     rows = pd.concat([pd.read_csv(p, dtype={"question_id": str}) for p in paths], ignore_index=True)
     got = split_without_rewards(rows, args.estimand, args.target, args.r)
     got["source"] = f"{args.nodes_csv} ({len(paths)} files, {rows['question_id'].nunique()} questions)"
+  elif args.records:
+    try:
+      rows, paths = read_node_records(args.records)
+    except ValueError as e:
+      ap.error(str(e))
+    got = split(rows, args.estimand, args.target)
+    got["source"] = f"{args.records} ({len(paths)} files, {rows['question_id'].nunique()} questions)"
   else:
     got = split(build.read_records(args.workdir), args.estimand, args.target)
     got["source"] = args.workdir
