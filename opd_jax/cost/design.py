@@ -137,17 +137,36 @@ class Choice:
   worst: float                             # the config's own design: its largest variance / target over the pairs
 
 
+def pricer(config, work, chip, chips: int):
+  """(questions, nodes_per_rollout, r) -> `Design` priced by the cost model (`hours` x questions), each (nodes, r)
+  computed once."""
+  per_question = {}
+
+  def price(q: int, n: int, r: int) -> Design:
+    if (n, r) not in per_question:
+      per_question[n, r] = hours(config, work, chip, chips, nodes_per_rollout=n, r=r)
+    return Design(questions=q, nodes_per_rollout=n, r=r, hours=per_question[n, r] * q)
+  return price
+
+
+def cheapest_priced(price, split: dict[str, variance.Components], targets: dict[str, float], costs,
+                    node_rollouts: int, group_rollouts: float | None = None) -> Design:
+  """The least of the cost model's prices (`price`, from `pricer`) of the PRICED cheapest `designs` by the linear
+  cost: the linear fit is exact at its three budgets only (decode batches round up)."""
+  return min((price(q, n, r) for _, q, n, r in designs(split, targets, costs, node_rollouts,
+                                                       group_rollouts)[:PRICED]), key=lambda d: d.hours)
+
+
 def choose(config, work, chip, chips: int, path, field: str = "--variance_split") -> Choice:
-  """The cheapest design (`cheapest`) for the precision of `reference(config)` under the split at `path`, priced
-  by the cost model (`hours`) on `chips` x `chip`."""
+  """The cheapest design (`cheapest_priced`) for the precision of `reference(config)` under the split at `path`,
+  priced by the cost model (`hours`) on `chips` x `chip`."""
   meta, split = read_split(path, field)
   b = config.budget
   q0, n0, r0 = reference(config)
   g = group_rollouts(config, meta.get("target", "incorrect"))
   targets = {k: s.variance(q0, n0 * g, r0) for k, s in split.items()}
   costs = unit_costs(config, work, chip, chips)
-  price = lambda q, n, r: Design(questions=q, nodes_per_rollout=n, r=r,
-                                 hours=hours(config, work, chip, chips, nodes_per_rollout=n, r=r) * q)
+  price = pricer(config, work, chip, chips)
   ends = {}
   if meta["ends"]:
     for end in ENDS:
@@ -155,11 +174,54 @@ def choose(config, work, chip, chips: int, path, field: str = "--variance_split"
       ends[end] = price(*cheapest(part, targets, costs, b.node_rollouts_per_question, g)[:3])
   worst = max(s.variance(b.questions, b.nodes_per_rollout * g, b.continuations_per_candidate) / targets[k]
               for k, s in split.items())
-  # The linear fit is exact at its three budgets only (decode batches round up): the cost model prices its PRICED
-  # cheapest designs and the least of those is chosen.
-  priced = [price(q, n, r) for _, q, n, r in designs(split, targets, costs, b.node_rollouts_per_question, g)[:PRICED]]
-  return Choice(chosen=min(priced, key=lambda d: d.hours),
+  return Choice(chosen=cheapest_priced(price, split, targets, costs, b.node_rollouts_per_question, g),
                 fixed=price(q0, n0, r0), costs=costs, meta=meta, pairs=meta["pairs"], ends=ends, worst=worst)
+
+
+def cochran_optimum(s: variance.Components, costs, node_rollouts: int,
+                    group_rollouts: float | None = None) -> tuple[float, float]:
+  """(r*, nodes_per_rollout*): the continuous optimum of one pair's three-stage sample (Cochran 1977, ch. 10.8).
+
+  With per-question cost c_q + n M (c_n + r c_c) (n nodes per rollout, M = `node_rollouts` costed) and variance
+  (s2_q + (s2_n + s2_c / r) / (n g)) / Q (g = `group_rollouts` of them in the split's node group):
+  r* = sqrt(s2_c c_n / (s2_n c_c)) and n* g = sqrt((s2_n + s2_c / r*) c_q / (s2_q (M / g) (c_n + r* c_c))).
+  Edge cases: s2_n = 0 < s2_c gives r* = inf and n* = 0 (only n r matters: as few nodes as possible, each run
+  long); s2_c = s2_n = 0 gives r* = nan; s2_q = 0 gives n* = inf (as few questions as possible).
+  """
+  c_q, c_n, c_c = costs
+  g = node_rollouts if group_rollouts is None else group_rollouts
+  if s.node > 0:
+    r = math.sqrt(s.continuation * c_n / (s.node * c_c))
+  else:
+    r = math.inf if s.continuation > 0 else math.nan
+  if s.question <= 0:
+    return r, math.inf
+  if math.isinf(r):
+    return r, 0.0
+  within = s.node + (s.continuation / r if s.continuation > 0 else 0.0)
+  per_node = node_rollouts / g * (c_n + (0.0 if math.isnan(r) else r) * c_c)
+  return r, math.sqrt(within * c_q / (s.question * per_node)) / g
+
+
+def pair_table(split: dict[str, variance.Components], reference: tuple[int, int, int], costs, node_rollouts: int,
+               group_rollouts: float, chosen: Design) -> list[dict]:
+  """Per pair, what sets a design's questions (issue 48's diagnosis), in `split`'s order: its components; the
+  target, its variance at `reference` (questions, nodes_per_rollout, R: the fixed design), and the continuation
+  share of that; the questions it alone needs at `chosen`'s nodes_per_rollout and r ("needs"; "binding" where
+  that is `chosen.questions`); Cochran's continuous optimum (`cochran_optimum`); its own cheapest grid design by the
+  linear cost (own_questions, own_nodes_per_rollout, own_r, own_hours_linear)."""
+  q0, n0, r0 = reference
+  g, out = group_rollouts, []
+  for k, s in split.items():
+    target = s.variance(q0, n0 * g, r0)
+    q, n, r, cost = cheapest({k: s}, {k: target}, costs, node_rollouts, g)
+    need = math.ceil(s.variance(1, chosen.nodes_per_rollout * g, chosen.r) / target - 1e-9)
+    r_star, n_star = cochran_optimum(s, costs, node_rollouts, g)
+    out.append(dict(pair=k, question=s.question, node=s.node, continuation=s.continuation, target=target,
+                    continuation_share=s.continuation / (q0 * n0 * g * r0) / target if target > 0 else math.nan,
+                    needs=need, binding=need >= chosen.questions, r_star=r_star, nodes_per_rollout_star=n_star,
+                    own_questions=q, own_nodes_per_rollout=n, own_r=r, own_hours_linear=cost))
+  return out
 
 
 def _design(d: Design) -> str:

@@ -152,3 +152,41 @@ def test_bad_design_fields_are_one_line_naming_the_field():
   c.budget.pilot = "nowhere.json"
   with pytest.raises(ValueError, match=r"^config.budget.pilot=nowhere.json: not a variance split .*pilot=''"):
     looks.validate(c)
+
+
+def test_cochrans_continuous_optimum_is_the_least_cost_times_variance_and_its_edge_cases():
+  """r* and nodes_per_rollout* against a brute-force search of cost x variance per question (Q cancels), with 4
+  node rollouts costed of which 2 hold the split's nodes."""
+  s = _split(question=0.002, node=0.03, continuation=0.5)
+  costs, rollouts, g = (0.05, 0.004, 0.0005), 4, 2
+  r, n = design.cochran_optimum(s, costs, rollouts, g)
+  rs, ns = np.meshgrid(np.geomspace(0.5, 200, 1200), np.geomspace(0.05, 200, 1200), indexing="ij")
+  f = (costs[0] + ns * rollouts * (costs[1] + rs * costs[2])) * (s.question + (s.node + s.continuation / rs) / (ns * g))
+  i, j = np.unravel_index(np.argmin(f), f.shape)
+  assert r == pytest.approx(rs[i, j], rel=0.02) and n == pytest.approx(ns[i, j], rel=0.02), (r, rs[i, j], n, ns[i, j])
+  assert design.cochran_optimum(_split(question=0.002, node=0.0, continuation=0.5), costs, rollouts, g) == (
+      math.inf, 0.0)
+  assert design.cochran_optimum(_split(question=0.0, node=0.03, continuation=0.5), costs, rollouts, g)[1] == math.inf
+  r, n = design.cochran_optimum(_split(question=0.0, node=0.0, continuation=0.0), costs, rollouts, g)
+  assert math.isnan(r) and n == math.inf
+
+
+def test_the_pair_table_counts_each_pairs_questions_at_the_chosen_design():
+  """needs: the least Q (a loop) whose variance is at most the target at the chosen nodes and r; binding: those
+  that need all its questions; own design: `cheapest` of the pair alone; continuation share: by hand."""
+  split = {"a - b": _split(question=0.001, node=0.02, continuation=0.4),
+           "a - c": _split(question=0.0, node=0.01, continuation=0.9),
+           "b - c": _split(question=0.004, node=0.001, continuation=0.01)}
+  costs, ref = (0.05, 0.004, 0.0005), (100, 8, 32)
+  targets = {k: s.variance(100, 8 * 2, 32) for k, s in split.items()}
+  q, n, r, _ = design.cheapest(split, targets, costs, node_rollouts=4, group_rollouts=2)
+  chosen = design.Design(questions=q, nodes_per_rollout=n, r=r, hours=0.0)
+  rows = design.pair_table(split, ref, costs, 4, 2, chosen)
+  for row, (k, s) in zip(rows, split.items()):
+    need = next(x for x in range(1, 10 ** 6) if s.variance(x, n * 2, r) <= targets[k] * (1 + 1e-12))
+    assert row["pair"] == k and row["needs"] == need and row["binding"] == (need == q)
+    assert row["target"] == pytest.approx(targets[k])
+    assert row["continuation_share"] == pytest.approx(s.continuation / (100 * 16 * 32) / targets[k])
+    assert (row["own_questions"], row["own_nodes_per_rollout"], row["own_r"]) == design.cheapest(
+        {k: s}, targets, costs, 4, 2)[:3]
+  assert max(row["needs"] for row in rows) == q and any(row["binding"] for row in rows)
