@@ -61,9 +61,9 @@ def test_subsampled_counts_come_from_the_records_rewards():
   assert not np.allclose(np.nan_to_num(again["alignment"]), np.nan_to_num(rows.alignment.to_numpy(float)))
 
 
-def _study_rows(n_questions=8):
+def _study_rows(n_questions=8, seed=5):
   """Node rows of n_questions one-rollout questions, two configurations of one view (reverse and forward KL)."""
-  rng = np.random.default_rng(5)
+  rng = np.random.default_rng(seed)
   confs = [contexts.parse("rkl", "t:plain:reverse_kl"), contexts.parse("fkl", "t:plain:forward_kl")]
   out = []
   for i in range(n_questions):
@@ -137,3 +137,30 @@ def test_the_estimand_field_is_checked_first_and_leaves_older_studies_resumable(
   config.report.estimand = "cos"
   with pytest.raises(ValueError, match=r"^config\.report\.estimand must be one of"):
     preflight.validate(config)
+
+
+def test_records_files_give_the_workdirs_numbers_on_the_same_rows(tmp_path, capsys):
+  import json  # pylint: disable=g-import-not-at-top
+  nodes_dir = tmp_path / "study" / "records" / "nodes"
+  nodes_dir.mkdir(parents=True)
+  for b in (1, 2):                          # two blocks, ids prefixed "<block>:" as validate_v2 exports them
+    rows = _study_rows(4, seed=b).assign(question_id=lambda t, b=b: f"{b}:" + t.question_id)
+    rows.to_parquet(nodes_dir / f"part-{b:05d}.parquet")
+    rows.to_parquet(tmp_path / f"study_records_{b}.parquet")
+  flags = ["--r=2", "--draws=3", "--target=all"]
+  a = fc.main([f"--workdir={tmp_path / 'study'}", *flags])
+  b = fc.main([f"--records={tmp_path / 'study_records_*.parquet'}", *flags, f"--out={tmp_path / 'out.json'}"])
+  assert a.pop("workdir") == str(tmp_path / "study") and b.pop("records") == str(tmp_path / "study_records_*.parquet")
+  a.pop("seconds"), b.pop("seconds")
+  assert json.dumps(a, default=float) == json.dumps(b, default=float)
+  for name in ("alignment", "projection"):  # the subsample moved something: the comparison is not of constants
+    assert a[name]["max_diff_shift"][2] > 0 and a[name]["max_diff_shift"][4] == 0
+  kept = json.loads((tmp_path / "out.json").read_text())
+  assert kept["configs"] == 2 and kept["R"] == 4 and "2 files" in kept["records"] and "8 questions" in kept["records"]
+  assert kept["command"].startswith("python benchmarks/fewer_continuations.py --records=")
+  assert "pairs" not in kept["alignment_ratio"] and kept["projection"]["max_diff_shift_se"]["2"] > 0
+  with pytest.raises(SystemExit):
+    fc.main([f"--workdir={tmp_path / 'study'}", f"--records={tmp_path / 'study_records_*.parquet'}"])
+  with pytest.raises(SystemExit):
+    fc.main([f"--records={tmp_path / 'none_*.parquet'}"])
+  assert "error: --records=" in capsys.readouterr().err
