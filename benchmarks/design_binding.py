@@ -59,7 +59,7 @@ def select(name: str, split: dict, targets: dict, floor_var: float, leader: str,
   if name == "every pair":
     keep, tg = split, targets
   elif name == "pairs above the floor":
-    keep = {k: s for k, s in split.items() if targets[k] > floor_var}
+    keep = {k: split[k] for k in design.above_floor(targets, floor_var)}
     tg = targets
   elif name == "every pair, floored":
     keep, tg = split, {k: max(t, floor_var) for k, t in targets.items()}
@@ -74,18 +74,8 @@ def select(name: str, split: dict, targets: dict, floor_var: float, leader: str,
   return keep, {k: tg[k] for k in keep}
 
 
-def binding(split: dict, targets: dict, d: design.Design, g: float) -> list[str]:
-  """The pairs of `split` that need all of design `d`'s questions at its nodes_per_rollout and r (every pair when
-  `d` is the reference design itself)."""
-  need = {k: math.ceil(s.variance(1, d.nodes_per_rollout * g, d.r) / targets[k] - 1e-9) for k, s in split.items()}
-  return [k for k, q in need.items() if q >= max(need.values())]
-
-
-def demanding(split: dict, targets: dict, costs, node_rollouts: int, g: float) -> list[tuple[float, str]]:
-  """(own linear cost, pair) of every pair, most demanding first: the cost of the cheapest design for that pair
-  alone (`design.cheapest`), a lower bound of any criterion's cost that includes it."""
-  return sorted(((design.cheapest({k: s}, {k: targets[k]}, costs, node_rollouts, g)[3], k) for k, s in split.items()),
-                reverse=True)
+binding = design.binding          # the pairs that need all of a design's questions (one home: cost/design.py)
+demanding = design.demanding      # (own linear cost, pair), most demanding first
 
 
 def names(pairs: list[str], most: int = 6) -> str:
@@ -110,7 +100,8 @@ def resampled(wide, configs, r: float, boot: int, seed: int):
 
 
 def explain(rows, wide, configs, r: float, scale: float, meta: dict, config, cost_model: str, prefix: str,
-            floor_fraction: float = 0.25, boot: int = 0, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+            floor_fraction: float = design.FLOOR_FRACTION, boot: int = 0,
+            seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
   """Writes <prefix>_binding.csv and <prefix>_criteria.csv (the module's docstring) and returns them.
 
   Args:
@@ -126,8 +117,7 @@ def explain(rows, wide, configs, r: float, scale: float, meta: dict, config, cos
   from opd_jax.cost import estimate  # pylint: disable=g-import-not-at-top
   from opd_jax.report import decision  # pylint: disable=g-import-not-at-top
   verdict = config.report.get("estimand", "alignment")
-  unit = {("projection", "alignment_ratio"): scale, ("projection", "projection"): 1.0,
-          ("alignment_ratio", "alignment_ratio"): 1.0}.get((meta["estimand"], verdict))
+  unit = design.verdict_unit(meta["estimand"], verdict, scale)
   if unit is None:
     raise ValueError(f"--explain: a split of {meta['estimand']!r} cannot be put in the verdict's units "
                      f"(config.report.estimand={verdict!r}); split --estimand=projection or alignment_ratio")
@@ -155,7 +145,7 @@ def explain(rows, wide, configs, r: float, scale: float, meta: dict, config, cos
   table.insert(6, "se_fixed_verdict", table.se_fixed / unit)
   table["same_view"] = [view[x] == view[y] for x, y in zip(a, b)]
   table["vs_leader"] = [leader in (x, y) for x, y in zip(a, b)]
-  table["above_floor"] = table.target > floor_var
+  table["above_floor"] = table.pair.isin(design.above_floor(targets, floor_var))
   table["own_hours_linear_fraction"] = table.own_hours_linear / fixed_linear
 
   crit = []
@@ -167,7 +157,7 @@ def explain(rows, wide, configs, r: float, scale: float, meta: dict, config, cos
     d = design.cheapest_priced(price, pairs, tg, costs, m, g)
     lin = design.cheapest(pairs, tg, costs, m, g)
     tied = binding(pairs, tg, d, g)
-    top = [k for c, k in demanding(pairs, tg, costs, m, g) if c >= lin[3] * 0.99]
+    top = design.setters(pairs, tg, costs, m, g)
     crit.append(dict(criterion=name, pairs=len(pairs), questions=d.questions, nodes_per_rollout=d.nodes_per_rollout,
                      r=d.r, hours=d.hours, fraction=d.hours / fixed.hours, hours_linear=lin[3],
                      fraction_linear=lin[3] / fixed_linear,

@@ -200,7 +200,8 @@ def main(argv=None) -> dict:
   configs = list(dict.fromkeys(rows["config_id"]))
   print(f"{source}: {rows['question_id'].nunique()} questions, {len(rewards)} nodes, R = {full_r}, "
         f"{len(configs)} configurations, target group {args.target}, {args.draws} draws per r")
-  summary = {"records" if args.records else "workdir": source, "R": full_r, "target": args.target, "draws": args.draws, "configs": configs}
+  summary = {"records" if args.records else "workdir": source, "R": full_r, "target": args.target,
+             "draws": args.draws, "configs": configs}
   for name in ESTIMANDS:
     per_r = {}
     for r, ds in draws.items():

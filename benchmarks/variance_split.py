@@ -12,8 +12,9 @@
 For every pair of configurations, the paired difference of the estimand at each node of the target group where
 both are defined, from all its continuations and from each half (`success.halves`), gives the three components
 (`estimators.variance.components`: questions, nodes, continuations). Writes one JSON: estimand, target, the
-records' R, the source and per pair the components. The split is the pilot's (its task, models and node rule):
-a design priced with it for another study assumes that study's split is alike.
+records' R, the source, the alignment ratio's scale S of the target group ("scale", with rewards only: the dry
+run's floor is in the verdict's units, cost/design.py) and per pair the components. The split is the pilot's (its
+task, models and node rule): a design priced with it for another study assumes that study's split is alike.
 
 `--records` reads committed node records with rewards instead of a workdir: a glob of parquet files, each a study
 block's node records as written (benchmarks/validate_v2.py's study_records_<b>.parquet, question ids prefixed
@@ -44,6 +45,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from opd_jax import records  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.cost import design  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.estimators import success  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.estimators import variance  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.report import common  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -175,8 +177,8 @@ def main(argv=None) -> int:
   ap.add_argument("--config", default="configs/teacher_sweep.py:paper", help="with --explain: the study config "
                   "whose design is chosen")
   ap.add_argument("--cost_model", default="h200", help="with --explain: the accelerator that prices it")
-  ap.add_argument("--floor_fraction", type=float, default=0.25, help="with --explain: the floor on a pair's "
-                  "fixed-design standard error, as a fraction of config.report.min_effect")
+  ap.add_argument("--floor_fraction", type=float, default=design.FLOOR_FRACTION, help="with --explain: the floor "
+                  "on a pair's fixed-design standard error, as a fraction of config.report.min_effect")
   ap.add_argument("--boot", type=int, default=0, help="with --explain: resamples of the pilot's questions")
   ap.add_argument("--seed", type=int, default=0)
   args = ap.parse_args(argv)
@@ -203,7 +205,7 @@ def main(argv=None) -> int:
       rows, source = build.read_records(args.workdir), args.workdir
     wide, configs, r, scale = differences(rows, args.estimand, args.target)
     pairs = {k: v.__dict__ for k, v in pair_components(wide, configs, r).items()}
-    got = {"estimand": args.estimand, "target": args.target, "r": r, "pairs": pairs, "source": source}
+    got = {"estimand": args.estimand, "target": args.target, "r": r, "scale": scale, "pairs": pairs, "source": source}
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   with open(args.out, "w") as f:
     json.dump(got, f, indent=1)

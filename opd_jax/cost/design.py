@@ -20,6 +20,13 @@ config's design replaces, or else the config's own design. A pilot without rewar
 continuation share of the within-question variance unknown) gives each pair at both ends of that share, all
 between nodes or all continuation noise at the pilot's R; a design that reaches the target at both ends reaches it
 at every share between (its variance and the target's are both linear in the share).
+
+The floor: the every-pair criterion asks even pairs whose fixed-design standard error is far below anything the
+verdict resolves (e.g. two divergences of one view, almost pure continuation noise) to keep it, and such a pair
+alone can ask for the fixed design's whole continuation budget. `floored` prices, beside it, the design for the
+pairs whose fixed-design standard error, in the verdict's units (config.report.estimand: a projection split over
+the alignment ratio's scale S, the split's "scale"), is above FLOOR_FRACTION x config.report.min_effect, and names
+the pairs that set the every-pair hours (`setters`) with their standard errors.
 """
 from __future__ import annotations
 
@@ -32,6 +39,8 @@ R_GRID = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 NODES_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 ENDS = ("no continuation noise", "all continuation noise")   # the two ends of an unknown continuation share
 PRICED = 6               # the cheapest designs by the linear cost that the cost model prices (`choose`)
+FLOOR_FRACTION = 0.25    # the floor on a pair's fixed-design standard error, of config.report.min_effect (`floored`)
+SETS_WITHIN = 0.01       # a pair "sets" a design's hours when its own cheapest costs >= (1 - this) of it (`setters`)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -135,6 +144,7 @@ class Choice:
   pairs: int                               # pairs of configurations in the split
   ends: dict[str, Design]                  # with an unknown continuation share: the cheapest at each end alone
   worst: float                             # the config's own design: its largest variance / target over the pairs
+  floor: dict = dataclasses.field(default_factory=dict)   # `floored`'s read-out ({} when not asked)
 
 
 def pricer(config, work, chip, chips: int):
@@ -174,8 +184,86 @@ def choose(config, work, chip, chips: int, path, field: str = "--variance_split"
       ends[end] = price(*cheapest(part, targets, costs, b.node_rollouts_per_question, g)[:3])
   worst = max(s.variance(b.questions, b.nodes_per_rollout * g, b.continuations_per_candidate) / targets[k]
               for k, s in split.items())
+  report = config.get("report", {})
+  floor = floored(price, split, targets, costs, b.node_rollouts_per_question, g, meta,
+                  verdict=report.get("estimand", "alignment"), min_effect=float(report.get("min_effect", 0.0)))
   return Choice(chosen=cheapest_priced(price, split, targets, costs, b.node_rollouts_per_question, g),
-                fixed=price(q0, n0, r0), costs=costs, meta=meta, pairs=meta["pairs"], ends=ends, worst=worst)
+                fixed=price(q0, n0, r0), costs=costs, meta=meta, pairs=meta["pairs"], ends=ends, worst=worst,
+                floor=floor)
+
+
+def verdict_unit(estimand: str, verdict: str, scale: float | None) -> float | None:
+  """Split units per verdict unit (a split's standard error over this is in the verdict's units): 1 for the same
+  estimand, the alignment ratio's scale S for a projection split read by a verdict on the alignment ratio (the ratio
+  is the projection over S); None when the units cannot be converted (another pair, or no finite S > 0)."""
+  if estimand == verdict:
+    return 1.0
+  if (estimand, verdict) == ("projection", "alignment_ratio") and scale is not None and math.isfinite(
+      float(scale)) and float(scale) > 0:
+    return float(scale)
+  return None
+
+
+def above_floor(targets: dict[str, float], floor_var: float) -> list[str]:
+  """The pairs whose target (fixed-design variance, the split's units) is above `floor_var` (the floor squared,
+  in the split's units)."""
+  return [k for k, t in targets.items() if t > floor_var]
+
+
+def demanding(split: dict[str, variance.Components], targets: dict[str, float], costs, node_rollouts: int,
+              group_rollouts: float | None = None) -> list[tuple[float, str]]:
+  """(own linear cost, pair) of every pair, most demanding first: the cost of the cheapest design for that pair
+  alone (`cheapest`), a lower bound of the cost of any criterion that includes it."""
+  return sorted(((cheapest({k: s}, {k: targets[k]}, costs, node_rollouts, group_rollouts)[3], k)
+                 for k, s in split.items()), reverse=True)
+
+
+def setters(split: dict[str, variance.Components], targets: dict[str, float], costs, node_rollouts: int,
+            group_rollouts: float | None = None, within: float = SETS_WITHIN) -> list[str]:
+  """The pairs that set the cost of the cheapest design for all of `split` (`cheapest`): those whose own cheapest
+  design (`demanding`) costs at least (1 - within) of it, most demanding first."""
+  cost = cheapest(split, targets, costs, node_rollouts, group_rollouts)[3]
+  return [k for c, k in demanding(split, targets, costs, node_rollouts, group_rollouts) if c >= cost * (1 - within)]
+
+
+def binding(split: dict[str, variance.Components], targets: dict[str, float], d: Design,
+            group_rollouts: float) -> list[str]:
+  """The pairs of `split` that need all of design `d`'s questions at its nodes_per_rollout and r (every pair when
+  `d` is the reference design itself)."""
+  need = {k: math.ceil(s.variance(1, d.nodes_per_rollout * group_rollouts, d.r) / targets[k] - 1e-9)
+          for k, s in split.items()}
+  return [k for k, q in need.items() if q >= max(need.values())]
+
+
+def floored(price, split: dict[str, variance.Components], targets: dict[str, float], costs, node_rollouts: int,
+            group_rollouts: float, meta: dict, *, verdict: str, min_effect: float,
+            fraction: float = FLOOR_FRACTION) -> dict:
+  """The design for the pairs above the floor `fraction` x `min_effect` (verdict units) and what sets the every-pair
+  design's hours. {} when min_effect <= 0; {"floor", "unit": None} when the split's units cannot be put in the
+  verdict's (`verdict_unit`); else {"floor", "unit", "above" (pairs above it; with an unknown continuation share a
+  pair counts when either end is), "design" (`cheapest_priced` of them; None when none is), "setters" (`setters` of
+  every pair), "setters_se" (their largest fixed-design standard error, verdict units), "top" (the most demanding
+  pair) and "top_se", "missed" (pairs below the floor that need more questions than "design" at its nodes and r)}."""
+  if not min_effect > 0:
+    return {}
+  floor = fraction * min_effect
+  unit = verdict_unit(meta.get("estimand", "?"), verdict, meta.get("scale"))
+  if unit is None:
+    return {"floor": floor, "unit": None}
+  floor_var = (floor * unit) ** 2
+  keep = above_floor(targets, floor_var)
+  base = lambda k: k.rsplit(" [", 1)[0] if meta.get("ends") else k
+  se = lambda k: math.sqrt(targets[k]) / unit
+  top = setters(split, targets, costs, node_rollouts, group_rollouts)
+  out = {"floor": floor, "unit": unit, "above": len({base(k) for k in keep}), "design": None, "setters": top,
+         "setters_se": max(se(k) for k in top), "top": top[0], "top_se": se(top[0]), "missed": 0}
+  if keep:
+    d = cheapest_priced(price, {k: split[k] for k in keep}, {k: targets[k] for k in keep}, costs, node_rollouts,
+                        group_rollouts)
+    out["design"] = d
+    out["missed"] = len({base(k) for k, s in split.items() if k not in keep and s.variance(
+        d.questions, d.nodes_per_rollout * group_rollouts, d.r) > targets[k] * (1 + 1e-9)})
+  return out
 
 
 def cochran_optimum(s: variance.Components, costs, node_rollouts: int,
@@ -257,4 +345,30 @@ def describe(config, work, chip, chips: int, path, field: str = "--variance_spli
            "benchmarks/variance_split.py --workdir=<its records>")
   out.append(f"  hours for R={f.r}'s precision: {d.hours:.3g} ({d.hours / f.hours:.3g} of the fixed design's "
              f"{f.hours:.3g} h{why})")
+  if c.floor:
+    out.append(_floor_line(c, config.report.get("estimand", "alignment")))
   return out
+
+
+def _floor_line(c: Choice, verdict: str) -> str:
+  """The dry run's line for `floored`: the design for the pairs above the floor and why the every-pair hours are
+  what they are."""
+  fl, f = c.floor, c.fixed
+  head = (f"  hours for R={f.r}'s precision on the pairs whose fixed-design SE is above a floor of {fl['floor']:.3g} "
+          f"(report.min_effect x {FLOOR_FRACTION:g}, {verdict} units)")
+  if fl["unit"] is None:
+    return (f"{head}: not priced: this split of {c.meta.get('estimand', '?')} has no scale to put it in {verdict} "
+            "units (a split of records with rewards has one: benchmarks/variance_split.py --records or --workdir)")
+  if fl["design"] is None:
+    return f"{head}: none of the {c.pairs} pairs is above it (any design reaches the floor)"
+  d, n = fl["design"], len(fl["setters"])
+  who = (f"{fl['top']}, whose own cheapest design costs" if n == 1 else
+         f"{n} pairs, the most demanding {fl['top']} at {fl['top_se']:.2g}, whose own cheapest designs cost")
+  who += f" >= {1 - SETS_WITHIN:g} of them"
+  why = (f"the pairs that set the every-pair hours ({who}) have "
+         f"fixed-design SE <= {fl['setters_se']:.2g}, below the floor; {fl['missed']} of the {c.pairs - fl['above']} "
+         "pairs below it need more than this design" if fl["setters_se"] <= fl["floor"] else
+         f"the pairs that set the every-pair hours ({who}) reach SE {fl['setters_se']:.2g}, above the floor")
+  return (f"{head}, {fl['above']} of {c.pairs} pairs: {d.hours:.3g} ({d.hours / f.hours:.3g} of the fixed design's "
+          f"{f.hours:.3g} h; {d.questions} questions, nodes_per_rollout {d.nodes_per_rollout}, r = {d.r}); {why}")
+

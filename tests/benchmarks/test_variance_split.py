@@ -57,6 +57,8 @@ def test_records_files_give_the_workdirs_split_one_block_and_pooled(tmp_path):
   source, got = _run(tmp_path, "r12", f"--records={tmp_path / 'study_records_*.parquet'}")
   assert got == want and source.endswith("(2 files, 8 questions)")
   assert all(v["questions"] == 8 and v["nodes"] == 24 for v in got["pairs"].values())
+  rows = pd.concat([pd.read_parquet(tmp_path / f"study_records_{b}.parquet") for b in (1, 2)], ignore_index=True)
+  assert got["scale"] == variance_split.differences(rows, "projection", "incorrect")[3] > 0   # the ratio's S
   # the pooled split is not either block's: pooling adds rows, it does not pick a file
   assert got["pairs"] != _run(tmp_path, "r2", f"--records={tmp_path / 'study_records_2.parquet'}")[1]["pairs"]
 

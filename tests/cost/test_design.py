@@ -190,3 +190,47 @@ def test_the_pair_table_counts_each_pairs_questions_at_the_chosen_design():
     assert (row["own_questions"], row["own_nodes_per_rollout"], row["own_r"]) == design.cheapest(
         {k: s}, targets, costs, 4, 2)[:3]
   assert max(row["needs"] for row in rows) == q and any(row["binding"] for row in rows)
+
+
+def test_the_floor_line_prices_the_pairs_above_it_and_names_the_pure_continuation_pair_that_sets_every_pair(
+    tmp_path, monkeypatch):
+  """A pair of pure continuation noise far below the floor (report.min_effect / 4 on the ratio's scale: the
+  projection split over its "scale" S) keeps the every-pair design at the fixed one (its variance falls only with
+  questions x nodes x r, and the other pair needs the fixed design's questions); the pairs above the floor alone
+  need far less, and the line says which pair set the every-pair hours."""
+  from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
+  config = teacher_sweep.get_config("paper")
+  _linear_hours(monkeypatch)
+  size = dict(questions=80, nodes=400, r=12.0)
+  pairs = {"a - b": dict(question=0.2, node=0.0, continuation=0.0, **size),          # SE 0.045 / S at the fixed
+           "a - c": dict(question=0.0, node=0.0, continuation=1.0, **size)}          # SE ~0.002 / S
+  path = tmp_path / "split.json"
+  path.write_text(json.dumps({"estimand": "projection", "target": "incorrect", "r": 12.0, "scale": 2.0,
+                              "pairs": pairs}))
+  c = design.choose(config, None, None, 1, str(path))
+  fixed = (c.fixed.questions, c.fixed.nodes_per_rollout, c.fixed.r)
+  assert fixed == (100, 16, 64) and (c.chosen.questions, c.chosen.nodes_per_rollout, c.chosen.r) == fixed
+  fl, g = c.floor, design.group_rollouts(config, "incorrect")
+  assert fl["floor"] == pytest.approx(0.0125) and fl["unit"] == 2.0 and fl["above"] == 1
+  d = fl["design"]
+  assert d.hours < 0.2 * c.fixed.hours and fl["setters"] == ["a - c"] and fl["missed"] == 1
+  want = math.sqrt(1.0 / (100 * 16 * g * 64)) / 2.0                                  # a - c's SE, ratio units
+  assert fl["setters_se"] == pytest.approx(want) and fl["top_se"] == pytest.approx(want) and want < 0.0125
+  ab = variance.Components(**pairs["a - b"])
+  assert ab.variance(d.questions, d.nodes_per_rollout * g, d.r) <= ab.variance(100, 16 * g, 64) * (1 + 1e-9)
+  lines = design.describe(config, None, None, 1, str(path))
+  i = next(i for i, l in enumerate(lines) if l.startswith("  hours for R=64's precision: "))
+  assert lines[i].startswith(f"  hours for R=64's precision: {c.fixed.hours:.3g} (1 of the fixed design's")
+  assert lines[i + 1].startswith("  hours for R=64's precision on the pairs whose fixed-design SE is above a floor "
+                                 "of 0.0125 (report.min_effect x 0.25, alignment_ratio units), 1 of 2 pairs: "
+                                 f"{d.hours:.3g} (") and len(lines) == i + 2
+  assert f"the pairs that set the every-pair hours (a - c, whose own cheapest design costs >= 0.99 of them) have fixed-design SE <= " \
+         f"{want:.2g}, below the floor; 1 of the 1 pairs below it need more than this design" in lines[i + 1]
+  pairs["a - c"]["continuation"] = 1e6                                             # now above the floor: it sets
+  path.write_text(json.dumps({"estimand": "projection", "target": "incorrect", "scale": 2.0, "pairs": pairs}))
+  assert design.choose(config, None, None, 1, str(path)).floor["above"] == 2
+  assert "above the floor" in design.describe(config, None, None, 1, str(path))[-1]
+  path.write_text(json.dumps({"estimand": "projection", "target": "incorrect", "pairs": pairs}))   # no S
+  assert "not priced: this split of projection has no scale" in design.describe(config, None, None, 1, str(path))[-1]
+  config.report.min_effect = 0.0                                                       # no floor: no line
+  assert design.describe(config, None, None, 1, str(path))[-1].startswith("  hours for R=64's precision: ")
