@@ -39,7 +39,11 @@ within-question variance is not measured and the design holds at both ends of it
 prints the choice, `hours for R=64's precision: 15.8` beside the fixed design's 69.5 h (not a tenth of it: at the
 end without continuation noise 5.99 h would do; a pilot with rewards, `benchmarks/variance_split.py
 --workdir=<its records>` and `--config.budget.pilot=<its JSON>`, measures the share; docs/results.md). The split is
-the pilot's task and models: the design assumes the paper-scale study's is alike.
+the pilot's task and models: the design assumes the paper-scale study's is alike. With the pilot with rewards,
+`--config.budget.pilot=docs/data/variance_split/v2_blocks1234.json` (validation v2's 80 questions, R = 12), every
+pair asks for the fixed design itself (69.5 h: one pair of pure continuation noise, far below any effect the verdict
+acts on, sets it); a second line prices the pairs above a floor of report.min_effect / 4: 7.68 h (0.111), and
+docs/results.md says why a tenth is out of reach on this cost model.
 
 The fixed design is one override away, `:paper_fixed` (the `:paper` of before issue 48: 100 questions, 16 nodes
 per rollout, R = 64, the per-node cosine, no looks; its config name, hash and default workdir are that `:paper`'s,

@@ -688,3 +688,36 @@ def test_stage1_outcomes_table_is_runs_csv_and_stage1_csv():
     row = _row(path, f"| {name} |")
     assert row == (f"| {name} | {_ci(r['diff'], r.lo, r.hi)} | {r.last_loss:.3f} | "
                    f"{_f(s.minus_v1, '+.3f')} [{s.minus_v1_lo:.3f}, {s.minus_v1_hi:.3f}] |"), row
+
+
+def test_the_four_block_design_and_subsampling_are_their_files():
+  """docs/results.md's four-block paragraphs: the dry run's two hours lines, the binding pair, and the alignment
+  ratio's subsampled shifts on 80 questions."""
+  lines = (DATA / "variance_split" / "v2_blocks1234_dry_run.txt").read_text()
+  every = re.search(r"hours for R=64's precision: ([\d.]+) \(", lines).group(1)
+  floor = re.search(r"floor of ([\d.]+) .*?, (\d+) of (\d+) pairs: ([\d.]+) \(([\d.]+) of the fixed design's [\d.]+ h; "
+                    r"(\d+) questions, nodes_per_rollout (\d+), r = (\d+)\); the pairs that set the every-pair hours "
+                    r"\((\S+ - \S+), .*?SE <= ([\d.]+),", lines).groups()
+  worst = re.search(r"its variance is ([\d.]+)x the fixed design's", lines).group(1)
+  _says("docs/results.md", f"`hours for R=64's precision: {every}` (1 of the fixed design's)",
+        f"One pair sets it, {floor[8]}", f"standard error is <= {floor[9]} in the ratio's units",
+        f"min_effect / 4 = {floor[0]} ({floor[1]} of {floor[2]} pairs; the dry run's next line): {floor[3]} h, "
+        f"{floor[4]} of the fixed design's ({floor[5]} questions, nodes_per_rollout {floor[6]}, r = {floor[7]};",
+        f"its variance is {worst}x the fixed design's on its worst pair",
+        source="docs/data/variance_split/v2_blocks1234_dry_run.txt")
+  d = json.loads((DATA / "crossfit" / "v2_blocks1234_subsampled.json").read_text())
+  ratio, cosine = d["alignment_ratio"], d["alignment"]
+  f4 = lambda x: f"{x:.4f}"
+  _says("docs/results.md", f"is {f4(ratio['max_mean_shift']['2'])} at r = 2 and "
+        f"{f4(ratio['max_mean_shift']['4'])} at r = 4 (Monte Carlo standard errors "
+        f"{f4(ratio['max_mean_shift_se']['2'])} and {f4(ratio['max_mean_shift_se']['4'])}: within 2), of a paired "
+        f"difference {f4(ratio['max_diff_shift']['2'])} and {f4(ratio['max_diff_shift']['4'])} (standard errors "
+        f"{f4(ratio['max_diff_shift_se']['2'])} and {f4(ratio['max_diff_shift_se']['4'])}); the largest shift in its "
+        f"own standard errors over the 351 pairs is {ratio['max_diff_shift_z']['2']:.1f} at r = 2 and "
+        f"{ratio['max_diff_shift_z']['4']:.1f} at r = 4",
+        f"cosine's shifts are {cosine['max_mean_shift']['2']:.3f} and {cosine['max_mean_shift']['4']:.3f} for a mean",
+        f"unchanged in {ratio['same_could_be_best']['2']:.2f} of the draws at r = 2 and 4 with the ratio "
+        f"({cosine['same_could_be_best']['2']:.2f} and {cosine['same_could_be_best']['4']:.2f} with the cosine)",
+        f"it holds {len(ratio['could_be_best_at_R'])} of the {d['configs']} configurations",
+        source="docs/data/crossfit/v2_blocks1234_subsampled.json")
+  assert all(ratio["max_mean_shift"][r] <= 2 * ratio["max_mean_shift_se"][r] for r in ("2", "4"))   # "within 2"
