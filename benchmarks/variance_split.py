@@ -119,11 +119,9 @@ def read_node_records(pattern: str):
       raise ValueError(f"--records={pattern}: {p} has no rewards column (not node records with every "
                        "continuation's reward); for node rows without rewards use --nodes_csv with --r")
   rows = pd.concat(frames, ignore_index=True)
-  key = ["config_id", *common.NODE_KEY]
-  dup = rows.duplicated(subset=key)
-  if dup.any():
-    first = rows.loc[dup, key].iloc[0].to_dict()
-    raise ValueError(f"--records={pattern}: {int(dup.sum())} rows repeat a (config_id, question_id, rollout_id, "
+  count, first = common.duplicate_nodes(rows)
+  if count:
+    raise ValueError(f"--records={pattern}: {count} rows repeat a (config_id, question_id, rollout_id, "
                      f"position) across {len(paths)} files, e.g. {first}; blocks pooled must have distinct question "
                      "ids (validate_v2.export_study prefixes them '<block>:')")
   return rows, paths

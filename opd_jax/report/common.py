@@ -25,6 +25,14 @@ ESTIMANDS = {
 }
 
 
+def duplicate_nodes(rows) -> tuple[int, dict | None]:
+  """(how many node rows repeat a (config_id, question_id, rollout_id, position) key, the first repeated key as a
+  dict, or None)."""
+  key = ["config_id", *NODE_KEY]
+  duplicated = rows.duplicated(subset=key)
+  return int(duplicated.sum()), (rows.loc[duplicated, key].iloc[0].to_dict() if duplicated.any() else None)
+
+
 def check_nodes(nodes: pd.DataFrame) -> None:
   """Raises ValueError when the node records miss columns, repeat a node, or contradict themselves."""
   if len(nodes) == 0:
@@ -35,11 +43,9 @@ def check_nodes(nodes: pd.DataFrame) -> None:
                      "written by opd_jax.records (pandas.read_parquet('<workdir>/records/nodes'))")
   if nodes["correct"].isna().any():
     raise ValueError("nodes.correct has missing values; every node needs its rollout's correctness (reward == 1)")
-  key = ["config_id", *NODE_KEY]
-  duplicated = nodes.duplicated(subset=key)
-  if duplicated.any():
-    first = nodes.loc[duplicated, key].iloc[0].to_dict()
-    raise ValueError(f"nodes has {int(duplicated.sum())} duplicate rows for (config_id, question_id, rollout_id, "
+  count, first = duplicate_nodes(nodes)
+  if count:
+    raise ValueError(f"nodes has {count} duplicate rows for (config_id, question_id, rollout_id, "
                      f"position), e.g. {first}; records of two studies were mixed in one workdir: remove the "
                      "stale part files")
   defined_degenerate = nodes["degenerate"].astype(bool) & nodes["alignment"].notna()
