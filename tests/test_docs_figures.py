@@ -591,6 +591,7 @@ def test_validation_v2_stage1_figures_are_runs_csv():
   moving = set(stage1.loc[[f"s1_{c}_frozen" for c in ("solution", "summary", "answer")], "v1_diff"].round(3))
   assert len(moving) == 1
   phrases.append(f"moving: {_f(moving.pop(), '+.3f')} each")
+  phrases.append(f"misleading (a wrong reference) {_f(runs.loc['s1_misleading_frozen', 'diff'], '+.3f')}")
   _says("README.md", *phrases, source="docs/data/validation_v2/runs.csv and stage1.csv")
 
 
