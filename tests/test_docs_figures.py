@@ -706,6 +706,14 @@ def test_the_four_block_design_and_subsampling_are_their_files():
         f"{floor[4]} of the fixed design's ({floor[5]} questions, nodes_per_rollout {floor[6]}, r = {floor[7]};",
         f"its variance is {worst}x the fixed design's on its worst pair",
         source="docs/data/variance_split/v2_blocks1234_dry_run.txt")
+  crit = pd.read_csv(DATA / "variance_split" / "v2_blocks1234_criteria.csv").set_index("criterion")
+  pct = lambda c, k, f: f"{crit.loc[c, 'boot_fraction_linear_' + k]:{f}}"
+  _says("docs/results.md", f"median {pct('every pair', 'median', '.2f')}, 5th-95th percentiles "
+        f"{pct('every pair', 'p05', '.2f')}-{crit.loc['every pair', 'boot_fraction_linear_p95']:.1f})",
+        f"by the linear cost {crit.loc['pairs above the floor', 'fraction_linear']:.3f}, over the resamples median "
+        f"{pct('pairs above the floor', 'median', '.3f')}, 5th-95th percentiles "
+        f"{pct('pairs above the floor', 'p05', '.2f')}-{pct('pairs above the floor', 'p95', '.2f')})",
+        source="docs/data/variance_split/v2_blocks1234_criteria.csv")
   d = json.loads((DATA / "crossfit" / "v2_blocks1234_subsampled.json").read_text())
   ratio, cosine = d["alignment_ratio"], d["alignment"]
   f4 = lambda x: f"{x:.4f}"
