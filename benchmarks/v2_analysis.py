@@ -23,13 +23,18 @@ import pandas as pd
 from benchmarks import validate_training
 
 
-def within_strata(x: np.ndarray, y: np.ndarray, strata) -> float:
-  """Mean over strata of Spearman's rho of x and y [C] within each stratum (strata: [C] labels); strata where rho
-  is undefined are left out (NaN when all are)."""
+def stratum_rhos(x: np.ndarray, y: np.ndarray, strata) -> dict:
+  """{stratum: Spearman's rho of x and y [C] within it} (strata: [C] labels, in their first-seen order); NaN where
+  rho is undefined (`validate_training.rank_correlations`)."""
   strata = np.asarray(strata)
-  rhos = [validate_training.rank_correlations(x[strata == s], y[strata == s])[0]
-          for s in dict.fromkeys(strata.tolist())]
-  rhos = [r for r in rhos if np.isfinite(r)]
+  return {s: validate_training.rank_correlations(x[strata == s], y[strata == s])[0]
+          for s in dict.fromkeys(strata.tolist())}
+
+
+def within_strata(x: np.ndarray, y: np.ndarray, strata) -> float:
+  """Mean over strata of Spearman's rho of x and y [C] within each stratum (`stratum_rhos`); strata where rho is
+  undefined are left out (NaN when all are)."""
+  rhos = [r for r in stratum_rhos(x, y, strata).values() if np.isfinite(r)]
   return float(np.mean(rhos)) if rhos else math.nan
 
 
@@ -165,10 +170,11 @@ def trained_alignment(nodes: pd.DataFrame, rates: pd.DataFrame, confs: list[str]
   return num, den, 1.0
 
 
-def study_predictors(data: pathlib.Path, confs: list[str]) -> tuple[list[str], dict]:
+def study_predictors(data: pathlib.Path, confs: list[str], study=None) -> tuple[list[str], dict]:
   """(questions, {predictor: (num [C, Q], den [C, Q], sign)}) of the study blocks in `data`: v1's
-  (`validate_training.predictor_sums`) and `trained_alignment`."""
-  nodes, views, found = validate_training.read_study(data)
+  (`validate_training.predictor_sums`) and `trained_alignment`. `study`: `validate_training.read_study(data)`'s
+  result when the caller has read it already (else read here)."""
+  nodes, views, found = study if study is not None else validate_training.read_study(data)
   questions, sums = validate_training.predictor_sums(validate_training.question_sums(nodes), views, confs)
   sums["alignment_trained"] = trained_alignment(nodes, read_questions(data, found), confs, questions)
   return questions, sums
@@ -245,7 +251,7 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
                         "gold_gain": gold,
                         "lowest_after": [after[c] for c in confs],
                         "collapsed": [bool(after[c] < COLLAPSED) for c in confs],
-                        **{k: v for k, v in values.items()}})
+                        **values})
   table.to_csv(data / "stage3_gains.csv", index=False)
   stats, d = draws(sums, diffs, strata, n_boot, seed)
   rows = []
@@ -253,8 +259,7 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
     p, n = permutation_p(values[k], g, strata, n_perm, seed)
     lo, hi = percentile_interval(d[k])
     dlo, dhi = percentile_interval(d[k] - d[PRIMARY])
-    per = {f"rho_{s}": validate_training.rank_correlations(values[k][strata == s], g[strata == s])[0]
-           for s in dict.fromkeys(strata.tolist())}
+    per = {f"rho_{s}": r for s, r in stratum_rhos(values[k], g, strata).items()}
     p_gold, _ = permutation_p(values[k], gold, strata, n_perm, seed)
     rows.append(dict(predictor=k, primary=k == PRIMARY, statistic=stats[k], lo=lo, hi=hi, p_value=p, permutations=n,
                      **per, minus_primary=stats[k] - stats[PRIMARY], minus_primary_lo=dlo, minus_primary_hi=dhi,

@@ -284,9 +284,10 @@ def stage2_tables(data: pathlib.Path, n_split: int = 200, n_boot: int = 1000, se
       `study_verdict`) among the stratum's configurations of `planned` (stage 3's; default all), named before
       training.
   What is resampled is the study's questions only (the configurations are fixed: every one on the same nodes)."""
-  nodes, _, found = v1.read_study(data)
+  study = v1.read_study(data)
+  nodes, _, found = study
   confs = sorted(nodes.config_id.unique())
-  questions, sums = v2_analysis.study_predictors(data, confs)
+  questions, sums = v2_analysis.study_predictors(data, confs, study)
   planned = set(confs) if planned is None else set(planned)
   for name in ("external", "self"):                # the verdict named before training, among a stratum's planned
     v1.study_verdict(nodes[nodes.config_id.map(v2_analysis.stratum).eq(name) & nodes.config_id.isin(planned)],
