@@ -64,7 +64,7 @@ def select(name: str, split: dict, targets: dict, floor_var: float, leader: str,
   elif name == "every pair, floored":
     keep, tg = split, {k: max(t, floor_var) for k, t in targets.items()}
   elif name == "median pair":
-    k = demanding(split, targets, costs, node_rollouts, g)[len(split) // 2][1]
+    k = design.demanding(split, targets, costs, node_rollouts, g)[len(split) // 2][1]
     keep, tg = {k: split[k]}, targets
   elif name in ("against the leader", "against the leader, floored"):
     keep = {k: s for k, s in split.items() if leader in k.split(" - ")}
@@ -72,10 +72,6 @@ def select(name: str, split: dict, targets: dict, floor_var: float, leader: str,
   else:
     raise ValueError(f"criterion must be one of {CRITERIA}, got {name!r}")
   return keep, {k: tg[k] for k in keep}
-
-
-binding = design.binding          # the pairs that need all of a design's questions (one home: cost/design.py)
-demanding = design.demanding      # (own linear cost, pair), most demanding first
 
 
 def names(pairs: list[str], most: int = 6) -> str:
@@ -130,7 +126,7 @@ def explain(rows, wide, configs, r: float, scale: float, meta: dict, config, cos
   g = design.group_rollouts(config, meta["target"])
   ref = design.reference(config)
   fixed = price(*ref)
-  fixed_linear = ref[0] * (costs[0] + ref[1] * m * (costs[1] + ref[2] * costs[2]))
+  fixed_linear = design.linear_cost(costs, *ref, m)
   floor = floor_fraction * float(config.report.min_effect)
   floor_var = (floor * unit) ** 2
   targets = {k: s.variance(ref[0], ref[1] * g, ref[2]) for k, s in split.items()}
@@ -156,7 +152,7 @@ def explain(rows, wide, configs, r: float, scale: float, meta: dict, config, cos
       return
     d = design.cheapest_priced(price, pairs, tg, costs, m, g)
     lin = design.cheapest(pairs, tg, costs, m, g)
-    tied = binding(pairs, tg, d, g)
+    tied = design.binding(pairs, tg, d, g)
     top = design.setters(pairs, tg, costs, m, g)
     crit.append(dict(criterion=name, pairs=len(pairs), questions=d.questions, nodes_per_rollout=d.nodes_per_rollout,
                      r=d.r, hours=d.hours, fraction=d.hours / fixed.hours, hours_linear=lin[3],
@@ -166,7 +162,7 @@ def explain(rows, wide, configs, r: float, scale: float, meta: dict, config, cos
 
   for name in CRITERIA:
     add(name, *select(name, split, targets, floor_var, leader, costs, m, g))
-  order = [k for _, k in demanding(split, targets, costs, m, g)]
+  order = [k for _, k in design.demanding(split, targets, costs, m, g)]
   reaches = lambda k: design.cheapest({p: split[p] for p in order[k:]}, targets, costs, m, g)[3] <= (
       PEEL_TO * fixed_linear)
   lo, hi = 0, len(order) - 1          # fewer pairs never cost more: bisect for the least k that reaches PEEL_TO

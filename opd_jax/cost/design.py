@@ -110,20 +110,32 @@ def unit_costs(config, work, chip, chips: int) -> tuple[float, float, float]:
   return max(c - 2 * m * (c_n + 4 * c_c), 0.0), c_n, c_c
 
 
+def questions_needed(s: variance.Components, target: float, group_nodes: float, r: int) -> int:
+  """The least questions whose variance, at `group_nodes` nodes per question in the split's group and r
+  continuations per candidate, is at most `target`."""
+  return math.ceil(s.variance(1, group_nodes, r) / target - 1e-9)
+
+
+def linear_cost(costs, questions: int, nodes_per_rollout: int, r: int, node_rollouts: int) -> float:
+  """The linear cost (hours) of a design: questions x (c_q + m c_n + m r c_c), m = nodes_per_rollout x
+  node_rollouts (every node rollout's nodes cost)."""
+  c_q, c_n, c_c = costs
+  m = nodes_per_rollout * node_rollouts
+  return questions * (c_q + m * c_n + m * r * c_c)
+
+
 def designs(split: dict[str, variance.Components], targets: dict[str, float], costs, node_rollouts: int,
             group_rollouts: float | None = None, r_grid=R_GRID, nodes_grid=NODES_GRID) -> list[tuple]:
   """Every (linear cost, questions, nodes_per_rollout, r) of the grid, cheapest first, with the least questions
   whose every pair's variance is at most its target (`targets`: pair -> variance), costed by the linear
   per-question cost of `costs` (c_q, c_n, c_c): every node rollout's nodes cost, `group_rollouts` of them (default
   all) hold the split's nodes."""
-  c_q, c_n, c_c = costs
   g = node_rollouts if group_rollouts is None else group_rollouts
   out = []
   for n in nodes_grid:
-    m = n * node_rollouts
     for r in r_grid:
-      q = max(math.ceil(s.variance(1, n * g, r) / targets[k] - 1e-9) for k, s in split.items())
-      out.append((q * (c_q + m * c_n + m * r * c_c), q, n, r))
+      q = max(questions_needed(s, targets[k], n * g, r) for k, s in split.items())
+      out.append((linear_cost(costs, q, n, r, node_rollouts), q, n, r))
   return sorted(out)
 
 
@@ -230,8 +242,7 @@ def binding(split: dict[str, variance.Components], targets: dict[str, float], d:
             group_rollouts: float) -> list[str]:
   """The pairs of `split` that need all of design `d`'s questions at its nodes_per_rollout and r (every pair when
   `d` is the reference design itself)."""
-  need = {k: math.ceil(s.variance(1, d.nodes_per_rollout * group_rollouts, d.r) / targets[k] - 1e-9)
-          for k, s in split.items()}
+  need = {k: questions_needed(s, targets[k], d.nodes_per_rollout * group_rollouts, d.r) for k, s in split.items()}
   return [k for k, q in need.items() if q >= max(need.values())]
 
 
@@ -303,7 +314,7 @@ def pair_table(split: dict[str, variance.Components], reference: tuple[int, int,
   for k, s in split.items():
     target = s.variance(q0, n0 * g, r0)
     q, n, r, cost = cheapest({k: s}, {k: target}, costs, node_rollouts, g)
-    need = math.ceil(s.variance(1, chosen.nodes_per_rollout * g, chosen.r) / target - 1e-9)
+    need = questions_needed(s, target, chosen.nodes_per_rollout * g, chosen.r)
     r_star, n_star = cochran_optimum(s, costs, node_rollouts, g)
     out.append(dict(pair=k, question=s.question, node=s.node, continuation=s.continuation, target=target,
                     continuation_share=s.continuation / (q0 * n0 * g * r0) / target if target > 0 else math.nan,
