@@ -92,11 +92,12 @@ def pair_components(wide, configs: list[str], r: float) -> dict[str, variance.Co
   return out
 
 
-def split(rows, estimand: str, target: str) -> dict:
-  """{"estimand", "target", "r", "pairs": {"a - b": Components as a dict}} of node rows with `rewards`."""
-  wide, configs, r, _ = differences(rows, estimand, target)
+def split(rows, estimand: str, target: str, diffs=None) -> dict:
+  """{"estimand", "target", "r", "scale", "pairs": {"a - b": Components as a dict}} of node rows with `rewards`;
+  `diffs`: their `differences(rows, estimand, target)` when the caller has it already."""
+  wide, configs, r, scale = diffs if diffs is not None else differences(rows, estimand, target)
   pairs = {k: v.__dict__ for k, v in pair_components(wide, configs, r).items()}
-  return {"estimand": estimand, "target": target, "r": r, "pairs": pairs}
+  return {"estimand": estimand, "target": target, "r": r, "scale": scale, "pairs": pairs}
 
 
 def read_node_records(pattern: str):
@@ -201,9 +202,9 @@ def main(argv=None) -> int:
       source = f"{args.records} ({len(paths)} files, {rows['question_id'].nunique()} questions)"
     else:
       rows, source = build.read_records(args.workdir), args.workdir
-    wide, configs, r, scale = differences(rows, args.estimand, args.target)
-    pairs = {k: v.__dict__ for k, v in pair_components(wide, configs, r).items()}
-    got = {"estimand": args.estimand, "target": args.target, "r": r, "scale": scale, "pairs": pairs, "source": source}
+    diffs = differences(rows, args.estimand, args.target)
+    wide, configs, r, scale = diffs
+    got = {**split(rows, args.estimand, args.target, diffs), "source": source}
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   with open(args.out, "w") as f:
     json.dump(got, f, indent=1)
