@@ -129,13 +129,14 @@ def explain(rows, wide, configs, r: float, scale: float, meta: dict, config, cos
   fixed_linear = design.linear_cost(costs, *ref, m)
   floor = floor_fraction * float(config.report.min_effect)
   floor_var = (floor * unit) ** 2
-  targets = {k: s.variance(ref[0], ref[1] * g, ref[2]) for k, s in split.items()}
+  targets = design.fixed_targets(config, split, meta["target"])
   leader = decision.decide(rows, target=meta["target"], n_boot=20, estimand=verdict)["best"]
   view = rows.drop_duplicates("config_id").set_index("config_id")[["teacher", "context"]].astype(str)
   view = (view.teacher + ":" + view.context).to_dict()
 
   chosen = design.cheapest_priced(price, split, targets, costs, m, g)
-  table = pd.DataFrame(design.pair_table(split, ref, costs, m, g, chosen))
+  table = pd.DataFrame(design.pair_table(split, ref, costs, m, g, chosen,
+                                         design.reference_group(config, meta["target"])))
   a, b = zip(*(k.split(" - ") for k in table.pair))
   table.insert(5, "se_fixed", np.sqrt(table.target))
   table.insert(6, "se_fixed_verdict", table.se_fixed / unit)
@@ -181,7 +182,7 @@ def explain(rows, wide, configs, r: float, scale: float, meta: dict, config, cos
   if boot:
     got = {name: [] for name in CRITERIA}
     for split_b in resampled(wide, configs, r, boot, seed):
-      targets_b = {k: s.variance(ref[0], ref[1] * g, ref[2]) for k, s in split_b.items()}
+      targets_b = design.fixed_targets(config, split_b, meta["target"])
       for name in CRITERIA:
         pairs, tg = select(name, split_b, targets_b, floor_var, leader, costs, m, g)
         got[name].append(design.cheapest(pairs, tg, costs, m, g)[3] / fixed_linear if pairs else math.nan)

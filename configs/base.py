@@ -27,6 +27,10 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   budget.questions          questions to study (kept in pool order, see selection)
   budget.rollouts_per_question          base rollouts per question
   budget.node_rollouts_per_question     rollouts that get nodes (balanced correct / incorrect)
+  budget.node_group                     "balanced" (default): node rollouts half correct, half incorrect;
+                                        "target": only rollouts of report.target's group (fewer where a
+                                        question has fewer), so no node is paid for outside the verdict's group
+                                        (issue 48; the report's other group is then empty)
   budget.prefer_finished                False: node rollouts are the lowest ids of each group; True: rollouts that
                                         stopped (answered) come before truncated ones (cheaper continuations,
                                         and a truncated rollout's late nodes rarely lead to a success; a bias of
@@ -167,6 +171,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.budget.futility = 0.0
   c.budget.pilot = ""
   c.budget.precision_of = ()
+  c.budget.node_group = "balanced"
   c.selection = "informative"
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0,
                    cross_tokenizer=dict(mode="exact", prune=10.0, max_tree_nodes=512, force=False))

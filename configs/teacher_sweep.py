@@ -26,24 +26,21 @@ its verdict at 20, 40 and 60 questions and stopping once it is decided or unlike
 (futility 0.1: it stopped at 20 questions, undecided, under the rule of 2026-12-04; docs/results.md).
 
 `:paper` is the paper-scale study for Qwen3 HF folders on accelerators, in the design chosen by its variance split
-and its cost (issue 48; opd_jax/cost/design.py): the alignment ratio (report.estimand, no small-R bias), up to 601
-questions, 2 nodes per node rollout, r = 16 continuations per candidate, looks at 150, 300 and 450 questions with
-the futility stop 0.1. It is the cheapest design on the cost model's H200 roofline whose standard error, on every
-pair of configurations, is at most that of the fixed design it replaces (100 questions, 16 nodes per rollout,
-R = 64: budget.precision_of), by the variance split of the pilot in budget.pilot,
-docs/data/variance_split/validation.json: the validation study's 40 questions and 8 configurations (the 0.5B
-student on sums, R = 4; docs/data/validation/study_nodes_*.csv, written by `python benchmarks/variance_split.py
---estimand=projection --r=4 --nodes_csv='docs/data/validation/study_nodes_*.csv'
---out=docs/data/variance_split/validation.json`). Those rows hold no rewards, so the continuation share of the
-within-question variance is not measured and the design holds at both ends of it. `--dry_run --cost_model=h200`
-prints the choice, `hours for R=64's precision: 15.8` beside the fixed design's 69.5 h (not a tenth of it: at the
-end without continuation noise 5.99 h would do; a pilot with rewards, `benchmarks/variance_split.py
---workdir=<its records>` and `--config.budget.pilot=<its JSON>`, measures the share; docs/results.md). The split is
-the pilot's task and models: the design assumes the paper-scale study's is alike. With the pilot with rewards,
-`--config.budget.pilot=docs/data/variance_split/v2_blocks1234.json` (validation v2's 80 questions, R = 12), every
-pair asks for the fixed design itself (69.5 h: one pair of pure continuation noise, far below any effect the verdict
-acts on, sets it); a second line prices the pairs above a floor of report.min_effect / 4: 7.68 h (0.111), and
-docs/results.md says why a tenth is out of reach on this cost model.
+and its cost (issue 48; opd_jax/cost/design.py): the alignment ratio (report.estimand, no small-R bias), node
+rollouts from the verdict's group only (budget.node_group="target": 4 incorrect ones per question, none paid for
+in the correct group the verdict does not read), 8 nodes per node rollout, r = 3 continuations per candidate, up to
+131 questions with looks at 33, 66 and 98 and the futility stop 0.1. The design is the cheapest on the cost
+model's H200 roofline whose standard error on every pair of configurations is at most that of the fixed design it
+replaces (100 questions, 16 nodes per rollout, R = 64, balanced node rollouts: budget.precision_of) or
+report.min_effect / 4 (0.0125 on the ratio's scale), whichever is larger, by the variance split of the pilot in
+budget.pilot, docs/data/variance_split/v2_blocks1234.json (validation v2's study: the 0.5B student on sums, 80
+questions, 27 configurations, R = 12, the continuation share measured). `--dry_run --cost_model=h200` prints
+`hours for R=64's precision: 3.92` (0.056 of the fixed design's 69.5 h) for its 113 questions; the cap is 131
+because a question has fewer than 4 incorrect rollouts of 16 at times (3.46 on average at the pilot's success
+rates: `benchmarks/group_shortfall.py`), 4.55 h at most. On every pair at its own fixed-design standard error it
+would be 34.8 h: one pair of pure continuation noise (SE 0.00016, far below any effect the verdict acts on) sets
+that. The split is the pilot's task and models: the design assumes the paper-scale study's is alike; a verdict on
+another node group (issue 47) needs the design chosen again (docs/results.md, "`:paper` now").
 
 The fixed design is one override away, `:paper_fixed` (the `:paper` of before issue 48: 100 questions, 16 nodes
 per rollout, R = 64, the per-node cosine, no looks; its config name, hash and default workdir are that `:paper`'s,
@@ -153,14 +150,15 @@ def get_config(arg: str | None = None):
       # says whether this config runs it). The pool: 5 per question studied, as the fixed design's 500 for 100.
       config.name = "teacher_sweep_paper_design"
       config.task.num_problems = 3000
-      config.budget.questions = 601              # the cap, the last look
-      config.budget.nodes_per_rollout = 2
-      config.budget.continuations_per_candidate = 16
-      config.budget.looks = (150, 300, 450)
+      config.budget.questions = 131              # the cap, the last look (the design's 113 / the shortfall below)
+      config.budget.nodes_per_rollout = 8
+      config.budget.continuations_per_candidate = 3
+      config.budget.node_group = "target"        # node rollouts from the verdict's group (incorrect) only
+      config.budget.looks = (33, 66, 98)
       config.budget.futility = 0.1
       config.report.estimand = "alignment_ratio"
       config.report.min_effect = 0.05            # the equivalence margin, on the ratio's cosine scale
-      config.budget.pilot = "docs/data/variance_split/validation.json"
+      config.budget.pilot = "docs/data/variance_split/v2_blocks1234.json"
       config.budget.precision_of = (100, 16, 64)  # the fixed design's questions, nodes_per_rollout, R
   elif arg:
     raise ValueError(f"unknown variant {arg!r} of teacher_sweep; use '', 'gsm', 'hour', 'paper' or 'paper_fixed'")

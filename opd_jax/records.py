@@ -470,7 +470,7 @@ MISSING = object()   # a field one config dict has and the other lacks (`config_
 # value the field is left out of the hash and the comparison, so a run started before it resumes.
 ADDED_FIELDS = {"report.estimand": "alignment", "budget.futility": 0.0, "train.teacher_weights": "current",
                 "task.exclude": "", "train.seed": -1, "train.eval_at": [], "budget.pilot": "",
-                "budget.precision_of": []}   # JSON values: () reads []
+                "budget.precision_of": [], "budget.node_group": "balanced"}   # JSON values: () reads []
 
 
 def _without_added(config_dict: dict) -> dict:

@@ -90,8 +90,9 @@ def test_paper_variant_runs_on_tiny_qwen3_folders(tmp_path):
   assert set(nodes.config_id) == {"external", "solution", "summary", "contrastive", "solution_fkl", "solution_jsd"}
   assert len(nodes) == 2 * 6 and (workdir / "summary.md").exists()
   design = json.loads((workdir / "manifest.json").read_text())["design"]       # its estimand and pilot, recorded
-  assert (design["estimand"], design["r"], design["pilot"]["path"]) == ("alignment_ratio", 2,
-                                                                        "docs/data/variance_split/validation.json")
+  assert (design["estimand"], design["r"], design["pilot"]["path"], design["node_group"]) == (
+      "alignment_ratio", 2, "docs/data/variance_split/v2_blocks1234.json", "target")
+  assert not nodes.correct.any()                     # node rollouts from the verdict's group (incorrect) only
 
 
 def test_help_lists_every_top_level_group_and_dry_run_counts_fixed_costs_in_hours(tmp_path, monkeypatch):

@@ -12,8 +12,10 @@ that linear cost (decode batches round up, so it is exact at its three budgets o
 chosen, its hours the cost model's own.
 
 Which nodes count: the split is of the verdict's node group (its "target", e.g. incorrect), so a question's m
-there is nodes_per_rollout x its node rollouts in that group (half of budget.node_rollouts_per_question for
-correct or incorrect: they are balanced), while every node rollout's nodes cost (`group_rollouts`).
+there is nodes_per_rollout x its node rollouts in that group, while every node rollout's nodes cost
+(`group_rollouts`): half of budget.node_rollouts_per_question for correct or incorrect when they are balanced, all
+of them with budget.node_group="target" (node rollouts drawn from the verdict's group only). The fixed design of
+budget.precision_of is balanced, as every study was before budget.node_group.
 
 The target precision is that of `budget.precision_of` (questions, nodes_per_rollout, R), the fixed design a
 config's design replaces, or else the config's own design. A pilot without rewards (`variance.read_pilot`: its
@@ -74,10 +76,14 @@ def read_split(path, field: str = "--variance_split") -> tuple[dict, dict[str, v
   return meta, pairs
 
 
-def group_rollouts(config, target: str) -> float:
-  """Node rollouts per question whose nodes are in the node group `target` (the split's)."""
+def group_rollouts(config, target: str, node_group: str | None = None) -> float:
+  """Node rollouts per question whose nodes are in the node group `target` (the split's): all of
+  budget.node_rollouts_per_question for target "all" or with `node_group` (default config.budget.node_group)
+  "target" (node rollouts drawn from the verdict's group only: `questions.choose_node_rollouts`; a question with
+  fewer rollouts in the group has fewer), else half of them (balanced)."""
   m = config.budget.node_rollouts_per_question
-  return float(m) if target == "all" else m / 2
+  node_group = config.budget.get("node_group", "balanced") if node_group is None else node_group
+  return float(m) if target == "all" or node_group == "target" else m / 2
 
 
 def reference(config) -> tuple[int, int, int]:
@@ -86,6 +92,20 @@ def reference(config) -> tuple[int, int, int]:
   ref = tuple(config.budget.get("precision_of", ()) or ())
   b = config.budget
   return tuple(int(x) for x in ref) if ref else (b.questions, b.nodes_per_rollout, b.continuations_per_candidate)
+
+
+def fixed_targets(config, split: dict[str, variance.Components], target: str) -> dict[str, float]:
+  """Each pair's variance at `reference(config)`, the target a design is to reach: with the node rollouts of
+  budget.precision_of's fixed design balanced, as every study before budget.node_group (`group_rollouts`), or the
+  config's own with its own design."""
+  q0, n0, r0 = reference(config)
+  g0 = reference_group(config, target)
+  return {k: s.variance(q0, n0 * g0, r0) for k, s in split.items()}
+
+
+def reference_group(config, target: str) -> float:
+  """`group_rollouts` of `reference(config)`: balanced for budget.precision_of's fixed design, else the config's."""
+  return group_rollouts(config, target, "balanced" if config.budget.get("precision_of") else None)
 
 
 def hours(config, work, chip, chips: int, *, nodes_per_rollout: int, r: int) -> float:
@@ -148,8 +168,11 @@ def cheapest(split: dict[str, variance.Components], targets: dict[str, float], c
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Choice:
-  """The design a split chooses for a config, the fixed design it matches, and how they were priced."""
+  """The design a split chooses for a config, the fixed design it matches, and how they were priced. `chosen` is
+  the floored design (`floored`) where the floor applies (report.min_effect > 0 and a split in the verdict's units),
+  else `every` (every pair at its fixed-design variance)."""
   chosen: Design
+  every: Design                            # the cheapest design for every pair at its fixed-design variance
   fixed: Design
   costs: tuple[float, float, float]        # (c_q, c_n, c_c) hours
   meta: dict                               # the split's estimand, target, r, source, ends
@@ -181,12 +204,13 @@ def cheapest_priced(price, split: dict[str, variance.Components], targets: dict[
 
 def choose(config, work, chip, chips: int, path, field: str = "--variance_split") -> Choice:
   """The cheapest design (`cheapest_priced`) for the precision of `reference(config)` under the split at `path`,
-  priced by the cost model (`hours`) on `chips` x `chip`."""
+  priced by the cost model (`hours`) on `chips` x `chip`: on every pair floored (`floored`) where the floor
+  applies, else on every pair at its fixed-design variance."""
   meta, split = read_split(path, field)
   b = config.budget
   q0, n0, r0 = reference(config)
   g = group_rollouts(config, meta.get("target", "incorrect"))
-  targets = {k: s.variance(q0, n0 * g, r0) for k, s in split.items()}
+  targets = fixed_targets(config, split, meta.get("target", "incorrect"))
   costs = unit_costs(config, work, chip, chips)
   price = pricer(config, work, chip, chips)
   ends = {}
@@ -194,14 +218,17 @@ def choose(config, work, chip, chips: int, path, field: str = "--variance_split"
     for end in ENDS:
       part = {k: s for k, s in split.items() if k.endswith(f"[{end}]")}
       ends[end] = price(*cheapest(part, targets, costs, b.node_rollouts_per_question, g)[:3])
-  worst = max(s.variance(b.questions, b.nodes_per_rollout * g, b.continuations_per_candidate) / targets[k]
-              for k, s in split.items())
   report = config.get("report", {})
   floor = floored(price, split, targets, costs, b.node_rollouts_per_question, g, meta,
                   verdict=report.get("estimand", "alignment"), min_effect=float(report.get("min_effect", 0.0)))
-  return Choice(chosen=cheapest_priced(price, split, targets, costs, b.node_rollouts_per_question, g),
-                fixed=price(q0, n0, r0), costs=costs, meta=meta, pairs=meta["pairs"], ends=ends, worst=worst,
-                floor=floor)
+  every = cheapest_priced(price, split, targets, costs, b.node_rollouts_per_question, g)
+  wanted = targets
+  if floor.get("unit"):
+    wanted = {k: max(t, (floor["floor"] * floor["unit"]) ** 2) for k, t in targets.items()}
+  worst = max(s.variance(b.questions, b.nodes_per_rollout * g, b.continuations_per_candidate) / wanted[k]
+              for k, s in split.items())
+  return Choice(chosen=floor["design"] if floor.get("unit") else every, every=every, fixed=price(q0, n0, r0),
+                costs=costs, meta=meta, pairs=meta["pairs"], ends=ends, worst=worst, floor=floor)
 
 
 def verdict_unit(estimand: str, verdict: str, scale: float | None) -> float | None:
@@ -249,12 +276,13 @@ def binding(split: dict[str, variance.Components], targets: dict[str, float], d:
 def floored(price, split: dict[str, variance.Components], targets: dict[str, float], costs, node_rollouts: int,
             group_rollouts: float, meta: dict, *, verdict: str, min_effect: float,
             fraction: float = FLOOR_FRACTION) -> dict:
-  """The design for the pairs above the floor `fraction` x `min_effect` (verdict units) and what sets the every-pair
-  design's hours. {} when min_effect <= 0; {"floor", "unit": None} when the split's units cannot be put in the
-  verdict's (`verdict_unit`); else {"floor", "unit", "above" (pairs above it; with an unknown continuation share a
-  pair counts when either end is), "design" (`cheapest_priced` of them; None when none is), "setters" (`setters` of
-  every pair), "setters_se" (their largest fixed-design standard error, verdict units), "top" (the most demanding
-  pair) and "top_se", "missed" (pairs below the floor that need more questions than "design" at its nodes and r)}."""
+  """The design for every pair, floored: each pair's standard error at most its fixed-design one or the floor
+  `fraction` x `min_effect` (verdict units), whichever is larger; and what sets the every-pair design's hours.
+  {} when min_effect <= 0; {"floor", "unit": None} when the split's units cannot be put in the verdict's
+  (`verdict_unit`); else {"floor", "unit", "above" (pairs whose fixed-design SE is above the floor: they keep it;
+  with an unknown continuation share a pair counts when either end is), "design" (`cheapest_priced` on the floored
+  targets), "setters" (`setters` of every pair at its own target), "setters_se" (their largest fixed-design
+  standard error, verdict units), "top" (the most demanding pair) and "top_se"}."""
   if not min_effect > 0:
     return {}
   floor = fraction * min_effect
@@ -262,19 +290,13 @@ def floored(price, split: dict[str, variance.Components], targets: dict[str, flo
   if unit is None:
     return {"floor": floor, "unit": None}
   floor_var = (floor * unit) ** 2
-  keep = above_floor(targets, floor_var)
   base = lambda k: k.rsplit(" [", 1)[0] if meta.get("ends") else k
   se = lambda k: math.sqrt(targets[k]) / unit
   top = setters(split, targets, costs, node_rollouts, group_rollouts)
-  out = {"floor": floor, "unit": unit, "above": len({base(k) for k in keep}), "design": None, "setters": top,
-         "setters_se": max(se(k) for k in top), "top": top[0], "top_se": se(top[0]), "missed": 0}
-  if keep:
-    d = cheapest_priced(price, {k: split[k] for k in keep}, {k: targets[k] for k in keep}, costs, node_rollouts,
-                        group_rollouts)
-    out["design"] = d
-    out["missed"] = len({base(k) for k, s in split.items() if k not in keep and s.variance(
-        d.questions, d.nodes_per_rollout * group_rollouts, d.r) > targets[k] * (1 + 1e-9)})
-  return out
+  lifted = {k: max(t, floor_var) for k, t in targets.items()}
+  return {"floor": floor, "unit": unit, "above": len({base(k) for k in above_floor(targets, floor_var)}),
+          "design": cheapest_priced(price, split, lifted, costs, node_rollouts, group_rollouts), "setters": top,
+          "setters_se": max(se(k) for k in top), "top": top[0], "top_se": se(top[0])}
 
 
 def cochran_optimum(s: variance.Components, costs, node_rollouts: int,
@@ -303,7 +325,7 @@ def cochran_optimum(s: variance.Components, costs, node_rollouts: int,
 
 
 def pair_table(split: dict[str, variance.Components], reference: tuple[int, int, int], costs, node_rollouts: int,
-               group_rollouts: float, chosen: Design) -> list[dict]:
+               group_rollouts: float, chosen: Design, reference_rollouts: float | None = None) -> list[dict]:
   """Per pair, what sets a design's questions (issue 48's diagnosis), in `split`'s order: its components; the
   target, its variance at `reference` (questions, nodes_per_rollout, R: the fixed design), and the continuation
   share of that; the questions it alone needs at `chosen`'s nodes_per_rollout and r ("needs"; "binding" where
@@ -311,13 +333,14 @@ def pair_table(split: dict[str, variance.Components], reference: tuple[int, int,
   linear cost (own_questions, own_nodes_per_rollout, own_r, own_hours_linear)."""
   q0, n0, r0 = reference
   g, out = group_rollouts, []
+  g0 = g if reference_rollouts is None else reference_rollouts
   for k, s in split.items():
-    target = s.variance(q0, n0 * g, r0)
+    target = s.variance(q0, n0 * g0, r0)
     q, n, r, cost = cheapest({k: s}, {k: target}, costs, node_rollouts, g)
     need = questions_needed(s, target, chosen.nodes_per_rollout * g, chosen.r)
     r_star, n_star = cochran_optimum(s, costs, node_rollouts, g)
     out.append(dict(pair=k, question=s.question, node=s.node, continuation=s.continuation, target=target,
-                    continuation_share=s.continuation / (q0 * n0 * g * r0) / target if target > 0 else math.nan,
+                    continuation_share=s.continuation / (q0 * n0 * g0 * r0) / target if target > 0 else math.nan,
                     needs=need, binding=need >= chosen.questions, r_star=r_star, nodes_per_rollout_star=n_star,
                     own_questions=q, own_nodes_per_rollout=n, own_r=r, own_hours_linear=cost))
   return out
@@ -328,13 +351,17 @@ def _design(d: Design) -> str:
 
 
 def describe(config, work, chip, chips: int, path, field: str = "--variance_split") -> list[str]:
-  """The dry run's lines for a variance split: the fixed design (`reference`), the design that reaches its
-  precision for every pair at the least cost, its hours, and whether the config runs it."""
+  """The dry run's lines for a variance split: the fixed design (`reference`), the cheapest design for its
+  precision on every pair and, where the floor applies, on every pair floored (`floored`), the chosen one and its
+  hours, and whether the config runs it."""
   c = choose(config, work, chip, chips, path, field)
   b, m = config.budget, c.meta
   out = [f"  variance split ({m.get('estimand', '?')} on {m.get('target', '?')} nodes, {c.pairs} pairs, from "
          f"{m.get('source', path)}; {field.removeprefix('--').removeprefix('config.')}={path}): unit costs "
          f"{c.costs[0]:.3g} h per question, {c.costs[1]:.3g} per node, {c.costs[2]:.3g} per node-continuation"]
+  if b.get("node_group", "balanced") == "target" and m.get("target", "incorrect") != "all":
+    out.append(f"  node rollouts: {b.node_rollouts_per_question} per question, all from the {m.get('target')} "
+               "group (budget.node_group='target'; the fixed design's are balanced, half in it)")
   if c.ends:
     a, z = (c.ends[e] for e in ENDS)
     out.append(f"  its continuation share is not measured (the pilot's rows have no rewards), so the design holds at "
@@ -346,40 +373,41 @@ def describe(config, work, chip, chips: int, path, field: str = "--variance_spli
   own = (b.questions, b.nodes_per_rollout, b.continuations_per_candidate)
   runs = ("this config's design" if own == (d.questions, d.nodes_per_rollout, d.r) else
           f"this config runs {own[0]} questions, nodes_per_rollout {own[1]}, R = {own[2]}: its variance is "
-          f"{c.worst:.3g}x the fixed design's on its worst pair")
-  out.append(f"  the cheapest design for its precision on every pair: {_design(d)} ({runs})")
+          f"{c.worst:.3g}x the target on its worst pair")
+  floor = c.floor.get("unit") is not None
+  out.append(f"  the cheapest design for its precision on every pair: {_design(c.every)}"
+             + ("" if floor else f" ({runs})"))
+  if c.floor:
+    out.append(_floor_line(c, config.report.get("estimand", "alignment"), runs))
   why = ""
   if c.ends:
     low = c.ends[ENDS[0]]
     why = (f"; it must hold at both ends of the unmeasured continuation share: at the end without continuation noise "
            f"{low.hours:.3g} h ({low.hours / f.hours:.3g}) would do, and a pilot with rewards measures the share: "
            "benchmarks/variance_split.py --workdir=<its records>")
+  how = ("every pair floored" if floor else "every pair") + (", node rollouts from the verdict's group only" if (
+      b.get("node_group", "balanced") == "target" and m.get("target", "incorrect") != "all") else "")
   out.append(f"  hours for R={f.r}'s precision: {d.hours:.3g} ({d.hours / f.hours:.3g} of the fixed design's "
-             f"{f.hours:.3g} h{why})")
-  if c.floor:
-    out.append(_floor_line(c, config.report.get("estimand", "alignment")))
+             f"{f.hours:.3g} h; {how}{why})")
   return out
 
 
-def _floor_line(c: Choice, verdict: str) -> str:
-  """The dry run's line for `floored`: the design for the pairs above the floor and why the every-pair hours are
-  what they are."""
+def _floor_line(c: Choice, verdict: str, runs: str) -> str:
+  """The dry run's line for `floored`: the design for every pair floored and why the every-pair hours are what
+  they are."""
   fl, f = c.floor, c.fixed
-  head = (f"  hours for R={f.r}'s precision on the pairs whose fixed-design SE is above a floor of {fl['floor']:.3g} "
-          f"(report.min_effect x {FLOOR_FRACTION:g}, {verdict} units)")
+  head = (f"  the cheapest design for its precision on every pair floored (each pair's SE at most the fixed "
+          f"design's or {fl['floor']:.3g}, report.min_effect x {FLOOR_FRACTION:g} in {verdict} units, whichever is "
+          "larger)")
   if fl["unit"] is None:
     return (f"{head}: not priced: this split of {c.meta.get('estimand', '?')} has no scale to put it in {verdict} "
             "units (a split of records with rewards has one: benchmarks/variance_split.py --records or --workdir)")
-  if fl["design"] is None:
-    return f"{head}: none of the {c.pairs} pairs is above it (any design reaches the floor)"
   d, n = fl["design"], len(fl["setters"])
   who = (f"{fl['top']}, whose own cheapest design costs" if n == 1 else
          f"{n} pairs, the most demanding {fl['top']} at {fl['top_se']:.2g}, whose own cheapest designs cost")
   who += f" >= {1 - SETS_WITHIN:g} of them"
-  why = (f"the pairs that set the every-pair hours ({who}) have "
-         f"fixed-design SE <= {fl['setters_se']:.2g}, below the floor; {fl['missed']} of the {c.pairs - fl['above']} "
-         "pairs below it need more than this design" if fl["setters_se"] <= fl["floor"] else
+  why = (f"the pairs that set the every-pair hours ({who}) have fixed-design SE <= {fl['setters_se']:.2g}, below "
+         "the floor" if fl["setters_se"] <= fl["floor"] else
          f"the pairs that set the every-pair hours ({who}) reach SE {fl['setters_se']:.2g}, above the floor")
-  return (f"{head}, {fl['above']} of {c.pairs} pairs: {d.hours:.3g} ({d.hours / f.hours:.3g} of the fixed design's "
-          f"{f.hours:.3g} h; {d.questions} questions, nodes_per_rollout {d.nodes_per_rollout}, r = {d.r}); {why}")
-
+  return (f"{head}: {_design(d)} ({fl['above']} of {c.pairs} pairs above the floor keep their fixed-design SE; "
+          f"{why}; {runs})")

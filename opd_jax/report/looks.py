@@ -162,6 +162,8 @@ def design_record(cfg: dict) -> dict:
          "precision_of": list(b.get("precision_of", ()) or ()) or None, "pilot": None}
   if out["allocation"] != "uniform":
     out["continuations_mean"] = b.get("continuations_mean")
+  if b.get("node_group", "balanced") != "balanced":      # node rollouts from the verdict's group only (design.py)
+    out["node_group"] = b["node_group"]
   if b.get("pilot"):
     path = variance.pilot_path(b["pilot"])
     text = path.read_bytes()

@@ -94,7 +94,9 @@ def describe(config, task: Any = None) -> str:
        "weighted": f"R weighted by p and q: mean {b.continuations_mean:g}, >= {b.get('allocation_minimum', 2)} per "
                    f"candidate run, <= {b.continuations_max}",
        "uniform": f"R = {b.continuations_per_candidate}"}[how]
-  lines.append(f"budget:   {b.rollouts_per_question} rollouts/question ({b.node_rollouts_per_question} with nodes x "
+  group = (f" {config.report.target} only" if b.get("node_group", "balanced") == "target"
+           and config.report.target != "all" else "")
+  lines.append(f"budget:   {b.rollouts_per_question} rollouts/question ({b.node_rollouts_per_question}{group} with nodes x "
                f"{b.nodes_per_rollout} nodes, {b.node_strategy}), <= {plan.candidates_per_node} candidates/node, "
                f"{r} continuations/candidate; {len(confs)} configurations")
   dtype, nbytes = _dtype(config)

@@ -204,6 +204,8 @@ def validate(config) -> None:
                f"must be <= config.budget.rollouts_per_question ({b.rollouts_per_question}): node rollouts are "
                "chosen among the base rollouts", b.node_rollouts_per_question,
                fix="lower it, or raise config.budget.rollouts_per_question")
+  if b.get("node_group", "balanced") not in NODE_GROUPS:
+    raise _bad("config.budget.node_group", f"must be one of {NODE_GROUPS}", b.node_group, choices=NODE_GROUPS)
   if not isinstance(b.get("adaptive", False), bool):
     raise _bad("config.budget.adaptive", "must be True or False", b.adaptive)
   r_max = b.continuations_max
@@ -291,6 +293,7 @@ def _check_dtype(config) -> None:
 
 
 ALLOCATIONS = ("uniform", "weighted", "adaptive")
+NODE_GROUPS = ("balanced", "target")   # config.budget.node_group (configs/base.py)
 
 
 def allocation(config) -> str:

@@ -220,12 +220,22 @@ def continuations(env: environment.Env, index: int, problem, prompt: list[int], 
   return outcomes
 
 
+def node_rollouts(correct: list[bool], k: int, order: list[int], group: str = "all") -> list[int]:
+  """Up to k rollout ids, sorted: balanced correct / incorrect for `group` "all" (`_balanced`), else the first k
+  of `order` in `group` ("correct" or "incorrect"; fewer where fewer are)."""
+  if group == "all":
+    return _balanced(correct, k, order)
+  return sorted([r for r in order if correct[r] == (group == "correct")][:k])
+
+
 def choose_node_rollouts(env: environment.Env, v: Verified) -> list[int]:
-  """The question's node rollouts: balanced correct / incorrect (`budget.node_rollouts_per_question`; finished
-  ones first when budget.prefer_finished), non-empty responses only."""
+  """The question's node rollouts (`node_rollouts` of budget.node_rollouts_per_question; finished ones first when
+  budget.prefer_finished), non-empty responses only: balanced correct / incorrect, or with budget.node_group
+  "target" only rollouts of the verdict's group (report.target)."""
   b = env.spec.budget
   order = sorted(range(len(v.responses)), key=lambda r: (bool(b.prefer_finished and not v.finished[r]), r))
-  return [r for r in _balanced(v.correct, b.node_rollouts_per_question, order) if v.responses[r]]
+  group = env.spec.looks.target if b.node_group == "target" else "all"
+  return [r for r in node_rollouts(v.correct, b.node_rollouts_per_question, order, group) if v.responses[r]]
 
 
 def process_question(env: environment.Env, index: int, problem,

@@ -24,6 +24,7 @@ class Budget:
   `preflight.allocation`, where the older budget.adaptive=True reads as "adaptive")."""
   rollouts_per_question: int
   node_rollouts_per_question: int
+  node_group: str
   nodes_per_rollout: int
   node_strategy: str
   prefer_finished: bool
@@ -98,7 +99,7 @@ def resolve(config) -> Spec:
   b, s = config.budget, config.scoring
   budget = Budget(
       rollouts_per_question=b.rollouts_per_question, node_rollouts_per_question=b.node_rollouts_per_question,
-      nodes_per_rollout=b.nodes_per_rollout, node_strategy=b.node_strategy, prefer_finished=b.prefer_finished,
+      node_group=b.get("node_group", "balanced"), nodes_per_rollout=b.nodes_per_rollout, node_strategy=b.node_strategy, prefer_finished=b.prefer_finished,
       student_top_k=b.student_top_k, teacher_top_k=b.teacher_top_k, branch_batch=b.branch_batch,
       allocation=preflight.allocation(config), continuations_per_candidate=b.continuations_per_candidate,
       continuations_max=b.continuations_max, continuations_mean=b.continuations_mean,

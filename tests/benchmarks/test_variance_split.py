@@ -92,6 +92,7 @@ def test_explain_prices_the_dry_runs_design_and_each_criterion_reaches_its_targe
   rows = _block(7, n_questions=8)
   rows.to_parquet(tmp_path / "study_records_1.parquet")
   config = teacher_sweep.get_config("paper")
+  config.budget.node_group = "balanced"                            # the fixed design's group (2 of 4 node rollouts)
   wide, configs, r, scale = variance_split.differences(rows, "projection", "incorrect")
   se = sorted(math.sqrt(s.variance(100, 32, 64)) / scale for s in variance_split.pair_components(
       wide, configs, r).values())
@@ -100,12 +101,13 @@ def test_explain_prices_the_dry_runs_design_and_each_criterion_reaches_its_targe
   table, crit = design_binding.explain(rows, wide, configs, r, scale, meta, config, "h200", str(tmp_path / "x"),
                                       boot=3, seed=1)
   assert (tmp_path / "x_binding.csv").exists() and (tmp_path / "x_criteria.csv").exists()
-  (tmp_path / "x.json").write_text(json.dumps({**meta, "r": r, "pairs": {
+  (tmp_path / "x.json").write_text(json.dumps({**meta, "r": r, "scale": scale, "pairs": {
       k: v.__dict__ for k, v in variance_split.pair_components(wide, configs, r).items()}}))
-  chosen = design.choose(config, None, None, 1, tmp_path / "x.json").chosen
-  every = crit.set_index("criterion").loc["every pair"]
-  assert (every.questions, every.nodes_per_rollout, every.r) == (chosen.questions, chosen.nodes_per_rollout, chosen.r)
-  assert every.hours == pytest.approx(chosen.hours) and every.pairs == 3
+  choice = design.choose(config, None, None, 1, tmp_path / "x.json")
+  for name, d in (("every pair", choice.every), ("every pair, floored", choice.chosen)):   # the dry run's two
+    row = crit.set_index("criterion").loc[name]
+    assert (row.questions, row.nodes_per_rollout, row.r) == (d.questions, d.nodes_per_rollout, d.r)
+    assert row.hours == pytest.approx(d.hours) and row.pairs == 3
   split = variance_split.pair_components(wide, configs, r)
   floor_var = (0.25 * config.report.min_effect * scale) ** 2
   assert table.above_floor.tolist() == [table.target[i] > floor_var for i in range(3)]

@@ -96,19 +96,48 @@ def test_the_committed_pilot_is_its_csvs_split_and_the_paper_design_holds_at_eve
     assert v["continuation"] is None and v == pytest.approx(committed["pairs"][k])
   from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
   config = teacher_sweep.get_config("paper")
-  assert config.budget.pilot == PILOT and tuple(config.budget.precision_of) == (100, 16, 64)
+  config.budget.pilot = PILOT                        # :paper's pilot before the v2 split (`test_the_paper_design...`)
+  assert tuple(config.budget.precision_of) == (100, 16, 64) and config.budget.node_group == "target"
   _linear_hours(monkeypatch)
   c = design.choose(config, None, None, 1, config.budget.pilot)
   assert (c.fixed.questions, c.fixed.nodes_per_rollout, c.fixed.r) == (100, 16, 64) and set(c.ends) == set(
       design.ENDS) and c.pairs == 28
+  assert c.floor == {"floor": 0.0125, "unit": None} and c.chosen == c.every      # no scale: every pair, unfloored
   d = c.chosen
   for v in committed["pairs"].values():
     for share in (0.0, 0.3, 1.0):                    # the continuation share of the within-question variance
       s2_c = share * v["within"] * 4
       comp = variance.Components(question=v["question"], node=v["within"] - s2_c / 4, continuation=s2_c,
                                  questions=1, nodes=1, r=4)
-      assert comp.variance(d.questions, 2 * d.nodes_per_rollout, d.r) <= comp.variance(100, 32, 64) * (1 + 1e-9)
+      # 4 incorrect node rollouts per question (node_group "target"), the fixed design's 2 (balanced)
+      assert comp.variance(d.questions, 4 * d.nodes_per_rollout, d.r) <= comp.variance(100, 32, 64) * (1 + 1e-9)
   assert d.hours < c.fixed.hours and min(e.hours for e in c.ends.values()) <= d.hours
+
+
+def test_the_paper_design_reaches_every_pair_floored_on_its_pilot_with_rewards():
+  """`:paper` (node rollouts from the incorrect group only, 4 per question) reaches, on every pair of its pilot
+  (validation v2's four blocks, the continuation share measured), a standard error at most the fixed design's
+  (100 questions, 16 nodes per rollout, R = 64, 2 incorrect node rollouts) or the floor min_effect / 4 in ratio
+  units (the projection's split over the scale S), whichever is larger; and its every-pair-only design could not
+  (the pure continuation-noise pair asks for more)."""
+  from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
+  config = teacher_sweep.get_config("paper")
+  b = config.budget
+  split = json.loads((REPO / b.pilot).read_text())
+  assert split["estimand"] == "projection" and split["target"] == config.report.target == "incorrect"
+  floor_var = (0.25 * config.report.min_effect * split["scale"]) ** 2
+  worst = 0.0
+  for v in split["pairs"].values():
+    comp = variance.Components(question=v["question"], node=v["node"], continuation=v["continuation"], questions=1,
+                               nodes=1, r=1)
+    target = max(comp.variance(100, 16 * 2, 64), floor_var)
+    worst = max(worst, comp.variance(b.questions, b.nodes_per_rollout * 4, b.continuations_per_candidate) / target)
+  assert worst <= 1 + 1e-9 and len(split["pairs"]) == 351
+  noise = split["pairs"]["ext_answer_fkl - ext_answer_jsd"]
+  comp = variance.Components(question=noise["question"], node=noise["node"], continuation=noise["continuation"],
+                             questions=1, nodes=1, r=1)
+  assert comp.variance(b.questions, b.nodes_per_rollout * 4, b.continuations_per_candidate) > comp.variance(
+      100, 32, 64)
 
 
 def test_the_manifest_records_the_design_and_an_old_config_keeps_its_hash(tmp_path):
@@ -121,11 +150,14 @@ def test_the_manifest_records_the_design_and_an_old_config_keeps_its_hash(tmp_pa
   from opd_jax.report import looks  # pylint: disable=g-import-not-at-top
   paper = teacher_sweep.get_config("paper")
   rec = looks.design_record(paper.to_dict())
-  assert (rec["r"], rec["nodes_per_rollout"], rec["questions"], rec["looks"], rec["futility"]) == (16, 2, 601,
-                                                                                                  [150, 300, 450], 0.1)
+  assert (rec["r"], rec["nodes_per_rollout"], rec["questions"], rec["looks"], rec["futility"]) == (3, 8, 113,
+                                                                                                  [28, 57, 85], 0.1)
   assert rec["estimand"] == "alignment_ratio" and rec["precision_of"] == [100, 16, 64]
-  text = (REPO / PILOT).read_bytes()
-  assert rec["pilot"] == {"path": PILOT, "sha256": hashlib.sha256(text).hexdigest(), "split": json.loads(text)}
+  assert rec["node_group"] == "target" and "node_group" not in looks.design_record(
+      teacher_sweep.get_config("paper_fixed").to_dict())
+  text = (REPO / paper.budget.pilot).read_bytes()
+  assert rec["pilot"] == {"path": paper.budget.pilot, "sha256": hashlib.sha256(text).hexdigest(),
+                          "split": json.loads(text)}
   fixed = teacher_sweep.get_config("paper_fixed").to_dict()
   old = json.loads(json.dumps(fixed))
   for f in ("pilot", "precision_of"):
@@ -192,14 +224,16 @@ def test_the_pair_table_counts_each_pairs_questions_at_the_chosen_design():
   assert max(row["needs"] for row in rows) == q and any(row["binding"] for row in rows)
 
 
-def test_the_floor_line_prices_the_pairs_above_it_and_names_the_pure_continuation_pair_that_sets_every_pair(
+def test_the_floored_design_is_chosen_and_the_line_names_the_pure_continuation_pair_that_sets_every_pair(
     tmp_path, monkeypatch):
   """A pair of pure continuation noise far below the floor (report.min_effect / 4 on the ratio's scale: the
   projection split over its "scale" S) keeps the every-pair design at the fixed one (its variance falls only with
-  questions x nodes x r, and the other pair needs the fixed design's questions); the pairs above the floor alone
-  need far less, and the line says which pair set the every-pair hours."""
+  questions x nodes x r, and the other pair needs the fixed design's questions); every pair floored (its SE at most
+  the fixed design's or the floor) needs far less, is the chosen design, and the line says which pair set the
+  every-pair hours. With node rollouts from the verdict's group only, the same precision costs less again."""
   from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
   config = teacher_sweep.get_config("paper")
+  config.budget.node_group = "balanced"
   _linear_hours(monkeypatch)
   size = dict(questions=80, nodes=400, r=12.0)
   pairs = {"a - b": dict(question=0.2, node=0.0, continuation=0.0, **size),          # SE 0.045 / S at the fixed
@@ -209,28 +243,42 @@ def test_the_floor_line_prices_the_pairs_above_it_and_names_the_pure_continuatio
                               "pairs": pairs}))
   c = design.choose(config, None, None, 1, str(path))
   fixed = (c.fixed.questions, c.fixed.nodes_per_rollout, c.fixed.r)
-  assert fixed == (100, 16, 64) and (c.chosen.questions, c.chosen.nodes_per_rollout, c.chosen.r) == fixed
+  assert fixed == (100, 16, 64) and (c.every.questions, c.every.nodes_per_rollout, c.every.r) == fixed
   fl, g = c.floor, design.group_rollouts(config, "incorrect")
-  assert fl["floor"] == pytest.approx(0.0125) and fl["unit"] == 2.0 and fl["above"] == 1
+  assert fl["floor"] == pytest.approx(0.0125) and fl["unit"] == 2.0 and fl["above"] == 1 and g == 2
   d = fl["design"]
-  assert d.hours < 0.2 * c.fixed.hours and fl["setters"] == ["a - c"] and fl["missed"] == 1
+  assert c.chosen == d and d.hours < 0.2 * c.fixed.hours and fl["setters"] == ["a - c"]
   want = math.sqrt(1.0 / (100 * 16 * g * 64)) / 2.0                                  # a - c's SE, ratio units
   assert fl["setters_se"] == pytest.approx(want) and fl["top_se"] == pytest.approx(want) and want < 0.0125
-  ab = variance.Components(**pairs["a - b"])
+  ab, ac = variance.Components(**pairs["a - b"]), variance.Components(**pairs["a - c"])
   assert ab.variance(d.questions, d.nodes_per_rollout * g, d.r) <= ab.variance(100, 16 * g, 64) * (1 + 1e-9)
+  assert ac.variance(d.questions, d.nodes_per_rollout * g, d.r) <= (0.0125 * 2.0) ** 2 * (1 + 1e-9)
   lines = design.describe(config, None, None, 1, str(path))
   i = next(i for i, l in enumerate(lines) if l.startswith("  hours for R=64's precision: "))
-  assert lines[i].startswith(f"  hours for R=64's precision: {c.fixed.hours:.3g} (1 of the fixed design's")
-  assert lines[i + 1].startswith("  hours for R=64's precision on the pairs whose fixed-design SE is above a floor "
-                                 "of 0.0125 (report.min_effect x 0.25, alignment_ratio units), 1 of 2 pairs: "
-                                 f"{d.hours:.3g} (") and len(lines) == i + 2
-  assert f"the pairs that set the every-pair hours (a - c, whose own cheapest design costs >= 0.99 of them) have fixed-design SE <= " \
-         f"{want:.2g}, below the floor; 1 of the 1 pairs below it need more than this design" in lines[i + 1]
+  assert lines[i] == (f"  hours for R=64's precision: {d.hours:.3g} ({d.hours / c.fixed.hours:.3g} of the fixed "
+                      f"design's {c.fixed.hours:.3g} h; every pair floored)") and len(lines) == i + 1
+  assert lines[i - 2].startswith(f"  the cheapest design for its precision on every pair: 100 questions, "
+                                 f"nodes_per_rollout 16, r = 64: {c.fixed.hours:.3g} h")
+  assert lines[i - 1].startswith("  the cheapest design for its precision on every pair floored (each pair's SE at "
+                                 "most the fixed design's or 0.0125, report.min_effect x 0.25 in alignment_ratio "
+                                 f"units, whichever is larger): {d.questions} questions, nodes_per_rollout "
+                                 f"{d.nodes_per_rollout}, r = {d.r}: {d.hours:.3g} h (1 of 2 pairs above the floor")
+  assert (f"the pairs that set the every-pair hours (a - c, whose own cheapest design costs >= 0.99 of them) have "
+          f"fixed-design SE <= {want:.2g}, below the floor; this config runs 113 questions") in lines[i - 1]
+  config.budget.node_group = "target"                                              # 4 incorrect node rollouts
+  t = design.choose(config, None, None, 1, str(path))
+  assert t.chosen.hours < d.hours and t.floor["setters"] == ["a - c"]
+  assert ab.variance(t.chosen.questions, t.chosen.nodes_per_rollout * 4, t.chosen.r) <= ab.variance(
+      100, 16 * g, 64) * (1 + 1e-9)
+  assert "every pair floored, node rollouts from the verdict's group only)" in design.describe(
+      config, None, None, 1, str(path))[-1]
   pairs["a - c"]["continuation"] = 1e6                                             # now above the floor: it sets
   path.write_text(json.dumps({"estimand": "projection", "target": "incorrect", "scale": 2.0, "pairs": pairs}))
   assert design.choose(config, None, None, 1, str(path)).floor["above"] == 2
-  assert "above the floor" in design.describe(config, None, None, 1, str(path))[-1]
+  assert "above the floor; this config runs" in design.describe(config, None, None, 1, str(path))[-2]
   path.write_text(json.dumps({"estimand": "projection", "target": "incorrect", "pairs": pairs}))   # no S
-  assert "not priced: this split of projection has no scale" in design.describe(config, None, None, 1, str(path))[-1]
+  assert "not priced: this split of projection has no scale" in design.describe(config, None, None, 1, str(path))[-2]
   config.report.min_effect = 0.0                                                       # no floor: no line
-  assert design.describe(config, None, None, 1, str(path))[-1].startswith("  hours for R=64's precision: ")
+  lines = design.describe(config, None, None, 1, str(path))
+  assert lines[-1].startswith("  hours for R=64's precision: ") and lines[-1].endswith(
+      "every pair, node rollouts from the verdict's group only)") and "floored" not in lines[-2]

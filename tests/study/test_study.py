@@ -420,6 +420,11 @@ def test_node_rollouts_balanced_and_prefer_finished_order():
   order = sorted(range(5), key=lambda r: (not finished[r], r))        # what budget.prefer_finished does
   assert questions._balanced(correct, 2, order) == [1, 3]                 # answered-wrong 3 before truncated 0
   assert questions._balanced([False, False], 2, [1, 0]) == [0, 1]
+  # budget.node_group="target": the verdict's group only, in `order`, fewer where fewer are
+  assert questions.node_rollouts(correct, 2, list(range(5)), "incorrect") == [0, 2]
+  assert questions.node_rollouts(correct, 2, order, "incorrect") == [0, 3]    # answered-wrong 3, then truncated 0
+  assert questions.node_rollouts(correct, 9, list(range(5)), "correct") == [1, 4]
+  assert questions.node_rollouts(correct, 3, list(range(5)), "all") == questions._balanced(correct, 3)
 
 
 def _nucleus(z, temperature, top_p):

@@ -1,0 +1,43 @@
+"""budget.node_group="target" (issue 48): node rollouts from the verdict's group only, recorded in the manifest,
+and a report that reads a study whose other group is empty."""
+import json
+
+from configs import smoke as smoke_config
+from opd_jax import records
+from opd_jax.study import pipeline
+from opd_jax.study import preflight
+
+
+def test_target_group_node_rollouts_only_and_the_report_reads_them(tmp_path):
+  c = smoke_config.get_config()
+  c.budget.update(questions=2, rollouts_per_question=4, node_rollouts_per_question=2, nodes_per_rollout=2,
+                  continuations_per_candidate=2, node_group="target")
+  c.configurations = {"solution": "self:solution:reverse_kl"}
+  c.logging.progress = False
+  c.report.pages = 0
+  workdir = tmp_path / "run"
+  pipeline.run(c, str(workdir))
+  rollouts, nodes = records.read_table(workdir, "rollouts"), records.read_table(workdir, "nodes")
+  assert len(nodes) and set(rollouts["question_id"]) == set(nodes["question_id"])
+  for qid, r in rollouts.groupby("question_id"):
+    r = r.sort_values("rollout_id")
+    wrong = [i for i, n in zip(r.loc[r["reward"] == 0, "rollout_id"][:2], r.loc[r["reward"] == 0, "length"]) if n]
+    assert sorted(set(nodes.loc[nodes["question_id"] == qid, "rollout_id"])) == wrong, qid
+  assert not nodes["correct"].astype(bool).any()
+  manifest = json.loads((workdir / "manifest.json").read_text())
+  assert manifest["design"]["node_group"] == "target"
+  assert (workdir / "report.html").exists()
+
+
+def test_a_bad_node_group_names_the_field_and_the_default_leaves_the_hash():
+  c = smoke_config.get_config()
+  c.budget.node_group = "incorrect"
+  try:
+    preflight.validate(c)
+  except ValueError as e:
+    assert str(e).startswith("config.budget.node_group must be one of ('balanced', 'target'), got 'incorrect'"), e
+  else:
+    raise AssertionError("node_group='incorrect' was accepted")
+  d = smoke_config.get_config().to_dict()
+  old = {**d, "budget": {k: v for k, v in d["budget"].items() if k != "node_group"}}
+  assert records.config_hash(d) == records.config_hash(old)
