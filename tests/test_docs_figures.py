@@ -554,10 +554,49 @@ def test_variance_split_and_paper_design_are_the_pilot_and_config():
   b = paper.budget
   _row("docs/results.md", "| fixed (`:paper_fixed`) ", contains=f"| {fixed.budget.questions} | "
        f"{fixed.budget.nodes_per_rollout} | {fixed.budget.continuations_per_candidate} |")
-  _row("docs/results.md", "| **chosen (`:paper`)**", contains=f"| {b.questions} | {b.nodes_per_rollout} | "
-       f"{b.continuations_per_candidate} |")
   _says("docs/results.md", f"looks at {', '.join(map(str, b.looks[:-1]))} and {b.looks[-1]} of {b.questions} "
         f"questions, futility {b.futility:g}, margin {paper.report.min_effect:g}")
+
+
+def test_the_paper_design_is_its_dry_run_and_its_cap_the_shortfalls():
+  """docs/results.md's "`:paper` now" and README's `:paper` hours: the designs and hours of the committed dry run
+  (variance_split/paper_dry_run.txt), the config's nodes and r those of the chosen design and its cap the questions
+  the group shortfall needs (paper_shortfall.json), the bootstrap of paper_v2_criteria.csv."""
+  from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
+  b = teacher_sweep.get_config("paper").budget
+  lines = (DATA / "variance_split" / "paper_dry_run.txt").read_text()
+  every = re.search(r"on every pair: (\d+) questions, nodes_per_rollout (\d+), r = (\d+): ([\d.]+) h", lines).groups()
+  chosen = re.search(r"on every pair floored .*?: (\d+) questions, nodes_per_rollout (\d+), r = (\d+): ([\d.]+) h",
+                     lines).groups()
+  hours = re.search(r"hours for R=64's precision: ([\d.]+) \(([\d.]+) of the fixed design's ([\d.]+) h; every pair "
+                    r"floored, node rollouts from the verdict's group only\)", lines).groups()
+  own = re.search(r"\(([\d.]+) h for (\d+) questions\)", lines).groups()
+  worst = re.search(r"this config runs (\d+) questions, nodes_per_rollout (\d+), R = (\d+): its variance is ([\d.]+)x",
+                    lines).groups()
+  assert (int(chosen[1]), int(chosen[2])) == (b.nodes_per_rollout, b.continuations_per_candidate) and int(
+      own[1]) == int(worst[0]) == b.questions and chosen[3] == hours[0]
+  short = json.loads((DATA / "variance_split" / "paper_shortfall.json").read_text())
+  assert short["questions_needed_at_expected"] == b.questions and short["questions_needed_at_full_group"] == int(
+      chosen[0]) and f"{short['worst_at_full_group']:.3g}" == worst[3]
+  _row("docs/results.md", "| every pair, group only ", contains=f"| 4 of 4 | {every[0]} | {every[1]} | {every[2]} | "
+       f"{every[3]} | {float(every[3]) / float(hours[2]):.3f} |")
+  _row("docs/results.md", "| **every pair floored, group only (`:paper`)** ", contains=f"| 4 of 4 | {chosen[0]} | "
+       f"{chosen[1]} | {chosen[2]} | **{chosen[3]}** | **{hours[1]}** |")
+  crit = pd.read_csv(DATA / "variance_split" / "paper_v2_criteria.csv").set_index("criterion")
+  fl, ev = crit.loc["every pair, floored"], crit.loc["every pair"]
+  assert (fl.questions, fl.nodes_per_rollout, fl.r) == tuple(map(int, chosen[:3]))
+  _says("docs/results.md", f"`hours for R=64's precision: {hours[0]}` ({hours[1]} of the fixed design's {hours[2]} h)",
+        f"On every pair at its own fixed-design standard error it is {every[3]} h",
+        f"every pair floored costs {fl.boot_fraction_linear_median:.3f} of the fixed design (5th-95th percentiles "
+        f"{fl.boot_fraction_linear_p05:.3f}-{fl.boot_fraction_linear_p95:.3f}), at most 0.1 in "
+        f"{fl['boot_share_at_most_0.1']:.2f} of the resamples; every pair, median {ev.boot_fraction_linear_median:.2f} "
+        f"({ev.boot_fraction_linear_p05:.2f}-{ev.boot_fraction_linear_p95:.2f})",
+        f"the mean is {short['expected_in_group']:.2f}, and the design would need {b.questions} questions",
+        f"(its variance {short['worst_at_full_group']:.3f} of the target on its worst pair at 4 per question, "
+        f"{short['worst_at_expected']:.3f} at {short['expected_in_group']:.2f}):\n  {own[0]} h on the roofline"
+        .replace("\n  ", " "), source="docs/data/variance_split/paper_*")
+  _says("README.md", f"{hours[0]} H200-h for the precision of `:paper_fixed`, {hours[2]} h at R = 64, floored at "
+        f"{0.25 * teacher_sweep.get_config('paper').report.min_effect:.4g}", source="paper_dry_run.txt")
 
 
 def test_crossfit_table_is_its_json():

@@ -25,10 +25,11 @@ at every share between (its variance and the target's are both linear in the sha
 
 The floor: the every-pair criterion asks even pairs whose fixed-design standard error is far below anything the
 verdict resolves (e.g. two divergences of one view, almost pure continuation noise) to keep it, and such a pair
-alone can ask for the fixed design's whole continuation budget. `floored` prices, beside it, the design for the
-pairs whose fixed-design standard error, in the verdict's units (config.report.estimand: a projection split over
-the alignment ratio's scale S, the split's "scale"), is above FLOOR_FRACTION x config.report.min_effect, and names
-the pairs that set the every-pair hours (`setters`) with their standard errors.
+alone can ask for the fixed design's whole continuation budget. `floored` prices every pair floored: each pair's
+standard error, in the verdict's units (config.report.estimand: a projection split over the alignment ratio's scale
+S, the split's "scale"), at most its fixed-design one or FLOOR_FRACTION x config.report.min_effect, whichever is
+larger; `choose` picks that design where the floor applies, and names the pairs that set the every-pair hours
+(`setters`) with their standard errors.
 """
 from __future__ import annotations
 

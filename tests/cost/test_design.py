@@ -150,8 +150,8 @@ def test_the_manifest_records_the_design_and_an_old_config_keeps_its_hash(tmp_pa
   from opd_jax.report import looks  # pylint: disable=g-import-not-at-top
   paper = teacher_sweep.get_config("paper")
   rec = looks.design_record(paper.to_dict())
-  assert (rec["r"], rec["nodes_per_rollout"], rec["questions"], rec["looks"], rec["futility"]) == (3, 8, 113,
-                                                                                                  [28, 57, 85], 0.1)
+  assert (rec["r"], rec["nodes_per_rollout"], rec["questions"], rec["looks"], rec["futility"]) == (3, 8, 131,
+                                                                                                  [33, 66, 98], 0.1)
   assert rec["estimand"] == "alignment_ratio" and rec["precision_of"] == [100, 16, 64]
   assert rec["node_group"] == "target" and "node_group" not in looks.design_record(
       teacher_sweep.get_config("paper_fixed").to_dict())
@@ -264,7 +264,7 @@ def test_the_floored_design_is_chosen_and_the_line_names_the_pure_continuation_p
                                  f"units, whichever is larger): {d.questions} questions, nodes_per_rollout "
                                  f"{d.nodes_per_rollout}, r = {d.r}: {d.hours:.3g} h (1 of 2 pairs above the floor")
   assert (f"the pairs that set the every-pair hours (a - c, whose own cheapest design costs >= 0.99 of them) have "
-          f"fixed-design SE <= {want:.2g}, below the floor; this config runs 113 questions") in lines[i - 1]
+          f"fixed-design SE <= {want:.2g}, below the floor; this config runs 131 questions") in lines[i - 1]
   config.budget.node_group = "target"                                              # 4 incorrect node rollouts
   t = design.choose(config, None, None, 1, str(path))
   assert t.chosen.hours < d.hours and t.floor["setters"] == ["a - c"]
