@@ -537,6 +537,27 @@ def test_ratio_calibration_table_is_its_jsonl():
         f"{sum(big['false_use_at'].values())} false \"use\" came at the cap", f"({big['false_use']:.4f}, MC se")
 
 
+def test_ratio_calibration_at_the_paper_design_now_is_its_jsonl():
+  """The sequential verdict on the alignment ratio at `:paper`'s design now (ratio_calibration_paper131_s1000.jsonl):
+  its looks and r the config's, each cell's rates with Wilson intervals, and the bullets' extremes."""
+  from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
+  b = teacher_sweep.get_config("paper").budget
+  cells = _cells(DATA / "design" / "ratio_calibration_paper131_s1000.jsonl")
+  cap = cells[0]["looks"][-1]
+  assert cells[0]["looks"] == [*b.looks, b.questions] and cells[0]["nodes"] == f"ratio_m28_r{b.continuations_per_candidate}"
+  for c in cells:
+    cols = [_wilson(c[k], c["sims"]) for k in ("fwer_flags", "false_use", "false_equivalent", "coverage")]
+    cols += [_rate(c["right"]), f"{round(c['mean_questions'])} ({c['mean_questions'] / cap:.2f})"]
+    _row("docs/results.md", f"| {_truth(c)} ", contains=" | " + " | ".join(cols) + " |")
+  four = cells[:4]
+  _says("docs/results.md", f"false \"use\" are at most {max(max(c['fwer_flags'], c['false_use']) for c in cells):.3f}",
+        f"coverage at least {min(c['coverage'] for c in cells):.3f} everywhere",
+        f"decided in {cells[3]['right']:.3f} of studies",
+        "of the futile stops, " + " / ".join(f"{c['futile_decided_at_cap']:.3f}" for c in four) + " (first four cells) "
+        "would have been decided at the cap, against a stated mean probability of "
+        + " / ".join(f"{c['futile_mean_p']:.3f}" for c in four))
+
+
 def test_variance_split_and_paper_design_are_the_pilot_and_config():
   """The pilot's split (variance_split/validation.json: within-question over question variance per pair) and the
   design `:paper` runs (configs/teacher_sweep.py), as the design table's rows state them."""
