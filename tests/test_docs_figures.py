@@ -549,6 +549,22 @@ def test_ratio_calibration_at_the_paper_design_now_is_its_jsonl():
     cols = [_wilson(c[k], c["sims"]) for k in ("fwer_flags", "false_use", "false_equivalent", "coverage")]
     cols += [_rate(c["right"]), f"{round(c['mean_questions'])} ({c['mean_questions'] / cap:.2f})"]
     _row("docs/results.md", f"| {_truth(c)} ", contains=" | " + " | ".join(cols) + " |")
+  big = _cells(DATA / "design" / "ratio_calibration_paper131_cell0_s4000.jsonl")[0]      # cell 0 at 4000 draws
+  assert (big["mu"], big["looks"], big["nodes"]) == (cells[0]["mu"], cells[0]["looks"], cells[0]["nodes"])
+  _says("docs/results.md", f"`--seq_cells=0 --sims={big['sims']}`, {big['seconds']:.0f} s;",
+        f"false \"use\" {_wilson(big['false_use'], big['sims'])}, coverage {_wilson(big['coverage'], big['sims'])}")
+  r3 = json.loads((DATA / "crossfit" / "v2_blocks1234_subsampled_r3.json").read_text())
+  ratio, proj = r3["alignment_ratio"], r3["projection"]
+  _says("docs/results.md", f"--r=3,12 --draws={r3['draws']}", f"`, {r3['seconds']:.0f} s beside",
+        f"R = 12 is {ratio['max_mean_shift']['3']:.4f} ({ratio['max_mean_shift_z']['3']:.2f} Monte Carlo",
+        f"difference {ratio['max_diff_shift']['3']:.4f} (MC se {ratio['max_diff_shift_se']['3']:.4f})",
+        f"in its own standard errors is {ratio['max_diff_shift_z']['3']:.2f}",
+        f"exactly unbiased, shows {proj['max_diff_shift_z']['3']:.2f}",
+        f"unchanged in {ratio['same_could_be_best']['3']:.2f} of the draws "
+        f"({r3['alignment']['same_could_be_best']['3']:.2f} with the cosine)",
+        source="docs/data/crossfit/v2_blocks1234_subsampled_r3.json")
+  assert ratio["max_mean_shift"]["3"] <= 2 * ratio["shift_se"]["3"] and ratio["max_diff_shift"]["3"] <= 2 * ratio[
+      "max_diff_shift_se"]["3"]
   four = cells[:4]
   _says("docs/results.md", f"false \"use\" are at most {max(max(c['fwer_flags'], c['false_use']) for c in cells):.3f}",
         f"coverage at least {min(c['coverage'] for c in cells):.3f} everywhere",
