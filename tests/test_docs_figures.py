@@ -565,6 +565,12 @@ def test_ratio_calibration_at_the_paper_design_now_is_its_jsonl():
         source="docs/data/crossfit/v2_blocks1234_subsampled_r3.json")
   assert ratio["max_mean_shift"]["3"] <= 2 * ratio["shift_se"]["3"] and ratio["max_diff_shift"]["3"] <= 2 * ratio[
       "max_diff_shift_se"]["3"]
+  off = _cells(DATA / "design" / "ratio_calibration_paper131_nofutility_s1000.jsonl")   # cells 2 and 3, no futility
+  assert [c["mu"] for c in off] == [cells[2]["mu"], cells[3]["mu"]] and {c["futility"] for c in off} == {0.0}
+  _says("docs/results.md", f"decided right {off[0]['right']:.3f} / {off[1]['right']:.3f} instead of "
+        f"{cells[2]['right']:.3f} / {cells[3]['right']:.3f}", f"at {off[0]['mean_questions']:.0f} / "
+        f"{off[1]['mean_questions']:.0f} questions on average instead of {cells[2]['mean_questions']:.0f} / "
+        f"{cells[3]['mean_questions']:.0f}")
   four = cells[:4]
   _says("docs/results.md", f"false \"use\" are at most {max(max(c['fwer_flags'], c['false_use']) for c in cells):.3f}",
         f"coverage at least {min(c['coverage'] for c in cells):.3f} everywhere",
