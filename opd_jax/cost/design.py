@@ -386,7 +386,7 @@ def describe(config, work, chip, chips: int, path, field: str = "--variance_spli
     why = (f"; it must hold at both ends of the unmeasured continuation share: at the end without continuation noise "
            f"{low.hours:.3g} h ({low.hours / f.hours:.3g}) would do, and a pilot with rewards measures the share: "
            "benchmarks/variance_split.py --workdir=<its records>")
-  how = ("every pair floored" if floor else "every pair") + (", node rollouts from the verdict's group only" if (
+  how = (f"every pair floored at {c.floor['floor']:.3g}" if floor else "every pair") + (", node rollouts from the verdict's group only" if (
       b.get("node_group", "balanced") == "target" and m.get("target", "incorrect") != "all") else "")
   out.append(f"  hours for R={f.r}'s precision: {d.hours:.3g} ({d.hours / f.hours:.3g} of the fixed design's "
              f"{f.hours:.3g} h; {how}{why})")

@@ -143,12 +143,17 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   meta["intervals"] = (f"{100 * summary['ci_level'].iloc[0]:g}% percentile cluster bootstrap over questions, "
                        f"n_boot={n_boot}, seed={seed}; underpowered below {min_nodes} defined alignments or "
                        f"{min_questions} questions (intervals indicative)")
+  unsampled = ()
+  if ((config or {}).get("budget") or {}).get("node_group", "balanced") == "target" and target != "all":
+    unsampled = tuple(sorted({"correct", "incorrect"} - {target}))       # budget.node_group: not sampled on purpose
+    meta["node rollouts"] = (f"from the {target} group only (budget.node_group=target): the {unsampled[0]} group "
+                             "is empty by design")
   if config is not None:
     meta["config.json"] = _flatten(config)
   if manifest is not None:
     meta["manifest.json"] = _flatten(manifest)
   markdown = md.render_markdown(summary, title=f"opd_jax summary: {name}", meta=meta, verdict=verdict,
-                                predictors=predictor_rows, router=routed)
+                                predictors=predictor_rows, router=routed, unsampled=unsampled)
   pngs, files = {}, {}                   # path -> bytes of every file of the report, written as one at the end
   if plot:
     pngs["alignment"] = figures.alignment_by_config(summary)

@@ -47,14 +47,17 @@ def verdict_lines(verdict: dict) -> list[str]:
 
 
 def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: dict | None = None,
-                    predictors: pd.DataFrame | None = None, router: dict | None = None) -> str:
+                    predictors: pd.DataFrame | None = None, router: dict | None = None,
+                    unsampled: tuple[str, ...] = ()) -> str:
   """Markdown of the report.
 
   Sections: the verdict (`verdict`, decision.decide), mean alignment and teacher advantage per configuration x
   group with intervals and node counts, one line "UNDERPOWERED: <config> / <group>: <reason>" per underpowered
   group (its interval is indicative), the noise ceilings, Spearman and AUROC of each predictor with intervals
   (`predictors`, predictors.predictor_table), the router (`router`, router.route), the oracle filter, and last
-  the run (`meta`: key -> value; a dict value, such as the config, becomes a collapsed key/value list).
+  the run (`meta`: key -> value; a dict value, such as the config, becomes a collapsed key/value list). Groups in
+  `unsampled` (budget.node_group="target": no node rollouts there by design) get one line saying so instead of
+  their UNDERPOWERED lines.
 
   Returns:
     The markdown text, ending with a newline.
@@ -82,7 +85,11 @@ def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: d
                  fmt(r["mean_teacher_advantage"]), ci(r["teacher_advantage_ci_lo"], r["teacher_advantage_ci_hi"])])
   lines += table(["config", "group", "nodes", "defined", "degenerate", "zero grad", "no context", "other NaN",
                   "questions (defined)", "mean align", pct, "std align", "teacher adv", pct], body)
-  underpowered = summary[summary["underpowered"]]
+  empty = summary["group"].isin(unsampled) & (summary["n_nodes"] == 0)
+  underpowered = summary[summary["underpowered"] & ~empty]
+  if empty.any():
+    lines += ["", f"- not sampled: the {' and '.join(unsampled)} group (budget.node_group=target draws node rollouts "
+              "from the verdict's group only)"]
   if len(underpowered):
     lines.append("")
     for _, r in underpowered.iterrows():

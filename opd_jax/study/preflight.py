@@ -205,7 +205,8 @@ def validate(config) -> None:
                "chosen among the base rollouts", b.node_rollouts_per_question,
                fix="lower it, or raise config.budget.rollouts_per_question")
   if b.get("node_group", "balanced") not in NODE_GROUPS:
-    raise _bad("config.budget.node_group", f"must be one of {NODE_GROUPS}", b.node_group, choices=NODE_GROUPS)
+    raise _bad("config.budget.node_group", f"must be one of {NODE_GROUPS}", b.node_group, choices=NODE_GROUPS,
+               fix="the group itself is report.target's: e.g. node_group=target with report.target=incorrect")
   if not isinstance(b.get("adaptive", False), bool):
     raise _bad("config.budget.adaptive", "must be True or False", b.adaptive)
   r_max = b.continuations_max

@@ -256,7 +256,7 @@ def test_the_floored_design_is_chosen_and_the_line_names_the_pure_continuation_p
   lines = design.describe(config, None, None, 1, str(path))
   i = next(i for i, l in enumerate(lines) if l.startswith("  hours for R=64's precision: "))
   assert lines[i] == (f"  hours for R=64's precision: {d.hours:.3g} ({d.hours / c.fixed.hours:.3g} of the fixed "
-                      f"design's {c.fixed.hours:.3g} h; every pair floored)") and len(lines) == i + 1
+                      f"design's {c.fixed.hours:.3g} h; every pair floored at 0.0125)") and len(lines) == i + 1
   assert lines[i - 2].startswith(f"  the cheapest design for its precision on every pair: 100 questions, "
                                  f"nodes_per_rollout 16, r = 64: {c.fixed.hours:.3g} h")
   assert lines[i - 1].startswith("  the cheapest design for its precision on every pair floored (each pair's SE at "
@@ -270,7 +270,7 @@ def test_the_floored_design_is_chosen_and_the_line_names_the_pure_continuation_p
   assert t.chosen.hours < d.hours and t.floor["setters"] == ["a - c"]
   assert ab.variance(t.chosen.questions, t.chosen.nodes_per_rollout * 4, t.chosen.r) <= ab.variance(
       100, 16 * g, 64) * (1 + 1e-9)
-  assert "every pair floored, node rollouts from the verdict's group only)" in design.describe(
+  assert "every pair floored at 0.0125, node rollouts from the verdict's group only)" in design.describe(
       config, None, None, 1, str(path))[-1]
   pairs["a - c"]["continuation"] = 1e6                                             # now above the floor: it sets
   path.write_text(json.dumps({"estimand": "projection", "target": "incorrect", "scale": 2.0, "pairs": pairs}))

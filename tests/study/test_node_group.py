@@ -27,6 +27,9 @@ def test_target_group_node_rollouts_only_and_the_report_reads_them(tmp_path):
   manifest = json.loads((workdir / "manifest.json").read_text())
   assert manifest["design"]["node_group"] == "target"
   assert (workdir / "report.html").exists()
+  summary = (workdir / "summary.md").read_text()
+  assert "- not sampled: the correct group (budget.node_group=target" in summary
+  assert "/ correct:" not in summary and "the correct group is empty by design" in summary
 
 
 def test_a_bad_node_group_names_the_field_and_the_default_leaves_the_hash():
@@ -35,7 +38,8 @@ def test_a_bad_node_group_names_the_field_and_the_default_leaves_the_hash():
   try:
     preflight.validate(c)
   except ValueError as e:
-    assert str(e).startswith("config.budget.node_group must be one of ('balanced', 'target'), got 'incorrect'"), e
+    assert str(e).startswith("config.budget.node_group must be one of ('balanced', 'target'), got 'incorrect'") and (
+        "node_group=target with report.target=incorrect" in str(e)), e
   else:
     raise AssertionError("node_group='incorrect' was accepted")
   d = smoke_config.get_config().to_dict()
