@@ -640,6 +640,12 @@ def test_the_paper_design_is_its_dry_run_and_its_cap_the_shortfalls():
         f"(its variance {short['worst_at_full_group']:.3f} of the target on its worst pair at 4 per question, "
         f"{short['worst_at_expected']:.3f} at {short['expected_in_group']:.2f}):\n  {own[0]} h on the roofline"
         .replace("\n  ", " "), source="docs/data/variance_split/paper_*")
+  rows = pd.concat([pd.read_parquet(f, columns=["question_id", "rollout_id", "correct"])
+                    for f in sorted((DATA / "validation_v2").glob("study_records_*.parquet"))])
+  per = rows[~rows.correct].groupby("question_id").rollout_id.nunique().value_counts().sort_index()
+  assert list(per.index) == [1, 2, 3]
+  _says("docs/results.md", f"1, 2\n  or 3 incorrect node rollouts ({per[1]}, {per[2]} and {per[3]} of {per.sum()})"
+        .replace("\n  ", " "), source="docs/data/validation_v2/study_records_*.parquet")
   measured = re.search(r"at today's measured efficiencies .*?: ([\d.]+) h \(", lines).group(1)
   _says("docs/results.md", f"{measured} h at today's measured efficiencies (the dry\n  run's next line)".replace(
       "\n  ", " "), source="paper_dry_run.txt")
