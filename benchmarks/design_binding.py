@@ -62,13 +62,13 @@ def select(name: str, split: dict, targets: dict, floor_var: float, leader: str,
     keep = {k: split[k] for k in design.above_floor(targets, floor_var)}
     tg = targets
   elif name == "every pair, floored":
-    keep, tg = split, {k: max(t, floor_var) for k, t in targets.items()}
+    keep, tg = split, design.lifted(targets, floor_var)
   elif name == "median pair":
     k = design.demanding(split, targets, costs, node_rollouts, g)[len(split) // 2][1]
     keep, tg = {k: split[k]}, targets
   elif name in ("against the leader", "against the leader, floored"):
     keep = {k: s for k, s in split.items() if leader in k.split(" - ")}
-    tg = {k: max(t, floor_var) for k, t in targets.items()} if name.endswith("floored") else targets
+    tg = design.lifted(targets, floor_var) if name.endswith("floored") else targets
   else:
     raise ValueError(f"criterion must be one of {CRITERIA}, got {name!r}")
   return keep, {k: tg[k] for k in keep}

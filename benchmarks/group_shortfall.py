@@ -54,7 +54,7 @@ def main(argv=None):
   target = meta.get("target", "incorrect")
   g = expected_in_group(rates, b.rollouts_per_question, b.node_rollouts_per_question, target)
   floor_var = (design.FLOOR_FRACTION * float(config.report.min_effect) * meta["scale"]) ** 2
-  lifted = {k: max(t, floor_var) for k, t in design.fixed_targets(config, split, target).items()}
+  lifted = design.lifted(design.fixed_targets(config, split, target), floor_var)
   at = lambda gr: max(s.variance(b.questions, b.nodes_per_rollout * gr, b.continuations_per_candidate) / lifted[k]
                       for k, s in split.items())
   need = lambda gr: max(design.questions_needed(s, lifted[k], b.nodes_per_rollout * gr, b.continuations_per_candidate)

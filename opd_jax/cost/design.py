@@ -225,7 +225,7 @@ def choose(config, work, chip, chips: int, path, field: str = "--variance_split"
   every = cheapest_priced(price, split, targets, costs, b.node_rollouts_per_question, g)
   wanted = targets
   if floor.get("unit"):
-    wanted = {k: max(t, (floor["floor"] * floor["unit"]) ** 2) for k, t in targets.items()}
+    wanted = lifted(targets, (floor["floor"] * floor["unit"]) ** 2)
   worst = max(s.variance(b.questions, b.nodes_per_rollout * g, b.continuations_per_candidate) / wanted[k]
               for k, s in split.items())
   return Choice(chosen=floor["design"] if floor.get("unit") else every, every=every, fixed=price(q0, n0, r0),
@@ -248,6 +248,12 @@ def above_floor(targets: dict[str, float], floor_var: float) -> list[str]:
   """The pairs whose target (fixed-design variance, the split's units) is above `floor_var` (the floor squared,
   in the split's units)."""
   return [k for k, t in targets.items() if t > floor_var]
+
+
+def lifted(targets: dict[str, float], floor_var: float) -> dict[str, float]:
+  """Every pair floored: each target (fixed-design variance, the split's units) raised to `floor_var` (the floor
+  squared, in the split's units) where it is below it; the targets of `floored` and `choose`."""
+  return {k: max(t, floor_var) for k, t in targets.items()}
 
 
 def demanding(split: dict[str, variance.Components], targets: dict[str, float], costs, node_rollouts: int,
@@ -294,9 +300,8 @@ def floored(price, split: dict[str, variance.Components], targets: dict[str, flo
   base = lambda k: k.rsplit(" [", 1)[0] if meta.get("ends") else k
   se = lambda k: math.sqrt(targets[k]) / unit
   top = setters(split, targets, costs, node_rollouts, group_rollouts)
-  lifted = {k: max(t, floor_var) for k, t in targets.items()}
   return {"floor": floor, "unit": unit, "above": len({base(k) for k in above_floor(targets, floor_var)}),
-          "design": cheapest_priced(price, split, lifted, costs, node_rollouts, group_rollouts), "setters": top,
+          "design": cheapest_priced(price, split, lifted(targets, floor_var), costs, node_rollouts, group_rollouts), "setters": top,
           "setters_se": max(se(k) for k in top), "top": top[0], "top_se": se(top[0])}
 
 

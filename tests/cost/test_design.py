@@ -24,6 +24,12 @@ def test_unit_costs_recover_a_linear_cost_exactly(monkeypatch):
   np.testing.assert_allclose(design.unit_costs(config, None, None, 1), (c_q, c_n, c_c), rtol=1e-9)
 
 
+def test_lifted_raises_only_the_targets_below_the_floor_and_above_floor_names_the_rest():
+  targets = {"a": 1e-6, "b": 4e-4, "c": 1e-2}
+  assert design.lifted(targets, 4e-4) == {"a": 4e-4, "b": 4e-4, "c": 1e-2}
+  assert design.above_floor(targets, 4e-4) == ["c"]
+
+
 def _split(**kw):
   return variance.Components(questions=1, nodes=1, r=1, **kw)
 
