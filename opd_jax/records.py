@@ -1,4 +1,4 @@
-"""Records: directory datasets of parquet parts, written atomically; resume bookkeeping; config hash.
+"""Records: directory datasets of parquet parts, written atomically; resume bookkeeping.
 
 Layout (design.md, "Records"):
   <workdir>/config.json            the resolved config
@@ -10,8 +10,9 @@ Read a table whole with `pandas.read_parquet("<workdir>/records/nodes")`.
 This module is the one definition of every table's columns, dtypes and meanings (`SCHEMAS`, `describe_schema`),
 of the predictor columns (`PREDICTORS`) and of the reasons an alignment is NaN (`NAN_REASONS`): the study, the
 teachers, the report and the tests import them from here. It also recomputes node rows' estimates from what they
-record (`estimates_from_rows`) and refuses a workdir whose bookkeeping JSON is damaged (`check_json_files`).
-It imports only the estimators of opd_jax (every package that reads or writes records sits above it).
+record (`estimates_from_rows`), claims a workdir for a config (`check_workdir`; the hash is opd_jax/claim.py's) and
+refuses a workdir whose bookkeeping JSON is damaged (`check_json_files`).
+It imports only opd_jax's estimators and claim.py (every package that reads or writes records sits above it).
 
 A question's parts are written first (each atomically: temporary file, then rename), then its progress file
 (also atomically: `runs.write_progress`). A run killed anywhere and rerun redoes at most the question in flight,
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import io
 import json
 import math
@@ -36,6 +36,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from opd_jax import claim
 from opd_jax.estimators import divergences
 from opd_jax.estimators import gradients
 from opd_jax.estimators import predictors
@@ -180,8 +181,6 @@ def describe_schema() -> dict:
   """{table: {column: {"type": arrow type, "doc": meaning}}} and the probability conventions (manifest.json)."""
   tables = {t: {n: {"type": str(ty), "doc": doc} for n, ty, doc in cols} for t, cols in _COLUMNS.items()}
   return {"version": SCHEMA_VERSION, "tables": tables, "conventions": CONVENTIONS}
-# Config fields that may change between a run and its resume (they do not change any record).
-VOLATILE_FIELDS = ("logging",)
 
 
 class WriteError(OSError):
@@ -348,7 +347,7 @@ def check_parts(workdir, tables=TABLES) -> int:
   """
   workdir = pathlib.Path(workdir)
   cfg = workdir / "config.json"
-  want = config_hash(json.loads(cfg.read_text())) if cfg.is_file() else None
+  want = claim.config_hash(json.loads(cfg.read_text())) if cfg.is_file() else None
   n = 0
   for table in tables:
     for part in part_files(workdir, table):
@@ -462,53 +461,6 @@ def estimates_from_rows(rows: pd.DataFrame, counts: dict | None = None,
   return out
 
 
-
-MISSING = object()   # a field one config dict has and the other lacks (`config_difference`)
-
-
-# Config fields added after studies had run, with the value that does what a config without them did: at that
-# value the field is left out of the hash and the comparison, so a run started before it resumes.
-ADDED_FIELDS = {"report.estimand": "alignment", "budget.futility": 0.0, "train.teacher_weights": "current",
-                "task.exclude": "", "train.seed": -1, "train.eval_at": [], "budget.pilot": "",
-                "budget.precision_of": [], "budget.node_group": "balanced"}   # JSON values: () reads []
-
-
-def _without_added(config_dict: dict) -> dict:
-  """A copy of config_dict without the ADDED_FIELDS that hold their old behaviour's value."""
-  d = json.loads(json.dumps(config_dict, default=str))
-  for field, value in ADDED_FIELDS.items():
-    *groups, leaf = field.split(".")
-    node = d
-    for g in groups:
-      node = node.get(g) if isinstance(node, dict) else None
-    if isinstance(node, dict) and node.get(leaf, MISSING) == value:
-      del node[leaf]
-  return d
-
-
-def config_hash(config_dict: dict) -> str:
-  """sha256 of the resolved config without VOLATILE_FIELDS and ADDED_FIELDS at their old value (canonical JSON)."""
-  d = {k: v for k, v in _without_added(config_dict).items() if k not in VOLATILE_FIELDS}
-  return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def config_difference(old: dict, new: dict, ignore: tuple[str, ...] = ()) -> list[str]:
-  """Dotted paths of the fields that differ between two config dicts, compared as JSON (a tuple equals its list),
-  leaves first where both sides are groups; `ignore` drops fields (and the groups' fields under them), and
-  ADDED_FIELDS at their old value are left out on both sides."""
-  norm = lambda d: json.loads(json.dumps(_without_added(d), sort_keys=True, default=str))
-  out = []
-
-  def walk(a, b, prefix):
-    if isinstance(a, dict) and isinstance(b, dict):
-      for k in sorted(set(a) | set(b)):
-        walk(a.get(k, MISSING), b.get(k, MISSING), f"{prefix}.{k}" if prefix else k)
-    elif a != b and not any(prefix == f or prefix.startswith(f + ".") for f in ignore):
-      out.append(prefix)
-  walk(norm(old), norm(new), "")
-  return out
-
-
 def check_workdir(workdir, config_dict: dict) -> None:
   """Claim `workdir` for this config (writes config.json), or refuse one written by another config (leaving it
   untouched). The progress to resume from is `runs.read_progress`'s.
@@ -517,12 +469,12 @@ def check_workdir(workdir, config_dict: dict) -> None:
     ValueError: the workdir's config.json has a different hash (any field but logging).
   """
   workdir = pathlib.Path(workdir)
-  h = config_hash(config_dict)
+  h = claim.config_hash(config_dict)
   cfg_path = workdir / "config.json"
   if cfg_path.exists():
     old = json.loads(cfg_path.read_text())
-    if config_hash(old) != h:
-      changed = config_difference(old, config_dict, VOLATILE_FIELDS)
+    if claim.config_hash(old) != h:
+      changed = claim.config_difference(old, config_dict, claim.VOLATILE_FIELDS)
       raise ValueError(f"--workdir={workdir} holds a run of a different config (fields differ: "
                        f"{', '.join(changed) or 'nested values'}); pass a new --workdir or rerun with the "
                        "same config to resume")

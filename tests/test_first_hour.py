@@ -384,17 +384,17 @@ def test_field_error_shapes():
 
 
 def test_config_difference_agrees_with_the_config_hash():
-  """Fields differ exactly when records.config_hash differs (JSON: a tuple equals its list), leaves named."""
-  from opd_jax import records  # pylint: disable=g-import-not-at-top
+  """Fields differ exactly when claim.config_hash differs (JSON: a tuple equals its list), leaves named."""
+  from opd_jax import claim  # pylint: disable=g-import-not-at-top
   old = {"mesh": {"rules": [], "data": -1}, "seed": 0, "train": {"steps": 3, "optim": {"lr": 1e-4}}}
   pairs = [({"mesh": {"rules": (), "data": -1}}, []), ({"seed": 3}, ["seed"]),
            ({"train": {"steps": 9, "optim": {"lr": 1e-3}}}, ["train.optim.lr", "train.steps"]),
            ({"extra": {"a": 1}}, ["extra"])]
   for change, fields in pairs:
     new = {**old, **change}
-    assert records.config_difference(old, new) == fields
-    assert (records.config_hash(old) != records.config_hash(new)) == bool(fields)
-  assert records.config_difference(old, {**old, "train": {"steps": 9, "optim": {"lr": 1e-4}}}, ("train.steps",)) == []
+    assert claim.config_difference(old, new) == fields
+    assert (claim.config_hash(old) != claim.config_hash(new)) == bool(fields)
+  assert claim.config_difference(old, {**old, "train": {"steps": 9, "optim": {"lr": 1e-4}}}, ("train.steps",)) == []
 
 
 def test_template_check_refuses_exactly_the_placeholders_a_context_leaves_unfilled():

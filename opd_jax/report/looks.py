@@ -27,6 +27,7 @@ import json
 import math
 import pathlib
 
+from opd_jax import claim
 from opd_jax import records
 from opd_jax import terminal
 from opd_jax.estimators import variance
@@ -151,7 +152,7 @@ def design_record(cfg: dict) -> dict:
   (continuations per candidate, uniform) or the allocation's mean, the looks and futility stop, the fixed design
   whose precision it was chosen to reach (`precision_of`, None if none) and the pilot it was chosen from (None, or
   its path, sha256 and the split itself: estimand, target, R, source and per pair the variance components).
-  A config written before these fields reads as their old values (records.ADDED_FIELDS)."""
+  A config written before these fields reads as their old values (claim.ADDED_FIELDS)."""
   b, r = cfg.get("budget", {}), cfg.get("report", {})
   out = {"estimand": r.get("estimand", "alignment"), "target": r.get("target", "incorrect"),
          "min_effect": r.get("min_effect", 0.0), "questions": b.get("questions"),
@@ -277,7 +278,7 @@ def question_key(config_dict: dict) -> str:
       d[group].pop(leaf, None)
     elif not leaf:
       d.pop(group, None)
-  return records.config_hash(d)
+  return claim.config_hash(d)
 
 
 def _key(workdir: pathlib.Path) -> str | None:

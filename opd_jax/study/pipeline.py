@@ -33,6 +33,7 @@ import sys
 import jax
 from absl import logging
 
+from opd_jax import claim
 from opd_jax import records
 from opd_jax import report
 from opd_jax import terminal
@@ -184,7 +185,7 @@ def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> s
   print(checklist.describe(config, task), file=sys.stderr, flush=True)
   env = environment.setup(config, task, confs)
   records.check_workdir(workdir, cfg)
-  timings = run_questions(env, workdir, records.config_hash(cfg), pi, pc)
+  timings = run_questions(env, workdir, claim.config_hash(cfg), pi, pc)
   states = runs.wait_for_processes(workdir, pc)             # every process waits: none exits early
   if pi != 0:
     return ""
@@ -306,7 +307,7 @@ def write_manifest(env: environment.Env, cfg: dict, workdir: pathlib.Path, *, pr
   split) and the schema's column docs (records.describe_schema)."""
   devices = jax.devices()
   manifest = {
-      "schema_version": records.SCHEMA_VERSION, "config_hash": records.config_hash(cfg),
+      "schema_version": records.SCHEMA_VERSION, "config_hash": claim.config_hash(cfg),
       "versions": _versions(), "seed": env.spec.seed, "device_count": len(devices),
       "platform": devices[0].platform, "mesh_shape": runs.describe(env.mesh),
       "models": {m.name: {"sha256": m.sha256, "source": m.source, "dtype": str(m.dtype)}

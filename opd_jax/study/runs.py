@@ -25,6 +25,7 @@ import jax
 from absl import logging
 from jax.sharding import Mesh
 
+from opd_jax import claim
 from opd_jax import records
 
 # ----------------------------------------------------------------------------------------------------------
@@ -189,7 +190,7 @@ def check_workdir_path(workdir: pathlib.Path) -> bool:
 # config has none). A study: config.json, records/, progress*.json, manifest.json and the report beside them.
 JOB_FOLDERS = {"train": "train", "lookahead": "lookahead"}
 _STUDY_FILES = ("records", "progress.json", "manifest.json")
-# Fields that may change when a run is resumed, per job (besides records.VOLATILE_FIELDS): the trainer may be
+# Fields that may change when a run is resumed, per job (besides claim.VOLATILE_FIELDS): the trainer may be
 # extended (training.loop._identity_hash).
 RESUMABLE_FIELDS = {"study": (), "train": ("train.steps", "train.export"), "lookahead": ()}
 
@@ -217,7 +218,7 @@ def check_workdir_for(workdir, config_dict: dict, job: str) -> None:
   """Refuse, before anything loads or is written, a workdir that cannot hold this run: outputs of another kind
   of job (a workdir holds one: `workdir_jobs`), damaged JSON (`records.check_json_files`), a study's outputs without
   config.json, or config.json of another config (naming the fields that differ, with both values; the fields of
-  RESUMABLE_FIELDS[job] and records.VOLATILE_FIELDS may change) unless that study recorded no question
+  RESUMABLE_FIELDS[job] and claim.VOLATILE_FIELDS may change) unless that study recorded no question
   (`unclaimed`: this run takes it over). A missing or empty workdir passes. Writes nothing.
 
   Raises:
@@ -238,11 +239,11 @@ def check_workdir_for(workdir, config_dict: dict, job: str) -> None:
   path = workdir / "config.json"
   if path.is_file():
     old = json.loads(path.read_text())
-    ignore = tuple(records.VOLATILE_FIELDS) + RESUMABLE_FIELDS.get(job, ())
-    changed = records.config_difference(old, config_dict, ignore)
+    ignore = tuple(claim.VOLATILE_FIELDS) + RESUMABLE_FIELDS.get(job, ())
+    changed = claim.config_difference(old, config_dict, ignore)
     if changed and not (job == "study" and unclaimed(workdir, config_dict)):
       flat = lambda d, f: functools.reduce(
-          lambda x, k: x.get(k, records.MISSING) if isinstance(x, dict) else records.MISSING, f.split("."), d)
+          lambda x, k: x.get(k, claim.MISSING) if isinstance(x, dict) else claim.MISSING, f.split("."), d)
       shown = [f"config.{f}: {_short(flat(old, f))} -> {_short(flat(config_dict, f))}" for f in changed[:4]]
       more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
       raise ValueError(f"--workdir={workdir} holds a run of a different config (fields differ: {'; '.join(shown)}"
@@ -260,7 +261,7 @@ def unclaimed(workdir, config_dict: dict) -> bool:
   if (not path.is_file() or (workdir / "manifest.json").exists() or process_count() != 1
       or any(records.part_files(workdir, t) for t in records.TABLES)):
     return False
-  return records.config_hash(records.json_object(path, "restore it, or pass a new --workdir")) != records.config_hash(
+  return claim.config_hash(records.json_object(path, "restore it, or pass a new --workdir")) != claim.config_hash(
       config_dict)
 
 
@@ -285,7 +286,7 @@ def can_create(workdir) -> bool:
 
 
 def _short(value, width: int = 40) -> str:
-  if value is records.MISSING:
+  if value is claim.MISSING:
     return "(absent)"
   text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
   return text if len(text) <= width else text[:width - 3] + "..."

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from opd_jax import claim
 from opd_jax import records
 from opd_jax import terminal
 from opd_jax.decode import sampling
@@ -99,7 +100,7 @@ def _identity_hash(config) -> str:
   and train.export."""
   d = config.to_dict()
   d["train"] = {k: v for k, v in d["train"].items() if k not in ("steps", "export")}
-  return records.config_hash(d)
+  return claim.config_hash(d)
 
 
 def base_identity(model) -> str:

@@ -10,6 +10,7 @@ import pytest
 from benchmarks import fewer_continuations as fc
 from opd_jax.teachers import contexts
 from opd_jax.estimators import gradients
+from opd_jax import claim
 from opd_jax import records
 from opd_jax.study import nodes, targeted
 
@@ -126,10 +127,10 @@ def test_the_estimand_field_is_checked_first_and_leaves_older_studies_resumable(
   config = teacher_sweep.get_config()
   old = config.to_dict()
   del old["report"]["estimand"]                              # a study's config.json from before the field
-  assert records.config_hash(old) == records.config_hash(config.to_dict())
-  assert records.config_difference(old, config.to_dict()) == []
+  assert claim.config_hash(old) == claim.config_hash(config.to_dict())
+  assert claim.config_difference(old, config.to_dict()) == []
   config.report.estimand = "projection"
-  assert records.config_difference(old, config.to_dict()) == ["report.estimand"]
+  assert claim.config_difference(old, config.to_dict()) == ["report.estimand"]
   preflight.validate(config)                             # a fixed design: no margin needed
   config.budget.looks = (10,)
   with pytest.raises(ValueError, match=r"^config\.report\.min_effect must be > 0 with report\.estimand='projection'"):

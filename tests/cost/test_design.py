@@ -152,6 +152,7 @@ def test_the_manifest_records_the_design_and_an_old_config_keeps_its_hash(tmp_pa
   ()) hashes as before and its workdir is claimed again, not refused."""
   import hashlib  # pylint: disable=g-import-not-at-top
   from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
+  from opd_jax import claim  # pylint: disable=g-import-not-at-top
   from opd_jax import records  # pylint: disable=g-import-not-at-top
   from opd_jax.report import looks  # pylint: disable=g-import-not-at-top
   paper = teacher_sweep.get_config("paper")
@@ -168,13 +169,13 @@ def test_the_manifest_records_the_design_and_an_old_config_keeps_its_hash(tmp_pa
   old = json.loads(json.dumps(fixed))
   for f in ("pilot", "precision_of"):
     del old["budget"][f]
-  assert records.config_hash(old) == records.config_hash(fixed) and records.config_difference(old, fixed) == []
+  assert claim.config_hash(old) == claim.config_hash(fixed) and claim.config_difference(old, fixed) == []
   assert looks.design_record(old) == {**looks.design_record(fixed)} and looks.design_record(old)["pilot"] is None
   assert looks.design_record(old)["r"] == 64 and looks.design_record(old)["estimand"] == "alignment"
   (tmp_path / "config.json").write_text(json.dumps(old))
   records.check_workdir(tmp_path, fixed)                                   # resumes: not refused
-  assert records.config_difference(old, paper.to_dict())[:1] and records.config_hash(paper.to_dict()) != \
-      records.config_hash(old)
+  assert claim.config_difference(old, paper.to_dict())[:1] and claim.config_hash(paper.to_dict()) != \
+      claim.config_hash(old)
   with pytest.raises(ValueError, match="holds a run of a different config"):
     records.check_workdir(tmp_path, {**fixed, "budget": {**fixed["budget"], "precision_of": [100, 16, 64]}})
 

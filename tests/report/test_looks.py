@@ -5,6 +5,7 @@ import pytest
 
 from configs import smoke as smoke_config
 from opd_jax.report import looks
+from opd_jax import claim
 from opd_jax import records
 from opd_jax.study import pipeline
 from opd_jax.report import decision
@@ -83,8 +84,8 @@ def test_futility_reaches_the_design_and_a_bad_one_names_the_field():
   # Added at its old behaviour's value (0: never), it leaves the config hash of runs started before it.
   c = _config(questions=80).to_dict()
   old = {**c, "budget": {k: v for k, v in c["budget"].items() if k != "futility"}}
-  assert records.config_hash(c) == records.config_hash(old)
-  assert records.config_hash({**c, "budget": {**c["budget"], "futility": 0.1}}) != records.config_hash(old)
+  assert claim.config_hash(c) == claim.config_hash(old)
+  assert claim.config_hash({**c, "budget": {**c["budget"], "futility": 0.1}}) != claim.config_hash(old)
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@ and a report that reads a study whose other group is empty."""
 import json
 
 from configs import smoke as smoke_config
+from opd_jax import claim
 from opd_jax import records
 from opd_jax.study import pipeline
 from opd_jax.study import preflight
@@ -44,4 +45,4 @@ def test_a_bad_node_group_names_the_field_and_the_default_leaves_the_hash():
     raise AssertionError("node_group='incorrect' was accepted")
   d = smoke_config.get_config().to_dict()
   old = {**d, "budget": {k: v for k, v in d["budget"].items() if k != "node_group"}}
-  assert records.config_hash(d) == records.config_hash(old)
+  assert claim.config_hash(d) == claim.config_hash(old)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from configs import opd_train
-from opd_jax import records
+from opd_jax import claim
 from opd_jax.training import evaluate
 from opd_jax.training import loop
 
@@ -54,9 +54,9 @@ def test_the_training_seed_defaults_to_config_seed_and_old_configs_hash_as_befor
   d = _config(-1).to_dict()
   old = json.loads(json.dumps(d, default=str))
   del old["train"]["seed"], old["train"]["eval_at"]
-  assert records.config_hash(d) == records.config_hash(old)
+  assert claim.config_hash(d) == claim.config_hash(old)
   d["train"]["seed"] = 1
-  assert records.config_hash(d) != records.config_hash(old)
+  assert claim.config_hash(d) != claim.config_hash(old)
 
 
 @pytest.mark.parametrize("field,value", [("seed", -2), ("seed", True), ("eval_at", (0,)), ("eval_at", (4,))])
