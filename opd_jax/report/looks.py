@@ -102,6 +102,15 @@ def check(config, process_count: int) -> None:
         "design across processes"))
 
 
+def example_looks(cap: int) -> str:
+  """A valid budget.looks for a cap of `cap` questions, for error fixes: looks at a quarter and a half of the cap
+  where both are >= MIN_LOOK, else at half, else at the cap itself (the cap is the last look anyway)."""
+  cap = int(cap)
+  if cap // 4 >= MIN_LOOK:
+    return f"({cap // 4}, {cap // 2})"
+  return f"({max(cap // 2, min(cap, MIN_LOOK))},)"
+
+
 def validate(config) -> None:
   """budget.looks: question counts >= MIN_LOOK, strictly increasing, each <= budget.questions; budget.futility in
   [0, 1) (ValueError in `terminal.field_error`'s format)."""
@@ -114,10 +123,13 @@ def validate(config) -> None:
   if futility > 0 and not tuple(config.budget.get("looks", ()) or ()):
     raise ValueError(terminal.field_error(
         "config.budget.futility", "needs budget.looks (a look before the cap to stop at)", futility,
-        fix="add e.g. --config.budget.looks='(20, 40)', or set --config.budget.futility=0"))
+        fix=f"add e.g. --config.budget.looks='{example_looks(config.budget.questions)}'" + (
+            "" if config.get("report", {}).get("min_effect", 0.0) > 0 else
+            f" --config.report.min_effect={sequential.MARGIN}") + ", or set --config.budget.futility=0"))
   looks = config.budget.get("looks", ())
-  fix = ("e.g. --config.budget.looks='(10, 20, 40)' with budget.questions=80 (the cap is the last look), or () "
-         "for the fixed design")
+  fix = (f"e.g. --config.budget.looks='{example_looks(config.budget.questions)}' (counts up to the cap, "
+         f"budget.questions = {config.budget.questions}, the last look; raise the cap for later looks), or () for "
+         "the fixed design")
   if not isinstance(looks, (tuple, list)) or not all(isinstance(n, int) and not isinstance(n, bool) for n in looks):
     raise ValueError(terminal.field_error("config.budget.looks", "must be a tuple of question counts", looks, fix=fix))
   if list(looks) != sorted(set(looks)) or any(n < MIN_LOOK or n > config.budget.questions for n in looks):

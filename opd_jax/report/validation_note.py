@@ -62,8 +62,22 @@ def _v1_line(root: pathlib.Path) -> str:
   return f"Validation v1 ({V1}/runs.csv): " + own_text + ext_text
 
 
+LISTED = 4          # a stage with more frozen self-teacher runs than this is summed up, not listed
+
+
+def _runs_text(runs: pd.DataFrame) -> str:
+  """Each run's spec and held-out pass@1 change [95%], or, past LISTED runs, their range and how many intervals
+  exclude 0 each way."""
+  if len(runs) <= LISTED:
+    return ", ".join(f"{r.spec} {r.diff:+.3f} [{r.lo:+.3f}, {r.hi:+.3f}]" for r in runs.itertuples())
+  up, down = int((runs["lo"] > 0).sum()), int((runs["hi"] < 0).sum())
+  return (f"{len(runs)} runs from {runs['diff'].min():+.3f} to {runs['diff'].max():+.3f}, {up} above 0 and {down} "
+          "below 0 by their 95% intervals")
+
+
 def _v2_line(root: pathlib.Path) -> str:
-  """v2: under way, and its frozen self-teacher runs so far (runs.csv)."""
+  """v2: under way, and its frozen self-teacher runs so far (runs.csv), by stage where runs.csv has one (stage 1
+  on v1's protocol, stage 3 the test: hypothesis.md), each with its held-out questions x samples."""
   text = f"Validation v2 (the self-teacher frozen, the trainer's default now) is under way ({V2}/PLAN.md)"
   runs = _read(root, f"{V2}/runs.csv")
   if runs is None or not {"spec", "teacher_weights", "diff", "lo", "hi"} <= set(runs.columns):
@@ -71,8 +85,16 @@ def _v2_line(root: pathlib.Path) -> str:
   own = runs[(runs["spec"].map(_teacher) == SELF) & (runs["teacher_weights"] == "initial")]
   if not len(own):
     return text
-  done = ", ".join(f"{r.spec} {r.diff:+.3f} [{r.lo:+.3f}, {r.hi:+.3f}]" for r in own.itertuples())
-  return text + f"; its self-teacher runs so far ({V2}/runs.csv), held-out pass@1 change: {done}"
+  head = f"; its self-teacher runs so far ({V2}/runs.csv), held-out pass@1 change: "
+  if "stage" not in own.columns:
+    return text + head + _runs_text(own)
+  parts = []
+  for stage, runs in own.groupby("stage", sort=True):
+    size = ""
+    if {"n_questions", "samples"} <= set(runs.columns) and runs[["n_questions", "samples"]].nunique().max() == 1:
+      size = f", {int(runs['n_questions'].iloc[0])} questions x {int(runs['samples'].iloc[0])} samples"
+    parts.append(f"stage {stage}{size}: " + _runs_text(runs))
+  return text + head + "; ".join(parts)
 
 
 def _predictor_line(root: pathlib.Path, estimand: str, target: str) -> str:
@@ -96,7 +118,8 @@ def lines(verdict: dict, selfs: list[str], root: pathlib.Path | None = None) -> 
   configuration that could be best is a self context (`selfs`: self_configs of its nodes).
 
   Args:
-    verdict: with best, best_set, target and estimand (best None: no data, no lines).
+    verdict: with verdict, best, best_set, target and estimand (best None: no data, no lines); its best is called
+      "the best" only where the verdict is "use" (a decision), else "the highest mean, not a decision".
     selfs: the self-distillation configurations of the study.
     root: the folder holding docs/ (default: the repository beside this package).
   Returns:
@@ -108,6 +131,7 @@ def lines(verdict: dict, selfs: list[str], root: pathlib.Path | None = None) -> 
     return []
   best = [c for c in named if c == verdict.get("best")]
   others = [c for c in named if c != verdict.get("best")]
-  who = ", ".join([*(f"{c} (the best)" for c in best), *([f"{', '.join(others)} (could be best)"] if others else [])])
+  lead = "the best" if verdict.get("verdict") == "use" else "the highest mean, not a decision"
+  who = ", ".join([*(f"{c} ({lead})" for c in best), *([f"{', '.join(others)} (could be best)"] if others else [])])
   return [f"{who}: self-distillation. " + _v1_line(root), _v2_line(root),
           _predictor_line(root, verdict.get("estimand", "alignment"), verdict.get("target", "incorrect"))]

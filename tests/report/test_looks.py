@@ -28,6 +28,26 @@ def test_looks_without_a_margin_are_refused_not_read_as_the_default():
     preflight.validate(c)
 
 
+@pytest.mark.parametrize("cap", [3, 10, 80])
+def test_following_the_fix_of_a_looks_error_gives_a_config_that_validates(cap):
+  """Each error's own fix, applied as the flags it names, is accepted (a newcomer's report: the old fixes named
+  looks past a small cap and left out the margin looks need)."""
+  import re  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
+
+  def apply(c, message):
+    for field, value in re.findall(r"--config\.(\w+\.\w+)=('[^']*'|[\d.]+)", message.split("; ", 1)[1]):
+      group, leaf = field.split(".")
+      c[group][leaf] = eval(value.strip("'"))  # pylint: disable=eval-used
+    return c
+  for c in (_config(questions=cap, futility=0.1), _config(questions=cap, looks=(cap + 1,))):
+    c.report.min_effect = 0.0 if c.budget.futility else c.report.min_effect
+    with pytest.raises(ValueError) as e:
+      preflight.validate(c)
+    preflight.validate(apply(c, str(e.value)))
+    assert looks.schedule(c)[-1] == cap and len(looks.schedule(c)) >= 2
+
+
 def test_schedule_appends_the_cap_and_validate_names_the_field():
   assert looks.schedule(_config(questions=80, looks=(10, 20, 40))) == (10, 20, 40, 80)
   assert looks.schedule(_config(questions=40, looks=(10, 40))) == (10, 40)

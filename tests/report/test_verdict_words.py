@@ -97,8 +97,8 @@ def test_the_first_line_is_short_and_says_what_to_use_and_how_sure(kind):
     assert line.startswith("NOT A DECISION: ") and v["details"][0].startswith(f"not a decision ({'x' * 70})")
 
 
-def _verdict(best, best_set, target="incorrect"):
-  return {"best": best, "best_set": best_set, "target": target, "estimand": "alignment"}
+def _verdict(best, best_set, target="incorrect", kind="use"):
+  return {"verdict": kind, "best": best, "best_set": best_set, "target": target, "estimand": "alignment"}
 
 
 @pytest.mark.parametrize("best, best_set, selfs, shown", [
@@ -114,6 +114,8 @@ def test_validation_lines_appear_exactly_when_a_self_context_could_be_best(best,
     named = [c for c in dict.fromkeys([best, *best_set]) if c in selfs]
     assert got[0].startswith(", ".join(f"{c} (the best)" if c == best else f"{c} (could be best)" for c in named))
     assert "moving" in got[0] and "v2" in got[1] and "frozen" in got[1] and "teacher's identity" in got[2]
+    under = validation_note.lines(_verdict(best, best_set, kind="underpowered"), selfs)[0]
+    assert "(the best)" not in under and (best not in selfs or f"{best} (the highest mean, not a decision)" in under)
 
 
 def test_validation_numbers_are_read_from_the_committed_files(tmp_path):
@@ -144,6 +146,17 @@ def test_validation_numbers_are_read_from_the_committed_files(tmp_path):
   other = validation_note.lines(_verdict("a", ["a"]), ["a"], root=tmp_path)
   assert "1 of 2 self-teacher runs fell from 0.500 to 0.000" in other[0] and "-0.25 to -0.25" in other[0]
   assert other[1].endswith("self:a:reverse_kl +0.125 [+0.000, +0.250]") and "self:b" not in other[1]
+  # With stages: each labelled with its held-out size; past LISTED runs a stage is summed up (independent counts).
+  diffs = [0.3, -0.2, 0.0, 0.05, 0.1, -0.05]
+  staged = pd.DataFrame({"spec": [f"self:c{i}:reverse_kl" for i in range(7)], "teacher_weights": "initial",
+                         "stage": [1] + [3] * 6, "n_questions": [40] + [80] * 6, "samples": [8] + [4] * 6,
+                         "diff": [0.0] + diffs, "lo": [-0.1] + [d - 0.07 for d in diffs],
+                         "hi": [0.1] + [d + 0.07 for d in diffs]})
+  staged.to_csv(tmp_path / validation_note.V2 / "runs.csv", index=False)
+  line = validation_note.lines(_verdict("a", ["a"]), ["a"], root=tmp_path)[1]
+  assert line.endswith("stage 1, 40 questions x 8 samples: self:c0:reverse_kl +0.000 [-0.100, +0.100]; stage 3, 80 "
+                       "questions x 4 samples: 6 runs from -0.200 to +0.300, 2 above 0 and 1 below 0 by their 95% "
+                       "intervals"), line
   assert other[2].endswith('(README.md, "Does the study predict training?")')      # no predictors.csv: no number
   bare = validation_note.lines(_verdict("a", ["a"]), ["a"], root=tmp_path / "none")
   assert len(bare) == 3 and not any(re.search(r"\d\.\d", line) for line in bare), bare
