@@ -143,7 +143,7 @@ def get_config(arg: str | None = None):
     config.budget.continuations_per_candidate = 64
     config.budget.student_top_k = 4
     config.budget.teacher_top_k = 2
-    config.budget.branch_batch = 512
+    config.budget.branch_batch = 256             # 512 rows need 141 GB in bf16: more than an H200 gives JAX
     config.scoring.chunk = 512
     config.scoring.all_rollouts = True
     if arg == "paper":

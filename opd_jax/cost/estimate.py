@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 import dataclasses
 import math
+import os
 import re
 
 import jax
@@ -54,16 +55,23 @@ from opd_jax.teachers import contexts
 
 @dataclasses.dataclass(frozen=True)
 class Accelerator:
-  """One chip: dense bf16 peak FLOP/s, HBM bandwidth (bytes/s) and capacity (bytes)."""
+  """One chip: dense bf16 peak FLOP/s, HBM bandwidth (bytes/s) and capacity (bytes); `gpu`: JAX preallocates a
+  fraction of its memory (XLA_PYTHON_CLIENT_MEM_FRACTION, default 0.75: `usable_bytes`)."""
   name: str
   peak_flops: float
   hbm_bw: float
   hbm_bytes: float
+  gpu: bool = False
+
+  def usable_bytes(self) -> float:
+    """The memory one chip gives a JAX program: a GPU's XLA_PYTHON_CLIENT_MEM_FRACTION (JAX's GPU memory
+    allocation docs: 0.75 by default) of its HBM, a TPU's whole HBM."""
+    return self.hbm_bytes * (float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75")) if self.gpu else 1.0)
 
 
 ACCELERATORS = {
-    "h100": Accelerator("H100 SXM (bf16)", 989e12, 3.35e12, 80e9),
-    "h200": Accelerator("H200 (bf16)", 989e12, 4.8e12, 141e9),
+    "h100": Accelerator("H100 SXM (bf16)", 989e12, 3.35e12, 80e9, gpu=True),
+    "h200": Accelerator("H200 (bf16)", 989e12, 4.8e12, 141e9, gpu=True),
     "v5e": Accelerator("TPU v5e (bf16)", 197e12, 819e9, 16e9),
     "v5p": Accelerator("TPU v5p (bf16)", 459e12, 2.76e12, 95e9),
 }
@@ -344,7 +352,8 @@ def describe(config, name: str, variance_split: str | None = None) -> str:
   lines = [f"cost model ({where}; compile-only XLA FLOPs, decode bytes metered on the compiled HLO, other bytes "
            "analytic; upper bounds of planning.plan):"]
   lines += [fmt(head)] + [fmt(r) for r in rows]
-  lines.append(f"  CPU estimate: fp32 matmul rate at each program's M from CPU_MATMUL_GFLOPS "
+  lines.append(f"  CPU estimate, from the models' shapes (the plan's wall time above is at the measured rates of "
+               f"the 0.5B student and 1.5B teacher): fp32 matmul rate at each program's M from CPU_MATMUL_GFLOPS "
                f"({min(CPU_MATMUL_GFLOPS.values()):.0f}-{max(CPU_MATMUL_GFLOPS.values()):.0f} GFLOP/s), "
                f"{CPU_BW / 1e9:.1f} GB/s; compile and load excluded")
   if chip:
@@ -363,11 +372,7 @@ def describe(config, name: str, variance_split: str | None = None) -> str:
       lines.append(f"  hours for R={config.budget.continuations_per_candidate}'s precision: needs a measured "
                    "variance split (--variance_split=<JSON of benchmarks/variance_split.py on a pilot study>)")
     lines.append(measured_line(cs, name, chip, chips, per=plan.questions))
-    need = _peak_bytes(cs, 2)
-    if need > chips * chip.hbm_bytes:
-      lines.append(f"  WARNING: weights + the largest KV cache need {need / 1e9:.0f} GB, more than {chips} x "
-                   f"{chip.hbm_bytes / 1e9:.0f} GB of HBM: lower config.budget.branch_batch / question_batch or "
-                   "add chips")
+    lines.append(memory_line(_peak_bytes(cs, 2), chip, chips, where))
   lines.append(f"  lengths {work.source}; a context showing an incorrect rollout also + the response cap; "
                "continuations average half the "
                "cap in full batches, each step reading the suffix written so far (2/3 of the mean length)")
@@ -409,6 +414,19 @@ def measured_line(cs: list[Call], name: str, chip: Accelerator, chips: int, per:
   each = f" ({fmt(h / per)} h per question)" if per else ""
   return (f"  at today's measured efficiencies ({f_eff:.0%} of peak FLOP/s, {b_eff:.1%} of HBM bandwidth; "
           f"costs.MEASURED): {fmt(h)} h{each}")
+
+
+def memory_line(need: float, chip: Accelerator, chips: int, where: str) -> str:
+  """The dry run's line on whether `need` bytes (weights + the largest KV cache, bf16: `_peak_bytes`) fit `chips`
+  chips' usable memory (`Accelerator.usable_bytes`): a WARNING naming the fix when they do not."""
+  usable = chips * chip.usable_bytes()
+  share = f"{usable / 1e9:.0f} GB usable of {chips} x {chip.hbm_bytes / 1e9:.0f} GB" + (
+      " (XLA_PYTHON_CLIENT_MEM_FRACTION)" if chip.gpu else "")
+  if need > usable:
+    return (f"  WARNING: weights + the largest KV cache need {need / 1e9:.0f} GB in bf16, more than {share}: lower "
+            "config.budget.branch_batch / question_batch or add chips")
+  return (f"  memory on {where}: weights + the largest KV cache {need / 1e9:.0f} GB in bf16 of {share} (the memory "
+          "line above is at this machine's dtype); activations and compiles extra")
 
 
 def _peak_bytes(cs: list[Call], bytes_per_el: int) -> float:

@@ -37,6 +37,7 @@ class Plan:
   cross_views: int = 0                  # views whose teacher reads text (`cross.py`), as far as checked
   cross_strings: int = 0                # their strings asked of the teacher (tail + candidate), at most
   design: tuple[str, ...] = ()          # the work-saving designs' expected work beside the fixed design's bound
+  other_models: tuple[str, ...] = ()    # checkpoints other than those the rates were measured on (RATES_MEASURED_ON)
 
   @property
   def total_seconds(self) -> float:
@@ -58,7 +59,9 @@ class Plan:
         f"         estimated wall time <= {when} ({self.load_compile_seconds / 60:.1f} min of model loading and "
         "compiles" + (f", {self.cold_seconds / 60:.1f} of them reading, assembling and converting models not yet in "
                       "the cache" if self.cold_seconds else "") + ")",
-        f"         (the estimate: {ASSUMPTIONS}, at the 0.5B student's rates; scale by model size and hardware)"])
+        f"         (the estimate: {ASSUMPTIONS}, at the rates of the 0.5B student and 1.5B teacher; "
+        + (f"this config's models ({', '.join(self.other_models)}) differ: --cost_model=cpu estimates the CPU time from "
+           "their shapes)" if self.other_models else "scale by hardware)")])
 
 
 # What the wall-time estimate assumes: a bound (the planned work is), at the rates below.
@@ -76,6 +79,7 @@ def duration(seconds: float) -> str:
 # token slots in 334 s (49 slots/s); scoring 2 rollouts x 4 (teacher, context) passes of <= 256 response tokens
 # in 151 s, compiles included (the contexts' prompts are prefilled too).
 DECODE_TOKENS_PER_S = 49.0
+RATES_MEASURED_ON = ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct")
 
 
 SCORE_TOKENS_PER_S = 14.0
@@ -148,8 +152,9 @@ def plan(config, task=None, cache: str | None = None) -> Plan:
   cold = sum(cold_seconds(m, config.student.get("dtype", "") or None, cache) for m in specs)
   fixed = sum(LOAD_S[kind(m)] for m in specs) + 3 * COMPILE_S[kind(config.student.name)] + cold
   strings = len(cross) * (scored * n_tok + nodes * cand)          # every position's token, every candidate
+  other = tuple(sorted(m for m in specs if kind(m) == "checkpoint" and m not in RATES_MEASURED_ON))
   return Plan(q, rollouts, scored, len(views), nodes, cand, cont, gen, scored_tokens, secs, fixed, cold,
-              len(cross), strings, _design_lines(config, nodes * cand, task))
+              len(cross), strings, _design_lines(config, nodes * cand, task), other)
 
 
 def estimate_text(config, first_use: bool = True) -> str:

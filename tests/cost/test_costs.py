@@ -160,3 +160,18 @@ def _with(config, **budget):
   for k, v in budget.items():
     c.budget[k] = v
   return c
+
+
+def test_the_memory_line_warns_past_a_gpus_preallocated_fraction(monkeypatch):
+  """JAX on a GPU gets XLA_PYTHON_CLIENT_MEM_FRACTION of its memory (0.75 unless set); a TPU its whole HBM."""
+  h200, v5p = estimate.ACCELERATORS["h200"], estimate.ACCELERATORS["v5p"]
+  monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+  assert h200.usable_bytes() == 0.75 * 141e9 and v5p.usable_bytes() == 95e9
+  assert estimate.memory_line(141e9, h200, 1, "1 x H200").startswith(
+      "  WARNING: weights + the largest KV cache need 141 GB in bf16, more than 106 GB usable of 1 x 141 GB")
+  assert estimate.memory_line(141e9, h200, 2, "2 x H200").startswith("  memory on 2 x H200: weights + the largest "
+                                                                     "KV cache 141 GB in bf16 of 212 GB usable")
+  assert estimate.memory_line(94e9, v5p, 1, "1 x v5p").startswith("  memory on 1 x v5p: ")
+  monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
+  assert h200.usable_bytes() == pytest.approx(0.95 * 141e9)
+  assert estimate.memory_line(120e9, h200, 1, "1 x H200").startswith("  memory on 1 x H200")
