@@ -35,11 +35,11 @@ replaces (100 questions, 16 nodes per rollout, R = 64, balanced node rollouts: b
 report.min_effect / 4 (0.0125 on the ratio's scale), whichever is larger, by the variance split of the pilot in
 budget.pilot, docs/data/variance_split/v2_blocks1234.json (validation v2's study: the 0.5B student on sums, 80
 questions, 27 configurations, R = 12, the continuation share measured). `--dry_run --cost_model=h200` prints
-`hours for R=64's precision: 3.92` (0.056 of the fixed design's 69.5 h) for its 113 questions; the cap is 131
+`hours for R=64's precision: 2.99` (0.041 of the fixed design's 73.8 h) for its 113 questions; the cap is 131
 because a question has fewer than 4 incorrect rollouts of 16 at times (3.46 on average at the pilot's success
-rates: `benchmarks/group_shortfall.py`), 4.55 h on the roofline at most (35.9 h at today's measured
+rates: `benchmarks/group_shortfall.py`), 3.47 h on the roofline at most (27.3 h at today's measured
 efficiencies, the dry run's next line). On every pair at its own fixed-design standard error it
-would be 34.8 h: one pair of pure continuation noise (SE 0.00016, far below any effect the verdict acts on) sets
+would be 37 h: one pair of pure continuation noise (SE 0.00016, far below any effect the verdict acts on) sets
 that. The split is the pilot's task and models: the design assumes the paper-scale study's is alike; a verdict on
 another node group (issue 47) needs the design chosen again (docs/results.md, "`:paper` now").
 

@@ -18,13 +18,14 @@ Override any config field on the command line, e.g. `--config.budget.continuatio
   mesh                 device mesh of one process
   report               the verdict's target group, per-token pages and the predictor that colours them
   logging              verbosity and progress bars (may change on resume)
-Multi-host (TPU pods, SLURM): launch one process per host; jax.distributed is initialised from the environment
-and questions are split between processes. Errors print one line `error: ...` and exit 2 (the format of
-opd_jax/terminal.py `field_error`: the field, what is wrong, the value, the nearest valid names, the fix), before any
-model loads where they can, and a dry run refuses what the run would (`pipeline.check`) without writing; a failed
-start leaves no workdir behind, a study that recorded no question leaves one another config takes over
-(`runs.unclaimed`), and a workdir holds one kind of job (study, train, lookahead) of one config. Ctrl-C stops with
-one line saying what is left, and the run resumes from the same command.
+Multi-host (TPU pods, SLURM): launch one process per host with --multihost (jax.distributed.initialize() from the
+environment; launch/ has scripts) or --coordinator/--num_processes/--process_id; questions are split between them.
+Errors print one line `error: ...` and exit 2 (the format of opd_jax/terminal.py `field_error`: the field, what is
+wrong, the value, the nearest valid names, the fix), before any model loads where they can, and a dry run refuses
+what the run would (`pipeline.check`) without writing; a failed start leaves no workdir behind, a study that
+recorded no question leaves one another config takes over (`runs.unclaimed`), and a workdir holds one kind of job
+(study, train, lookahead) of one config. Ctrl-C stops with one line saying what is left, and the run resumes from
+the same command.
 """
 from __future__ import annotations
 
