@@ -208,7 +208,7 @@ def continuations(env: environment.Env, index: int, problem, prompt: list[int], 
   slots = sum(int(g.sum()) for g in (run if run is not None else [a.candidates >= 0 for a in at.values()]))
   branches = slots * (b.continuations_per_candidate if how == "uniform" else b.continuations_mean)
   with _timed(env, "continuations_s"), terminal.bar("targeted continuations", total=int(branches * n_tok),
-                                                  unit="tok") as bar:
+                                                  unit="tok", fill=False) as bar:   # its line: tokens generated
     continuer.progress = bar.update
     outcomes = targeted.estimate_successes(
         continuer, reward, prompt, [(r, responses[r], a.positions, a.candidates) for r, a in at.items()],
