@@ -129,3 +129,13 @@ def test_the_dry_run_says_which_model_folders_are_not_on_this_machine(tmp_path):
   config.student.name = str(tmp_path / "Qwen3-1.7B")         # as :paper's /data/Qwen3-1.7B on a machine without it
   line = next(l for l in checklist.describe(config).splitlines() if l.startswith("models:"))
   assert f"(not on this machine: {config.student.name};" in line
+  assert f"shapes from the name: {config.student.name};" in line
+  assert any(l.startswith("memory:") for l in checklist.describe(config).splitlines())
+  config.student.name = str(tmp_path / "mymodel")             # a name that gives no shapes: said, no memory line
+  text = checklist.describe(config)
+  line = next(l for l in text.splitlines() if l.startswith("models:"))
+  assert f"shapes unknown: {config.student.name} (no memory line); a run needs the weights)" in line
+  assert not any(l.startswith("memory:") for l in text.splitlines())
+  from opd_jax.study import planning  # pylint: disable=g-import-not-at-top
+  plan_line = planning.plan(config).describe().splitlines()[-1]
+  assert f"this config's models ({config.student.name}) differ: --cost_model=cpu" in plan_line

@@ -101,9 +101,13 @@ def describe(config, task: Any = None) -> str:
                f"{r} continuations/candidate; {len(confs)} configurations")
   dtype, nbytes = _dtype(config)
   absent = [s for s in specs.values() if preflight.absent(s)]   # e.g. :paper's /data/Qwen3, a preset not installed
+  named = [s for w, s in specs.items() if s in absent and w in cfgs]          # shapes read from the name
+  unknown = [s for w, s in specs.items() if s in absent and w not in cfgs]
   lines.append(f"models:   student {config.student.name}; teachers {', '.join(teachers)}; dtype {dtype}"
-               + (f" (not on this machine: {', '.join(absent)}; shapes from the name; a run needs the weights)"
-                  if absent else ""))
+               + (f" (not on this machine: {', '.join(absent)};"
+                  + (f" shapes from the name: {', '.join(named)};" if named else "")
+                  + (f" shapes unknown: {', '.join(unknown)} (no memory line);" if unknown else "")
+                  + " a run needs the weights)" if absent else ""))
   lines += [f"weights:  {s} is a preset whose packages are not installed: {models.PRESETS[s].install}"
             for s in absent if s in models.PRESETS]
   if "student" in cfgs:
