@@ -200,8 +200,17 @@ def parse_flags(argv):
   except (AttributeError, KeyError, TypeError, ValueError) as e:
     fail(_override_error(argv) or f"{terminal.error_line(str(e)) or e!r} (in --config)")
   except OSError as e:
+    path = next((a.split("=", 1)[1].split(":")[0] for a in argv if a.startswith("--config=")), None)
+    if path is not None and not pathlib.Path(path).is_file():
+      fail(f"--config: no file {path!r}; pass configs/<job>.py[:variant] ({', '.join(_config_files())})")
     fail(f"--config: {terminal.error_line(str(e))}")
   return rest
+
+
+def _config_files() -> list[str]:
+  """The study configs beside this package (configs/*.py but __init__), for the missing --config's fix."""
+  root = pathlib.Path(__file__).resolve().parents[1] / "configs"
+  return sorted(f"configs/{p.name}" for p in root.glob("*.py") if p.name != "__init__.py")
 
 
 def with_configurations(config, items) -> list[str]:

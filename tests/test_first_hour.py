@@ -30,6 +30,8 @@ def _case(cid, argv, expect, *, module="main", workdir="new", code=2, absent=(),
 
 CASES = [
     # --- Item 1: config errors in one format, every entry point. Unknown fields (the line was garbled).
+    _case("missing-config-file", ["--config=configs/nope.py"], ["--config: no file 'configs/nope.py'; pass "
+                                                                 "configs/<job>.py[:variant] (configs/base.py, "]),
     _case("unknown-field", [STUDY, "--config.sampling.temprature=0.7"],
           ["unknown config field 'config.sampling.temprature'", "did you mean config.sampling.temperature?"]),
     _case("unknown-group", [STUDY, "--config.samplin.top_p=0.9"],

@@ -47,10 +47,10 @@ class Plan:
   def describe(self) -> str:
     when = duration(self.total_seconds)
     return "\n".join([
-        f"planned: {self.questions} questions, {self.rollouts} base rollouts, {self.scored_rollouts} scored "
-        f"rollouts x {self.scoring_passes} (teacher, context) scorings",
-        f"         {self.nodes} nodes x <= {self.candidates_per_node} candidates -> <= {self.continuations} "
-        f"targeted continuations",
+        f"planned: {_n(self.questions, 'question')}, {_n(self.rollouts, 'base rollout')}, "
+        f"{_n(self.scored_rollouts, 'scored rollout')} x {self.scoring_passes} (teacher, context) scorings",
+        f"         {_n(self.nodes, 'node')} x <= {self.candidates_per_node} candidates -> <= "
+        f"{_n(self.continuations, 'targeted continuation')}",
         f"         <= {self.tokens_generated:,} tokens generated, <= {self.tokens_scored:,} tokens scored",
         *([f"         {self.cross_views} of the scorings read text (teachers of another tokenizer): + <= "
            f"{self.cross_strings:,} strings asked of them, each a few teacher tokens off the cached response "
@@ -62,6 +62,11 @@ class Plan:
         f"         (the estimate: {ASSUMPTIONS}, at the rates of the 0.5B student and 1.5B teacher; "
         + (f"this config's models ({', '.join(self.other_models)}) differ: --cost_model=cpu estimates the CPU time from "
            "their shapes)" if self.other_models else "scale by hardware)")])
+
+
+def _n(count: int, noun: str) -> str:
+  """`count` with thousands separators and `noun` in the plural but for 1: "1 question", "3,360 nodes"."""
+  return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
 # What the wall-time estimate assumes: a bound (the planned work is), at the rates below.
