@@ -22,13 +22,14 @@ flags.DEFINE_multi_string("workdir", None, "Study working directory holding reco
 flags.DEFINE_string("out", None, "Output directory of the comparison of several studies.")
 flags.DEFINE_integer("n_boot", 2000, "Bootstrap replicates per interval.")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
-flags.DEFINE_string("target", "incorrect", "Node group the verdict decides on: incorrect, correct or all.")
+flags.DEFINE_string("target", None, "Node group the verdict decides on: incorrect, correct or all (default: the "
+                    "study's report.target).")
 flags.DEFINE_bool("plot", True, "Also write alignment.png.")
 flags.DEFINE_bool("html", True, "Also write report.html and the per-token pages html/.")
 flags.DEFINE_integer("pages", token_pages.DEFAULT_PAGES, "Cap on per-token pages in html/ (0: none).")
 flags.DEFINE_string("colour_by", token_pages.DEFAULT_COLOUR_BY, "Predictor the per-token pages colour by.")
-flags.DEFINE_float("min_effect", 0.0, "Smallest difference in mean alignment worth detecting: the verdict adds the "
-                   "questions needed for 80% power (0: not asked).")
+flags.DEFINE_float("min_effect", None, "Smallest difference in mean alignment worth detecting: the verdict adds the "
+                   "questions needed for 80% power (0: not asked; default: the study's report.min_effect).")
 flags.DEFINE_string("estimand", None, "What the verdict compares per node: alignment (cos(g*, g_D), the paper's) "
                     "or projection (<g*, g_D> / |g_D|: unbiased at any number of continuations; --min_effect in its "
                     "units; docs/results.md). Default: the study's config.report.estimand.")
@@ -44,6 +45,11 @@ def main(argv) -> None:
   f = flags.FLAGS
   terminal.console(progress=cli.progress(f.workdir))
   try:
+    first = (f.workdir or [""])[0]
+    if f.target is None:                 # the study's own verdict settings unless asked otherwise
+      f.target = cli.study_report(first, "target", "incorrect")
+    if f.min_effect is None:
+      f.min_effect = cli.study_report(first, "min_effect", 0.0)
     cli.check_flags(f)
     workdirs = compare.expand(f.workdir)
     for w in workdirs:

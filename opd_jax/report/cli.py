@@ -71,13 +71,19 @@ def progress(workdirs) -> bool:
     return True
 
 
-def study_estimand(workdir) -> str:
-  """The study's config.report.estimand ("alignment" where config.json lacks it or is unreadable)."""
+def study_report(workdir, field: str, default):
+  """The study's config.report.<field> (`default` where config.json lacks it or is unreadable): the report's
+  defaults are the study's own verdict settings (report.target, report.min_effect, report.estimand)."""
   try:
     config = json.loads((pathlib.Path(workdir) / "config.json").read_text())
-    return str(config.get("report", {}).get("estimand", "alignment"))
-  except (OSError, ValueError, AttributeError):
-    return "alignment"
+    return type(default)(config.get("report", {}).get(field, default))
+  except (OSError, ValueError, TypeError, AttributeError):
+    return default
+
+
+def study_estimand(workdir) -> str:
+  """The study's config.report.estimand ("alignment" where config.json lacks it or is unreadable)."""
+  return study_report(workdir, "estimand", "alignment")
 
 
 def sequential_look(workdir, margin: float, estimand: str = "alignment") -> dict:
