@@ -4,6 +4,7 @@ Two real jax.distributed processes running them: tests/models/test_sharding.py.
 """
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -123,3 +124,14 @@ def test_forget_damaged_drops_the_question_and_keeps_the_rest(tmp_path):
   assert progress["processed"] == ["q0", "q1"] and progress["selected"] == ["q1", "q2"] and not progress["done"]
   assert not (tmp_path / "manifest.json").exists() and records.check_parts(tmp_path) == 3
   assert runs.forget_damaged(tmp_path, 0, 1) == []           # nothing damaged: nothing changes
+
+
+def test_a_workdir_of_another_config_names_both_configs_then_the_fields(tmp_path):
+  (tmp_path / "config.json").write_text(json.dumps({"name": "smoke", "job": "train", "seed": 0,
+                                                    "budget": {"questions": 3}}))
+  with pytest.raises(ValueError, match=re.escape(
+      "holds a run of a different config ('smoke'; this one is 'sweep') (fields differ: config.budget.questions: 3 -> "
+      "10; config.name: 'smoke' -> 'sweep')")):
+    runs.check_workdir_for(tmp_path, {"name": "sweep", "job": "train", "seed": 0, "budget": {"questions": 10}}, "train")
+  with pytest.raises(ValueError, match=re.escape("holds a run of a different config (fields differ: config.seed")):
+    runs.check_workdir_for(tmp_path, {"name": "smoke", "job": "train", "seed": 3, "budget": {"questions": 3}}, "train")
