@@ -403,10 +403,10 @@ def main(argv):
     note = switch_task(config, _own_task(flags.FLAGS["config"]) or config.task.name,
                        config_flags.get_override_values(flags.FLAGS["config"]))
     if note:
-      print(note, file=sys.stderr, flush=True)
+      terminal.note(note)              # printed once the run starts (its plan), not before an error line
   try:
     for note in with_configurations(config, _CONFIGURATION.value):
-      print(note, file=sys.stderr, flush=True)
+      terminal.note(note)
     # --- Distributed runtime and devices ----------------------------------------------------------------
     if multi_process:
       import jax  # pylint: disable=g-import-not-at-top
@@ -427,7 +427,9 @@ def main(argv):
       loop.validate(config)                                # config.train, the optimizer's too (validate_train)
       if _DRY_RUN.value:
         from opd_jax.training import costs as train_costs  # pylint: disable=g-import-not-at-top
-        print(train_costs.describe(config, _COST_MODEL.value or "cpu"))
+        text = train_costs.describe(config, _COST_MODEL.value or "cpu")
+        terminal.flush_notes()
+        print(text)
         return
       train_checks.check_train(config)                     # task, model specs, LoRA targets: before any load
       runs.check_workdir_for(workdir, config.to_dict(), "train")
@@ -460,7 +462,9 @@ def main(argv):
       from opd_jax.study import checklist  # pylint: disable=g-import-not-at-top
       elsewhere = bool(_COST_MODEL.value) and estimate.accelerator(_COST_MODEL.value)[0] is not None
       task, _ = pipeline.check(config, workdir, local_mesh=not elsewhere)
-      print(checklist.describe(config, task))
+      text = checklist.describe(config, task)
+      terminal.flush_notes()
+      print(text)
       if _COST_MODEL.value:
         print(estimate.describe(config, _COST_MODEL.value, _VARIANCE_SPLIT.value or None))
       return
@@ -479,6 +483,7 @@ def main(argv):
     if logging.get_verbosity() >= logging.DEBUG:          # --verbosity=1: the traceback too
       raise
     fail(f"{e}")
+  terminal.flush_notes()                                   # a run that printed neither a plan nor a stage
   if summary:
     from opd_jax import report  # pylint: disable=g-import-not-at-top
     from opd_jax.study import planning  # pylint: disable=g-import-not-at-top

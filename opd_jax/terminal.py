@@ -238,6 +238,7 @@ def bar(stage: str, total: float | None = None, unit: str = "it", unit_scale: bo
     an object with .update(n) (the tqdm bar, or a counter when none is drawn).
   """
   check_interrupt()
+  flush_notes()                     # the run has started: what was held about it prints before its first stage
   t0, draw = time.time(), live() and shown
   if draw:
     b = tqdm(total=total, initial=initial, desc=stage, unit=unit, unit_scale=unit_scale, leave=leave,
@@ -324,8 +325,25 @@ def field_error(field: str, problem: str, value: Any = UNSET, *, choices: Iterab
   return line.replace("\n", " ")
 
 
+NOTES: list[str] = []     # `note:` lines about a run, held until it is known to start (`note`)
+
+
+def note(line: str) -> None:
+  """Hold a `note:` line until the run it is about starts (`flush_notes`: its plan, its first stage); a run that
+  fails first prints its one `error:` line alone (`fail` drops the notes)."""
+  NOTES.append(line)
+
+
+def flush_notes() -> None:
+  """Print the held notes on stderr, once."""
+  while NOTES:
+    print(NOTES.pop(0), file=sys.stderr, flush=True)
+
+
 def fail(message: Any, code: int = 2) -> NoReturn:
-  """Print `error: <first line of message>` once on stderr and exit with `code` (2: the user can fix it)."""
+  """Print `error: <first line of message>` once on stderr and exit with `code` (2: the user can fix it); the
+  held notes (`note`) are dropped: the error is the one line."""
+  NOTES.clear()
   lines = [l.strip() for l in str(message).strip().splitlines() if l.strip()] or ["unknown error"]
   print(f"error: {lines[0]}", file=sys.stderr, flush=True)
   sys.exit(code)

@@ -32,6 +32,8 @@ CASES = [
     # --- Item 1: config errors in one format, every entry point. Unknown fields (the line was garbled).
     _case("missing-config-file", ["--config=configs/nope.py"], ["--config: no file 'configs/nope.py'; pass "
                                                                  "configs/<job>.py[:variant] (configs/base.py, "]),
+    _case("switched-to-an-unknown-task", [STUDY, "--config.task.name=reasoning_gym:no_such_task"],
+          ["unknown reasoning-gym dataset 'no_such_task'"], never=["note:"]),     # the switch's note: not printed
     _case("unknown-field", [STUDY, "--config.sampling.temprature=0.7"],
           ["unknown config field 'config.sampling.temprature'", "did you mean config.sampling.temperature?"]),
     _case("unknown-group", [STUDY, "--config.samplin.top_p=0.9"],

@@ -182,7 +182,9 @@ def _finished(config, workdir: pathlib.Path, pi: int, pc: int, *, rebuild: bool)
 def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> str:
   records.check_parts(workdir)                              # a damaged part says so before any model loads
   task, confs = preflight.check(config)                     # task, gold answers, context lengths: no model yet
-  print(checklist.describe(config, task), file=sys.stderr, flush=True)
+  text = checklist.describe(config, task)
+  terminal.flush_notes()                                    # main's notes (a task switch): the run starts here
+  print(text, file=sys.stderr, flush=True)
   env = environment.setup(config, task, confs)
   records.check_workdir(workdir, cfg)
   timings = run_questions(env, workdir, claim.config_hash(cfg), pi, pc)
