@@ -6,6 +6,8 @@ With several studies (--workdir repeated, or a glob such as --workdir='runs/*'),
 are formed differently (manifest.json "candidate_set": other views or top-k) are refused unless
 --allow_unlike_candidates, and then flagged (a `warning:` line; report/compare.py). Errors print one line
 `error: ...` (opd_jax.terminal.field_error's format, as `python -m opd_jax.main`) and exit 2."""
+import pathlib
+
 from absl import app
 from absl import flags
 
@@ -19,7 +21,8 @@ from opd_jax.report import token_pages
 
 flags.DEFINE_multi_string("workdir", None, "Study working directory holding records/nodes; repeat it (or pass a "
                           "glob) to compare several studies into --out.")
-flags.DEFINE_string("out", None, "Output directory of the comparison of several studies.")
+flags.DEFINE_string("out", None, "Output directory: of the comparison of several studies, or of one study's report "
+                    "(e.g. at another --target), leaving the study's own report files as they are.")
 flags.DEFINE_integer("n_boot", 2000, "Bootstrap replicates per interval.")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
 flags.DEFINE_string("target", None, "Node group the verdict decides on: incorrect, correct or all (default: the "
@@ -54,7 +57,7 @@ def main(argv) -> None:
     workdirs = compare.expand(f.workdir)
     for w in workdirs:
       records.check_json_files(w)
-    if len(workdirs) > 1 or f.out:
+    if len(workdirs) > 1:
       if not f.out:
         raise ValueError(terminal.field_error("--out", f"is required to compare {len(workdirs)} studies",
                                             fix="pass --out=<directory>, or one --workdir for its own report"))
@@ -67,16 +70,23 @@ def main(argv) -> None:
       print(f"comparison of {len(verdicts)} studies ({len(table)} rows): {f.out}/comparison.html, "
             f"{f.out}/comparison.csv")
       return
+    out = f.out                            # one study with --out: its report there, the study's own left as it is
+    if out:
+      if pathlib.Path(out).resolve() == pathlib.Path(workdirs[0]).resolve():
+        raise ValueError(terminal.field_error("--out", "is the study's own workdir", out,
+                                              fix="drop --out to rebuild the study's report, or pass another folder"))
+      pathlib.Path(out).mkdir(parents=True, exist_ok=True)
     decode = cli.token_decoder(f.tokenizer) if f.tokenizer else None
     estimand = f.estimand or cli.study_estimand(workdirs[0])
     build.write_summary(workdirs[0], n_boot=f.n_boot, seed=f.seed, target=f.target, plot=f.plot,
                         html=f.html, decode=decode, pages=f.pages, colour_by=f.colour_by,
                         min_effect=f.min_effect, estimand=estimand,
                         **cli.sequential_look(workdirs[0], f.min_effect, estimand),
-                        unplanned=cli.unplanned_reason(workdirs[0], f.target, estimand))
+                        unplanned=cli.unplanned_reason(workdirs[0], f.target, estimand), out_dir=out)
   except (OSError, ValueError) as e:
     terminal.fail(e)
-  print(console.results_text(workdirs[0]))        # the verdict, the table and where the files are (not summary.md)
+  print(console.results_text(out or workdirs[0],    # the verdict, the table and where the files are (not summary.md)
+                             records_dir=pathlib.Path(workdirs[0]) / "records" if out else None))
 
 
 def parse_flags(argv):

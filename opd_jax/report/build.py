@@ -83,7 +83,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
                   html: bool = True, decode=None, n_boot_predictors: int = 200,
                   pages: int = token_pages.DEFAULT_PAGES, colour_by: str = token_pages.DEFAULT_COLOUR_BY,
                   min_effect: float = 0.0, design=None, look: int | None = None, final: bool = False,
-                  estimand: str = "alignment", question_order=None, unplanned: str | None = None) -> str:
+                  estimand: str = "alignment", question_order=None, unplanned: str | None = None,
+                  out_dir: str | None = None) -> str:
   """Rebuilds the report files of `<workdir>` from its node records (and rollouts, config.json, manifest.json).
 
   Files: summary.md (markdown, returned), summary.csv (summary.summarize), verdict.json (decision.decide on
@@ -111,6 +112,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
     n_boot_predictors: bootstrap replicates of the predictor intervals (rank statistics: slower per replicate).
     pages: the cap on per-token pages in html/ (0: none).
     colour_by: the predictor the per-token pages colour by (a tokens column, e.g. "kl_pq").
+    out_dir: where the files go (None: `workdir`); another folder leaves the study's own report as it is.
   Returns:
     The markdown written to summary.md.
   Raises:
@@ -155,9 +157,10 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   markdown = md.render_markdown(summary, title=f"opd_jax summary: {name}", meta=meta, verdict=verdict,
                                 predictors=predictor_rows, router=routed, unsampled=unsampled)
   pngs, files = {}, {}                   # path -> bytes of every file of the report, written as one at the end
+  dest = workdir if out_dir is None else str(out_dir)
   if plot:
     pngs["alignment"] = figures.alignment_by_config(summary)
-    files[os.path.join(workdir, "alignment.png")] = pngs["alignment"]
+    files[os.path.join(dest, "alignment.png")] = pngs["alignment"]
     markdown += "\n![mean alignment by configuration and group](alignment.png)\n"
   notes, where_rows = _where(nodes, lengths, decode, config, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
                              min_questions=min_questions)
@@ -166,26 +169,27 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
       pngs[f"where_{split}"] = figures.where_split(where_rows, split)
     if len(predictor_rows):
       pngs["predictors"] = figures.predictor_auroc(predictor_rows)
-    links = _pages(workdir, nodes, notes, pages=pages, colour_by=colour_by, decode=decode, out=files)
-    files[os.path.join(workdir, "report.html")] = page.render_html(
+    links = _pages(workdir, nodes, notes, pages=pages, colour_by=colour_by, decode=decode, out=files, dest=dest)
+    files[os.path.join(dest, "report.html")] = page.render_html(
         title=f"opd_jax report: {name}", verdict=verdict, summary=summary, figures=pngs, where=where_rows,
         predictors=predictor_rows, meta=meta, notes=notes, router=routed, pages=links)
-  files[os.path.join(workdir, "summary.md")] = markdown
-  files[os.path.join(workdir, "summary.csv")] = summary.to_csv(index=False)
-  files[os.path.join(workdir, "where.csv")] = where_rows.to_csv(index=False)
-  files[os.path.join(workdir, "predictors.csv")] = predictor_rows.to_csv(index=False)
-  files[os.path.join(workdir, "verdict.json")] = records.json_text(_json_ready(verdict))
+  files[os.path.join(dest, "summary.md")] = markdown
+  files[os.path.join(dest, "summary.csv")] = summary.to_csv(index=False)
+  files[os.path.join(dest, "where.csv")] = where_rows.to_csv(index=False)
+  files[os.path.join(dest, "predictors.csv")] = predictor_rows.to_csv(index=False)
+  files[os.path.join(dest, "verdict.json")] = records.json_text(_json_ready(verdict))
   with records.writing("report"):
     records.atomic_write_files(files)
   return markdown
 
 
-def _pages(workdir, nodes, notes, *, pages, colour_by, decode, out=None):
-  """token_pages.write_pages from the tokens table (or the rollouts' response_ids) of the selected rollouts;
-  without either, no pages and a note."""
+def _pages(workdir, nodes, notes, *, pages, colour_by, decode, out=None, dest=None):
+  """token_pages.write_pages (into `dest`/html/, default the workdir's) from the tokens table (or the rollouts'
+  response_ids) of the selected rollouts; without either, no pages and a note."""
+  dest = workdir if dest is None else dest
   chosen = token_pages.select_rollouts(nodes, pages)
   if not len(chosen):
-    return token_pages.write_pages(workdir, nodes, pd.DataFrame(), max_pages=0, out=out)
+    return token_pages.write_pages(dest, nodes, pd.DataFrame(), max_pages=0, out=out)
   keys = pd.MultiIndex.from_frame(chosen[["question_id", "rollout_id"]])
 
   def selected(frame):
@@ -201,14 +205,14 @@ def _pages(workdir, nodes, notes, *, pages, colour_by, decode, out=None):
       tokens = rollouts = None
   if (tokens is None or not len(tokens)) and rollouts is None:
     notes.append("per-token pages skipped: no records/tokens and no rollouts with response_ids")
-    return token_pages.write_pages(workdir, nodes, pd.DataFrame(), max_pages=0, out=out)
+    return token_pages.write_pages(dest, nodes, pd.DataFrame(), max_pages=0, out=out)
   tokens = token_pages.rollout_tokens(tokens, rollouts)
   try:
     infos = selected(read_records(workdir, "rollouts"))
     infos = infos[[c for c in token_pages.ROLLOUT_COLUMNS if c in infos.columns]]
   except (FileNotFoundError, KeyError, ValueError):          # no rollout records
     infos = None
-  return token_pages.write_pages(workdir, nodes, tokens, max_pages=pages, colour_by=colour_by, decode=decode,
+  return token_pages.write_pages(dest, nodes, tokens, max_pages=pages, colour_by=colour_by, decode=decode,
                                  rollouts=infos, out=out)
 
 

@@ -63,7 +63,7 @@ def next_line(verdict: dict, larger: str = "") -> str:
   return text
 
 
-def results_text(workdir, larger: str = "") -> str:
+def results_text(workdir, larger: str = "", records_dir=None) -> str:
   """What a finished run prints on stdout: the verdict (verdict.json's line; its details and what the training
   validation showed, indented) and what would decide it (`next_line`: a new study's questions, also those for
   config.report.min_effect, then `larger`), the alignment table
@@ -85,7 +85,8 @@ def results_text(workdir, larger: str = "") -> str:
     lines += ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in body]
   figures = [p.name for p in sorted(workdir.glob("*.png"))]
-  lines.append(f"records: {workdir / 'records'}  report: {workdir / 'report.html'}  summary: "
+  records = workdir / "records" if records_dir is None else pathlib.Path(records_dir)   # a report written elsewhere
+  lines.append(f"records: {records}  report: {workdir / 'report.html'}  summary: "
                f"{workdir / 'summary.md'} (table: summary.csv)"
                + (f"  figures: {', '.join(figures)}" if figures else ""))
   return "\n".join(lines)

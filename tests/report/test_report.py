@@ -12,6 +12,7 @@ import pytest
 from scipy import stats as sp_stats
 
 from opd_jax import records
+from opd_jax.report import cli
 from opd_jax import report
 from opd_jax.report import predictors
 from opd_jax.estimators import stats
@@ -326,6 +327,18 @@ def test_write_summary_files_markdown_and_cli(tmp_path):
                         "--nohtml"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
   assert run.returncode == 0, run.stderr
   assert (workdir / "summary.md").read_text() == own and "NOT A DECISION" not in own
+  # With --out, a report at another target goes there; the study's own files stay as they are.
+  before = {f: (workdir / f).read_bytes() for f in ("summary.md", "summary.csv", "verdict.json")}
+  run = subprocess.run([sys.executable, "-m", "opd_jax.report", f"--workdir={workdir}", "--n_boot=300", "--seed=1",
+                        "--nohtml", "--target=all", f"--out={tmp_path / 'other'}"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=60, check=False)
+  assert run.returncode == 0, run.stderr
+  assert {f: (workdir / f).read_bytes() for f in before} == before
+  other = (tmp_path / "other" / "summary.md").read_text()
+  assert other == report.write_summary(str(workdir), n_boot=300, seed=1, html=False, target="all", min_effect=0.2,
+                                       unplanned=cli.unplanned_reason(workdir, "all", "alignment"),
+                                       out_dir=str(tmp_path / "other2")) and "on all nodes" in other
+  assert f"records: {workdir / 'records'}  report: {tmp_path / 'other' / 'report.html'}" in run.stdout
 
 
 def test_underpowered_lines_follow_min_nodes():
