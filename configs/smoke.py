@@ -1,6 +1,6 @@
 """Smoke study: tiny random models on the synthetic parity task; every stage of the pipeline in seconds.
 
-  python -m opd_jax.main --config=configs/smoke.py --workdir=/tmp/smoke     # 30 s-1.5 min on a 2-core CPU (docs/data/smoke/)
+  python -m opd_jax.main --config=configs/smoke.py --workdir=/tmp/smoke     # 30 s-1.5 min, 2-core CPU (docs/data/smoke/)
 
 Used by the tests (resume, records cross-checks, bad inputs). Numbers are meaningless: random models.
 """

@@ -53,3 +53,10 @@ def config_difference(old: dict, new: dict, ignore: tuple[str, ...] = ()) -> lis
       out.append(prefix)
   walk(norm(old), norm(new), "")
   return out
+
+
+def whose(old: dict, new: dict) -> str:
+  """" ('<old name>'; this one is '<new name>')" when two config dicts' names differ, else "": what a refused
+  workdir's error says first, before the fields that differ."""
+  names = old.get("name"), new.get("name")
+  return f" ({names[0]!r}; this one is {names[1]!r})" if names[0] != names[1] else ""

@@ -475,9 +475,9 @@ def check_workdir(workdir, config_dict: dict) -> None:
     old = json.loads(cfg_path.read_text())
     if claim.config_hash(old) != h:
       changed = claim.config_difference(old, config_dict, claim.VOLATILE_FIELDS)
-      raise ValueError(f"--workdir={workdir} holds a run of a different config (fields differ: "
-                       f"{', '.join(changed) or 'nested values'}); pass a new --workdir or rerun with the "
-                       "same config to resume")
+      raise ValueError(f"--workdir={workdir} holds a run of a different config{claim.whose(old, config_dict)} "
+                       f"(fields differ: {', '.join(changed) or 'nested values'}); pass a new --workdir or rerun "
+                       "with the same config to resume")
   else:
     atomic_write_json(cfg_path, config_dict)
 

@@ -301,7 +301,8 @@ def floored(price, split: dict[str, variance.Components], targets: dict[str, flo
   se = lambda k: math.sqrt(targets[k]) / unit
   top = setters(split, targets, costs, node_rollouts, group_rollouts)
   return {"floor": floor, "unit": unit, "above": len({base(k) for k in above_floor(targets, floor_var)}),
-          "design": cheapest_priced(price, split, lifted(targets, floor_var), costs, node_rollouts, group_rollouts), "setters": top,
+          "design": cheapest_priced(price, split, lifted(targets, floor_var), costs, node_rollouts, group_rollouts),
+          "setters": top,
           "setters_se": max(se(k) for k in top), "top": top[0], "top_se": se(top[0])}
 
 

@@ -48,13 +48,12 @@ def main(argv) -> None:
   f = flags.FLAGS
   terminal.console(progress=cli.progress(f.workdir))
   try:
-    first = (f.workdir or [""])[0]
-    if f.target is None:                 # the study's own verdict settings unless asked otherwise
-      f.target = cli.study_report(first, "target", "incorrect")
-    if f.min_effect is None:
-      f.min_effect = cli.study_report(first, "min_effect", 0.0)
     cli.check_flags(f)
     workdirs = compare.expand(f.workdir)
+    if f.target is None:                 # the study's own verdict settings unless asked otherwise (globs expanded)
+      f.target = cli.study_report(workdirs[0], "target", "incorrect")
+    if f.min_effect is None:
+      f.min_effect = cli.study_report(workdirs[0], "min_effect", 0.0)
     for w in workdirs:
       records.check_json_files(w)
     if len(workdirs) > 1:

@@ -183,10 +183,9 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   return markdown
 
 
-def _pages(workdir, nodes, notes, *, pages, colour_by, decode, out=None, dest=None):
-  """token_pages.write_pages (into `dest`/html/, default the workdir's) from the tokens table (or the rollouts'
-  response_ids) of the selected rollouts; without either, no pages and a note."""
-  dest = workdir if dest is None else dest
+def _pages(workdir, nodes, notes, *, pages, colour_by, decode, dest, out=None):
+  """token_pages.write_pages into `dest`/html/ from `workdir`'s tokens table (or the rollouts' response_ids) of the
+  selected rollouts; without either, no pages and a note."""
   chosen = token_pages.select_rollouts(nodes, pages)
   if not len(chosen):
     return token_pages.write_pages(dest, nodes, pd.DataFrame(), max_pages=0, out=out)

@@ -21,10 +21,12 @@ TARGETS = ("incorrect", "correct", "all")
 def check_flags(f) -> None:
   """Flag values that need no records, checked before any is read.
 
+  --target and --min_effect None: the study's own (`study_report`), read once the workdirs are known.
+
   Raises:
     ValueError: `terminal.field_error`'s line naming the flag.
   """
-  if f.target not in TARGETS:
+  if f.target is not None and f.target not in TARGETS:
     raise ValueError(terminal.field_error("--target", "must be 'incorrect', 'correct' or 'all'", f.target,
                                         choices=TARGETS))
   if f.n_boot < 1:
@@ -36,7 +38,7 @@ def check_flags(f) -> None:
   if f.colour_by not in records.PREDICTORS:
     raise ValueError(terminal.field_error("--colour_by", f"must be one of {records.PREDICTORS}", f.colour_by,
                                         choices=records.PREDICTORS))
-  if not (math.isfinite(f.min_effect) and f.min_effect >= 0):
+  if f.min_effect is not None and not (math.isfinite(f.min_effect) and f.min_effect >= 0):
     raise ValueError(terminal.field_error("--min_effect", "must be a finite number >= 0 (0: not asked)", f.min_effect))
   if f.estimand is not None and f.estimand not in common.ESTIMANDS:
     raise ValueError(terminal.field_error("--estimand", f"must be one of {tuple(common.ESTIMANDS)}", f.estimand,

@@ -89,11 +89,11 @@ def _v2_line(root: pathlib.Path) -> str:
   if "stage" not in own.columns:
     return text + head + _runs_text(own)
   parts = []
-  for stage, runs in own.groupby("stage", sort=True):
+  for stage, group in own.groupby("stage", sort=True):
     size = ""
-    if {"n_questions", "samples"} <= set(runs.columns) and runs[["n_questions", "samples"]].nunique().max() == 1:
-      size = f", {int(runs['n_questions'].iloc[0])} questions x {int(runs['samples'].iloc[0])} samples"
-    parts.append(f"stage {stage}{size}: " + _runs_text(runs))
+    if {"n_questions", "samples"} <= set(group.columns) and group[["n_questions", "samples"]].nunique().max() == 1:
+      size = f", {int(group['n_questions'].iloc[0])} questions x {int(group['samples'].iloc[0])} samples"
+    parts.append(f"stage {stage}{size}: " + _runs_text(group))
   return text + head + "; ".join(parts)
 
 

@@ -60,8 +60,8 @@ class Plan:
         "compiles" + (f", {self.cold_seconds / 60:.1f} of them reading, assembling and converting models not yet in "
                       "the cache" if self.cold_seconds else "") + ")",
         f"         (the estimate: {ASSUMPTIONS}, at the rates of the 0.5B student and 1.5B teacher; "
-        + (f"this config's models ({', '.join(self.other_models)}) differ: --cost_model=cpu estimates the CPU time from "
-           "their shapes)" if self.other_models else "scale by hardware)")])
+        + (f"this config's models ({', '.join(self.other_models)}) differ: --cost_model=cpu estimates the CPU time "
+           "from their shapes)" if self.other_models else "scale by hardware)")])
 
 
 def _n(count: int, noun: str) -> str:

@@ -246,10 +246,9 @@ def check_workdir_for(workdir, config_dict: dict, job: str) -> None:
           lambda x, k: x.get(k, claim.MISSING) if isinstance(x, dict) else claim.MISSING, f.split("."), d)
       shown = [f"config.{f}: {_short(flat(old, f))} -> {_short(flat(config_dict, f))}" for f in changed[:4]]
       more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
-      names = old.get("name"), config_dict.get("name")
-      whose = f" ({names[0]!r}; this one is {names[1]!r})" if names[0] != names[1] else ""
-      raise ValueError(f"--workdir={workdir} holds a run of a different config{whose} (fields differ: "
-                       f"{'; '.join(shown)}{more}); pass another --workdir, or rerun with the same config to resume")
+      raise ValueError(f"--workdir={workdir} holds a run of a different config{claim.whose(old, config_dict)} "
+                       f"(fields differ: {'; '.join(shown)}{more}); pass another --workdir, or rerun with the same "
+                       "config to resume")
 
 
 def unclaimed(workdir, config_dict: dict) -> bool:

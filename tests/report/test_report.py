@@ -318,13 +318,15 @@ def test_write_summary_files_markdown_and_cli(tmp_path):
   assert run.returncode == 0, run.stderr
   assert run.stdout.strip() == report.results_text(workdir)          # the verdict and the table, not summary.md
   assert (workdir / "summary.md").read_text() == markdown
-  # Without --target / --min_effect the report reads the study's own (config.json's report), as the study does.
+  # Without --target / --min_effect the report reads the study's own (config.json's report), as the study does,
+  # also where --workdir is a glob (read once it is expanded).
   (workdir / "config.json").write_text(json.dumps({"name": "smoke", "student": {"name": "tiny-student"},
                                                    "report": {"target": "correct", "min_effect": 0.2}}))
   own = report.write_summary(str(workdir), n_boot=300, seed=1, html=False, target="correct", min_effect=0.2)
   assert own != markdown
-  run = subprocess.run([sys.executable, "-m", "opd_jax.report", f"--workdir={workdir}", "--n_boot=300", "--seed=1",
-                        "--nohtml"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+  run = subprocess.run([sys.executable, "-m", "opd_jax.report", f"--workdir={tmp_path / 'ru[n]'}", "--n_boot=300",
+                        "--seed=1", "--nohtml"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+                       check=False)
   assert run.returncode == 0, run.stderr
   assert (workdir / "summary.md").read_text() == own and "NOT A DECISION" not in own
   # With --out, a report at another target goes there; the study's own files stay as they are.

@@ -135,3 +135,6 @@ def test_a_workdir_of_another_config_names_both_configs_then_the_fields(tmp_path
     runs.check_workdir_for(tmp_path, {"name": "sweep", "job": "train", "seed": 0, "budget": {"questions": 10}}, "train")
   with pytest.raises(ValueError, match=re.escape("holds a run of a different config (fields differ: config.seed")):
     runs.check_workdir_for(tmp_path, {"name": "smoke", "job": "train", "seed": 3, "budget": {"questions": 3}}, "train")
+  with pytest.raises(ValueError, match=re.escape(                   # the workdir's claim itself (records.py) too
+      "holds a run of a different config ('smoke'; this one is 'sweep') (fields differ: budget.questions, name)")):
+    records.check_workdir(tmp_path, {"name": "sweep", "job": "train", "seed": 0, "budget": {"questions": 10}})
