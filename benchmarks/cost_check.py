@@ -32,13 +32,13 @@ def realized_work(workdir: pathlib.Path, config):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import pandas as pd  # pylint: disable=g-import-not-at-top
   from opd_jax.cost import estimate  # pylint: disable=g-import-not-at-top
-  from opd_jax.study import preflight
+  from opd_jax.study import question_pool
   from opd_jax.study import model_specs
 
   rollouts = pd.read_parquet(workdir / "records" / "rollouts")
   nodes = pd.read_parquet(workdir / "records" / "nodes").drop_duplicates(["question_id", "rollout_id", "position"])
   manifest = json.loads((workdir / "manifest.json").read_text())
-  task = preflight.load_task(config)
+  task = question_pool.load_task(config)
   chosen = set(rollouts.question_id)
   problems = [p for p in task.problems if p.id in chosen]
   _, extra = estimate.context_lengths(config, task, problems, model_specs.header(config.student.name, config)[1],

@@ -108,11 +108,11 @@ def _job(config, workdir: pathlib.Path, job: str) -> None:
 def train_pool_file(workdir: pathlib.Path, train_config) -> str:
   """workdir/train_pool_questions.json, the question texts of the trainer's pool (written once): a study block's
   config.task.exclude, so that the study shares no question with the trainer."""
-  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import question_pool  # pylint: disable=g-import-not-at-top
   exclude = workdir / "train_pool_questions.json"
   if not exclude.exists():
     workdir.mkdir(parents=True, exist_ok=True)
-    exclude.write_text(json.dumps(sorted({p.question for p in preflight.load_task(train_config).problems})))
+    exclude.write_text(json.dumps(sorted({p.question for p in question_pool.load_task(train_config).problems})))
   return str(exclude.resolve())
 
 
@@ -140,9 +140,9 @@ def run_train(name: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) 
 
 def shared_questions(study_config, train_config, study_ids=None) -> set[str]:
   """Question texts of the study's pool (or of its questions `study_ids`) that are also in the trainer's pool."""
-  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
-  study = {p.question for p in preflight.load_task(study_config).problems if study_ids is None or p.id in study_ids}
-  return study & {p.question for p in preflight.load_task(train_config).problems}
+  from opd_jax.study import question_pool  # pylint: disable=g-import-not-at-top
+  study = {p.question for p in question_pool.load_task(study_config).problems if study_ids is None or p.id in study_ids}
+  return study & {p.question for p in question_pool.load_task(train_config).problems}
 
 
 def _check_disjoint(workdir: pathlib.Path, train_config, tiny: bool) -> None:

@@ -134,7 +134,7 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             as `warning: ...`; 2: INFO lines on the console too (changing either field does not
                             change the run: resume allowed)
 
-Switching the task (opd_jax/main.py, switch_task): task.template and sampling.max_new_tokens are chosen for the
+Switching the task (opd_jax/overrides.py, switch_task): task.template and sampling.max_new_tokens are chosen for the
 config's own task (task.name as its file sets it: teacher_sweep's answer-only arithmetic template, 16 tokens).
 `--config.task.name=<another>` resets each of them that is not also set on the command line to the default above
 (template "": the task's own, stating its answer format; max_new_tokens 256) and says so in one `note:` line on

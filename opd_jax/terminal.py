@@ -349,6 +349,22 @@ def fail(message: Any, code: int = 2) -> NoReturn:
   sys.exit(code)
 
 
+_HELP = re.compile(r"--?(\?|help|helpfull|helpshort|helpxml)(=(true|1))?", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def help_exits_zero(argv: Sequence[str]):
+  """Around absl's flag parse: its --help (-?, --helpfull, --helpshort, --helpxml) prints the flags, then exits
+  with status 1 (absl.app's HelpFlag); when `argv` asked for that help, the exit status is 0 instead (the user
+  got what was asked). Every other exit passes through unchanged."""
+  try:
+    yield
+  except SystemExit as e:
+    if e.code == 1 and any(_HELP.fullmatch(a) for a in argv[1:]):
+      sys.exit(0)
+    raise
+
+
 _KINDS = {"IntegerParser": "an integer", "FloatParser": "a number", "BooleanParser": "true or false",
           "_ConfigDictParser": "a dict literal, e.g. \"{'key': 1}\"", "TupleParser": "a tuple literal, e.g. '(1, 2)'",
           "EnumParser": "one of the listed values", "EnumClassParser": "one of the listed values"}

@@ -9,7 +9,7 @@ import sys
 import pytest
 from ml_collections.config_flags import config_flags as config_flags_lib
 
-from opd_jax import main
+from opd_jax import overrides
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 VARIANTS = ["teacher_sweep.py", "teacher_sweep.py:hour", "teacher_sweep.py:gsm", "teacher_sweep.py:paper",
@@ -22,7 +22,7 @@ VARIANTS = ["teacher_sweep.py", "teacher_sweep.py:hour", "teacher_sweep.py:gsm",
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_shipped_config_passes_its_schema(variant):
   config = config_flags_lib.ConfigFileFlagParser(name="config").parse(str(REPO / "configs" / variant))
-  assert main.schema_error(config) is None
+  assert overrides.schema_error(config) is None
 
 
 def test_a_typo_in_a_config_file_and_a_syntax_error_are_one_line_each(tmp_path):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from opd_jax import models
 
@@ -123,7 +124,7 @@ def test_help_lists_every_top_level_group_and_dry_run_counts_fixed_costs_in_hour
 
 def test_the_dry_run_says_which_model_folders_are_not_on_this_machine(tmp_path):
   from configs import base  # pylint: disable=g-import-not-at-top
-  from opd_jax.study import checklist  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import checklist, model_specs  # pylint: disable=g-import-not-at-top
   config = base.get_config()
   assert "not on this machine" not in checklist.describe(config)
   config.student.name = str(tmp_path / "Qwen3-1.7B")         # as :paper's /data/Qwen3-1.7B on a machine without it
@@ -131,11 +132,19 @@ def test_the_dry_run_says_which_model_folders_are_not_on_this_machine(tmp_path):
   assert f"(not on this machine: {config.student.name};" in line
   assert f"shapes from the name: {config.student.name};" in line
   assert any(l.startswith("memory:") for l in checklist.describe(config).splitlines())
+  from opd_jax.study import planning  # pylint: disable=g-import-not-at-top
+  plan_line = planning.plan(config).describe().splitlines()[-1]
+  assert plan_line.endswith(f"this config's models ({config.student.name}) differ: --cost_model=cpu estimates the "
+                            "CPU time from their shapes)")
   config.student.name = str(tmp_path / "mymodel")             # a name that gives no shapes: said, no memory line
   text = checklist.describe(config)
   line = next(l for l in text.splitlines() if l.startswith("models:"))
   assert f"shapes unknown: {config.student.name} (no memory line); a run needs the weights)" in line
   assert not any(l.startswith("memory:") for l in text.splitlines())
-  from opd_jax.study import planning  # pylint: disable=g-import-not-at-top
-  plan_line = planning.plan(config).describe().splitlines()[-1]
-  assert f"this config's models ({config.student.name}) differ: --cost_model=cpu" in plan_line
+  plan_line = planning.plan(config).describe().splitlines()[-1]   # and no --cost_model=cpu, which would fail
+  assert plan_line.endswith(f"this config's models ({config.student.name}) differ: the shapes of "
+                            f"{config.student.name} are unknown here (not on this machine and not in "
+                            "opd_jax/study/model_specs.py ARCHITECTURES), so no estimate from shapes either; add "
+                            "them there for --cost_model=cpu)")
+  with pytest.raises(ValueError, match="cost model: no architecture for"):
+    model_specs.architecture(config.student.name, config)

@@ -20,7 +20,7 @@ from configs import base
 from configs import opd_train
 from configs import teacher_sweep
 from opd_jax.study import checklist
-from opd_jax import main as cli
+from opd_jax import overrides
 from opd_jax import terminal
 from opd_jax.report import console
 from opd_jax.training import loop
@@ -43,19 +43,19 @@ def test_switch_task_resets_what_the_config_chose_for_its_own_task():
   own = config.task.name
   assert config.task.template and config.sampling.max_new_tokens == 16      # what would carry over
   config.task.name = "gsm8k"
-  note = cli.switch_task(config, own, overrides={"task.name": "gsm8k"})
+  note = overrides.switch_task(config, own, overrides={"task.name": "gsm8k"})
   assert config.task.template == defaults.task.template == ""
   assert config.sampling.max_new_tokens == defaults.sampling.max_new_tokens == 256
   assert note.startswith("note: ") and "\n" not in note and "(was 16)" in note and "--config.task.template" in note
   # Fields set on the command line are the user's: kept, and the note names only the other one.
   config = teacher_sweep.get_config()
   config.task.name, config.task.template = "gsm8k", "{question} Answer:"
-  note = cli.switch_task(config, own, overrides={"task.name", "task.template"})
+  note = overrides.switch_task(config, own, overrides={"task.name", "task.template"})
   assert config.task.template == "{question} Answer:" and config.sampling.max_new_tokens == 256
   assert "config.task.template=" not in note and "config.sampling.max_new_tokens=256" in note
   # The config's own task (or a variant that sets both itself): nothing changes.
   config = teacher_sweep.get_config("gsm")
-  assert cli.switch_task(config, config.task.name, overrides={}) is None and config.sampling.max_new_tokens == 256
+  assert overrides.switch_task(config, config.task.name, overrides={}) is None and config.sampling.max_new_tokens == 256
 
 
 def test_dry_run_of_a_task_switch_prints_the_template_and_the_cap():
@@ -217,3 +217,20 @@ def test_stage_lines_read_as_words():
   assert terminal.stage_line("base rollouts", 3.0, 3744, "tok") == "base rollouts: 3,744 tokens in 3.0 s"
   assert terminal.stage_line("questions", 69.5, 3, "q") == "questions: 3 questions in 69.5 s"     # not "3 q"
   assert terminal.stage_line("questions", 9.5, 1, "q") == "questions: 1 question in 9.5 s"
+
+
+def test_help_exits_zero_and_every_other_exit_passes_through():
+  """absl's --help prints the flags and exits 1; asked for, it is a success (exit 0) in both CLIs. A help flag
+  asked for is recognised in its spellings; another exit keeps its code."""
+  for argv, code, want in ((["p", "--help"], 1, 0), (["p", "-?"], 1, 0), (["p", "--helpfull"], 1, 0),
+                           (["p", "--help=true"], 1, 0), (["p", "--config=x"], 1, 1), (["p", "--help"], 2, 2),
+                           (["p", "--helper"], 1, 1), (["--help"], 1, 1)):   # argv[0] is the program, not a flag
+    with pytest.raises(SystemExit) as e:
+      with terminal.help_exits_zero(argv):
+        sys.exit(code)
+    assert e.value.code == want, (argv, code)
+  for module, first in (("opd_jax.main", "Run a study:"), ("opd_jax.report", "python -m opd_jax.report")):
+    run = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert run.returncode == 0 and run.stdout.startswith(first), (module, run.returncode, run.stderr[-300:])
+    assert "--workdir" in run.stdout

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from configs import smoke
-from opd_jax import main
+from opd_jax import overrides
 from opd_jax import records
 from opd_jax import report
 from opd_jax.estimators import stats
@@ -72,7 +72,7 @@ def test_a_full_disk_names_the_file_and_stage_and_leaves_the_report_whole(tmp_pa
 def test_a_configuration_flag_that_replaces_one_of_the_file_says_so():
   config = smoke.get_config()
   old = config.configurations["external"]
-  notes = main.with_configurations(config, ["external=self:plain:reverse_kl", "mine=self:answer:reverse_kl",
+  notes = overrides.with_configurations(config, ["external=self:plain:reverse_kl", "mine=self:answer:reverse_kl",
                                             "self_plain=self:plain:reverse_kl"])      # the same spec: no note
   assert notes == [f"note: --configuration=external=... replaced the config's configuration 'external': {old!r} -> "
                    "'self:plain:reverse_kl' (pick another name to add one beside it)"]

@@ -50,7 +50,7 @@ def test_every_bad_line_of_a_data_file_is_named_once(tmp_path, monkeypatch):
   """Seeded defects on 40 lines (blank lines between): the one error names exactly the lines an independent rule
   finds, in order; skipping bad answers drops exactly the non-numbers; the trainer's field is named as its own."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import question_pool  # pylint: disable=g-import-not-at-top
   from opd_jax.tasks import files  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   lines, why = [], {}
@@ -71,7 +71,7 @@ def test_every_bad_line_of_a_data_file_is_named_once(tmp_path, monkeypatch):
   path = _write(tmp_path / "data.jsonl", lines)
   config = _smoke_on(path)
   with pytest.raises(ValueError) as e:
-    preflight.load_task(config)
+    question_pool.load_task(config)
   message = str(e.value)
   assert message.startswith(f"{path}: line ") and "\n" not in message
   named = [int(n) for n in re.findall(r"(?:^|; )line (\d+)", message.split(": ", 1)[1])]
@@ -84,12 +84,12 @@ def test_every_bad_line_of_a_data_file_is_named_once(tmp_path, monkeypatch):
   # All of them, with the limit raised; skipping bad answers keeps the rows that are only that.
   monkeypatch.setattr(files, "MAX_LINES_SHOWN", 1000)
   with pytest.raises(ValueError) as e:
-    preflight.load_task(config)
+    question_pool.load_task(config)
   assert [int(n) for n in re.findall(r"(?:^|; )line (\d+)", str(e.value).split(": ", 1)[1])] == sorted(why)
   keep = [n for n, k in why.items() if k != "not_number"]
   only_numbers = _write(tmp_path / "numbers.jsonl", [l for n, l in enumerate(lines, 1) if n not in keep])
   config = _smoke_on(only_numbers, **{"task.skip_bad_answers": True})
-  task = preflight.load_task(config)
+  task = question_pool.load_task(config)
   assert [p.question for p in task.problems] == [l["question"] for n, l in enumerate(lines, 1)
                                                  if l and n not in why]
   # The trainer's configuration is named as its field; no context that shows a solution: no solution needed.
@@ -97,10 +97,10 @@ def test_every_bad_line_of_a_data_file_is_named_once(tmp_path, monkeypatch):
   config.configurations = {"train": "self:summary:reverse_kl"}
   with pytest.raises(ValueError, match=r"line 3: no 'solution' \(needed on every line by config\.train\.configuration"
                                        r"\); line 5: answer 'abc' is not a number; 1 of 5 gold answers"):
-    preflight.load_task(config, {"train": "config.train.configuration"})
+    question_pool.load_task(config, {"train": "config.train.configuration"})
   config.configurations = {"plain": "self:plain:reverse_kl"}
   with pytest.raises(ValueError) as e:
-    preflight.load_task(config)
+    question_pool.load_task(config)
   assert "line 5: answer 'abc'" in str(e.value) and "solution" not in str(e.value)
 
 
@@ -129,11 +129,11 @@ def test_gsm8k_lines_are_named_by_line_not_row(tmp_path):
 def test_the_plan_says_when_the_pool_is_smaller_and_the_answer_stop_only_with_a_tag(tmp_path):
   from opd_jax.study import checklist  # pylint: disable=g-import-not-at-top
   from opd_jax.study import planning  # pylint: disable=g-import-not-at-top
-  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import question_pool  # pylint: disable=g-import-not-at-top
   from opd_jax.decode import stops  # pylint: disable=g-import-not-at-top
   rows = [dict(r, answer=str(2 * i + 2), solution="x") for i, r in enumerate(ROWS)]
   config = _smoke_on(_write(tmp_path / "five.jsonl", rows), **{"budget.questions": 10, "budget.stop_at_answer": True})
-  task = preflight.load_task(config)
+  task = question_pool.load_task(config)
   text = checklist.describe(config, task)
   assert ("task:     jsonl:numeric: 5 questions in the pool, fewer than config.budget.questions=10: at most 5 "
           "studied") in text
@@ -232,7 +232,7 @@ def _inputs(root: pathlib.Path) -> None:
                                for i in range(2)])
   config = smoke.get_config()                               # as "other-dry" runs it, but for the seed
   config.task.name, config.task.path, config.task.num_problems = "jsonl:numeric", str(root / "hard.jsonl"), 0
-  config.sampling.max_new_tokens = 256                      # what the task switch resets (main.switch_task)
+  config.sampling.max_new_tokens = 256                      # what the task switch resets (overrides.switch_task)
   recorded = root / "recorded" / "records" / "nodes"
   recorded.mkdir(parents=True)
   (recorded / "part-q0.parquet").write_bytes(b"x")          # a question recorded: another config must not take it

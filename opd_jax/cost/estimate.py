@@ -49,6 +49,7 @@ from opd_jax.models import decoder
 from opd_jax.report import looks
 from opd_jax.study import model_specs
 from opd_jax.study import planning
+from opd_jax.study import question_pool
 from opd_jax.study import preflight
 from opd_jax.teachers import contexts
 
@@ -172,12 +173,12 @@ def planned_work(config, names=None) -> Work:
   """`Work` at the plan's bounds with the prompt and context lengths measured on the task's first 64 questions
   (`context_lengths`; contexts `names`, default the study's `context_names`), or at the assumed lengths (`Work()`)
   where the student's tokenizer is not cheap to read (`model_specs.header`). Loads the task (seconds; raises what
-  `preflight.load_task` raises)."""
+  `question_pool.load_task` raises)."""
   head = model_specs.header(config.student.name, config)
   if head is None:
     return Work()
   tokenizer = head[1]
-  task = preflight.load_task(config)
+  task = question_pool.load_task(config)
   problems = task.problems[:64]
   prompt, extra = context_lengths(config, task, problems, tokenizer,
                                   context_names(config) if names is None else names)

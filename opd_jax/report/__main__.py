@@ -89,9 +89,10 @@ def main(argv) -> None:
 
 
 def parse_flags(argv):
-  """absl's parse with a flag error as one `error:` line (exit 2) instead of usage text."""
+  """absl's parse with a flag error as one `error:` line (exit 2) instead of usage text; --help exits 0."""
   try:
-    return flags.FLAGS(argv)
+    with terminal.help_exits_zero(argv):
+      return flags.FLAGS(argv)
   except flags.Error as e:
     terminal.fail(terminal.flag_error(e, argv))
 

@@ -18,6 +18,7 @@ from opd_jax import flops
 from opd_jax import models
 from opd_jax.study import model_specs
 from opd_jax.study import planning
+from opd_jax.study import question_pool
 from opd_jax.study import preflight
 from opd_jax.teachers import contexts
 
@@ -57,7 +58,7 @@ def describe(config, task: Any = None) -> str:
   lines, problem = [], None
   if task is None:
     try:
-      task = preflight.load_task(config)
+      task = question_pool.load_task(config)
     except (ValueError, OSError) as e:
       lines.append(f"task:     {config.task.name}: not loaded ({str(e).splitlines()[0][:200]})")
   plan = planning.plan(config, task)

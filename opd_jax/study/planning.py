@@ -14,6 +14,7 @@ import importlib
 from opd_jax import models
 from opd_jax.decode import stops
 from opd_jax.report import looks
+from opd_jax.study import model_specs
 from opd_jax.study import preflight
 from opd_jax.teachers import contexts
 from opd_jax.teachers import cross_view
@@ -38,6 +39,7 @@ class Plan:
   cross_strings: int = 0                # their strings asked of the teacher (tail + candidate), at most
   design: tuple[str, ...] = ()          # the work-saving designs' expected work beside the fixed design's bound
   other_models: tuple[str, ...] = ()    # checkpoints other than those the rates were measured on (RATES_MEASURED_ON)
+  unknown_shapes: tuple[str, ...] = ()  # of those, the ones whose shapes are unknown (`model_specs.architecture`)
 
   @property
   def total_seconds(self) -> float:
@@ -60,8 +62,20 @@ class Plan:
         "compiles" + (f", {self.cold_seconds / 60:.1f} of them reading, assembling and converting models not yet in "
                       "the cache" if self.cold_seconds else "") + ")",
         f"         (the estimate: {ASSUMPTIONS}, at the rates of the 0.5B student and 1.5B teacher; "
-        + (f"this config's models ({', '.join(self.other_models)}) differ: --cost_model=cpu estimates the CPU time "
-           "from their shapes)" if self.other_models else "scale by hardware)")])
+        + _other_models(self.other_models, self.unknown_shapes)])
+
+
+def _other_models(other: tuple[str, ...], unknown: tuple[str, ...]) -> str:
+  """The end of the estimate's last line: scale by hardware, or which models differ from the rates' and whether
+  --cost_model=cpu can estimate from their shapes (not where a model's shapes are unknown: it would fail)."""
+  if not other:
+    return "scale by hardware)"
+  text = f"this config's models ({', '.join(other)}) differ: "
+  if not unknown:
+    return text + "--cost_model=cpu estimates the CPU time from their shapes)"
+  return text + (f"the shapes of {', '.join(unknown)} are unknown here (not on this machine and not in "
+                 "opd_jax/study/model_specs.py ARCHITECTURES), so no estimate from shapes either; add them there "
+                 "for --cost_model=cpu)")
 
 
 def _n(count: int, noun: str) -> str:
@@ -159,7 +173,17 @@ def plan(config, task=None, cache: str | None = None) -> Plan:
   strings = len(cross) * (scored * n_tok + nodes * cand)          # every position's token, every candidate
   other = tuple(sorted(m for m in specs if kind(m) == "checkpoint" and m not in RATES_MEASURED_ON))
   return Plan(q, rollouts, scored, len(views), nodes, cand, cont, gen, scored_tokens, secs, fixed, cold,
-              len(cross), strings, _design_lines(config, nodes * cand, task), other)
+              len(cross), strings, _design_lines(config, nodes * cand, task), other,
+              tuple(m for m in other if not _shapes_known(m, config)))
+
+
+def _shapes_known(spec: str, config) -> bool:
+  """Whether the cost model has `spec`'s architecture (`model_specs.architecture`: a header, or by name)."""
+  try:
+    model_specs.architecture(spec, config)
+  except (ValueError, OSError):
+    return False
+  return True
 
 
 def estimate_text(config, first_use: bool = True) -> str:

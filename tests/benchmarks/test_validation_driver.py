@@ -135,21 +135,21 @@ def test_a_study_pool_without_the_trainers_questions_shares_none(tmp_path):
   """configs/validation.py's pools overlap (sums of small numbers repeat); config.task.exclude removes exactly the
   listed questions (the driver lists the trainer's pool), and a bad exclude file is one error naming the field."""
   from configs import validation  # pylint: disable=g-import-not-at-top
-  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import question_pool  # pylint: disable=g-import-not-at-top
   study, train = validation.get_config("study"), validation.get_config("train")
   assert study.task.name == train.task.name and study.seed != train.seed
-  full, pool = preflight.load_task(study), preflight.load_task(train)
-  train_texts = {p.question for p in pool.problems}
+  full, train_pool = question_pool.load_task(study), question_pool.load_task(train)
+  train_texts = {p.question for p in train_pool.problems}
   shared = {p.question for p in full.problems} & train_texts
   assert 0 < len(shared) < len(full.problems) // 10       # chance repeats of small sums, not a shifted stream
   listed = tmp_path / "train.json"
   listed.write_text(json.dumps(sorted(train_texts)))
-  kept = preflight._excluded(full, str(listed)).problems      # pylint: disable=protected-access
+  kept = question_pool.excluded(full, str(listed)).problems
   assert [p.id for p in kept] == [p.id for p in full.problems if p.question not in shared]
   assert not {p.question for p in kept} & train_texts
   listed.write_text("{}")
   with pytest.raises(ValueError, match=r"^config\.task\.exclude=.*JSON list"):
-    preflight._excluded(full, str(listed))                  # pylint: disable=protected-access
+    question_pool.excluded(full, str(listed))
 
 
 def test_rank_correlations_equal_scipys_with_ties_and_undefined_values():

@@ -165,10 +165,10 @@ def test_manifest_records_the_candidate_set_rule_of_the_views_scored(smoke):
   assert len(views) == 5 and 1 + rule["student_top_k"] < widest <= 1 + rule["student_top_k"] + len(views)
   # What a new study on unseen questions excludes (config.task.exclude; issue 49, item 4): every processed question.
   from configs import smoke as smoke_config  # pylint: disable=g-import-not-at-top
-  from opd_jax.study import preflight  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import question_pool  # pylint: disable=g-import-not-at-top
   seen = json.loads((workdir / "questions_seen.json").read_text())
   processed = json.loads((workdir / "progress.json").read_text())["processed"]
-  texts = {str(p.id): p.question for p in preflight.load_task(smoke_config.get_config()).problems}
+  texts = {str(p.id): p.question for p in question_pool.load_task(smoke_config.get_config()).problems}
   assert sorted(seen) == sorted(texts[str(q)] for q in processed) and seen
 
 
@@ -188,10 +188,10 @@ def test_cost_models_prompt_lengths_are_the_studys(smoke):
   from configs import smoke as smoke_config  # pylint: disable=g-import-not-at-top
   from opd_jax.cost import estimate  # pylint: disable=g-import-not-at-top
   from opd_jax import models
-  from opd_jax.study import preflight
+  from opd_jax.study import question_pool
   config = smoke_config.get_config()
   rollouts = _tables(smoke[0])["rollouts"]
-  task = preflight.load_task(config)
+  task = question_pool.load_task(config)
   chosen = [p for p in task.problems if p.id in set(rollouts.question_id)]
   prompt, extra = estimate.context_lengths(config, task, chosen, models.byte_tokenizer(), estimate.context_names(config))
   assert prompt == pytest.approx(rollouts.drop_duplicates("question_id").prompt_ids.map(len).mean())
