@@ -219,8 +219,8 @@ def read_gains(data: pathlib.Path, specs: dict[str, str]) -> tuple[list[str], li
 
 
 def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000, n_perm: int = 10_000,
-                  seed: int = 0) -> dict[str, pd.DataFrame]:
-  """Stage 4 (issue 47, item 5) from the committed CSVs in `data`; writes and returns:
+                  seed: int = 0, out: pathlib.Path | None = None) -> dict[str, pd.DataFrame]:
+  """Stage 4 (issue 47, item 5) from the committed CSVs in `data`; writes (into `out`, default `data`) and returns:
     stage3_gains.csv: per configuration trained, its stratum, replicates, gain (mean over replicates of the mean
       held-out after - before) with a 95% interval resampling evaluation questions and replicates, gold_gain (the
       same mean of the change of log p(gold answer), nats; NaN for runs without it), the lowest
@@ -237,6 +237,7 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
       no-study rule "the 1.5B teacher, plain, reverse KL".
   """
   confs, diffs, gold_diffs, runs = read_gains(data, specs)
+  out = data if out is None else out
   strata = np.array([stratum(c) for c in confs])
   _, sums = study_predictors(data, confs)
   values = validate_training.predictor_values(sums, np.ones(next(iter(sums.values()))[0].shape[1]))
@@ -252,7 +253,7 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
                         "lowest_after": [after[c] for c in confs],
                         "collapsed": [bool(after[c] < COLLAPSED) for c in confs],
                         **values})
-  table.to_csv(data / "stage3_gains.csv", index=False)
+  table.to_csv(out / "stage3_gains.csv", index=False)
   stats, d = draws(sums, diffs, strata, n_boot, seed)
   rows = []
   for k in sums:
@@ -266,7 +267,7 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
                      statistic_gold=within_strata(values[k], gold, strata), p_value_gold=p_gold,
                      configurations=len(confs), draws=n_boot, resampled=RESAMPLED))
   tests = pd.DataFrame(rows).sort_values(["primary", "predictor"], ascending=[False, True])
-  tests.to_csv(data / "stage3.csv", index=False)
+  tests.to_csv(out / "stage3.csv", index=False)
   pairs = []
   view = [c.rsplit("_", 1)[0] for c in confs]
   for i, a in enumerate(confs):
@@ -277,7 +278,7 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
           pairs.append(dict(view=view[i], a=a, b=confs[j], predictor=k, predictor_diff=dx, gain_diff=dg,
                             agree=bool(np.sign(dx) == np.sign(dg)) if dx and dg else None))
   pd.DataFrame(pairs, columns=["view", "a", "b", "predictor", "predictor_diff", "gain_diff", "agree"]).to_csv(
-      data / "stage3_pairs.csv", index=False)
+      out / "stage3_pairs.csv", index=False)
   rules = []
   for s in dict.fromkeys(strata.tolist()):
     idx = np.flatnonzero(strata == s)
@@ -292,5 +293,5 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
         rules.append(dict(stratum=s, rule=rule, named=c, gain=g[confs.index(c)], best=confs[best], best_gain=g[best],
                           regret=g[best] - g[confs.index(c)]))
   regret = pd.DataFrame(rules, columns=["stratum", "rule", "named", "gain", "best", "best_gain", "regret"])
-  regret.to_csv(data / "stage3_regret.csv", index=False)
+  regret.to_csv(out / "stage3_regret.csv", index=False)
   return {"gains": table, "tests": tests, "pairs": pd.DataFrame(pairs), "regret": regret}

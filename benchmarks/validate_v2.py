@@ -1,12 +1,18 @@
 """Validation v2 (issue 47): does the study predict training beyond who the teacher is? The resumable driver.
 
-  python benchmarks/validate_v2.py --workdir=/work/runs/v2                     # every stage-1 piece not yet done
-  python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=train:s1_solution_frozen       # one piece
-  python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=stage1      # stage 1's table, from the CSVs
-  python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=study:1,study:2   # stage 2's blocks, in order
-  python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=stage2      # stage 2's tables, from the CSVs
-  python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=train:s3_ext_plain_rkl   # a stage-3 run
-  python benchmarks/validate_v2.py --workdir=/work/runs/v2 --piece=stage3      # the analysis, from the CSVs
+  python benchmarks/validate_v2.py --workdir=runs/v2 --piece=train:s1_solution_frozen       # one piece
+  python benchmarks/validate_v2.py --workdir=runs/v2 --piece=stage1      # stage 1's table, from the CSVs
+  python benchmarks/validate_v2.py --workdir=runs/v2 --piece=study:1,study:2   # stage 2's blocks, in order
+  python benchmarks/validate_v2.py --workdir=runs/v2 --piece=stage2      # stage 2's tables, from the CSVs
+  python benchmarks/validate_v2.py --workdir=runs/v2 --piece=train:s3_ext_plain_rkl   # a stage-3 run
+  python benchmarks/validate_v2.py --workdir=runs/v2 --piece=stage3      # the analysis, once every stage-3 run is in
+  python benchmarks/validate_v2.py --workdir=runs/v2 --piece=stage3 --interim    # before: labelled, in runs/v2/interim
+  python benchmarks/validate_v2.py --workdir=runs/v2     # every piece not done (pieces()' order: ~20 h of real runs)
+  python benchmarks/validate_v2.py --workdir=/tmp/v2tiny --tiny          # random models (tests): tables in /tmp/v2tiny/data
+
+One real-model job at a time: a second driver on the same workdir would train the same run beside the first.
+`--data_dir` (default docs/data/validation_v2/, the committed record) is where finished pieces' tables go; `--tiny`
+never writes there (default <workdir>/data).
 
 Stage 1, the mechanism: v1's runs (docs/data/validation/runs.csv: the self-teacher was the current student, as
 training moved it) against the same runs with the frozen self-teacher (`config.train.teacher_weights=initial`,
@@ -130,6 +136,27 @@ def check_order(piece: str, data: pathlib.Path, tiny: bool) -> None:
   if piece.startswith("train:") and runs(tiny)[name]["stage"] == 3 and not (data / "hypothesis.md").exists():
     raise ValueError(f"--piece={piece} is a stage-3 run and {data / 'hypothesis.md'} does not exist: write and "
                      "commit the predictions (hypothesis.md) before any stage-3 run")
+
+
+def stage3_missing(data: pathlib.Path, tiny: bool) -> list[str]:
+  """The planned stage-3 runs (STAGE3's names, or --tiny's) without their row in data/runs.csv."""
+  path = data / "runs.csv"
+  have = set(pd.read_csv(path).configuration) if path.exists() else set()
+  return [n for n, r in runs(tiny).items() if r["stage"] == 3 and n not in have]
+
+
+def check_ready(piece: str, data: pathlib.Path, tiny: bool, interim: bool) -> None:
+  """Raises ValueError when `piece` cannot run now: stage1 or stage3 without data/runs.csv, or stage3 before every
+  planned stage-3 run is in without --interim (hypothesis.md: the primary test is computed once, at all of them)."""
+  if piece in ("stage1", "stage3") and not (data / "runs.csv").exists():
+    raise ValueError(f"--piece={piece} reads {data / 'runs.csv'}, which does not exist: run its training pieces "
+                     "first (or point --data_dir at the folder that holds them)")
+  missing = stage3_missing(data, tiny) if piece == "stage3" else []
+  if missing and not interim:
+    n = len([r for r in runs(tiny).values() if r["stage"] == 3])
+    raise ValueError(f"--piece=stage3: {n - len(missing)} of {n} stage-3 runs are in {data / 'runs.csv'} (next: "
+                     f"{missing[0]}); the primary test is computed once, when all are (hypothesis.md); --interim "
+                     "computes the tables now, labelled interim, into <workdir>/interim/ (not the data folder)")
 
 
 def done(piece: str, data: pathlib.Path) -> bool:
@@ -343,7 +370,7 @@ def stage2_tables(data: pathlib.Path, n_split: int = 200, n_boot: int = 1000, se
   return pd.DataFrame(rel)
 
 
-def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool) -> None:
+def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool, interim: bool = False) -> None:
   check_piece(piece, tiny)
   if piece.startswith("study:"):
     run_study(int(piece.split(":", 1)[1]), workdir, data, tiny)
@@ -356,7 +383,15 @@ def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool)
                         planned=None if tiny else [c for c, _ in STAGE3]).to_string(), flush=True)
   elif piece == "stage3":
     specs = validation.V2_TINY if tiny else validation.V2_CONFIGURATIONS
-    out = v2_analysis.stage3_tables(data, specs, n_boot=50 if tiny else 2000, n_perm=200 if tiny else 10_000)
+    missing, n = stage3_missing(data, tiny), len([r for r in runs(tiny).values() if r["stage"] == 3])
+    out_dir = data
+    if missing:                                   # --interim (check_ready): never the data folder's stage3*.csv
+      out_dir = workdir / "interim"
+      out_dir.mkdir(parents=True, exist_ok=True)
+      print(f"INTERIM: {n - len(missing)} of {n} stage-3 runs; not the primary test (hypothesis.md: computed once, "
+            f"at all {n}); tables in {out_dir}", flush=True)
+    out = v2_analysis.stage3_tables(data, specs, n_boot=50 if tiny else 2000, n_perm=200 if tiny else 10_000,
+                                    out=out_dir)
     print(out["tests"].to_string(), flush=True)
 
 
@@ -372,16 +407,25 @@ def check_piece(piece: str, tiny: bool) -> None:
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--workdir", required=True)
-  ap.add_argument("--data_dir", default=str(DATA_DIR))
+  ap.add_argument("--data_dir", default=None,
+                  help=f"where finished pieces' tables go (default {DATA_DIR}, the committed record; with --tiny "
+                  "<workdir>/data, and never the committed folder)")
+  ap.add_argument("--interim", action="store_true",
+                  help="stage3 before every stage-3 run is in: the tables labelled interim, in <workdir>/interim/")
   ap.add_argument("--piece", default="all",
                   help="all | train:<name> | stage1 | study:<b> | stage2 | stage3, or several joined by commas")
   ap.add_argument("--tiny", action="store_true", help="random models on the synthetic task (tests)")
   ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
-  workdir, data = pathlib.Path(args.workdir), pathlib.Path(args.data_dir)
+  workdir = pathlib.Path(args.workdir)
+  data = pathlib.Path(args.data_dir) if args.data_dir else workdir / "data" if args.tiny else DATA_DIR
   if args.child:
-    run_piece(args.piece, workdir, data, args.tiny)
+    run_piece(args.piece, workdir, data, args.tiny, args.interim)
     return 0
+  if args.tiny and data.resolve() == DATA_DIR.resolve():
+    print(f"error: --tiny writes random models' rows: --data_dir={args.data_dir} is the committed record; drop "
+          "--data_dir (tables in <workdir>/data) or give another folder", file=sys.stderr)
+    return 2
   todo = pieces(args.tiny) if args.piece == "all" else args.piece.split(",")
   try:
     check_piece(args.piece, args.tiny)                     # one line, before any child starts
@@ -398,9 +442,14 @@ def main(argv=None) -> int:
     if done(piece, data):
       print(f"{piece}: done ({data}); not rerun", flush=True)
       continue
+    try:
+      check_ready(piece, data, args.tiny, args.interim)
+    except ValueError as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
     t0 = time.time()
     cmd = [sys.executable, os.path.abspath(__file__), "--child", f"--piece={piece}", f"--workdir={workdir}",
-           f"--data_dir={data}"] + (["--tiny"] if args.tiny else [])
+           f"--data_dir={data}"] + (["--tiny"] if args.tiny else []) + (["--interim"] if args.interim else [])
     code, wall, peak = v1.run_child(cmd, t0)
     print(f"{piece}: exit {code}, {wall:.0f} s, peak RSS {peak:.2f} GiB", flush=True)
     if code:

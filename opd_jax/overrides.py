@@ -68,7 +68,10 @@ def override_error(argv) -> str | None:
       field, near = found
       if field.startswith(("config.configurations.", "config.contexts.templates.")):
         near = []                                   # names of the user's own entries: nothing to suggest
-      if field.startswith("config.configurations."):
+      if field.split(".")[:2] == ["config", "train"] and "train" not in config.keys():
+        near, fix = [], ("config.train is the trainer's group: this config is a study (job 'study'); train with "
+                         "--config=configs/opd_train.py")
+      elif field.startswith("config.configurations."):
         fix = "add a configuration with --configuration=<name>=teacher:context:divergence"
       elif field.startswith("config.contexts.templates."):
         fix = "set the templates as one dict, e.g. --config.contexts.templates=\"{'solution': '{prompt} ...'}\""

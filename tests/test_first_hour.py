@@ -42,6 +42,11 @@ CASES = [
           ["unknown config field 'config.budget.adaptiv'", "did you mean config.budget.adaptive?"]),
     _case("unknown-train-field", [TRAIN, "--config.train.optim.clip_nrm=1.0"],
           ["unknown config field 'config.train.optim.clip_nrm'", "did you mean config.train.optim.clip_norm?"]),
+    _case("train-field-on-a-study", [STUDY, "--config.train.teacher_weights=current"],
+          ["unknown config field 'config.train'; config.train is the trainer's group: this config is a study",
+           "--config=configs/opd_train.py"], never=["did you mean"]),
+    _case("train-two-configurations", [TRAIN, "--config.train.configuration=self:solution:reverse_kl,random:1"],
+          ["the trainer takes one configuration"]),
     _case("unknown-configuration", [STUDY, "--config.configurations.mine=self:answer:reverse_kl"],
           ["unknown config field 'config.configurations.mine'", "--configuration=<name>="]),
     # Values that do not parse as the field's type.

@@ -42,6 +42,7 @@ from opd_jax.models import sharding
 from opd_jax.report import console
 from opd_jax.study import environment
 from opd_jax.study import preflight
+from opd_jax.study import runs
 from opd_jax.tasks import grading
 from opd_jax.teachers import contexts
 from opd_jax.training import checks
@@ -85,6 +86,9 @@ def validate(config) -> None:
     raise ValueError(f"config.train.lora.rank must be >= 0 (0: full fine-tuning), got {t.lora.rank!r}")
   if t.lora.rank > 0 and not t.lora.alpha > 0:
     raise ValueError(f"config.train.lora.alpha must be > 0, got {t.lora.alpha!r}")
+  if isinstance(t.configuration, str) and "," in t.configuration:
+    raise ValueError(f"config.train.configuration={t.configuration!r}: the trainer takes one configuration "
+                     "(teacher:context:divergence); train each in a run of its own (its own --workdir)")
   conf = contexts.parse("train", t.configuration, field="config.train.configuration")
   kind, _ = step_lib.teacher_weights(t.teacher_weights)
   if conf.teacher != contexts.SELF and kind != "initial":
@@ -196,17 +200,26 @@ def _plot(out: pathlib.Path, metrics: list[dict], evals: list[dict]) -> None:
 
 
 def run(config, workdir: str) -> str:
-  """Train with config.train's configuration; returns a one-paragraph summary (also in summary.json).
+  """Train with config.train's configuration; returns a one-paragraph summary (also in summary.json). Holds the
+  workdir's lock (`runs.workdir_lock`, as a study does) from before the models load until it returns: a second run
+  on the same workdir is refused instead of training beside the first (both would write the same checkpoints and
+  samples).
 
   Raises:
-    ValueError: a bad config.train field, a checkpoint directory of another config or base model, or any
-      error of the study's setup (models, task, contexts), before anything is trained.
+    ValueError: a bad config.train field, another live run in `workdir`, a checkpoint directory of another config
+      or base model, or any error of the study's setup (models, task, contexts), before anything is trained.
   """
   validate(config)
   terminal.ENABLED = bool(config.logging.progress)       # the bars (one flag for every job: terminal.console)
-  t = config.train
   out = pathlib.Path(workdir) / "train"
   out.mkdir(parents=True, exist_ok=True)
+  with runs.workdir_lock(workdir, runs.process_index()):
+    return _run(config, out)
+
+
+def _run(config, out: pathlib.Path) -> str:
+  """`run`'s body, under the workdir's lock; `out`: <workdir>/train."""
+  t = config.train
   with config.unlocked():
     config.configurations = {"train": t.configuration}
   env = environment.setup(config, cross_ok=False)  # another tokenizer: refused at the load where headers were not cheap
@@ -388,7 +401,7 @@ def _summary(config, conf, metrics, evals, before) -> dict:
   text = (f"trained {config.train.configuration!r} ({divergence_spec(conf)}{weights}) for {len(metrics)} steps; "
           f"held-out pass@1 before {before.mean():.3f}")
   if last:
-    within = last["lo"] <= 0 <= last["hi"] if np.isfinite(last["lo"]) else True
+    within = bool(np.isfinite(last["lo"])) and last["lo"] <= 0 <= last["hi"]     # not estimable: no claim either way
     ci = (f"[{last['lo']:+.3f}, {last['hi']:+.3f}]" if np.isfinite(last["lo"]) else
           f"[interval not estimable: fewer than {evaluate.MIN_QUESTIONS} questions or no spread]")
     text += (f", after {last['after']:.3f}: paired difference {last['diff']:+.3f} {ci} over "

@@ -143,7 +143,7 @@ def teacher_weights(spec: str, *, field: str = "config.train.teacher_weights") -
   """
   if spec in ("initial", "current"):
     return spec, None
-  if isinstance(spec, str) and spec.startswith("ema@"):
+  if isinstance(spec, str) and spec.startswith("ema@") and spec == "".join(spec.split()):   # as typed: no spaces
     try:
       d = float(spec.removeprefix("ema@"))
     except ValueError:
@@ -151,7 +151,7 @@ def teacher_weights(spec: str, *, field: str = "config.train.teacher_weights") -
     if 0.0 < d < 1.0:
       return "ema", d
   raise ValueError(f"{field}={spec!r}: use 'initial' (the base student, frozen: what the study diagnoses), "
-                   "'current' (the student being trained) or 'ema@<d>' with 0 < d < 1 (e.g. ema@0.99)")
+                   "'current' (the student being trained) or 'ema@<d>' with 0 < d < 1, no spaces (e.g. ema@0.99)")
 
 
 def _micro(batch: Batch, k: int) -> Batch:

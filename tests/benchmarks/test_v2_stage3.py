@@ -184,3 +184,37 @@ def test_hypothesis_tables_are_the_committed_stage2():
   c = pd.read_csv(data / "stage2_contrasts.csv").query("predictor == @v2_analysis.PRIMARY")
   assert (f"{int(((c.lo > 0) | (c.hi < 0)).sum())} of the {len(c)} within-view pairs have a 95% interval"
           in text and f"the largest difference {c['diff'].abs().max():.3f}" in text)
+
+
+def test_stage3_waits_for_every_run_or_writes_an_interim_elsewhere(tmp_path, capsys, monkeypatch):
+  """hypothesis.md computes the primary test once, at every planned stage-3 run: before that `--piece=stage3` is
+  refused in one line; with --interim the tables are labelled and go to <workdir>/interim, never the data folder."""
+  data, work = tmp_path / "d", tmp_path / "w"
+  data.mkdir()
+  _write(data, np.random.default_rng(3), lambda c: 0.0)
+  planned = [n for n, r in validate_v2.RUNS.items() if r["stage"] == 3]
+  n_in = len(set(pd.read_csv(data / "runs.csv").configuration) & set(planned))
+  assert 0 < n_in < len(planned) == 28
+  assert validate_v2.main([f"--workdir={work}", f"--data_dir={data}", "--piece=stage3"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith(f"error: --piece=stage3: {n_in} of 28 stage-3 runs are in ") and len(err.splitlines()) == 1
+  assert "--interim" in err and not list(data.glob("stage3*"))
+  stage3_tables = v2_analysis.stage3_tables           # the driver's draws, fewer: the plumbing is what is checked
+  monkeypatch.setattr(v2_analysis, "stage3_tables", lambda *a, **k: stage3_tables(*a, **{**k, "n_boot": 20,
+                                                                                          "n_perm": 50}))
+  monkeypatch.setattr(validate_v2.validation, "V2_CONFIGURATIONS", SPECS)
+  validate_v2.run_piece("stage3", work, data, tiny=False, interim=True)
+  assert capsys.readouterr().out.startswith(f"INTERIM: {n_in} of 28 stage-3 runs; not the primary test")
+  assert not list(data.glob("stage3*"))
+  assert sorted(p.name for p in (work / "interim").iterdir()) == ["stage3.csv", "stage3_gains.csv",
+                                                                   "stage3_pairs.csv", "stage3_regret.csv"]
+
+
+def test_tiny_runs_never_write_the_committed_record_and_a_missing_runs_csv_is_one_line(tmp_path, capsys):
+  assert validate_v2.main([f"--workdir={tmp_path}", "--tiny", f"--data_dir={validate_v2.DATA_DIR}"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("error: --tiny writes random models' rows") and len(err.splitlines()) == 1
+  assert validate_v2.main([f"--workdir={tmp_path}", "--tiny", "--piece=stage1"]) == 2     # default: <workdir>/data
+  err = capsys.readouterr().err
+  assert err == (f"error: --piece=stage1 reads {tmp_path / 'data' / 'runs.csv'}, which does not exist: run its "
+                 "training pieces first (or point --data_dir at the folder that holds them)\n")

@@ -84,7 +84,7 @@ def test_the_ema_teacher_moves_only_when_an_update_is_applied():
   assert any(changed)                                                    # step 2 applied: the teacher moved
 
 
-@pytest.mark.parametrize("spec", ["ema@1", "ema@0", "ema@x", "frozen", "", None])
+@pytest.mark.parametrize("spec", ["ema@1", "ema@0", "ema@x", "frozen", "", None, "ema@ 0.99", "ema@0.99 ", "ema@nan"])
 def test_bad_teacher_weights_name_the_field_and_the_forms(spec):
   with pytest.raises(ValueError, match=r"config\.train\.teacher_weights=.*'initial'.*'current'.*'ema@<d>'"):
     step_lib.teacher_weights(spec)

@@ -4,6 +4,8 @@
 rollouts); evaluations happen after the steps asked and the last. The order is checked against numpy's permutation
 of the training questions with the training seed, computed here."""
 import json
+import os
+import socket
 
 import numpy as np
 import pandas as pd
@@ -26,6 +28,7 @@ def test_a_replicate_keeps_the_pool_and_the_evaluation_and_changes_the_training_
   base, rep = _config(-1), _config(7, eval_at=(1,))
   loop.run(base, str(tmp_path / "base"))
   loop.run(rep, str(tmp_path / "rep"))
+  assert not list((tmp_path / "base").glob("lock.*"))                 # the workdir's lock, released (test below)
   a, b = tmp_path / "base" / "train", tmp_path / "rep" / "train"
   assert json.loads((a / "eval_questions.json").read_text()) == json.loads((b / "eval_questions.json").read_text())
   np.testing.assert_array_equal(np.load(a / "eval_before.npy"), np.load(b / "eval_before.npy"))
@@ -75,3 +78,16 @@ def test_eval_steps_are_the_steps_asked_and_the_last():
   assert evaluate.eval_steps(t) == [10, 20, 40]
   t.update(eval_at=(), eval_every=15)
   assert evaluate.eval_steps(t) == [15, 30, 40]
+
+
+def test_a_second_run_on_a_workdir_in_use_is_refused_before_any_model_loads(tmp_path, monkeypatch):
+  """The trainer holds the workdir's lock as a study does (runs.workdir_lock): two runs on one workdir once both
+  trained, writing the same checkpoints and samples."""
+  from opd_jax.study import environment, runs  # pylint: disable=g-import-not-at-top
+  lock = runs.lock_path(tmp_path, 0)
+  lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))    # a live run holds it
+  monkeypatch.setattr(environment, "setup", lambda *a, **k: pytest.fail("models loaded"))
+  with pytest.raises(ValueError, match=rf"^--workdir={tmp_path} is in use by another run with process index 0 "
+                     rf"\(pid {os.getpid()} "):
+    loop.run(_config(-1), str(tmp_path))
+  assert lock.exists() and not (tmp_path / "train" / "checkpoints").exists()

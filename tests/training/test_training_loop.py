@@ -1,5 +1,6 @@
 """The OPD train step and loop (opd_jax/training): the loss against an independent forward, self:plain gives
 exact zeros, and a run killed with SIGKILL resumes to the uninterrupted run's final params."""
+import dataclasses
 import json
 import os
 import pathlib
@@ -16,6 +17,7 @@ import pytest
 from opd_jax import models
 from opd_jax.decode import sampling
 from opd_jax.training import lora
+from opd_jax.training import loop
 from opd_jax.training import state as state_lib
 from opd_jax.training import step as step_lib
 from tests.training.test_losses import _np_policy
@@ -379,3 +381,10 @@ def test_paired_pass_at_1_interval_stays_within_what_a_difference_of_rates_can_b
   assert alike.diff == 1.0 and np.isnan(alike.lo)
   same = evaluate.paired_difference(np.ones((6, 2)), np.ones((6, 2)))
   assert (same.lo, same.hi, same.n_changed_rows) == (0.0, 0.0, 0)
+  from configs import opd_train  # pylint: disable=g-import-not-at-top
+  from opd_jax.teachers import contexts  # pylint: disable=g-import-not-at-top
+  config = opd_train.get_config("smoke")                   # the console line: "within noise" only where an interval
+  conf = contexts.parse("train", config.train.configuration)   # exists and covers 0
+  line = lambda p: loop._summary(config, conf, [{}], [dataclasses.asdict(p)], np.zeros((6, 2)))["text"]  # pylint: disable=protected-access
+  assert "not estimable" in line(few) and "noise" not in line(few) and "noise" not in line(alike)
+  assert line(same).endswith("[+0.000, +0.000] over 6 questions x 2 samples (within noise)")
