@@ -20,7 +20,8 @@ Memory: the output heads run inside a chunk of `chunk` positions (a `lax.scan` o
 `jax.checkpoint`ed), so at most [B, chunk, V] logits exist at once, in the forward pass and in the backward pass
 (which recomputes a chunk's logits from its hidden states); never a [B, T, V] array. The backward pass through
 the loss is the registry's direction (`divergences.direction`: the closed form where registered, else -jax.grad
-of the loss), so a teacher equal to the student gives exactly zero loss and zero gradients.
+of the loss), so a teacher equal to the student gives exactly zero loss and zero gradients here; the jitted
+trainer step can still show gradients of float round-off at a loss of exactly 0 (docs/usage.md, "The trainer").
 
 The functions are pure and traceable: call them inside the trainer's `jax.jit` over the model state, with heads
 that close over that state (e.g. `lambda h: model.lm_head(h)` of a merged NNX module, or a head weight array).
