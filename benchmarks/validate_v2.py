@@ -350,8 +350,9 @@ def stage2_tables(data: pathlib.Path, n_split: int = 200, n_boot: int = 1000, se
                                    v1.predictor_values({k: sums[k]}, b)[k][idx])[0]
         rhos.append(rho)
       r = float(np.nanmean(rhos)) if np.isfinite(rhos).any() else np.nan
+      # Spearman-Brown steps up a reliability >= 0; a negative split-half rho is not stepped up (NaN; tiny: -2)
       rel.append(dict(stratum=name, predictor=k, configurations=len(idx), questions=n_q, split_half_rho=r,
-                      spearman_brown=2 * r / (1 + r) if np.isfinite(r) and r > -1 else np.nan))
+                      spearman_brown=2 * r / (1 + r) if np.isfinite(r) and r >= 0 else np.nan))
   pd.DataFrame(rel).to_csv(data / "stage2_reliability.csv", index=False)
   contrasts = []
   for view in sorted({c.rsplit("_", 1)[0] for c in confs}):

@@ -65,7 +65,12 @@ def describe(config, name: str) -> str:
   of the whole run on `name` (an accelerator of opd_jax.cost.estimate.ACCELERATORS, or cpu)."""
   chip, chips = estimate.accelerator(name)
   cs = calls(config)
-  lines = [f"training cost model ({'cpu' if chip is None else f'{chips} x {chip.name}'}; {config.train.steps} "
+  t = config.train
+  weights = (f"; self-teacher weights {t.teacher_weights}" if t.configuration.split(":", 1)[0] == "self" else "")
+  lines = [f"training: {t.configuration}{weights}; student {config.student.name}; {t.steps} steps of "
+           f"{t.batch_questions} questions x {t.rollouts_per_question} rollouts, lr {t.optim.learning_rate:g}, "
+           f"LoRA rank {t.lora.rank}",
+           f"training cost model ({'cpu' if chip is None else f'{chips} x {chip.name}'}; {config.train.steps} "
            "steps, compile-only XLA FLOPs, analytic bytes, upper bounds):"]
   for stage in STAGES + ("total",):
     c = estimate.cost([x for x in cs if stage in ("total", x.stage)], chip, chips)

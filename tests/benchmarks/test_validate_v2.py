@@ -68,6 +68,9 @@ def test_the_pieces_write_their_tables_and_a_finished_piece_is_not_rerun(tmp_pat
   rel = pd.read_csv(data / "stage2_reliability.csv")
   assert set(rel.stratum) == {"external", "self"} and (rel.configurations == 3).all()
   assert rel.split_half_rho.dropna().between(-1, 1).all()
+  r = rel.split_half_rho
+  assert np.allclose(rel.spearman_brown[r >= 0], 2 * r[r >= 0] / (1 + r[r >= 0]))
+  assert rel.spearman_brown[r < 0].isna().all()                  # a negative rho is not stepped up
   assert {"study_verdict_external.csv", "study_verdict_self_line.txt"} <= {p.name for p in data.iterdir()}
   gains = pd.read_csv(data / "stage3_gains.csv")                 # one configuration trained: its gain, no rho
   assert gains.configuration.tolist() == ["self_solution_rkl"]

@@ -362,6 +362,12 @@ def test_training_cost_model_counts_the_loop():
   assert {(c.stage, c.kind, c.model): c for c in train_costs.calls(config)}[
       "train step", "prompt", "student"].count == 4 * t.steps                # full fine-tuning: + weight gradients
   assert "train step" in train_costs.describe(config, "h200") and "expected:" in train_costs.describe(config, "h200")
+  assert train_costs.describe(config, "cpu").splitlines()[0] == (   # what the dry run trains, first
+      f"training: {t.configuration}; self-teacher weights {t.teacher_weights}; student {config.student.name}; "
+      f"{t.steps} steps of {t.batch_questions} questions x {t.rollouts_per_question} rollouts, lr "
+      f"{t.optim.learning_rate:g}, LoRA rank 0")
+  config.train.configuration = "random:1:plain:reverse_kl"                 # an external teacher: no weights field
+  assert "self-teacher weights" not in train_costs.describe(config, "cpu").splitlines()[0]
 
 
 def test_paired_pass_at_1_interval_stays_within_what_a_difference_of_rates_can_be():
