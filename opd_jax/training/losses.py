@@ -20,8 +20,9 @@ Memory: the output heads run inside a chunk of `chunk` positions (a `lax.scan` o
 `jax.checkpoint`ed), so at most [B, chunk, V] logits exist at once, in the forward pass and in the backward pass
 (which recomputes a chunk's logits from its hidden states); never a [B, T, V] array. The backward pass through
 the loss is the registry's direction (`divergences.direction`: the closed form where registered, else -jax.grad
-of the loss), so a teacher equal to the student gives exactly zero loss and zero gradients here; the jitted
-trainer step can still show gradients of float round-off at a loss of exactly 0 (docs/usage.md, "The trainer").
+of the loss), zeroed where the forward saw p == q exactly (that comparison is the one value the backward keeps
+rather than recomputes), so a teacher equal to the student gives exactly zero loss and zero gradients, in the
+jitted trainer step too.
 
 The functions are pure and traceable: call them inside the trainer's `jax.jit` over the model state, with heads
 that close over that state (e.g. `lambda h: model.lm_head(h)` of a merged NNX module, or a head weight array).
@@ -29,10 +30,12 @@ Only a `head(h) -> logits` callable (or a [D, V] weight) and arrays are needed; 
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from opd_jax.decode import sampling
 from opd_jax.estimators import divergences
@@ -144,19 +147,24 @@ def token_losses(student_hidden: jax.Array, student_head: Head, teacher_hidden: 
 
   def loss_fwd(z, lq, y):
     lp = _logprobs(z, policy)
-    return value(lp, lq, y), (z, lq, y)
+    same = checkpoint_name(jnp.all(lp == lq, axis=-1), "p_is_q")   # [B, C], kept (step's policy)
+    return value(lp, lq, y), (z, lq, y, same)
 
   def loss_bwd(res, ct):   # d loss / du = -direction at u = log p (closed form, else autodiff), then J^T to z
-    z, lq, y = res
+    z, lq, y, same = res
     lp, pull = jax.vjp(lambda z: _logprobs(z, policy), z)
     g = divergences.direction(name, jnp.exp(lp), jnp.exp(lq), sampled_token=y if div.sampled else None,
                                logp=lp, logq=lq, **options)
+    # Where the forward saw p == q exactly, every divergence is at its minimum: direction 0. Recomputed here, XLA
+    # may round the two sides' logits apart by an ulp (a gradient of 1e-7 at a loss of exactly 0, which Adam turns
+    # into a step of the learning rate's size); the forward's comparison is kept instead.
+    g = jnp.where(same[..., None], jnp.zeros_like(g), g)
     (dz,) = pull(-ct[..., None] * g)
     return dz, jnp.zeros_like(lq), None
 
   loss_of_logits.defvjp(loss_fwd, loss_bwd)
 
-  @jax.checkpoint
+  @functools.partial(jax.checkpoint, policy=jax.checkpoint_policies.save_only_these_names("p_is_q"))
   def step(hs, ht, y):                     # [B, C, D], [B, C, D_t], [B, C] -> [B, C]
     z = logits_of(s_head, hs)
     zq = jax.lax.stop_gradient(logits_of(t_head, ht))

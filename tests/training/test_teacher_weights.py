@@ -88,3 +88,21 @@ def test_the_ema_teacher_moves_only_when_an_update_is_applied():
 def test_bad_teacher_weights_name_the_field_and_the_forms(spec):
   with pytest.raises(ValueError, match=r"config\.train\.teacher_weights=.*'initial'.*'current'.*'ema@<d>'"):
     step_lib.teacher_weights(spec)
+
+
+def test_self_plain_trains_nothing_in_the_jitted_loop(tmp_path):
+  """self:plain (the student reading its own prompt) is the trainer's null control: loss, gradient and update
+  exactly 0 at every step. The smoke loop's second step once had a gradient norm of 1.04e-7 at a loss of exactly
+  0 (the backward recomputed both sides' logits and XLA rounded them an ulp apart), which Adam turned into a step
+  of the learning rate's size; the loss now keeps the forward's p == q comparison (losses.py)."""
+  from configs import opd_train  # pylint: disable=g-import-not-at-top
+  from opd_jax.training import loop  # pylint: disable=g-import-not-at-top
+  import pandas as pd  # pylint: disable=g-import-not-at-top
+  config = opd_train.get_config("smoke")
+  config.logging.progress = False
+  config.train.update(configuration="self:plain:reverse_kl", teacher_weights="current")
+  assert config.train.chunk < config.sampling.max_new_tokens * 2          # chunked: the case that failed
+  loop.run(config, str(tmp_path))
+  m = pd.read_csv(tmp_path / "train" / "metrics.csv")
+  assert len(m) == config.train.steps and (m[["loss", "grad_norm", "update_norm"]] == 0).all().all(), m
+  assert pd.read_csv(tmp_path / "train" / "eval.csv").n_changed_rows.tolist() == [0]   # the student did not move
