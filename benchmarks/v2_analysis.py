@@ -19,6 +19,7 @@ import pathlib
 
 import numpy as np
 import pandas as pd
+import scipy.stats
 
 from benchmarks import validate_training
 
@@ -234,7 +235,8 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
     stage3_regret.csv: the gain lost by a rule named before training against the best configuration trained in
       the stratum: the study's verdict among the stratum's configurations planned for stage 3
       (study_verdict_<stratum>.csv, stage 2), PRIMARY's top configuration among those trained, and the
-      no-study rule "the 1.5B teacher, plain, reverse KL".
+      no-study rule "the 1.5B teacher, plain, reverse KL";
+    and `secondary_tables`' stage3_pairs_summary.csv, stage3_collapse.csv and stage3_noise.csv.
   """
   confs, diffs, gold_diffs, runs = read_gains(data, specs)
   out = data if out is None else out
@@ -277,8 +279,8 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
           dx, dg = values[k][i] - values[k][j], g[i] - g[j]
           pairs.append(dict(view=view[i], a=a, b=confs[j], predictor=k, predictor_diff=dx, gain_diff=dg,
                             agree=bool(np.sign(dx) == np.sign(dg)) if dx and dg else None))
-  pd.DataFrame(pairs, columns=["view", "a", "b", "predictor", "predictor_diff", "gain_diff", "agree"]).to_csv(
-      out / "stage3_pairs.csv", index=False)
+  pairs = pd.DataFrame(pairs, columns=["view", "a", "b", "predictor", "predictor_diff", "gain_diff", "agree"])
+  pairs.to_csv(out / "stage3_pairs.csv", index=False)
   rules = []
   for s in dict.fromkeys(strata.tolist()):
     idx = np.flatnonzero(strata == s)
@@ -294,4 +296,46 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
                           regret=g[best] - g[confs.index(c)]))
   regret = pd.DataFrame(rules, columns=["stratum", "rule", "named", "gain", "best", "best_gain", "regret"])
   regret.to_csv(out / "stage3_regret.csv", index=False)
-  return {"gains": table, "tests": tests, "pairs": pd.DataFrame(pairs), "regret": regret}
+  return {"gains": table, "tests": tests, "pairs": pairs, "regret": regret,
+          **secondary_tables(table, pairs, diffs, out)}
+
+
+def secondary_tables(table: pd.DataFrame, pairs: pd.DataFrame, diffs: list[np.ndarray],
+                     out: pathlib.Path) -> dict[str, pd.DataFrame]:
+  """hypothesis.md's prediction 4 and secondary analyses 5 and 7, from `stage3_tables`' gains table, its pairs and
+  the replicates' held-out differences (diffs[c]: [S_c, E], replicates in runs.csv's train_seed order); writes and
+  returns:
+    stage3_pairs_summary.csv: per predictor, the divergence pairs within a view where both differences are
+      nonzero, how many agree in sign with the gain's, the share, and a two-sided binomial p against 1/2
+      (scipy.stats.binomtest; the pairs of a view share configurations, so they are not independent: a guide);
+    stage3_collapse.csv: per configuration that collapsed (`COLLAPSED`), PRIMARY's rank of it in its stratum
+      (1 = the highest value; ties: average ranks) and whether that rank is the last;
+    stage3_noise.csv: per stratum, the spread of the configurations' gains (SD, ddof 1) against the training
+      noise the seed replicates show: per replicated configuration the gains of its runs, and the SD of one run's
+      gain pooled over them, sqrt(mean(d^2) / 2) for the runs' difference d.
+  """
+  rows = []
+  for k, g in pairs.groupby("predictor", sort=True):
+    agree = g.agree.dropna().astype(bool)
+    n, a = len(agree), int(agree.sum())
+    rows.append(dict(predictor=k, pairs=n, agree=a, share=a / n if n else np.nan,
+                     p_binomial=scipy.stats.binomtest(a, n, 0.5).pvalue if n else np.nan))
+  summary = pd.DataFrame(rows, columns=["predictor", "pairs", "agree", "share", "p_binomial"])
+  summary.to_csv(out / "stage3_pairs_summary.csv", index=False)
+  rank = table.groupby("stratum")[PRIMARY].rank(ascending=False)          # average ranks, 1 = highest
+  size = table.groupby("stratum").configuration.transform("size")
+  collapse = table.assign(rank=rank, of=size, last=rank == size)[table.collapsed][
+      ["configuration", "stratum", "lowest_after", PRIMARY, "rank", "of", "last"]]
+  collapse.to_csv(out / "stage3_collapse.csv", index=False)
+  noise = []
+  for s, idx in table.groupby("stratum").groups.items():
+    run_gains = [diffs[i].mean(axis=1) for i in idx if len(diffs[i]) > 1]           # [S_c] per replicated one
+    d = np.array([r[1] - r[0] for r in run_gains])
+    noise.append(dict(stratum=s, configurations=len(idx), between_sd=float(table.loc[idx, "gain"].std(ddof=1)),
+                      replicated=len(d), replicate_gains="; ".join(
+                          f"{table.configuration[i]}: " + ", ".join(f"{x:+.3f}" for x in diffs[i].mean(axis=1))
+                          for i in idx if len(diffs[i]) > 1),
+                      training_sd=float(np.sqrt(np.mean(d ** 2) / 2)) if len(d) else np.nan))
+  noise = pd.DataFrame(noise)
+  noise.to_csv(out / "stage3_noise.csv", index=False)
+  return {"pairs_summary": summary, "collapse": collapse, "noise": noise}

@@ -107,6 +107,34 @@ def test_stage3_tables_against_pandas_and_scipy(tmp_path):
   assert rule.named == "ext_plain_rkl" and np.isclose(rule.regret, best - gains.loc["ext_plain_rkl", "gain"])
   top = regret.loc[("self", f"{v2_analysis.PRIMARY}'s top")]
   assert top.named == trained.loc[strata["self"]].idxmax()
+  # Prediction 4: per predictor, the pairs whose two differences are nonzero, and how many agree in sign.
+  summary = out["pairs_summary"].set_index("predictor")
+  for k, g in pairs.groupby("predictor"):
+    both = g[(g.predictor_diff != 0) & (g.gain_diff != 0)]
+    agree = int((np.sign(both.predictor_diff) == np.sign(both.gain_diff)).sum())
+    assert (summary.loc[k, "pairs"], summary.loc[k, "agree"]) == (len(both), agree)
+    if len(both):
+      assert np.isclose(summary.loc[k, "p_binomial"], scipy.stats.binomtest(agree, len(both)).pvalue)
+  assert summary.loc["minus_kl_qp", "pairs"] == 0                       # a view-level proxy has no contrast
+  # Secondary 7: the replicates' spread (ext_plain_rkl's two runs) against the configurations'.
+  noise = out["noise"].set_index("stratum")
+  one = [pd.read_csv(tmp_path / f"eval_{validate_v2.stage3_name('ext_plain_rkl', k)}.csv") for k in (-1, 1)]
+  d = (one[1].after - one[1].before).mean() - (one[0].after - one[0].before).mean()
+  assert np.isclose(noise.loc["external", "training_sd"], abs(d) / np.sqrt(2))
+  assert np.isclose(noise.loc["external", "between_sd"], gains.loc[strata["external"], "gain"].std())
+  assert noise.loc["external", "replicated"] == 1 and noise.loc["self", "replicated"] == 0
+  assert np.isnan(noise.loc["self", "training_sd"]) and out["collapse"].empty     # nothing collapsed here
+
+
+def test_a_collapsed_run_is_listed_with_the_primarys_rank_of_it(tmp_path):
+  nodes, rates = _write(tmp_path, np.random.default_rng(4), lambda c: -1.0 if c == "self_summary_rkl" else 0.0)
+  collapse = v2_analysis.stage3_tables(tmp_path, SPECS, n_boot=10, n_perm=10)["collapse"]
+  trained = _trained(nodes, rates)
+  selfs = ["self_solution_rkl", "self_solution_fkl", "self_summary_rkl"]
+  rank = dict(zip(selfs, scipy.stats.rankdata(-trained.loc[selfs].to_numpy())))
+  assert collapse.configuration.tolist() == ["self_summary_rkl"] and collapse.lowest_after.iloc[0] < 0.10
+  assert collapse["rank"].iloc[0] == rank["self_summary_rkl"] and collapse["of"].iloc[0] == 3
+  assert collapse["last"].iloc[0] == (rank["self_summary_rkl"] == 3)
 
 
 def test_a_planted_ranking_gives_rho_one_and_the_least_exact_p(tmp_path):
@@ -206,8 +234,9 @@ def test_stage3_waits_for_every_run_or_writes_an_interim_elsewhere(tmp_path, cap
   validate_v2.run_piece("stage3", work, data, tiny=False, interim=True)
   assert capsys.readouterr().out.startswith(f"INTERIM: {n_in} of 28 stage-3 runs; not the primary test")
   assert not list(data.glob("stage3*"))
-  assert sorted(p.name for p in (work / "interim").iterdir()) == ["stage3.csv", "stage3_gains.csv",
-                                                                   "stage3_pairs.csv", "stage3_regret.csv"]
+  assert sorted(p.name for p in (work / "interim").iterdir()) == [
+      "stage3.csv", "stage3_collapse.csv", "stage3_gains.csv", "stage3_noise.csv", "stage3_pairs.csv",
+      "stage3_pairs_summary.csv", "stage3_regret.csv"]
 
 
 def test_tiny_runs_never_write_the_committed_record_and_a_missing_runs_csv_is_one_line(tmp_path, capsys):
