@@ -8,9 +8,9 @@
   python benchmarks/validate_v2.py --workdir=runs/v2 --piece=stage3      # the analysis, once every stage-3 run is in
   python benchmarks/validate_v2.py --workdir=runs/v2 --piece=stage3 --interim    # before: labelled, in runs/v2/interim
   python benchmarks/validate_v2.py --workdir=runs/v2     # every piece not done (pieces()' order: ~20 h of real runs)
-  python benchmarks/validate_v2.py --workdir=/tmp/v2tiny --tiny          # random models (tests): tables in /tmp/v2tiny/data
+  python benchmarks/validate_v2.py --workdir=/tmp/v2tiny --tiny     # random models (tests): tables in <workdir>/data
 
-One real-model job at a time: a second driver on the same workdir would train the same run beside the first.
+One real-model job at a time (a second driver on the same workdir: its run is refused by the trainer's workdir lock).
 `--data_dir` (default docs/data/validation_v2/, the committed record) is where finished pieces' tables go; `--tiny`
 never writes there (default <workdir>/data).
 
