@@ -278,7 +278,8 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
         for k in sums:
           dx, dg = values[k][i] - values[k][j], g[i] - g[j]
           pairs.append(dict(view=view[i], a=a, b=confs[j], predictor=k, predictor_diff=dx, gain_diff=dg,
-                            agree=bool(np.sign(dx) == np.sign(dg)) if dx and dg else None))
+                            agree=bool(np.sign(dx) == np.sign(dg)) if np.isfinite([dx, dg]).all() and dx and dg
+                            else None))           # no contrast (0) or no value (NaN): no sign to agree
   pairs = pd.DataFrame(pairs, columns=["view", "a", "b", "predictor", "predictor_diff", "gain_diff", "agree"])
   pairs.to_csv(out / "stage3_pairs.csv", index=False)
   rules = []
@@ -309,10 +310,11 @@ def secondary_tables(table: pd.DataFrame, pairs: pd.DataFrame, diffs: list[np.nd
       nonzero, how many agree in sign with the gain's, the share, and a two-sided binomial p against 1/2
       (scipy.stats.binomtest; the pairs of a view share configurations, so they are not independent: a guide);
     stage3_collapse.csv: per configuration that collapsed (`COLLAPSED`), PRIMARY's rank of it in its stratum
-      (1 = the highest value; ties: average ranks) and whether that rank is the last;
+      (1 = the highest value; ties: average ranks) and whether it is last (tied for last included);
     stage3_noise.csv: per stratum, the spread of the configurations' gains (SD, ddof 1) against the training
       noise the seed replicates show: per replicated configuration the gains of its runs, and the SD of one run's
-      gain pooled over them, sqrt(mean(d^2) / 2) for the runs' difference d.
+      gain pooled over them, sqrt(mean of their variances, ddof 1) (two runs: sqrt(mean(d^2) / 2), d their
+      difference).
   """
   rows = []
   for k, g in pairs.groupby("predictor", sort=True):
@@ -322,20 +324,21 @@ def secondary_tables(table: pd.DataFrame, pairs: pd.DataFrame, diffs: list[np.nd
                      p_binomial=scipy.stats.binomtest(a, n, 0.5).pvalue if n else np.nan))
   summary = pd.DataFrame(rows, columns=["predictor", "pairs", "agree", "share", "p_binomial"])
   summary.to_csv(out / "stage3_pairs_summary.csv", index=False)
-  rank = table.groupby("stratum")[PRIMARY].rank(ascending=False)          # average ranks, 1 = highest
+  by = table.groupby("stratum")[PRIMARY]
+  rank, lowest = by.rank(ascending=False), by.rank(ascending=False, method="max")   # average ranks, 1 = highest
   size = table.groupby("stratum").configuration.transform("size")
-  collapse = table.assign(rank=rank, of=size, last=rank == size)[table.collapsed][
+  collapse = table.assign(rank=rank, of=size, last=lowest == size)[table.collapsed][       # last: tied for it too
       ["configuration", "stratum", "lowest_after", PRIMARY, "rank", "of", "last"]]
   collapse.to_csv(out / "stage3_collapse.csv", index=False)
   noise = []
   for s, idx in table.groupby("stratum").groups.items():
     run_gains = [diffs[i].mean(axis=1) for i in idx if len(diffs[i]) > 1]           # [S_c] per replicated one
-    d = np.array([r[1] - r[0] for r in run_gains])
     noise.append(dict(stratum=s, configurations=len(idx), between_sd=float(table.loc[idx, "gain"].std(ddof=1)),
-                      replicated=len(d), replicate_gains="; ".join(
+                      replicated=len(run_gains), replicate_gains="; ".join(
                           f"{table.configuration[i]}: " + ", ".join(f"{x:+.3f}" for x in diffs[i].mean(axis=1))
                           for i in idx if len(diffs[i]) > 1),
-                      training_sd=float(np.sqrt(np.mean(d ** 2) / 2)) if len(d) else np.nan))
+                      training_sd=float(np.sqrt(np.mean([np.var(r, ddof=1) for r in run_gains])))
+                      if run_gains else np.nan))
   noise = pd.DataFrame(noise)
   noise.to_csv(out / "stage3_noise.csv", index=False)
   return {"pairs_summary": summary, "collapse": collapse, "noise": noise}

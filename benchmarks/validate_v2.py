@@ -10,7 +10,8 @@
   python benchmarks/validate_v2.py --workdir=runs/v2     # every piece not done (pieces()' order: ~20 h of real runs)
   python benchmarks/validate_v2.py --workdir=/tmp/v2tiny --tiny     # random models (tests): tables in <workdir>/data
 
-One real-model job at a time (a second driver on the same workdir: its run is refused by the trainer's workdir lock).
+One real-model job at a time: a second driver on the same workdir is refused (its lock, <workdir>/lock.0.json; a
+driver of a commit before the lock takes none).
 `--data_dir` (default docs/data/validation_v2/, the committed record) is where finished pieces' tables go; `--tiny`
 never writes there (default <workdir>/data).
 
@@ -38,6 +39,7 @@ step's rollouts, where a collapse shows) and are never rerun: commit them as eac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -152,8 +154,10 @@ def check_ready(piece: str, data: pathlib.Path, tiny: bool, interim: bool) -> No
     raise ValueError(f"--piece={piece} reads {data / 'runs.csv'}, which does not exist: run its training pieces "
                      "first (or point --data_dir at the folder that holds them)")
   missing = stage3_missing(data, tiny) if piece == "stage3" else []
+  n = len([r for r in runs(tiny).values() if r["stage"] == 3])
+  if piece == "stage3" and len(missing) == n:
+    raise ValueError(f"--piece=stage3: no stage-3 run is in {data / 'runs.csv'} yet: nothing to analyse")
   if missing and not interim:
-    n = len([r for r in runs(tiny).values() if r["stage"] == 3])
     raise ValueError(f"--piece=stage3: {n - len(missing)} of {n} stage-3 runs are in {data / 'runs.csv'} (next: "
                      f"{missing[0]}); the primary test is computed once, when all are (hypothesis.md); --interim "
                      "computes the tables now, labelled interim, into <workdir>/interim/ (not the data folder)")
@@ -384,6 +388,7 @@ def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool,
                         planned=None if tiny else [c for c, _ in STAGE3]).to_string(), flush=True)
   elif piece == "stage3":
     specs = validation.V2_TINY if tiny else validation.V2_CONFIGURATIONS
+    check_ready(piece, data, tiny, interim)       # the parent checked; a direct call is refused alike
     missing, n = stage3_missing(data, tiny), len([r for r in runs(tiny).values() if r["stage"] == 3])
     out_dir = data
     if missing:                                   # --interim (check_ready): never the data folder's stage3*.csv
@@ -439,18 +444,31 @@ def main(argv=None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   data.mkdir(parents=True, exist_ok=True)
+  workdir.mkdir(parents=True, exist_ok=True)
+  from opd_jax.study import runs as study_runs  # pylint: disable=g-import-not-at-top
+  with contextlib.ExitStack() as held:
+    try:
+      held.enter_context(study_runs.workdir_lock(workdir, 0))   # one driver per workdir (a run: the trainer's)
+    except ValueError as e:                                     # another driver holds it
+      print(f"error: {e}", file=sys.stderr)
+      return 2
+    return drive(todo, workdir, data, args.tiny, args.interim)
+
+
+def drive(todo: list[str], workdir: pathlib.Path, data: pathlib.Path, tiny: bool, interim: bool) -> int:
+  """Each piece of `todo` not done, in its child process; the exit code of the first that fails, else 0."""
   for piece in todo:
     if done(piece, data):
       print(f"{piece}: done ({data}); not rerun", flush=True)
       continue
     try:
-      check_ready(piece, data, args.tiny, args.interim)
+      check_ready(piece, data, tiny, interim)
     except ValueError as e:
       print(f"error: {e}", file=sys.stderr)
       return 2
     t0 = time.time()
     cmd = [sys.executable, os.path.abspath(__file__), "--child", f"--piece={piece}", f"--workdir={workdir}",
-           f"--data_dir={data}"] + (["--tiny"] if args.tiny else []) + (["--interim"] if args.interim else [])
+           f"--data_dir={data}"] + (["--tiny"] if tiny else []) + (["--interim"] if interim else [])
     code, wall, peak = v1.run_child(cmd, t0)
     print(f"{piece}: exit {code}, {wall:.0f} s, peak RSS {peak:.2f} GiB", flush=True)
     if code:
@@ -458,7 +476,6 @@ def main(argv=None) -> int:
     if piece.startswith("train:"):
       print(add_run_row(workdir / "train" / piece.split(":", 1)[1], data, wall, peak), flush=True)
   return 0
-
 
 if __name__ == "__main__":
   sys.exit(main())

@@ -156,7 +156,9 @@ def failed_start_undone(workdir, enabled: bool = True):
   claim a study writes after its models load, or `record_train_config`'s) and the log (terminal.LOG_NAME), remove
   what it added: those files (a log that existed is cut back to its size before), the folders it created, and the
   workdir itself (with the parents it created) when it did not exist before. A failed start leaves no empty
-  workdir behind; a run that wrote anything else keeps everything. Off for multi-process runs (another process
+  workdir behind; a run that wrote anything else keeps everything. A run refused because another live run holds
+  the workdir (`runs.WorkdirInUse`) removes only the files it created, never cutting a log that existed (the live
+  run's lines since are its own) or removing a folder (the live run may have made it meanwhile). Off for multi-process runs (another process
   may be writing there). A Ctrl-C's line (`interrupted_line`) says what is left.
   """
   workdir = pathlib.Path(workdir)
@@ -175,16 +177,18 @@ def failed_start_undone(workdir, enabled: bool = True):
   except BaseException as e:
     new = _files(workdir) - before
     own = (pathlib.Path("config.json"), pathlib.Path(terminal.LOG_NAME))
+    runs = sys.modules.get("opd_jax.study.runs")
+    in_use = runs is not None and isinstance(e, runs.WorkdirInUse)      # a live run holds the workdir
     if enabled and workdir.is_dir() and all(p in own or (workdir / p).is_dir() for p in new):
       terminal.detach_log()
-      if log_size is not None:
+      if log_size is not None and not in_use:            # a live run's log: its lines since are its own
         with open(log, "r+b") as f:
           f.truncate(log_size)
       for p in sorted(new, key=lambda p: len(p.parts), reverse=True):   # deepest first: files, then their folders
         q = workdir / p
         if not q.is_dir():
           q.unlink(missing_ok=True)
-        elif not any(q.iterdir()):
+        elif not any(q.iterdir()) and not in_use:        # a folder the live run made meanwhile: keep it
           q.rmdir()
       d = workdir
       while root is not None and d.is_dir() and not any(d.iterdir()):

@@ -1,8 +1,8 @@
 """What the command line does to a config before a job starts: overrides (`--config.<field>`) that name no field,
 fields the job's schema lacks, `--configuration` items merged in, and a task switch's resets.
 
-Each check returns (or raises) one line in `terminal.field_error`'s format; `main.parse_flags` and `main.main` print
-it. Nothing here loads a model.
+The checks return one `error:` line's text in `terminal.field_error`'s format (or None); `with_configurations` and
+`switch_task` return `note:` lines; `main.parse_flags` and `main.main` print them. Nothing here loads a model.
 """
 from __future__ import annotations
 
@@ -69,8 +69,8 @@ def override_error(argv) -> str | None:
       if field.startswith(("config.configurations.", "config.contexts.templates.")):
         near = []                                   # names of the user's own entries: nothing to suggest
       if field.split(".")[:2] == ["config", "train"] and "train" not in config.keys():
-        near, fix = [], ("config.train is the trainer's group: this config is a study (job 'study'); train with "
-                         "--config=configs/opd_train.py")
+        near, fix = [], (f"config.train is the trainer's group: this config is a {config.get('job', 'study')} "
+                         f"(job {config.get('job', 'study')!r}); train with --config=configs/opd_train.py")
       elif field.startswith("config.configurations."):
         fix = "add a configuration with --configuration=<name>=teacher:context:divergence"
       elif field.startswith("config.contexts.templates."):

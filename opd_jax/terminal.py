@@ -349,7 +349,7 @@ def fail(message: Any, code: int = 2) -> NoReturn:
   sys.exit(code)
 
 
-_HELP = re.compile(r"--?(\?|help|helpfull|helpshort|helpxml)(=(true|1))?", re.IGNORECASE)
+_HELP = re.compile(r"--?(\?|help|helpfull|helpshort|helpxml)(=(true|t|1))?", re.IGNORECASE)
 
 
 @contextlib.contextmanager

@@ -143,7 +143,7 @@ def test_the_dry_run_says_which_model_folders_are_not_on_this_machine(tmp_path):
   assert not any(l.startswith("memory:") for l in text.splitlines())
   plan_line = planning.plan(config).describe().splitlines()[-1]   # and no --cost_model=cpu, which would fail
   assert plan_line.endswith(f"this config's models ({config.student.name}) differ: the shapes of "
-                            f"{config.student.name} are unknown here (not on this machine and not in "
+                            f"{config.student.name} are unknown here (no readable header on this machine and not in "
                             "opd_jax/study/model_specs.py ARCHITECTURES), so no estimate from shapes either; add "
                             "them there for --cost_model=cpu)")
   with pytest.raises(ValueError, match="cost model: no architecture for"):

@@ -73,8 +73,8 @@ def _other_models(other: tuple[str, ...], unknown: tuple[str, ...]) -> str:
   text = f"this config's models ({', '.join(other)}) differ: "
   if not unknown:
     return text + "--cost_model=cpu estimates the CPU time from their shapes)"
-  return text + (f"the shapes of {', '.join(unknown)} are unknown here (not on this machine and not in "
-                 "opd_jax/study/model_specs.py ARCHITECTURES), so no estimate from shapes either; add them there "
+  return text + (f"the shapes of {', '.join(unknown)} are unknown here (no readable header on this machine and not "
+                 "in opd_jax/study/model_specs.py ARCHITECTURES), so no estimate from shapes either; add them there "
                  "for --cost_model=cpu)")
 
 

@@ -314,6 +314,10 @@ def _alive(pid: int) -> bool:
   return True
 
 
+class WorkdirInUse(ValueError):
+  """`workdir_lock`'s refusal: another live run holds the workdir (what it wrote there is its own: leave it)."""
+
+
 @contextlib.contextmanager
 def workdir_lock(workdir, process_index: int):
   """Hold `<workdir>/lock.<process_index>.json` (pid and hostname) while the block runs: one run per process
@@ -324,7 +328,7 @@ def workdir_lock(workdir, process_index: int):
   another host cannot be checked: it is refused like a live one.
 
   Raises:
-    ValueError: the lock is held by a live run; the message names its pid, host and the lock file.
+    WorkdirInUse (a ValueError): the lock is held by a live run; the message names its pid, host and the lock file.
   """
   path, host = lock_path(workdir, process_index), socket.gethostname()
   mine = json.dumps({"pid": os.getpid(), "host": host, "started": time.time()})
@@ -338,14 +342,14 @@ def workdir_lock(workdir, process_index: int):
         logging.warning("taking over the stale lock %s of pid %d on %s (that run is gone)", path, pid, host)
         path.unlink(missing_ok=True)
         continue
-      raise ValueError(f"--workdir={path.parent} is in use by another run with process index {process_index} "
+      raise WorkdirInUse(f"--workdir={path.parent} is in use by another run with process index {process_index} "
                        f"(pid {pid} on host {other}, lock {path}); wait for it to finish, or delete the lock "
                        "file if that run is gone") from None
     with os.fdopen(fd, "w") as f:
       f.write(mine)
     break
   else:
-    raise ValueError(f"could not take the lock {path}: it keeps reappearing; another run is starting on this "
+    raise WorkdirInUse(f"could not take the lock {path}: it keeps reappearing; another run is starting on this "
                      "--workdir")
   _HELD.add(path)
   try:

@@ -66,10 +66,11 @@ def describe(config, name: str) -> str:
   chip, chips = estimate.accelerator(name)
   cs = calls(config)
   t = config.train
-  weights = (f"; self-teacher weights {t.teacher_weights}" if t.configuration.split(":", 1)[0] == "self" else "")
+  self_teacher = contexts.parse("train", t.configuration).teacher == contexts.SELF
+  weights = f"; self-teacher weights {t.teacher_weights}" if self_teacher else ""
   lines = [f"training: {t.configuration}{weights}; student {config.student.name}; {t.steps} steps of "
            f"{t.batch_questions} questions x {t.rollouts_per_question} rollouts, lr {t.optim.learning_rate:g}, "
-           f"LoRA rank {t.lora.rank}",
+           + (f"LoRA rank {t.lora.rank}" if t.lora.rank > 0 else "full fine-tuning"),
            f"training cost model ({'cpu' if chip is None else f'{chips} x {chip.name}'}; {config.train.steps} "
            "steps, compile-only XLA FLOPs, analytic bytes, upper bounds):"]
   for stage in STAGES + ("total",):

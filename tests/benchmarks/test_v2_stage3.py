@@ -110,7 +110,7 @@ def test_stage3_tables_against_pandas_and_scipy(tmp_path):
   # Prediction 4: per predictor, the pairs whose two differences are nonzero, and how many agree in sign.
   summary = out["pairs_summary"].set_index("predictor")
   for k, g in pairs.groupby("predictor"):
-    both = g[(g.predictor_diff != 0) & (g.gain_diff != 0)]
+    both = g[np.isfinite(g.predictor_diff) & np.isfinite(g.gain_diff) & (g.predictor_diff != 0) & (g.gain_diff != 0)]
     agree = int((np.sign(both.predictor_diff) == np.sign(both.gain_diff)).sum())
     assert (summary.loc[k, "pairs"], summary.loc[k, "agree"]) == (len(both), agree)
     if len(both):
@@ -247,3 +247,17 @@ def test_tiny_runs_never_write_the_committed_record_and_a_missing_runs_csv_is_on
   err = capsys.readouterr().err
   assert err == (f"error: --piece=stage1 reads {tmp_path / 'data' / 'runs.csv'}, which does not exist: run its "
                  "training pieces first (or point --data_dir at the folder that holds them)\n")
+
+
+def test_a_pair_without_a_predictor_value_has_no_sign_to_agree(tmp_path):
+  """A predictor undefined for a configuration (no node counts: NaN) gives its pairs no agreement, rather than a
+  disagreement (np.sign(nan) equals nothing)."""
+  _write(tmp_path, np.random.default_rng(5), lambda c: 0.05 * len(c) % 0.3)
+  nodes = pd.read_csv(tmp_path / "study_nodes_1.csv")
+  nodes.loc[nodes.config_id == "ext_plain_fkl", "alignment"] = np.nan
+  nodes.to_csv(tmp_path / "study_nodes_1.csv", index=False)
+  out = v2_analysis.stage3_tables(tmp_path, SPECS, n_boot=10, n_perm=10)
+  assert np.isnan(out["gains"].set_index("configuration").loc["ext_plain_fkl", "alignment_all"])
+  pairs = out["pairs"][out["pairs"].predictor == "alignment_all"].set_index("view")
+  assert pairs.loc["ext_plain", "agree"] is None and isinstance(pairs.loc["self_solution", "agree"], bool)
+  assert out["pairs_summary"].set_index("predictor").loc["alignment_all", "pairs"] == 1

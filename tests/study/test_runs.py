@@ -138,3 +138,31 @@ def test_a_workdir_of_another_config_names_both_configs_then_the_fields(tmp_path
   with pytest.raises(ValueError, match=re.escape(                   # the workdir's claim itself (records.py) too
       "holds a run of a different config ('smoke'; this one is 'sweep') (fields differ: budget.questions, name)")):
     records.check_workdir(tmp_path, {"name": "sweep", "job": "train", "seed": 0, "budget": {"questions": 10}})
+
+
+def test_a_run_refused_by_the_lock_leaves_the_live_runs_files(tmp_path):
+  """A start that fails is undone (its log lines cut, its files and folders removed); one refused because another
+  live run holds the workdir removes only its own new files: the log's lines and the folders since are that run's."""
+  from opd_jax import main, terminal  # pylint: disable=g-import-not-at-top,multiple-imports
+  log = tmp_path / terminal.LOG_NAME
+  log.write_text("live 1\n")
+  with pytest.raises(runs.WorkdirInUse):
+    with main.failed_start_undone(tmp_path):
+      with open(log, "a") as f:
+        f.write("live 2\n")                                   # the live run writes meanwhile
+      (tmp_path / "train").mkdir()
+      (tmp_path / "config.json").write_text("{}")             # what the refused run wrote itself: removed
+      raise runs.WorkdirInUse("in use")
+  assert log.read_text() == "live 1\nlive 2\n" and (tmp_path / "train").is_dir()
+  assert not (tmp_path / "config.json").exists()
+  with pytest.raises(ValueError):                             # any other failed start: undone
+    with main.failed_start_undone(tmp_path):
+      with open(log, "a") as f:
+        f.write("mine\n")
+      raise ValueError("a failed start")
+  assert log.read_text() == "live 1\nlive 2\n"
+  lock = runs.lock_path(tmp_path, 0)
+  lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+  with pytest.raises(runs.WorkdirInUse):                      # what workdir_lock raises for a live holder
+    with runs.workdir_lock(tmp_path, 0):
+      pass

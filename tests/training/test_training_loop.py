@@ -365,7 +365,7 @@ def test_training_cost_model_counts_the_loop():
   assert train_costs.describe(config, "cpu").splitlines()[0] == (   # what the dry run trains, first
       f"training: {t.configuration}; self-teacher weights {t.teacher_weights}; student {config.student.name}; "
       f"{t.steps} steps of {t.batch_questions} questions x {t.rollouts_per_question} rollouts, lr "
-      f"{t.optim.learning_rate:g}, LoRA rank 0")
+      f"{t.optim.learning_rate:g}, full fine-tuning")                       # lora.rank 0
   config.train.configuration = "random:1:plain:reverse_kl"                 # an external teacher: no weights field
   assert "self-teacher weights" not in train_costs.describe(config, "cpu").splitlines()[0]
 
