@@ -332,13 +332,12 @@ def secondary_tables(table: pd.DataFrame, pairs: pd.DataFrame, diffs: list[np.nd
   collapse.to_csv(out / "stage3_collapse.csv", index=False)
   noise = []
   for s, idx in table.groupby("stratum").groups.items():
-    run_gains = [diffs[i].mean(axis=1) for i in idx if len(diffs[i]) > 1]           # [S_c] per replicated one
+    runs_of = {table.configuration[i]: diffs[i].mean(axis=1) for i in idx if len(diffs[i]) > 1}   # [S_c] gains
     noise.append(dict(stratum=s, configurations=len(idx), between_sd=float(table.loc[idx, "gain"].std(ddof=1)),
-                      replicated=len(run_gains), replicate_gains="; ".join(
-                          f"{table.configuration[i]}: " + ", ".join(f"{x:+.3f}" for x in diffs[i].mean(axis=1))
-                          for i in idx if len(diffs[i]) > 1),
-                      training_sd=float(np.sqrt(np.mean([np.var(r, ddof=1) for r in run_gains])))
-                      if run_gains else np.nan))
+                      replicated=len(runs_of), replicate_gains="; ".join(
+                          f"{c}: " + ", ".join(f"{x:+.3f}" for x in r) for c, r in runs_of.items()),
+                      training_sd=float(np.sqrt(np.mean([np.var(r, ddof=1) for r in runs_of.values()])))
+                      if runs_of else np.nan))
   noise = pd.DataFrame(noise)
   noise.to_csv(out / "stage3_noise.csv", index=False)
   return {"pairs_summary": summary, "collapse": collapse, "noise": noise}

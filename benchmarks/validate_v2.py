@@ -124,10 +124,15 @@ def blocks(tiny: bool) -> list[int]:
   return [1] if tiny else list(range(1, validation.V2_BLOCKS + 1))
 
 
+def planned(stage: int, tiny: bool) -> list[str]:
+  """The names of the planned runs of `stage` (RUNS or TINY), in their order."""
+  return [n for n, r in runs(tiny).items() if r["stage"] == stage]
+
+
 def pieces(tiny: bool) -> list[str]:
   """Every piece, in the order `--piece=all` runs them: stage 1's runs and table, stage 2's blocks and tables, stage
   3's runs (only once hypothesis.md is in the data folder: `check_order`) and their analysis."""
-  train = lambda stage: [f"train:{n}" for n, r in runs(tiny).items() if r["stage"] == stage]
+  train = lambda stage: [f"train:{n}" for n in planned(stage, tiny)]
   return train(1) + ["stage1"] + [f"study:{b}" for b in blocks(tiny)] + ["stage2"] + train(3) + ["stage3"]
 
 
@@ -144,7 +149,7 @@ def stage3_missing(data: pathlib.Path, tiny: bool) -> list[str]:
   """The planned stage-3 runs (STAGE3's names, or --tiny's) without their row in data/runs.csv."""
   path = data / "runs.csv"
   have = set(pd.read_csv(path).configuration) if path.exists() else set()
-  return [n for n, r in runs(tiny).items() if r["stage"] == 3 and n not in have]
+  return [n for n in planned(3, tiny) if n not in have]
 
 
 def check_ready(piece: str, data: pathlib.Path, tiny: bool, interim: bool) -> None:
@@ -154,7 +159,7 @@ def check_ready(piece: str, data: pathlib.Path, tiny: bool, interim: bool) -> No
     raise ValueError(f"--piece={piece} reads {data / 'runs.csv'}, which does not exist: run its training pieces "
                      "first (or point --data_dir at the folder that holds them)")
   missing = stage3_missing(data, tiny) if piece == "stage3" else []
-  n = len([r for r in runs(tiny).values() if r["stage"] == 3])
+  n = len(planned(3, tiny))
   if piece == "stage3" and len(missing) == n:
     raise ValueError(f"--piece=stage3: no stage-3 run is in {data / 'runs.csv'} yet: nothing to analyse")
   if missing and not interim:
@@ -389,7 +394,7 @@ def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool,
   elif piece == "stage3":
     specs = validation.V2_TINY if tiny else validation.V2_CONFIGURATIONS
     check_ready(piece, data, tiny, interim)       # the parent checked; a direct call is refused alike
-    missing, n = stage3_missing(data, tiny), len([r for r in runs(tiny).values() if r["stage"] == 3])
+    missing, n = stage3_missing(data, tiny), len(planned(3, tiny))
     out_dir = data
     if missing:                                   # --interim (check_ready): never the data folder's stage3*.csv
       out_dir = workdir / "interim"

@@ -49,8 +49,8 @@ from opd_jax.models import decoder
 from opd_jax.report import looks
 from opd_jax.study import model_specs
 from opd_jax.study import planning
-from opd_jax.study import question_pool
 from opd_jax.study import preflight
+from opd_jax.study import question_pool
 from opd_jax.teachers import contexts
 
 

@@ -78,11 +78,10 @@ def describe(config, task: Any = None) -> str:
   specs = {"student": config.student.name, **{t: t for t in teachers if t != contexts.SELF}}
   cfgs, limits, prompt_tokens = {}, [], None
   for who, spec in specs.items():
-    try:
-      cfgs[who] = model_specs.architecture(spec, config)
-      limits.append(f"{who} {cfgs[who].max_seq_len}")
-    except (ValueError, OSError):
-      limits.append(f"{who} unknown until loaded")
+    arch = model_specs.known_architecture(spec, config)
+    if arch is not None:
+      cfgs[who] = arch
+    limits.append(f"{who} {arch.max_seq_len}" if arch is not None else f"{who} unknown until loaded")
   found = model_specs.header(config.student.name, config) if problem is not None else None   # None: not here
   if found is not None:
     prompt_tokens = len(contexts.study_chat(found[1], task.prompt(problem), preflight.chat(config)))

@@ -138,6 +138,14 @@ ARCHITECTURES = {
 }
 
 
+def known_architecture(spec: str, config) -> decoder.Config | None:
+  """`architecture`, or None where it has none (no readable header and not in ARCHITECTURES)."""
+  try:
+    return architecture(spec, config)
+  except (ValueError, OSError):
+    return None
+
+
 def architecture(spec: str, config) -> decoder.Config:
   """Architecture of a model spec without its weights: random:<seed> (config.random_model, as
   `environment.load_model`), a checkpoint's header (`checkpoints.peek`), else (weights not on this

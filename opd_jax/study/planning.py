@@ -174,16 +174,7 @@ def plan(config, task=None, cache: str | None = None) -> Plan:
   other = tuple(sorted(m for m in specs if kind(m) == "checkpoint" and m not in RATES_MEASURED_ON))
   return Plan(q, rollouts, scored, len(views), nodes, cand, cont, gen, scored_tokens, secs, fixed, cold,
               len(cross), strings, _design_lines(config, nodes * cand, task), other,
-              tuple(m for m in other if not _shapes_known(m, config)))
-
-
-def _shapes_known(spec: str, config) -> bool:
-  """Whether the cost model has `spec`'s architecture (`model_specs.architecture`: a header, or by name)."""
-  try:
-    model_specs.architecture(spec, config)
-  except (ValueError, OSError):
-    return False
-  return True
+              tuple(m for m in other if model_specs.known_architecture(m, config) is None))
 
 
 def estimate_text(config, first_use: bool = True) -> str:
