@@ -43,6 +43,7 @@ from opd_jax.report import verdict_text  # pylint: disable=g-import-not-at-top,w
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DATA_DIR = REPO / "docs" / "data" / "validation"
+FIGURE_PATH = REPO / "docs" / "validation_training.png"
 GROUPS = ("all", "incorrect", "correct")
 # Node slices with predictors of their own: the node groups, and the nodes at the response's first token ("first",
 # both groups: docs/data/validation/hypothesis.md, formed on block 1 and tested on the later blocks).
@@ -471,31 +472,52 @@ def run_child(cmd: list[str], t0: float) -> tuple[int, float, float]:
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--workdir", required=True)
-  ap.add_argument("--data_dir", default=str(DATA_DIR))
+  ap.add_argument("--data_dir", default=None,
+                  help=f"where finished pieces' tables go (default {DATA_DIR}, the committed record; with --tiny "
+                  "<workdir>/data, and never the committed folder)")
   ap.add_argument("--piece", default="all", help="all | study:<b> | train:<name> | table")
   ap.add_argument("--tiny", action="store_true", help="random models on the synthetic task (tests)")
-  ap.add_argument("--figure", default=str(REPO / "docs" / "validation_training.png"))
+  ap.add_argument("--figure", default=None,
+                  help=f"the table's figure (default {FIGURE_PATH}; with --tiny <workdir>/validation_training.png)")
   ap.add_argument("--n_boot", type=int, default=2000)
   ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
-  workdir, data = pathlib.Path(args.workdir), pathlib.Path(args.data_dir)
-  figure = pathlib.Path(args.figure) if args.figure else None
+  workdir = pathlib.Path(args.workdir)
+  data = pathlib.Path(args.data_dir) if args.data_dir else workdir / "data" if args.tiny else DATA_DIR
+  figure = (pathlib.Path(args.figure) if args.figure else workdir / "validation_training.png" if args.tiny
+            else FIGURE_PATH)
   if args.child:
     run_piece(args.piece, workdir, data, args.tiny, figure, args.n_boot)
     return 0
   try:
     check_piece(args.piece, args.tiny)                     # one line, before any child starts
+    if args.tiny and (data.resolve() == DATA_DIR.resolve() or figure.resolve() == FIGURE_PATH.resolve()):
+      raise ValueError(f"--tiny writes random models' rows: --data_dir={data} / --figure={figure} is the committed "
+                       "record; drop them (tables and figure in <workdir>) or give other paths")
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   todo = pieces(args.tiny) if args.piece == "all" else [args.piece]
+  data.mkdir(parents=True, exist_ok=True)
+  workdir.mkdir(parents=True, exist_ok=True)
+  from opd_jax.study import runs as study_runs  # pylint: disable=g-import-not-at-top
+  try:
+    with study_runs.workdir_lock(workdir, 0):              # one driver per workdir (a run: the trainer's)
+      return _drive(todo, workdir, data, args, figure)
+  except study_runs.WorkdirInUse as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+
+
+def _drive(todo: list[str], workdir: pathlib.Path, data: pathlib.Path, args, figure: pathlib.Path) -> int:
+  """main's loop over the pieces, under the driver's workdir lock."""
   for piece in todo:
     if done(piece, data):
       print(f"{piece}: done ({data}); not rerun", flush=True)
       continue
     t0 = time.time()
     cmd = [sys.executable, os.path.abspath(__file__), "--child", f"--piece={piece}", f"--workdir={workdir}",
-           f"--data_dir={data}", f"--figure={args.figure}", f"--n_boot={args.n_boot}"] + (["--tiny"] if args.tiny
+           f"--data_dir={data}", f"--figure={figure}", f"--n_boot={args.n_boot}"] + (["--tiny"] if args.tiny
                                                                                          else [])
     code, wall, peak = run_child(cmd, t0)
     print(f"{piece}: exit {code}, {wall:.0f} s, peak RSS {peak:.2f} GiB", flush=True)

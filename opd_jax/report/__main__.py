@@ -1,5 +1,7 @@
 """python -m opd_jax.report --workdir=... [--target=incorrect] [--tokenizer=<HF folder>]: rebuilds the report
-and prints the verdict, the alignment table and where summary.md, report.html and the records are.
+and prints the verdict, the alignment table and where summary.md, report.html and the records are. A --target or
+--estimand other than the study's planned config.report needs --out=<dir> (that report goes there: the study's
+own verdict files are never replaced by an unplanned one).
 
 With several studies (--workdir repeated, or a glob such as --workdir='runs/*'), builds one comparison instead:
 `<out>/comparison.html` and `<out>/comparison.csv` (compare.write; --out is required). Studies whose candidate sets
@@ -75,8 +77,14 @@ def main(argv) -> None:
         raise ValueError(terminal.field_error("--out", "is the study's own workdir", out,
                                               fix="drop --out to rebuild the study's report, or pass another folder"))
       pathlib.Path(out).mkdir(parents=True, exist_ok=True)
-    decode = cli.token_decoder(f.tokenizer) if f.tokenizer else None
     estimand = f.estimand or cli.study_estimand(workdirs[0])
+    other = None if out else cli.other_than_planned(workdirs[0], f.target, estimand)
+    if other:                              # the study's own files hold its planned verdict: never replaced
+      flag, value, planned = other
+      raise ValueError(terminal.field_error(
+          flag, f"differs from the study's planned config.report.{flag[2:]}={planned!r} and would replace its own "
+          "verdict files", value, fix="pass --out=<folder> for this report (the study's own files stay as they are)"))
+    decode = cli.token_decoder(f.tokenizer) if f.tokenizer else None
     build.write_summary(workdirs[0], n_boot=f.n_boot, seed=f.seed, target=f.target, plot=f.plot,
                         html=f.html, decode=decode, pages=f.pages, colour_by=f.colour_by,
                         min_effect=f.min_effect, estimand=estimand,

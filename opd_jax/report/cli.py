@@ -120,9 +120,25 @@ def unplanned_reason(workdir, target: str, estimand: str) -> str | None:
     selected = json.loads((workdir / "progress.json").read_text()).get("selected") or []
   except (OSError, ValueError, AttributeError):
     return None
+  other = other_than_planned(workdir, target, estimand)
+  if other:
+    flag, value, planned = other
+    return f"{flag}={value} is not the study's planned config.report.{flag[2:]}={planned!r}"
+  return looks.unplanned(workdir, selected, looks.design(ml_collections.ConfigDict(config)).looks)
+
+
+def other_than_planned(workdir, target: str, estimand: str) -> tuple[str, str, str] | None:
+  """(flag, its value, the planned value) of the first of --target / --estimand that differs from the study's
+  config.report (target "incorrect" and estimand "alignment" where it names none); None where both are the
+  planned ones or config.json is unreadable."""
+  try:
+    config = json.loads((pathlib.Path(workdir) / "config.json").read_text())
+  except (OSError, ValueError):
+    return None
   report = config.get("report", {}) if isinstance(config, dict) else {}
+  report = report if isinstance(report, dict) else {}
   for flag, value, planned in (("--target", target, report.get("target", "incorrect")),
                                ("--estimand", estimand, report.get("estimand", "alignment"))):
     if value != planned:
-      return f"{flag}={value} is not the study's planned config.report.{flag[2:]}={planned!r}"
-  return looks.unplanned(workdir, selected, looks.design(ml_collections.ConfigDict(config)).looks)
+      return flag, value, planned
+  return None

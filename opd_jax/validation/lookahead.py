@@ -67,6 +67,7 @@ from opd_jax.estimators import gradients
 from opd_jax.models import decoder
 from opd_jax.study import environment
 from opd_jax.study import preflight
+from opd_jax.study import runs
 from opd_jax.study import targeted
 from opd_jax.training import loop
 from opd_jax.training import lora
@@ -273,13 +274,23 @@ def validate(config) -> None:
 
 
 def run(config, workdir: str) -> str:
-  """The lookahead of config.lookahead over a finished study; returns summary.md's text.
+  """The lookahead of config.lookahead over a finished study; returns summary.md's text. Holds `workdir`'s lock
+  (`runs.workdir_lock`, as a study and the trainer do) from before the model loads until it returns: a second
+  lookahead on the same workdir is refused instead of overwriting the first's tables.
 
   Raises:
-    ValueError: a bad config.lookahead field, no study there, an unknown configuration name, or an adaptive or
-      weighted study with re-runs (only uniform continuations are re-run).
+    ValueError: a bad config.lookahead field, another live run in `workdir` (`runs.WorkdirInUse`), no study there,
+      an unknown configuration name, or an adaptive or weighted study with re-runs (only uniform continuations are
+      re-run).
   """
   validate(config)
+  pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
+  with runs.workdir_lock(workdir, runs.process_index()):
+    return _run(config, workdir)
+
+
+def _run(config, workdir: str) -> str:
+  """`run`'s body, under the workdir's lock."""
   la = config.lookahead
   terminal.ENABLED = bool(config.logging.progress)
   scfg = study_config(la.study_workdir, config)

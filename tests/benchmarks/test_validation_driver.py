@@ -3,8 +3,10 @@ their exported CSVs checked against the records they come from, a finished piece
 rank correlations against scipy on hand-made CSVs."""
 import json
 import math
+import os
 import pathlib
 import resource
+import socket
 import subprocess
 
 import numpy as np
@@ -195,3 +197,20 @@ def test_sequential_replay_stops_at_the_first_decided_look_with_the_verdicts_own
   v = decision.decide(sub.reset_index(drop=True), target="all", level=0.95, min_effect=0.05, design=design,
                       look=last["look"], final=False, n_boot=200)
   assert (v["decision"], v["line"]) == (last["decision"], last["line"])
+
+
+def test_tiny_runs_never_write_the_committed_record_and_one_driver_holds_a_workdir(tmp_path, capsys, monkeypatch):
+  """--tiny defaults to <workdir>/data and <workdir>/validation_training.png and refuses the committed ones; a
+  second driver on a workdir whose lock a live driver holds is one error line, and starts no child."""
+  monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"started {a}"))
+  for flag in (f"--data_dir={vt.DATA_DIR}", f"--figure={vt.FIGURE_PATH}"):
+    assert vt.main([f"--workdir={tmp_path}", "--tiny", flag]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --tiny writes random models' rows") and len(err.splitlines()) == 1
+  assert not (tmp_path / "data").exists()
+  from opd_jax.study import runs  # pylint: disable=g-import-not-at-top
+  runs.lock_path(tmp_path, 0).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+  assert vt.main([f"--workdir={tmp_path}", "--tiny", "--piece=table"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith(f"error: --workdir={tmp_path} is in use by another run") and len(err.splitlines()) == 1
+  assert (tmp_path / "data").is_dir()                          # the tiny default, not the committed folder

@@ -341,6 +341,13 @@ def test_write_summary_files_markdown_and_cli(tmp_path):
                                        unplanned=cli.unplanned_reason(workdir, "all", "alignment"),
                                        out_dir=str(tmp_path / "other2")) and "on all nodes" in other
   assert f"records: {workdir / 'records'}  report: {tmp_path / 'other' / 'report.html'}" in run.stdout
+  # Without --out, another target than the planned one is refused: it would replace the study's planned verdict.
+  run = subprocess.run([sys.executable, "-m", "opd_jax.report", f"--workdir={workdir}", "--n_boot=300", "--nohtml",
+                        "--target=all"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+  assert run.returncode == 2 and run.stderr == (
+      "error: --target: differs from the study's planned config.report.target='correct' and would replace its own "
+      "verdict files, got 'all'; pass --out=<folder> for this report (the study's own files stay as they are)\n")
+  assert {f: (workdir / f).read_bytes() for f in before} == before
 
 
 def test_underpowered_lines_follow_min_nodes():
