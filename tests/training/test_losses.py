@@ -1,10 +1,15 @@
 """Full-vocabulary OPD losses (opd_jax/training/losses.py): -grad at a position is the registry's direction,
 chunked equals unchunked and numpy, no [B, T, V] array, exact zeros for a teacher equal to the student, one
 clear error for an unknown divergence."""
+import contextlib
+import io
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import ad_checkpoint
 
 from opd_jax.estimators import divergences
 from opd_jax.estimators import gradients
@@ -237,3 +242,24 @@ def test_policies_without_an_objective_are_refused():
     with pytest.raises(ValueError, match=match):
       losses.token_losses(h, ident, h, ident, y, divergence=div, policy=sp, teacher_policy=tq)
   losses.token_losses(h, ident, h, ident, y, divergence="forward_kl", policy=sampling.SamplingParams(temperature=0.5))
+
+
+@pytest.mark.parametrize("chunk", [4, 8])
+def test_the_backward_keeps_the_p_is_q_mask_and_no_vocabulary_sized_residual(chunk):
+  """What the loss saves for its backward (jax.ad_checkpoint.print_saved_residuals): its inputs (chunked), the
+  head, and the forward's p == q mask ([chunks, B, C] bool, or [B, T] in one chunk), which keeps the self:plain null
+  control exactly 0; no [.., V] logits (the chunked step is rematerialised: the memory bound of the docstring)."""
+  B, T, D, V = 2, 8, 16, 40
+  k = jax.random.split(jax.random.key(0), 4)
+  hs, ht = jax.random.normal(k[0], (B, T, D)), jax.random.normal(k[1], (B, T, D))
+  w, y = jax.random.normal(k[2], (D, V)), jax.random.randint(k[3], (B, T), 0, V)
+  f = lambda hs, w: losses.token_losses(hs, w, ht, w, y, divergence="reverse_kl", chunk=chunk).sum()
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out):
+    ad_checkpoint.print_saved_residuals(f, hs, w)
+  saved = [(m[1], tuple(int(x) for x in m[2].split(",") if x)) for m in
+           (re.match(r"(\w+)\[([\d,]*)\]", line) for line in out.getvalue().splitlines()) if m]
+  assert saved, out.getvalue()
+  masks = [shape for dtype, shape in saved if dtype == "bool"]
+  assert masks == [(T // chunk, B, chunk) if chunk < T else (B, T)], out.getvalue()
+  assert [s for _, s in saved if s and s[-1] == V] == [(D, V)], out.getvalue()   # the head only
