@@ -29,7 +29,8 @@ every continuation's reward: the alignment ratio's real-records check and the va
 them), and study_questions_<b>.csv (each question's base success rate). Stage 3's runs (STAGE3, in its order) use
 `:v2_train` (80 held-out questions x 4 samples after steps 10, 20 and 40; a replicate sets config.train.seed); none
 starts before docs/data/validation_v2/hypothesis.md exists (the predictions, committed first). `stage3` is the
-analysis (benchmarks/v2_analysis.py `stage3_tables`): the primary test and the secondary tables.
+analysis (benchmarks/v2_analysis.py `stage3_tables`): the primary test and the secondary tables, and
+stage3_results.md, their cells as text against hypothesis.md (benchmarks/v2_results.py).
 
 Each piece runs in a child process (benchmarks/validate_training.py's `_job`: what `python -m opd_jax.main` does,
 resuming a started run from its checkpoint), its wall time and peak RSS measured by the parent (`os.wait4`); a
@@ -53,6 +54,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pandas as pd  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks import v2_analysis  # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import v2_results  # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import validate_training as v1  # pylint: disable=g-import-not-at-top,wrong-import-position
 from configs import validation  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -403,7 +405,10 @@ def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool,
             f"at all {n}); tables in {out_dir}", flush=True)
     out = v2_analysis.stage3_tables(data, specs, n_boot=50 if tiny else 2000, n_perm=200 if tiny else 10_000,
                                     out=out_dir)
-    print(out["tests"].to_string(), flush=True)
+    interim = f"{n - len(missing)} of {n} stage-3 runs; not the primary test (computed once, at all {n})"
+    text = v2_results.markdown(out, v2_analysis.PRIMARY, interim if missing else "")
+    (out_dir / "stage3_results.md").write_text(text)
+    print(text, flush=True)
 
 
 def check_piece(piece: str, tiny: bool) -> None:

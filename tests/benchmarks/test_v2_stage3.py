@@ -7,6 +7,7 @@ import pytest
 import scipy.stats
 
 from benchmarks import v2_analysis
+from benchmarks import v2_results
 from benchmarks import validate_v2
 
 SPECS = {"ext_plain_rkl": "t:plain:reverse_kl", "ext_plain_fkl": "t:plain:forward_kl",
@@ -126,9 +127,38 @@ def test_stage3_tables_against_pandas_and_scipy(tmp_path):
   assert np.isnan(noise.loc["self", "training_sd"]) and out["collapse"].empty     # nothing collapsed here
 
 
+def test_the_results_text_holds_the_tables_cells_against_the_hypothesis(tmp_path):
+  """stage3_results.md (v2_results.markdown): the primary's statistic, interval, p and the decision at alpha 0.05,
+  each stratum's predicted and observed ranks, the expectations' counts recomputed here from the gains table."""
+  _write(tmp_path, np.random.default_rng(0), lambda c: 0.05 * len(c) % 0.3)
+  out = v2_analysis.stage3_tables(tmp_path, SPECS, n_boot=100, n_perm=500)
+  text = v2_results.markdown(out)
+  row = out["tests"].set_index("predictor").loc[v2_analysis.PRIMARY]
+  assert f"**{row.statistic:+.3f}** [{row.lo:+.3f}, {row.hi:+.3f}]" in text and f"**{row.p_value:.3g}**" in text
+  assert ("p >= 0.05: that the study predicts training beyond the teacher's identity is not shown" in text) == (
+      row.p_value >= 0.05) and "INTERIM" not in text
+  gains = out["gains"]
+  for s, g in gains.groupby("stratum"):
+    pred = scipy.stats.rankdata(-g[v2_analysis.PRIMARY].to_numpy())
+    obs = scipy.stats.rankdata(-g.gain.to_numpy())
+    for r, a, b in zip(g.itertuples(), pred, obs):
+      assert (f"| {s} | {r.configuration} | {a:g} | {r.alignment_trained:+.3f} | {r.gain:+.3f} [{r.lo:+.3f}, "
+              f"{r.hi:+.3f}] | {b:g} | {r.replicates} |") in text
+  ext, slf = gains[gains.stratum == "external"], gains[gains.stratum == "self"]
+  assert f"{(ext.gain > 0).sum()} of {len(ext)} gains are above 0, {(ext.lo > 0).sum()} with an interval" in text
+  assert f"(|gain| < 0.05): {(slf.gain.abs() < 0.05).sum()} of {len(slf)}" in text
+  pooled = scipy.stats.spearmanr(gains.alignment_trained, gains.gain)[0]
+  assert f"over all {len(gains)} configurations pooled, {pooled:+.3f}" in text
+  assert text.count("| alignment_incorrect (the default verdict's) |") == 1
+  interim = v2_results.markdown(out, interim="3 of 28 stage-3 runs")
+  assert interim.splitlines()[4] == "**INTERIM: 3 of 28 stage-3 runs**"
+
+
 def test_a_collapsed_run_is_listed_with_the_primarys_rank_of_it(tmp_path):
   nodes, rates = _write(tmp_path, np.random.default_rng(4), lambda c: -1.0 if c == "self_summary_rkl" else 0.0)
   collapse = v2_analysis.stage3_tables(tmp_path, SPECS, n_boot=10, n_perm=10)["collapse"]
+  text = v2_results.markdown(v2_analysis.stage3_tables(tmp_path, SPECS, n_boot=10, n_perm=10))
+  assert f"self_summary_rkl (self, lowest after {collapse.lowest_after.iloc[0]:.3f}): the primary ranks it" in text
   trained = _trained(nodes, rates)
   selfs = ["self_solution_rkl", "self_solution_fkl", "self_summary_rkl"]
   rank = dict(zip(selfs, scipy.stats.rankdata(-trained.loc[selfs].to_numpy())))
@@ -236,7 +266,9 @@ def test_stage3_waits_for_every_run_or_writes_an_interim_elsewhere(tmp_path, cap
   assert not list(data.glob("stage3*"))
   assert sorted(p.name for p in (work / "interim").iterdir()) == [
       "stage3.csv", "stage3_collapse.csv", "stage3_gains.csv", "stage3_noise.csv", "stage3_pairs.csv",
-      "stage3_pairs_summary.csv", "stage3_regret.csv"]
+      "stage3_pairs_summary.csv", "stage3_regret.csv", "stage3_results.md"]
+  assert (work / "interim" / "stage3_results.md").read_text().splitlines()[4] == (
+      f"**INTERIM: {n_in} of 28 stage-3 runs; not the primary test (computed once, at all 28)**")
 
 
 def test_tiny_runs_never_write_the_committed_record_and_a_missing_runs_csv_is_one_line(tmp_path, capsys):

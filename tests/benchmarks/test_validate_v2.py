@@ -76,6 +76,8 @@ def test_the_pieces_write_their_tables_and_a_finished_piece_is_not_rerun(tmp_pat
   assert gains.configuration.tolist() == ["self_solution_rkl"]
   assert np.isclose(gains.gain[0], runs.loc["tiny_v2_rep", "diff"])
   assert np.isnan(pd.read_csv(data / "stage3.csv").statistic).all()
+  results = (data / "stage3_results.md").read_text()             # its text: no test (no stratum has a rho)
+  assert "Decision, by hypothesis.md's rule: no test" in results and "INTERIM" not in results
   again = subprocess.run(cmd[:-1] + ["--piece=study:1,train:tiny_v2_rep"], capture_output=True, text=True, timeout=600,
                          cwd=REPO, env=env)
   assert again.returncode == 0 and again.stdout.count("not rerun") == 2, again.stdout[-2000:]
