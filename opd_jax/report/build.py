@@ -133,7 +133,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
                             estimand=estimand, unplanned=unplanned, **seq)
   predictor_rows = why.predictor_table(nodes, n_boot=n_boot_predictors, seed=seed)
   routed = rt.route(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes, min_questions=min_questions)
-  verdict = {**verdict, "validation": validation_note.lines(verdict, validation_note.self_configs(nodes)),
+  verdict = {**verdict, "validation": [validation_note.basis_line(verdict),
+                                       *validation_note.lines(verdict, validation_note.self_configs(nodes))],
              "router": routed}
   config = _load_json(os.path.join(workdir, "config.json"))
   manifest = _load_json(os.path.join(workdir, "manifest.json"))

@@ -1,5 +1,7 @@
-"""What the training validation showed, in the verdict's own lines, when the verdict's best (or a configuration that
-could be best) is a self-distillation context: the student as its own teacher (issue 50, item 8).
+"""What the training validation showed, in the verdict's own lines: for every verdict, what it ranks on and what
+validation v2 showed of that ranking (`basis_line`, issue 47 item 6); and when the verdict's best (or a
+configuration that could be best) is a self-distillation context, the student as its own teacher (issue 50, item 8),
+three more (`lines`).
 
 Until validation v2 decides which configurations a study may recommend (docs/data/validation_v2/PLAN.md), a
 verdict that names a self context says, beside it:
@@ -111,6 +113,49 @@ def _predictor_line(root: pathlib.Path, estimand: str, target: str) -> str:
   numbers = (f"Spearman with v1's {int(rows.at[name, 'n_configurations'])} gains {mine:+.2f} (mean {estimand}, "
              f"{target} nodes), {teacher:+.2f} (teacher external or self) ({V1}/predictors.csv)")
   return f"{claim}: {numbers}" if mine <= teacher else "Validation v1's " + numbers
+
+
+PRIMARY = "alignment_trained"        # v2's primary predictor (docs/data/validation_v2/hypothesis.md)
+
+
+def v2_predictor(estimand: str, target: str) -> str:
+  """The name of v2's predictor (docs/data/validation_v2/stage3.csv) that a verdict's estimand on its target group
+  is: `<estimand>_<target>` (alignment_incorrect, projection_all, ...), PRIMARY for the "trained" group."""
+  return PRIMARY if target == "trained" else f"{estimand}_{target}"
+
+
+def basis_line(verdict: dict, root: pathlib.Path | None = None) -> str:
+  """The line that says what the verdict ranks on and what validation v2 showed of it (issue 47, item 6): the mean
+  estimand on the target group, and, once v2's primary test is in (stage3.csv), that predictor's mean within-teacher
+  Spearman with the training gains, its interval and one-sided permutation p, beside the primary's; before that,
+  that v2 tests it. Numbers are read from the committed files (`lines`' module docstring); none where they cannot be.
+
+  Args:
+    verdict: decision.decide's dict (estimand, target).
+    root: the folder holding docs/ (default: the repository beside this package).
+  """
+  root = ROOT if root is None else pathlib.Path(root)
+  estimand, target = verdict.get("estimand", "alignment"), verdict.get("target", "incorrect")
+  name = v2_predictor(estimand, target)
+  what = f"Ranked on the mean {estimand} on {target} nodes (v2's predictor {name})"
+  table = _read(root, f"{V2}/stage3.csv")
+  need = {"predictor", "statistic", "lo", "hi", "p_value", "configurations"}
+  if table is None or not need <= set(table.columns):
+    return (f"{what}: whether a study ranking predicts training gains within one teacher is validation v2's test, "
+            f"under way (primary: {PRIMARY}; {V2}/hypothesis.md)")
+  rows = table.set_index("predictor")
+
+  def result(k: str) -> str:
+    r = rows.loc[k]
+    return (f"{r.statistic:+.2f} [{r.lo:+.2f}, {r.hi:+.2f}], one-sided permutation p {r.p_value:.2g}")
+
+  head = (f"{what}. Validation v2 ({V2}/stage3.csv; {int(rows['configurations'].iloc[0])} trained configurations in "
+          "two strata, each with one teacher): mean within-teacher Spearman with the training gain (95% interval "
+          "resampling configurations, questions and seeds)")
+  if name not in rows.index:
+    return f"{head}: no row for {name}; the primary, {PRIMARY}, " + (result(PRIMARY) if PRIMARY in rows.index else "n/a")
+  return f"{head} " + result(name) + ("" if name == PRIMARY or PRIMARY not in rows.index
+                                      else f" (the primary, {PRIMARY}: {result(PRIMARY)})")
 
 
 def lines(verdict: dict, selfs: list[str], root: pathlib.Path | None = None) -> list[str]:

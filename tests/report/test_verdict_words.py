@@ -190,8 +190,9 @@ def test_the_advice_keeps_the_error_rates(kind):
 
 
 def test_the_report_prints_the_validation_lines_where_the_verdict_is_read(tmp_path):
-  """verdict.json, summary.md, report.html and the console carry the validation lines when the best is a self
-  context, and none when the self context is distinguishably behind."""
+  """verdict.json, summary.md, report.html and the console carry the validation lines: the basis line always, v1's
+  and v2's self-teacher lines when the best is a self context, not when the self context is distinguishably
+  behind."""
   for name, selfs, shown in (("ahead", (0,), True), ("behind", (1,), False)):
     workdir = tmp_path / name
     directory = workdir / "records" / "nodes"
@@ -202,7 +203,8 @@ def test_the_report_prints_the_validation_lines_where_the_verdict_is_read(tmp_pa
     (workdir / "config.json").write_text(json.dumps({"name": "teacher_sweep"}))
     report.write_summary(str(workdir), n_boot=50, n_boot_predictors=10, plot=False, pages=0)
     v = json.loads((workdir / "verdict.json").read_text())
-    assert v["verdict"] == "use" and v["best"] == LONG[0] and bool(v["validation"]) == shown
+    assert v["verdict"] == "use" and v["best"] == LONG[0] and len(v["validation"]) == (4 if shown else 1)
+    assert v["validation"][0] == validation_note.basis_line(v)
     printed = console.results_text(workdir)
     markdown, page = (workdir / "summary.md").read_text(), (workdir / "report.html").read_text()
     assert printed.splitlines()[0] == v["line"] and f"**{v['line']}**" in markdown
@@ -219,3 +221,23 @@ def test_counts_read_as_words():
                                              "questions (< 10) with a defined alignment")
   one = VERDICTS["one_question"]
   assert "(1 question with a defined alignment)" in verdict_text.table_note(one)
+
+
+def test_the_basis_line_names_what_the_verdict_ranks_on_and_reads_v2s_test(tmp_path):
+  """Every verdict's first validation line (issue 47, item 6): the estimand and group it ranks on; before v2's
+  stage3.csv exists, that v2 tests it; after, that predictor's statistic, interval and p beside the primary's."""
+  before = validation_note.basis_line({"estimand": "alignment", "target": "incorrect"}, root=tmp_path)
+  assert before.startswith("Ranked on the mean alignment on incorrect nodes (v2's predictor alignment_incorrect)")
+  assert "under way" in before and not re.search(r"\d\.\d", before)
+  (tmp_path / validation_note.V2).mkdir(parents=True)
+  pd.DataFrame({"predictor": ["alignment_trained", "alignment_incorrect", "minus_js"], "statistic": [0.61, 0.2, 0.4],
+                "lo": [0.3, -0.25, 0.05], "hi": [0.8, 0.55, 0.7], "p_value": [0.004, 0.21, 0.03],
+                "configurations": 22}).to_csv(tmp_path / validation_note.V2 / "stage3.csv", index=False)
+  line = validation_note.basis_line({"estimand": "alignment", "target": "incorrect"}, root=tmp_path)
+  assert "22 trained configurations" in line and line.endswith(
+      "gain (95% interval resampling configurations, questions and seeds) +0.20 [-0.25, +0.55], one-sided "
+      "permutation p 0.21 (the primary, alignment_trained: +0.61 [+0.30, +0.80], one-sided permutation p 0.004)")
+  trained = validation_note.basis_line({"estimand": "alignment", "target": "trained"}, root=tmp_path)
+  assert trained.endswith("seeds) +0.61 [+0.30, +0.80], one-sided permutation p 0.004") and "(the primary" not in trained
+  ratio = validation_note.basis_line({"estimand": "alignment_ratio", "target": "all"}, root=tmp_path)
+  assert "no row for alignment_ratio_all; the primary, alignment_trained, +0.61" in ratio
