@@ -30,7 +30,8 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   budget.node_group                     "balanced" (default): node rollouts half correct, half incorrect;
                                         "target": only rollouts of report.target's group (fewer where a
                                         question has fewer), so no node is paid for outside the verdict's group
-                                        (issue 48; the report's other group is then empty)
+                                        (issue 48; the report's other group is then empty; report.target all
+                                        or trained: both groups, balanced)
   budget.prefer_finished                False: node rollouts are the lowest ids of each group; True: rollouts that
                                         stopped (answered) come before truncated ones (cheaper continuations,
                                         and a truncated rollout's late nodes rarely lead to a success; a bias of
@@ -116,10 +117,13 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             Logical axes: vocab, embed, q_heads, kv_heads, mlp, layers, norm, head_dim (left out:
                             replicated), e.g. --config.mesh.rules='(("embed", None), ("mlp", "model"))' (no FSDP,
                             MLP tensor-parallel only); a dim the mesh axis does not divide is replicated
-  report.target             node group the verdict decides on: incorrect | correct | all
+  report.target             node group the verdict decides on: incorrect | correct | all | trained
                             (incorrect: where OPD is meant to help; in the validation experiment, docs/results.md,
                             correct nodes' alignment ranked the configurations as training did, incorrect nodes'
-                            did not: one task, one student)
+                            did not: one task, one student; trained: all nodes as training weighs them, per
+                            question s_q x its correct nodes' mean + (1 - s_q) x its incorrect ones', s_q the base
+                            success rate: validation v2's primary predictor, docs/data/validation_v2/hypothesis.md;
+                            configurations compared by paired per-question differences)
   report.pages              per-token pages written to html/ (node rollouts, incorrect first; 0 = none)
   report.colour_by          predictor that colours the per-token pages' view rows (records.PREDICTORS)
   report.min_effect         smallest difference in mean alignment worth detecting (> 0): the verdict then says how

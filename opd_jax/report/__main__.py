@@ -27,8 +27,8 @@ flags.DEFINE_string("out", None, "Output directory: of the comparison of several
                     "(e.g. at another --target), leaving the study's own report files as they are.")
 flags.DEFINE_integer("n_boot", 2000, "Bootstrap replicates per interval.")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
-flags.DEFINE_string("target", None, "Node group the verdict decides on: incorrect, correct or all (default: the "
-                    "study's report.target).")
+flags.DEFINE_string("target", None, "Node group the verdict decides on: incorrect, correct, all or trained (all "
+                    "nodes as training weighs them) (default: the study's report.target).")
 flags.DEFINE_bool("plot", True, "Also write alignment.png.")
 flags.DEFINE_bool("html", True, "Also write report.html and the per-token pages html/.")
 flags.DEFINE_integer("pages", token_pages.DEFAULT_PAGES, "Cap on per-token pages in html/ (0: none).")

@@ -56,6 +56,17 @@ def _flatten(tree, prefix: str = "") -> dict:
   return out
 
 
+def success_rates(workdir, target: str) -> pd.Series | None:
+  """With target "trained", each question's base success rate from `workdir`'s rollout records
+  (common.success_rates), else None.
+
+  Raises:
+    FileNotFoundError: target "trained" and no rollout records (the message names the directory)."""
+  if target != common.TRAINED:
+    return None
+  return common.success_rates(read_records(str(workdir), "rollouts", columns=["question_id", "reward"]))
+
+
 def _load_json(path: str) -> dict | None:
   if not os.path.isfile(path):
     return None
@@ -97,7 +108,9 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   Args:
     workdir: the study's working directory (holds records/nodes).
     n_boot, seed, min_nodes, min_questions: intervals and the power rule (summary.summarize, decision.decide).
-    target: the decision's node group: "incorrect" (default), "correct" or "all".
+    target: the decision's node group: "incorrect" (default), "correct", "all" or "trained" (all nodes as training
+      weighs them, by each question's base success rate from the rollout records: decision.decide; the router
+      then reads all nodes).
     design, look, final: a sequential study's design (`sequential.Design`), the look its verdict is read at
       (1-based) and whether that look was final (the pool ran out): decision.decide's; None: the fixed design.
       With a design the margin is design.margin and min_effect is not read.
@@ -130,9 +143,11 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   verdict = decision.decide(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
                             min_questions=min_questions,
                             min_effect=(min_effect or None) if design is None else design.margin,
-                            estimand=estimand, unplanned=unplanned, **seq)
+                            estimand=estimand, unplanned=unplanned, success_rates=success_rates(workdir, target),
+                            **seq)
   predictor_rows = why.predictor_table(nodes, n_boot=n_boot_predictors, seed=seed)
-  routed = rt.route(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes, min_questions=min_questions)
+  routed = rt.route(nodes, target="all" if target == common.TRAINED else target, n_boot=n_boot, seed=seed,
+                    min_nodes=min_nodes, min_questions=min_questions)
   verdict = {**verdict, "validation": [validation_note.basis_line(verdict),
                                        *validation_note.lines(verdict, validation_note.self_configs(nodes))],
              "router": routed}
@@ -147,7 +162,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
                        f"n_boot={n_boot}, seed={seed}; underpowered below {min_nodes} defined alignments or "
                        f"{min_questions} questions (intervals indicative)")
   unsampled = ()
-  if ((config or {}).get("budget") or {}).get("node_group", "balanced") == "target" and target != "all":
+  if (((config or {}).get("budget") or {}).get("node_group", "balanced") == "target"
+      and target in ("correct", "incorrect")):
     unsampled = tuple(sorted({"correct", "incorrect"} - {target}))       # budget.node_group: not sampled on purpose
     meta["node rollouts"] = (f"from the {target} group only (budget.node_group=target): the {unsampled[0]} group "
                              "is empty by design")

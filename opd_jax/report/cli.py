@@ -15,7 +15,7 @@ from opd_jax.report import looks
 from opd_jax.report import sequential
 
 
-TARGETS = ("incorrect", "correct", "all")
+TARGETS = common.TARGETS
 
 
 def check_flags(f) -> None:
@@ -27,7 +27,7 @@ def check_flags(f) -> None:
     ValueError: `terminal.field_error`'s line naming the flag.
   """
   if f.target is not None and f.target not in TARGETS:
-    raise ValueError(terminal.field_error("--target", "must be 'incorrect', 'correct' or 'all'", f.target,
+    raise ValueError(terminal.field_error("--target", "must be 'incorrect', 'correct', 'all' or 'trained'", f.target,
                                         choices=TARGETS))
   if f.n_boot < 1:
     raise ValueError(terminal.field_error("--n_boot", "must be an integer >= 1", f.n_boot))

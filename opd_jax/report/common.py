@@ -7,6 +7,8 @@ import pandas as pd
 
 
 GROUPS = ("correct", "incorrect", "all")
+TRAINED = "trained"  # the verdict's group of all nodes as training weighs them (`trained_rows`)
+TARGETS = ("incorrect", "correct", "all", TRAINED)    # the verdict's target groups (config.report.target)
 NODE_KEY = ("question_id", "rollout_id", "position")
 REQUIRED_COLUMNS = ("config_id", "question_id", "rollout_id", "position", "teacher", "context", "divergence",
                     "correct", "alignment", "alignment_nan_reason", "degenerate", "teacher_advantage")
@@ -52,6 +54,57 @@ def check_nodes(nodes: pd.DataFrame) -> None:
   if defined_degenerate.any():
     raise ValueError(f"{int(defined_degenerate.sum())} nodes are marked degenerate but have a defined alignment; "
                      "a degenerate node has g* = 0 and alignment NaN: the records are inconsistent")
+
+
+def on_nodes(target: str) -> str:
+  """The verdict's words for its target group: "on incorrect nodes", ..., "on all nodes as training weighs them"."""
+  return "on all nodes as training weighs them" if target == TRAINED else f"on {target} nodes"
+
+
+def success_rates(rollouts: pd.DataFrame) -> pd.Series:
+  """Each question's base success rate s_q [question_id -> float]: the mean reward of its base rollouts (the
+  rollouts table's question_id and reward columns)."""
+  return rollouts.assign(question_id=rollouts["question_id"].astype(str)).groupby("question_id")["reward"].mean()
+
+
+def trained_rows(nodes: pd.DataFrame, rates: pd.Series, columns=("alignment", "teacher_advantage")) -> pd.DataFrame:
+  """The verdict's "trained" group: one row per configuration and question whose `columns` hold the mean over the
+  question's nodes as training weighs them, s_q x (mean over its correct-rollout nodes) + (1 - s_q) x (mean over its
+  incorrect ones), s_q = rates[question_id] (`success_rates`); where one group has no defined value, the other's mean
+  (NaN where neither has). Training updates on the student's own rollouts, correct ones at the rate s_q, where a
+  study's node rollouts are balanced between the two (docs/data/validation_v2/hypothesis.md: v2's primary
+  predictor, `alignment_trained`, is the mean of the alignment column over questions).
+
+  Args:
+    nodes: node records (check_nodes) with a question_id in `rates`.
+    rates: [question_id -> s_q in [0, 1]].
+  Returns:
+    config_id, question_id, rollout_id (-1), position (-1), correct (s_q >= 0.5, a placeholder), degenerate (no
+    defined alignment), alignment_nan_reason ("" or "degenerate") and `columns`, in nodes' configuration order.
+  Raises:
+    ValueError: a question of `nodes` without a rate, naming it.
+  """
+  q = nodes["question_id"].astype(str)
+  missing = sorted(set(q) - set(rates.index.astype(str)))
+  if missing:
+    raise ValueError(f"no base success rate for questions {missing[:3]} ({len(missing)} in all): the 'trained' "
+                     "target weighs a question's correct and incorrect nodes by it (its rollout records)")
+  s = rates.set_axis(rates.index.astype(str))
+  key = [nodes["config_id"], q]
+  out = None
+  for col in columns:
+    by = nodes[col].groupby([*key, nodes["correct"].astype(bool)], sort=False).mean().unstack()
+    good = by[True] if True in by.columns else pd.Series(np.nan, by.index)
+    bad = by[False] if False in by.columns else pd.Series(np.nan, by.index)
+    w = s.loc[by.index.get_level_values(1)].to_numpy(float)
+    both = w * good.to_numpy(float) + (1 - w) * bad.to_numpy(float)
+    value = np.where(good.notna() & bad.notna(), both, good.fillna(bad).to_numpy(float))
+    col_frame = pd.DataFrame({col: value}, index=by.index)
+    out = col_frame if out is None else out.join(col_frame)
+  out = out.reset_index(names=["config_id", "question_id"])
+  undefined = out["alignment"].isna()
+  return out.assign(rollout_id=-1, position=-1, correct=s.loc[out["question_id"]].to_numpy() >= 0.5,
+                    degenerate=undefined, alignment_nan_reason=np.where(undefined, "degenerate", ""))
 
 
 def group_mask(nodes: pd.DataFrame, group: str) -> np.ndarray:

@@ -171,7 +171,7 @@ def compare(workdirs: list[str], *, target: str = "incorrect", n_boot: int = 200
   for i, (w, rule) in enumerate(zip(workdirs, rules)):
     nodes = build.read_records(w, "nodes")
     v = decision.decide(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
-                        min_questions=min_questions)
+                        min_questions=min_questions, success_rates=build.success_rates(w, target))
     v = {**v, "workdir": w, "name": _name(w), "candidate_set": rule, "warnings": warnings}
     verdicts.append(v)
     comps = {c["config_id"]: c for c in v["comparisons"]}

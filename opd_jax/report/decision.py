@@ -232,7 +232,7 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
            level: float = 0.95, min_nodes: int = common.MIN_NODES, min_questions: int = common.MIN_QUESTIONS,
            min_effect: float | None = None, design: sequential.Design | None = None, look: int | None = None,
            final: bool = False, estimand: str = "alignment", question_order=None,
-           unplanned: str | None = None) -> dict:
+           unplanned: str | None = None, success_rates: pd.Series | None = None) -> dict:
   """Ranks the configurations on the target group and decides whether the best one is distinguishable.
 
   `estimand` (common.ESTIMANDS) is what is compared per node: "alignment" (default) or "projection" (`with_estimand`);
@@ -262,7 +262,10 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
 
   Args:
     nodes: node records (common.check_nodes).
-    target: "incorrect" (default: where OPD is meant to help), "correct" or "all".
+    target: "incorrect" (default: where OPD is meant to help), "correct", "all" or "trained" (all nodes as training
+      weighs them: per configuration and question, s_q x the correct nodes' mean + (1 - s_q) x the incorrect
+      ones', common.trained_rows; its units are questions: a configuration's paired difference is the mean over
+      questions with a t interval over them, and the power rule counts questions only, min_questions).
     n_boot, seed: the descriptive bootstrap intervals of each configuration's means.
     level: family-wise confidence level of the comparisons (and level of the descriptive intervals).
     min_nodes, min_questions: the power rule of the best.
@@ -273,6 +276,8 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
     question_order: with a design, the question ids in the order the study selected them: look j saw the first
       design.looks[j - 1]; each pair's level then follows its own history of comparability (compare_arrays'
       `history`). None: every comparable pair is taken as comparable at every earlier look.
+    success_rates: with target "trained", each question's base success rate [question_id -> s_q]
+      (common.success_rates of the rollout records).
     unplanned: why this verdict is not the study's planned test (a look its design did not plan: another study
       already looked at these questions, or the report asks another target or estimand), or None. The verdict is
       then computed as usual but labelled: planned False, decided False, its line prefixed "NOT A DECISION"
@@ -305,8 +310,14 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
     if min_effect is not None and not math.isclose(min_effect, design.margin):
       raise ValueError(f"min_effect must be None or design.margin = {design.margin:g} with a design, got {min_effect}")
     min_effect = design.margin
-  nodes = common.with_estimand(nodes, estimand, target)
-  in_target = common.group_mask(nodes, target)
+  trained = target == common.TRAINED
+  nodes = common.with_estimand(nodes, estimand, "all" if trained else target)
+  if trained:
+    if success_rates is None:
+      raise ValueError("target 'trained' weighs each question's correct and incorrect nodes by its base success "
+                       "rate: pass success_rates (common.success_rates of the study's rollout records)")
+    nodes, min_nodes = common.trained_rows(nodes, success_rates), 0        # one row per question: count questions
+  in_target = common.group_mask(nodes, "all" if trained else target)
   target_rows = nodes[in_target]
   rows = target_rows[target_rows["alignment"].notna().to_numpy()]
   configs = list(pd.unique(nodes["config_id"]))
@@ -339,7 +350,7 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
   b = res["best"]
   if b < 0:
     out.update(verdict="no_data", best=None, runner_up=None, best_set=[], not_comparable=[],
-               line=f"no configuration has a defined {estimand} on {target} nodes: nothing to decide", details=[])
+               line=f"no configuration has a defined {estimand} {common.on_nodes(target)}: nothing to decide", details=[])
     return _with_design(out, res, design, configs, b) if design is not None else out
   for c in res["order"][1:]:
     under = common.underpowered(int(res["n_shared"][c, b]), int(res["n_shared_questions"][c, b]),
@@ -427,7 +438,7 @@ def _with_design(out: dict, res: dict, design: sequential.Design, configs: list,
     names = ", ".join(members[:3]) + (f" and {len(members) - 3} more" if len(members) > 3 else "")
     out["line"] = verdict_text.headline(f"use any of {names}", target,
                                         f"equivalent within +-{design.margin:g}, {pct} simultaneous", suffix)
-    out["details"] = [first, f"equivalent within +-{design.margin:g} on {target} nodes: {', '.join(members)} (use any "
+    out["details"] = [first, f"equivalent within +-{design.margin:g} {common.on_nodes(target)}: {', '.join(members)} (use any "
                       "of them: every pair of them within the margin; "
                       + (f"{', '.join(behind)} distinguishably behind; " if behind else "")
                       + f"{pct} simultaneous intervals over "

@@ -31,6 +31,7 @@ from opd_jax import claim
 from opd_jax import records
 from opd_jax import terminal
 from opd_jax.estimators import variance
+from opd_jax.report import common
 from opd_jax.report import decision
 from opd_jax.report import sequential
 
@@ -222,7 +223,9 @@ def take(workdir: pathlib.Path, seq: Looks, selected: list[str], look: int) -> d
   nodes = records.read_table(workdir, "nodes")
   nodes = nodes[nodes["question_id"].isin(set(selected[:n]))].reset_index(drop=True)
   v = verdict(nodes, seq, look, n_boot=200,          # the bootstrap intervals are descriptive: few suffice
-              question_order=selected)               # each pair's level from its own history of looks
+              question_order=selected,               # each pair's level from its own history of looks
+              success_rates=(common.success_rates(records.read_table(workdir, "rollouts"))
+                             if seq.target == common.TRAINED else None))
   note_look(workdir, selected, n, seq.design.looks)
   return {"look": look, "questions": n, "decided": bool(v["decided"]), "decision": v["decision"], "line": v["line"]}
 

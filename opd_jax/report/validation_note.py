@@ -21,6 +21,8 @@ import pathlib
 
 import pandas as pd
 
+from opd_jax.report import common
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]        # the repository (docs/ beside opd_jax/)
 V1 = "docs/data/validation"
 V2 = "docs/data/validation_v2"
@@ -137,7 +139,7 @@ def basis_line(verdict: dict, root: pathlib.Path | None = None) -> str:
   root = ROOT if root is None else pathlib.Path(root)
   estimand, target = verdict.get("estimand", "alignment"), verdict.get("target", "incorrect")
   name = v2_predictor(estimand, target)
-  what = f"Ranked on the mean {estimand} on {target} nodes (v2's predictor {name})"
+  what = f"Ranked on the mean {estimand} {common.on_nodes(target)} (v2's predictor {name})"
   table = _read(root, f"{V2}/stage3.csv")
   need = {"predictor", "statistic", "lo", "hi", "p_value", "configurations"}
   if table is None or not need <= set(table.columns):

@@ -58,7 +58,7 @@ def headline(what: str, target: str, number: str = "", suffix: str = "", how: st
   sequential design's look) in parentheses. Within HEADLINE_MAX for config ids of <= 20 characters: everything
   else goes to the lines after it."""
   def join(tail):
-    return f"{what} on {target} nodes" + (f": {number}{tail}" if number else "") + (f" ({suffix})" if suffix else "")
+    return f"{what} {common.on_nodes(target)}" + (f": {number}{tail}" if number else "") + (f" ({suffix})" if suffix else "")
   return join(how) if len(join(how)) <= HEADLINE_MAX else join("")
 
 
@@ -110,13 +110,13 @@ def fixed_parts(out: dict) -> dict:
     why = (f"{best}: {first}" if first
            else f"no configuration shares {common.MIN_SHARED_QUESTIONS} questions with {best}")
     return dict(what=NOT_SHOWN, number=f"UNDERPOWERED, {_short_head(out)}",
-                details=[f"UNDERPOWERED on {target} nodes ({why}): no decision"
+                details=[f"UNDERPOWERED {common.on_nodes(target)} ({why}): no decision"
                          + (f"; indicative only: {full}" if full else ""), *absent])
   if not sparse and not full:
     return dict(what=f"only {best} has defined {word}s", number="nothing to compare", details=absent)
   if out["verdict"] == "use":
     return dict(what=f"use {best}", number=short, how=how,
-                details=[f"{best} is distinguishable from every comparable configuration on {target} nodes; closest: "
+                details=[f"{best} is distinguishable from every comparable configuration {common.on_nodes(target)}; closest: "
                          f"{full} mean {word} ({family})", *absent])
   tied = [c["config_id"] for c in comps if c["comparable"] and not c["distinguishable"]]
   ahead = [c["config_id"] for c in comps if c["comparable"] and c["distinguishable"] and c["diff"] > 0]
@@ -221,7 +221,7 @@ def table_note(verdict: dict) -> str:
   what = "" if est == "alignment" else (
       f"The verdict compares the {est}, {common.ESTIMANDS[est]}, per node ('mean align' "
       "and 'diff vs best' hold it). ")
-  return (f"{what}Configurations on {verdict['target']} nodes ({common.counted(verdict['n_questions'], 'question')} "
+  return (f"{what}Configurations {common.on_nodes(verdict['target'])} ({common.counted(verdict['n_questions'], 'question')} "
           "with a defined "
           f"{est}), the best first, then by their paired difference against it. diff vs best = mean of "
           f"(configuration - best) over the nodes both define (paired), with a CR2 cluster-robust standard error by "

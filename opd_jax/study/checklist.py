@@ -95,7 +95,7 @@ def describe(config, task: Any = None) -> str:
                    f"candidate run, <= {b.continuations_max}",
        "uniform": f"R = {b.continuations_per_candidate}"}[how]
   group = (f" {config.report.target} only" if b.get("node_group", "balanced") == "target"
-           and config.report.target != "all" else "")
+           and config.report.target in ("correct", "incorrect") else "")
   lines.append(f"budget:   {b.rollouts_per_question} rollouts/question ({b.node_rollouts_per_question}{group} with nodes x "
                f"{b.nodes_per_rollout} nodes, {b.node_strategy}), <= {plan.candidates_per_node} candidates/node, "
                f"{r} continuations/candidate; {len(confs)} configurations")

@@ -159,9 +159,9 @@ def validate(config) -> None:
     raise _bad("config.seed", "must be an integer >= 0", config.seed)
   check_integers(config.to_dict())
   r = config.report
-  targets = ("incorrect", "correct", "all")
-  if r.target not in targets:
-    raise _bad("config.report.target", "must be 'incorrect', 'correct' or 'all'", r.target, choices=targets)
+  if r.target not in common.TARGETS:
+    raise _bad("config.report.target", "must be 'incorrect', 'correct', 'all' or 'trained'", r.target,
+               choices=common.TARGETS)
   if isinstance(r.pages, bool) or not isinstance(r.pages, int) or r.pages < 0:
     raise _bad("config.report.pages", "must be an integer >= 0", r.pages)
   if r.colour_by not in records.PREDICTORS:

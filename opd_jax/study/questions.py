@@ -231,10 +231,12 @@ def node_rollouts(correct: list[bool], k: int, order: list[int], group: str = "a
 def choose_node_rollouts(env: environment.Env, v: Verified) -> list[int]:
   """The question's node rollouts (`node_rollouts` of budget.node_rollouts_per_question; finished ones first when
   budget.prefer_finished), non-empty responses only: balanced correct / incorrect, or with budget.node_group
-  "target" only rollouts of the verdict's group (report.target)."""
+  "target" only rollouts of the verdict's group (report.target "correct" or "incorrect"; the "all" and "trained"
+  groups are both, balanced)."""
   b = env.spec.budget
   order = sorted(range(len(v.responses)), key=lambda r: (bool(b.prefer_finished and not v.finished[r]), r))
-  group = env.spec.looks.target if b.node_group == "target" else "all"
+  target = env.spec.looks.target
+  group = target if b.node_group == "target" and target in ("correct", "incorrect") else "all"
   return [r for r in node_rollouts(v.correct, b.node_rollouts_per_question, order, group) if v.responses[r]]
 
 
