@@ -115,3 +115,16 @@ def test_the_config_accepts_the_trained_target_and_balances_its_node_rollouts():
         budget=types.SimpleNamespace(prefer_finished=False, node_group="target", node_rollouts_per_question=2),
         looks=types.SimpleNamespace(target=target)))
     assert questions.choose_node_rollouts(env, v) == want, target
+
+
+def test_the_trained_group_is_v2s_primary_predictor():
+  """The verdict's per-configuration mean on the trained group is benchmarks/v2_analysis.trained_alignment's value
+  (validation v2's primary predictor, which hypothesis.md tests against the training gains)."""
+  from benchmarks import v2_analysis  # pylint: disable=g-import-not-at-top
+  nodes, rates = _nodes(3)
+  confs, qs = ["A", "B", "C"], sorted(rates.index)
+  num, den, _ = v2_analysis.trained_alignment(nodes, rates.rename_axis("question_id").rename("success_rate")
+                                              .reset_index(), confs, qs)
+  rows = common.trained_rows(nodes, rates)
+  got = rows.groupby("config_id").alignment.mean().loc[confs].to_numpy()
+  np.testing.assert_allclose(got, num.sum(1) / den.sum(1), rtol=1e-12)
