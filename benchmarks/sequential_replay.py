@@ -57,6 +57,11 @@ def main(argv=None) -> int:
   ap.add_argument("--subsets", default="all;external,misleading;external,solution;external,external_fkl,external_jsd",
                   help="';'-separated configuration lists ('all': every configuration)")
   args = ap.parse_args(argv)
+  bad = sorted(set(args.targets.split(",")) - {"incorrect", "correct", "all"})
+  if bad:
+    print(f"error: --targets={args.targets}: {bad} not replayed; use incorrect, correct or all (the 'trained' group "
+          "needs each question's base success rate, which the validation's study CSVs do not hold)", file=sys.stderr)
+    return 2
   data = pathlib.Path(args.data_dir)
   nodes, _, found = vt.read_study(data)
   design = sequential.Design(looks=tuple(int(x) for x in args.looks.split(",")), margin=args.margin)

@@ -30,7 +30,7 @@ def _p(p: float) -> str:
   return "n/a" if not np.isfinite(p) else f"{p:.3g}"
 
 
-def _primary(tests: pd.DataFrame, primary: str) -> list[str]:
+def _primary(tests: pd.DataFrame, primary: str, interim: bool) -> list[str]:
   row = tests.set_index("predictor").loc[primary]
   rhos = ", ".join(f"{c[4:]} {_num(row[c])}" for c in tests.columns if c.startswith("rho_"))
   shown = np.isfinite(row.p_value) and row.p_value < ALPHA
@@ -42,7 +42,8 @@ def _primary(tests: pd.DataFrame, primary: str) -> list[str]:
       f"- One-sided permutation p (gains permuted within strata, {int(row.permutations)} permutations): "
       f"**{_p(row.p_value)}**, alpha {ALPHA:g}, {int(row.configurations)} configurations.",
       "- Decision, by hypothesis.md's rule: " + (
-          f"p < {ALPHA:g}: the study predicts training beyond the teacher's identity." if shown else
+          "none: an interim result is not the test (hypothesis.md: computed once, at every planned run)." if interim
+          else f"p < {ALPHA:g}: the study predicts training beyond the teacher's identity." if shown else
           f"p >= {ALPHA:g}: that the study predicts training beyond the teacher's identity is not shown."
           if np.isfinite(row.p_value) else "no test (no stratum has a defined rho)."), ""]
 
@@ -74,7 +75,8 @@ def _expectations(gains: pd.DataFrame, tests: pd.DataFrame, pairs_summary: pd.Da
           f"binomial p against 1/2: {_p(agree.p_binomial)}; the pairs share configurations, so a guide)")
   return [
       "## hypothesis.md's expectations, against the result", "",
-      f"1. External stratum, every run gains: {int((ext.gain > 0).sum())} of {len(ext)} gains are above 0, "
+      f"1. External stratum, every run gains: {int((ext.gain > 0).sum())} of {len(ext)} configurations' gains (their "
+      f"replicates averaged) are above 0, "
       f"{int((ext.lo > 0).sum())} with an interval above 0; rho_external {_num(row.get('rho_external', np.nan))}.",
       f"2. Self stratum, most gains within noise (|gain| < {NOISE:g}): {int((slf.gain.abs() < NOISE).sum())} of "
       f"{len(slf)}; {int(((slf.lo > 0) | (slf.hi < 0)).sum())} with an interval excluding 0; rho_self "
@@ -119,10 +121,11 @@ def markdown(out: dict[str, pd.DataFrame], primary: str = v2_analysis.PRIMARY, i
   """stage3_results.md's text from `v2_analysis.stage3_tables`' output (`out`: gains, tests, pairs_summary, regret,
   collapse, noise); `interim`: "" for the test, else the line that says why these are interim numbers (put first)."""
   head = ["# Validation v2, stage 3: the results", "",
-          "Written by `benchmarks/validate_v2.py --piece=stage3` from the committed CSVs beside it "
-          "(`v2_analysis.stage3_tables`; each number is a cell of stage3*.csv), against hypothesis.md.", ""]
+          "Written by `benchmarks/validate_v2.py --piece=stage3` from the data folder's CSVs "
+          "(`v2_analysis.stage3_tables`; each number is a cell of the stage3*.csv beside this file), against "
+          "hypothesis.md.", ""]
   if interim:
     head += [f"**INTERIM: {interim}**", ""]
-  return "\n".join(head + _primary(out["tests"], primary) + _order(out["gains"], primary)
+  return "\n".join(head + _primary(out["tests"], primary, bool(interim)) + _order(out["gains"], primary)
                    + _expectations(out["gains"], out["tests"], out["pairs_summary"], primary)
                    + _secondary(out, primary))

@@ -478,20 +478,22 @@ def main(argv=None) -> int:
   ap.add_argument("--piece", default="all", help="all | study:<b> | train:<name> | table")
   ap.add_argument("--tiny", action="store_true", help="random models on the synthetic task (tests)")
   ap.add_argument("--figure", default=None,
-                  help=f"the table's figure (default {FIGURE_PATH}; with --tiny <workdir>/validation_training.png)")
+                  help=f"the table's figure (default {FIGURE_PATH}; with --tiny <workdir>/validation_training.png; "
+                  "--figure= for none)")
   ap.add_argument("--n_boot", type=int, default=2000)
   ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
   workdir = pathlib.Path(args.workdir)
   data = pathlib.Path(args.data_dir) if args.data_dir else workdir / "data" if args.tiny else DATA_DIR
-  figure = (pathlib.Path(args.figure) if args.figure else workdir / "validation_training.png" if args.tiny
-            else FIGURE_PATH)
+  figure = (None if args.figure == "" else pathlib.Path(args.figure) if args.figure
+            else workdir / "validation_training.png" if args.tiny else FIGURE_PATH)
   if args.child:
     run_piece(args.piece, workdir, data, args.tiny, figure, args.n_boot)
     return 0
   try:
     check_piece(args.piece, args.tiny)                     # one line, before any child starts
-    if args.tiny and (data.resolve() == DATA_DIR.resolve() or figure.resolve() == FIGURE_PATH.resolve()):
+    if args.tiny and (data.resolve() == DATA_DIR.resolve()
+                      or (figure is not None and figure.resolve() == FIGURE_PATH.resolve())):
       raise ValueError(f"--tiny writes random models' rows: --data_dir={data} / --figure={figure} is the committed "
                        "record; drop them (tables and figure in <workdir>) or give other paths")
   except ValueError as e:
@@ -509,7 +511,7 @@ def main(argv=None) -> int:
     return 2
 
 
-def _drive(todo: list[str], workdir: pathlib.Path, data: pathlib.Path, args, figure: pathlib.Path) -> int:
+def _drive(todo: list[str], workdir: pathlib.Path, data: pathlib.Path, args, figure: pathlib.Path | None) -> int:
   """main's loop over the pieces, under the driver's workdir lock."""
   for piece in todo:
     if done(piece, data):
@@ -517,7 +519,7 @@ def _drive(todo: list[str], workdir: pathlib.Path, data: pathlib.Path, args, fig
       continue
     t0 = time.time()
     cmd = [sys.executable, os.path.abspath(__file__), "--child", f"--piece={piece}", f"--workdir={workdir}",
-           f"--data_dir={data}", f"--figure={figure}", f"--n_boot={args.n_boot}"] + (["--tiny"] if args.tiny
+           f"--data_dir={data}", f"--figure={figure or ''}", f"--n_boot={args.n_boot}"] + (["--tiny"] if args.tiny
                                                                                          else [])
     code, wall, peak = run_child(cmd, t0)
     print(f"{piece}: exit {code}, {wall:.0f} s, peak RSS {peak:.2f} GiB", flush=True)

@@ -405,8 +405,8 @@ def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool,
             f"at all {n}); tables in {out_dir}", flush=True)
     out = v2_analysis.stage3_tables(data, specs, n_boot=50 if tiny else 2000, n_perm=200 if tiny else 10_000,
                                     out=out_dir)
-    interim = f"{n - len(missing)} of {n} stage-3 runs; not the primary test (computed once, at all {n})"
-    text = v2_results.markdown(out, v2_analysis.PRIMARY, interim if missing else "")
+    label = f"{n - len(missing)} of {n} stage-3 runs; not the primary test (computed once, at all {n})"
+    text = v2_results.markdown(out, v2_analysis.PRIMARY, label if missing else "")
     (out_dir / "stage3_results.md").write_text(text)
     print(text, flush=True)
 

@@ -123,7 +123,8 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             did not: one task, one student; trained: all nodes as training weighs them, per
                             question s_q x its correct nodes' mean + (1 - s_q) x its incorrect ones', s_q the base
                             success rate: validation v2's primary predictor, docs/data/validation_v2/hypothesis.md;
-                            configurations compared by paired per-question differences)
+                            configurations compared by paired per-question differences, each configuration's
+                            question value over the nodes it defines; the power rule counts questions)
   report.pages              per-token pages written to html/ (node rollouts, incorrect first; 0 = none)
   report.colour_by          predictor that colours the per-token pages' view rows (records.PREDICTORS)
   report.min_effect         smallest difference in mean alignment worth detecting (> 0): the verdict then says how

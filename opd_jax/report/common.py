@@ -71,7 +71,8 @@ def trained_rows(nodes: pd.DataFrame, rates: pd.Series, columns=("alignment", "t
   """The verdict's "trained" group: one row per configuration and question whose `columns` hold the mean over the
   question's nodes as training weighs them, s_q x (mean over its correct-rollout nodes) + (1 - s_q) x (mean over its
   incorrect ones), s_q = rates[question_id] (`success_rates`); where one group has no defined value, the other's mean
-  (NaN where neither has). Training updates on the student's own rollouts, correct ones at the rate s_q, where a
+  (NaN where neither has); over the nodes each configuration defines (a node undefined for one configuration,
+  e.g. its context unavailable, leaves the others' values as they are). Training updates on the student's own rollouts, correct ones at the rate s_q, where a
   study's node rollouts are balanced between the two (docs/data/validation_v2/hypothesis.md: v2's primary
   predictor, `alignment_trained`, is the mean of the alignment column over questions).
 

@@ -199,8 +199,9 @@ def render(table: pd.DataFrame, verdicts: list[dict]) -> str:
   summary = (f"{decided} of {len(verdicts)} studies name a best configuration"
              + (f"; they disagree ({', '.join(sorted(map(str, bests)))}): no configuration wins everywhere"
                 if len(bests) > 1 else ""))
-  parts.append(f'<p class="note">{html.escape(summary)}. Target group: {html.escape(verdicts[0]["target"])} '
-               f"nodes; means with {100 * verdicts[0]['level']:g}% cluster-bootstrap intervals over each study's "
+  group = common.on_nodes(verdicts[0]["target"]).removeprefix("on ")
+  parts.append(f'<p class="note">{html.escape(summary)}. Target group: {html.escape(group)}; means with '
+               f"{100 * verdicts[0]['level']:g}% cluster-bootstrap intervals over each study's "
                f"questions (n_boot={verdicts[0]['n_boot']}, seed={verdicts[0]['seed']}).</p>")
   for w in verdicts[0].get("warnings", []):
     parts.append(f'<p class="note"><b>Flagged:</b> {html.escape(w)}.</p>')

@@ -265,7 +265,9 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
     target: "incorrect" (default: where OPD is meant to help), "correct", "all" or "trained" (all nodes as training
       weighs them: per configuration and question, s_q x the correct nodes' mean + (1 - s_q) x the incorrect
       ones', common.trained_rows; its units are questions: a configuration's paired difference is the mean over
-      questions with a t interval over them, and the power rule counts questions only, min_questions).
+      questions with a t interval over them, and the power rule counts questions only, min_questions; each
+      configuration's question value is over the nodes it defines, so where one configuration of a pair is
+      undefined on some node, the pair's two values weigh different nodes: v2's predictor does the same).
     n_boot, seed: the descriptive bootstrap intervals of each configuration's means.
     level: family-wise confidence level of the comparisons (and level of the descriptive intervals).
     min_nodes, min_questions: the power rule of the best.
@@ -331,7 +333,8 @@ def decide(nodes: pd.DataFrame, *, target: str = "incorrect", n_boot: int = 2000
   out = {"target": target, "estimand": estimand, "level": level, "n_boot": n_boot, "seed": seed, "min_nodes": min_nodes,
          "min_questions": min_questions, "min_shared_questions": MIN_SHARED_QUESTIONS, "min_effect": min_effect,
          "n_questions": int(labels.size), "family_size": res["m"], "ci_level": res["ci_level"],
-         "method": ("paired differences on shared nodes; CR2 cluster-robust standard errors by question with "
+         "method": (("paired differences of the question values (common.trained_rows)" if trained else
+                     "paired differences on shared nodes") + "; CR2 cluster-robust standard errors by question with "
                     "Bell-McCaffrey degrees of freedom; t intervals simultaneous over all comparable pairs "
                     "(Bonferroni)"),
          "ranking": [], "comparisons": [], "power": None}

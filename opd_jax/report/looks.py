@@ -191,7 +191,7 @@ class Looks:
 
   Attributes:
     design: `design(config)`; design.looks is `schedule(config)` (the cap last; one look: the fixed design).
-    target: the verdict's group of nodes (config.report.target: "incorrect", "correct" or "all").
+    target: the verdict's group of nodes (config.report.target: "incorrect", "correct", "all" or "trained").
     estimand: what the verdict compares per node (config.report.estimand, default "alignment").
   """
   design: sequential.Design

@@ -122,13 +122,14 @@ PRIMARY = "alignment_trained"        # v2's primary predictor (docs/data/validat
 
 def v2_predictor(estimand: str, target: str) -> str:
   """The name of v2's predictor (docs/data/validation_v2/stage3.csv) that a verdict's estimand on its target group
-  is: `<estimand>_<target>` (alignment_incorrect, projection_all, ...), PRIMARY for the "trained" group."""
-  return PRIMARY if target == "trained" else f"{estimand}_{target}"
+  is: `<estimand>_<target>` (alignment_incorrect, projection_all, ...); the alignment on the "trained" group is
+  PRIMARY."""
+  return PRIMARY if (estimand, target) == ("alignment", common.TRAINED) else f"{estimand}_{target}"
 
 
 def basis_line(verdict: dict, root: pathlib.Path | None = None) -> str:
-  """The line that says what the verdict ranks on and what validation v2 showed of it (issue 47, item 6): the mean
-  estimand on the target group, and, once v2's primary test is in (stage3.csv), that predictor's mean within-teacher
+  """The line that says what the verdict ranks on and what validation v2 showed of it (issue 47, item 6): the
+  estimand on the target group (the verdict ranks configurations by their paired differences in it), and, once v2's primary test is in (stage3.csv), that predictor's mean within-teacher
   Spearman with the training gains, its interval and one-sided permutation p, beside the primary's; before that,
   that v2 tests it. Numbers are read from the committed files (`lines`' module docstring); none where they cannot be.
 
@@ -139,7 +140,7 @@ def basis_line(verdict: dict, root: pathlib.Path | None = None) -> str:
   root = ROOT if root is None else pathlib.Path(root)
   estimand, target = verdict.get("estimand", "alignment"), verdict.get("target", "incorrect")
   name = v2_predictor(estimand, target)
-  what = f"Ranked on the mean {estimand} {common.on_nodes(target)} (v2's predictor {name})"
+  what = f"Ranked on the {estimand} {common.on_nodes(target)} (v2's predictor {name})"
   table = _read(root, f"{V2}/stage3.csv")
   need = {"predictor", "statistic", "lo", "hi", "p_value", "configurations"}
   if table is None or not need <= set(table.columns):

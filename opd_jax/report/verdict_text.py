@@ -103,8 +103,8 @@ def fixed_parts(out: dict) -> dict:
              f"{', '.join(sparse)}"] if sparse else []) + ([f"no defined {word}: {', '.join(empty)}"] if empty else [])
   full, short = lead(out), lead(out, compact=True)
   how = f", {pct} simultaneous" if short.endswith("]") else ""          # the interval's level, when there is one
-  family = (f"{pct} simultaneous intervals over {common.counted(out['family_size'], 'pairwise comparison')}, paired on "
-            "shared nodes, CR2 by question")
+  family = (f"{pct} simultaneous intervals over {common.counted(out['family_size'], 'pairwise comparison')}, "
+            + ("paired by question" if target == common.TRAINED else "paired on shared nodes") + ", CR2 by question")
   if out["verdict"] == "underpowered":
     first = out["ranking"][0]["short"]
     why = (f"{best}: {first}" if first
@@ -221,12 +221,17 @@ def table_note(verdict: dict) -> str:
   what = "" if est == "alignment" else (
       f"The verdict compares the {est}, {common.ESTIMANDS[est]}, per node ('mean align' "
       "and 'diff vs best' hold it). ")
+  trained = verdict["target"] == common.TRAINED
+  unit = ("question values (one per question and configuration: s_q x its correct nodes' mean + (1 - s_q) x its "
+          "incorrect nodes' mean over the nodes the configuration defines, s_q the question's base success rate)"
+          if trained else "nodes")
   return (f"{what}Configurations {common.on_nodes(verdict['target'])} ({common.counted(verdict['n_questions'], 'question')} "
           "with a defined "
           f"{est}), the best first, then by their paired difference against it. diff vs best = mean of "
-          f"(configuration - best) over the nodes both define (paired), with a CR2 cluster-robust standard error by "
+          f"(configuration - best) over the {unit} both define (paired), with a CR2 cluster-robust standard error by "
           f"question and Bell-McCaffrey degrees of freedom; {family}. Pairs sharing fewer than "
           f"{verdict['min_shared_questions']} questions are not comparable (not tested, no veto). could be best: no "
           f"comparable configuration is distinguishably better (a {lvl} confidence set for the best). mean align "
-          "and teacher adv are over each configuration's own nodes (their intervals: the table by configuration x "
+          f"and teacher adv are over each configuration's own {'question values' if trained else 'nodes'} (their "
+          "intervals: the table by configuration x "
           "correctness). questions: questions with a defined alignment.")

@@ -145,13 +145,15 @@ def test_the_results_text_holds_the_tables_cells_against_the_hypothesis(tmp_path
       assert (f"| {s} | {r.configuration} | {a:g} | {r.alignment_trained:+.3f} | {r.gain:+.3f} [{r.lo:+.3f}, "
               f"{r.hi:+.3f}] | {b:g} | {r.replicates} |") in text
   ext, slf = gains[gains.stratum == "external"], gains[gains.stratum == "self"]
-  assert f"{(ext.gain > 0).sum()} of {len(ext)} gains are above 0, {(ext.lo > 0).sum()} with an interval" in text
+  assert (f"{(ext.gain > 0).sum()} of {len(ext)} configurations' gains (their replicates averaged) are above 0, "
+          f"{(ext.lo > 0).sum()} with an interval") in text
   assert f"(|gain| < 0.05): {(slf.gain.abs() < 0.05).sum()} of {len(slf)}" in text
   pooled = scipy.stats.spearmanr(gains.alignment_trained, gains.gain)[0]
   assert f"over all {len(gains)} configurations pooled, {pooled:+.3f}" in text
   assert text.count("| alignment_incorrect (the default verdict's) |") == 1
   interim = v2_results.markdown(out, interim="3 of 28 stage-3 runs")
-  assert interim.splitlines()[4] == "**INTERIM: 3 of 28 stage-3 runs**"
+  assert interim.splitlines()[4] == "**INTERIM: 3 of 28 stage-3 runs**" and "p >= 0.05" not in interim
+  assert "Decision, by hypothesis.md's rule: none: an interim result is not the test" in interim
 
 
 def test_a_collapsed_run_is_listed_with_the_primarys_rank_of_it(tmp_path):

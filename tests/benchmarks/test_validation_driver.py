@@ -197,6 +197,7 @@ def test_sequential_replay_stops_at_the_first_decided_look_with_the_verdicts_own
   v = decision.decide(sub.reset_index(drop=True), target="all", level=0.95, min_effect=0.05, design=design,
                       look=last["look"], final=False, n_boot=200)
   assert (v["decision"], v["line"]) == (last["decision"], last["line"])
+  assert sequential_replay.main([f"--data_dir={tmp_path}", "--targets=incorrect,trained"]) == 2   # no rates there
 
 
 def test_tiny_runs_never_write_the_committed_record_and_one_driver_holds_a_workdir(tmp_path, capsys, monkeypatch):

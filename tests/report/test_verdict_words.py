@@ -227,7 +227,7 @@ def test_the_basis_line_names_what_the_verdict_ranks_on_and_reads_v2s_test(tmp_p
   """Every verdict's first validation line (issue 47, item 6): the estimand and group it ranks on; before v2's
   stage3.csv exists, that v2 tests it; after, that predictor's statistic, interval and p beside the primary's."""
   before = validation_note.basis_line({"estimand": "alignment", "target": "incorrect"}, root=tmp_path)
-  assert before.startswith("Ranked on the mean alignment on incorrect nodes (v2's predictor alignment_incorrect)")
+  assert before.startswith("Ranked on the alignment on incorrect nodes (v2's predictor alignment_incorrect)")
   assert "under way" in before and not re.search(r"\d\.\d", before)
   (tmp_path / validation_note.V2).mkdir(parents=True)
   pd.DataFrame({"predictor": ["alignment_trained", "alignment_incorrect", "minus_js"], "statistic": [0.61, 0.2, 0.4],
@@ -241,3 +241,5 @@ def test_the_basis_line_names_what_the_verdict_ranks_on_and_reads_v2s_test(tmp_p
   assert trained.endswith("seeds) +0.61 [+0.30, +0.80], one-sided permutation p 0.004") and "(the primary" not in trained
   ratio = validation_note.basis_line({"estimand": "alignment_ratio", "target": "all"}, root=tmp_path)
   assert "no row for alignment_ratio_all; the primary, alignment_trained, +0.61" in ratio
+  projection = validation_note.basis_line({"estimand": "projection", "target": "trained"}, root=tmp_path)
+  assert "(v2's predictor projection_trained)" in projection and "no row for projection_trained" in projection
