@@ -118,6 +118,7 @@ def _predictor_line(root: pathlib.Path, estimand: str, target: str) -> str:
 
 
 PRIMARY = "alignment_trained"        # v2's primary predictor (docs/data/validation_v2/hypothesis.md)
+PROXIES = ("minus_kl_qp", "minus_kl_pq", "minus_js", "topk_overlap")   # v2's cheap per-token proxies of a view
 
 
 def v2_predictor(estimand: str, target: str) -> str:
@@ -129,9 +130,11 @@ def v2_predictor(estimand: str, target: str) -> str:
 
 def basis_line(verdict: dict, root: pathlib.Path | None = None) -> str:
   """The line that says what the verdict ranks on and what validation v2 showed of it (issue 47, item 6): the
-  estimand on the target group (the verdict ranks configurations by their paired differences in it), and, once v2's primary test is in (stage3.csv), that predictor's mean within-teacher
-  Spearman with the training gains, its interval and one-sided permutation p, beside the primary's; before that,
-  that v2 tests it. Numbers are read from the committed files (`lines`' module docstring); none where they cannot be.
+  estimand on the target group (the verdict ranks configurations by their paired differences in it), and, once
+  v2's primary test is in (stage3.csv), that predictor's mean within-teacher Spearman with the training gains, its
+  interval and one-sided permutation p, beside the primary's, and the best of the cheap proxies (PROXIES: no
+  targeted rollouts) with its difference from the primary (paired draws); before that, that v2 tests it. Numbers
+  are read from the committed files (`lines`' module docstring); none where they cannot be.
 
   Args:
     verdict: decision.decide's dict (estimand, target).
@@ -156,9 +159,20 @@ def basis_line(verdict: dict, root: pathlib.Path | None = None) -> str:
           "two strata, each with one teacher): mean within-teacher Spearman with the training gain (95% interval "
           "resampling configurations, questions and seeds)")
   if name not in rows.index:
-    return f"{head}: no row for {name}; the primary, {PRIMARY}, " + (result(PRIMARY) if PRIMARY in rows.index else "n/a")
-  return f"{head} " + result(name) + ("" if name == PRIMARY or PRIMARY not in rows.index
-                                      else f" (the primary, {PRIMARY}: {result(PRIMARY)})")
+    text = f"{head}: no row for {name}; the primary, {PRIMARY}, " + (result(PRIMARY) if PRIMARY in rows.index
+                                                                     else "n/a")
+  else:
+    text = f"{head} " + result(name) + ("" if name == PRIMARY or PRIMARY not in rows.index
+                                        else f" (the primary, {PRIMARY}: {result(PRIMARY)})")
+  proxies = [k for k in PROXIES if k in rows.index]
+  if not proxies or PRIMARY not in rows.index or not {"minus_primary_lo", "minus_primary_hi"} <= set(rows.columns):
+    return text
+  best = max(proxies, key=lambda k: rows.at[k, "statistic"])
+  r = rows.loc[best]
+  than = ("above it" if r.minus_primary_lo > 0 else "below it" if r.minus_primary_hi < 0
+          else "not distinguishable from it")
+  return (f"{text}; the best cheap proxy, {best} (no targeted rollouts), {result(best)}; minus the primary "
+          f"{r.minus_primary:+.2f} [{r.minus_primary_lo:+.2f}, {r.minus_primary_hi:+.2f}] (paired draws): {than}")
 
 
 def lines(verdict: dict, selfs: list[str], root: pathlib.Path | None = None) -> list[str]:

@@ -230,15 +230,23 @@ def test_the_basis_line_names_what_the_verdict_ranks_on_and_reads_v2s_test(tmp_p
   assert before.startswith("Ranked on the alignment on incorrect nodes (v2's predictor alignment_incorrect)")
   assert "under way" in before and not re.search(r"\d\.\d", before)
   (tmp_path / validation_note.V2).mkdir(parents=True)
-  pd.DataFrame({"predictor": ["alignment_trained", "alignment_incorrect", "minus_js"], "statistic": [0.61, 0.2, 0.4],
-                "lo": [0.3, -0.25, 0.05], "hi": [0.8, 0.55, 0.7], "p_value": [0.004, 0.21, 0.03],
-                "configurations": 22}).to_csv(tmp_path / validation_note.V2 / "stage3.csv", index=False)
+  table = pd.DataFrame({"predictor": ["alignment_trained", "alignment_incorrect", "minus_js"],
+                        "statistic": [0.61, 0.2, 0.4], "lo": [0.3, -0.25, 0.05], "hi": [0.8, 0.55, 0.7],
+                        "p_value": [0.004, 0.21, 0.03], "configurations": 22})
+  table.to_csv(tmp_path / validation_note.V2 / "stage3.csv", index=False)
   line = validation_note.basis_line({"estimand": "alignment", "target": "incorrect"}, root=tmp_path)
   assert "22 trained configurations" in line and line.endswith(
       "gain (95% interval resampling configurations, questions and seeds) +0.20 [-0.25, +0.55], one-sided "
       "permutation p 0.21 (the primary, alignment_trained: +0.61 [+0.30, +0.80], one-sided permutation p 0.004)")
   trained = validation_note.basis_line({"estimand": "alignment", "target": "trained"}, root=tmp_path)
   assert trained.endswith("seeds) +0.61 [+0.30, +0.80], one-sided permutation p 0.004") and "(the primary" not in trained
+  # With the paired differences from the primary: the best cheap proxy (the highest statistic) and how it compares.
+  for lo, hi, word in ((-0.5, 0.1, "not distinguishable from it"), (-0.4, -0.01, "below it"), (0.02, 0.3, "above it")):
+    table.assign(minus_primary=[0.0, -0.41, -0.21], minus_primary_lo=[0.0, -0.9, lo],
+                 minus_primary_hi=[0.0, 0.1, hi]).to_csv(tmp_path / validation_note.V2 / "stage3.csv", index=False)
+    line = validation_note.basis_line({"estimand": "alignment", "target": "trained"}, root=tmp_path)
+    assert line.endswith(f"; the best cheap proxy, minus_js (no targeted rollouts), +0.40 [+0.05, +0.70], one-sided "
+                         f"permutation p 0.03; minus the primary -0.21 [{lo:+.2f}, {hi:+.2f}] (paired draws): {word}")
   ratio = validation_note.basis_line({"estimand": "alignment_ratio", "target": "all"}, root=tmp_path)
   assert "no row for alignment_ratio_all; the primary, alignment_trained, +0.61" in ratio
   projection = validation_note.basis_line({"estimand": "projection", "target": "trained"}, root=tmp_path)
