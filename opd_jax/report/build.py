@@ -16,6 +16,7 @@ from opd_jax.report import figures
 from opd_jax.report import markdown as md
 from opd_jax.report import page
 from opd_jax.report import predictors as why
+from opd_jax.report import proxies as proxy_lib
 from opd_jax.report import router as rt
 from opd_jax.report import summary as summ
 from opd_jax.report import token_pages
@@ -54,6 +55,15 @@ def _flatten(tree, prefix: str = "") -> dict:
     text = json.dumps(tree) if isinstance(tree, (list, tuple)) else str(tree)
     out[prefix[:-1]] = text if len(text) <= 160 else text[:157] + "..."
   return out
+
+
+def _proxies(workdir: str, nodes: pd.DataFrame, *, n_boot: int, seed: int) -> pd.DataFrame:
+  """proxies.proxy_table of the study's tokens table (an empty table where it has none)."""
+  try:
+    tokens = read_records(workdir, "tokens", columns=list(proxy_lib.COLUMNS))
+  except (FileNotFoundError, KeyError, ValueError):         # no tokens records, or older columns
+    return proxy_lib.proxy_table(pd.DataFrame(columns=list(proxy_lib.COLUMNS)), nodes.iloc[:0])
+  return proxy_lib.proxy_table(tokens, nodes, n_boot=n_boot, seed=seed)
 
 
 def success_rates(workdir, target: str) -> pd.Series | None:
@@ -98,7 +108,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
                   out_dir: str | None = None) -> str:
   """Rebuilds the report files of `<workdir>` from its node records (and rollouts, config.json, manifest.json).
 
-  Files: summary.md (markdown, returned), summary.csv (summary.summarize), verdict.json (decision.decide on
+  Files: summary.md (markdown, returned), summary.csv (summary.summarize), proxies.csv (proxies.proxy_table: each
+  configuration's cheap per-token proxies, no targeted rollouts), verdict.json (decision.decide on
   `target`, with the router (router.route on `target`) under "router" and what the training validation showed
   about its self-distillation contexts under "validation": validation_note.lines), where.csv (where.where_table),
   predictors.csv (predictors.predictor_table), alignment.png (plot), report.html (html; figures inline) and
@@ -146,6 +157,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
                             estimand=estimand, unplanned=unplanned, success_rates=success_rates(workdir, target),
                             **seq)
   predictor_rows = why.predictor_table(nodes, n_boot=n_boot_predictors, seed=seed)
+  proxy_rows = _proxies(workdir, nodes, n_boot=n_boot, seed=seed)
   routed = rt.route(nodes, target="all" if target == common.TRAINED else target, n_boot=n_boot, seed=seed,
                     min_nodes=min_nodes, min_questions=min_questions)
   verdict = {**verdict, "validation": [validation_note.basis_line(verdict),
@@ -172,7 +184,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   if manifest is not None:
     meta["manifest.json"] = _flatten(manifest)
   markdown = md.render_markdown(summary, title=f"opd_jax summary: {name}", meta=meta, verdict=verdict,
-                                predictors=predictor_rows, router=routed, unsampled=unsampled)
+                                predictors=predictor_rows, router=routed, unsampled=unsampled, proxies=proxy_rows)
   pngs, files = {}, {}                   # path -> bytes of every file of the report, written as one at the end
   dest = workdir if out_dir is None else str(out_dir)
   if plot:
@@ -189,11 +201,12 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
     links = _pages(workdir, nodes, notes, pages=pages, colour_by=colour_by, decode=decode, out=files, dest=dest)
     files[os.path.join(dest, "report.html")] = page.render_html(
         title=f"opd_jax report: {name}", verdict=verdict, summary=summary, figures=pngs, where=where_rows,
-        predictors=predictor_rows, meta=meta, notes=notes, router=routed, pages=links)
+        predictors=predictor_rows, meta=meta, notes=notes, router=routed, pages=links, proxies=proxy_rows)
   files[os.path.join(dest, "summary.md")] = markdown
   files[os.path.join(dest, "summary.csv")] = summary.to_csv(index=False)
   files[os.path.join(dest, "where.csv")] = where_rows.to_csv(index=False)
   files[os.path.join(dest, "predictors.csv")] = predictor_rows.to_csv(index=False)
+  files[os.path.join(dest, "proxies.csv")] = proxy_rows.to_csv(index=False)
   files[os.path.join(dest, "verdict.json")] = records.json_text(_json_ready(verdict))
   with records.writing("report"):
     records.atomic_write_files(files)

@@ -5,6 +5,7 @@ import math
 import pandas as pd
 
 from opd_jax import records
+from opd_jax.report import proxies as proxy_lib
 from opd_jax.report import router as rt
 from opd_jax.report import verdict_text
 from opd_jax.report.common import ci
@@ -48,7 +49,7 @@ def verdict_lines(verdict: dict) -> list[str]:
 
 def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: dict | None = None,
                     predictors: pd.DataFrame | None = None, router: dict | None = None,
-                    unsampled: tuple[str, ...] = ()) -> str:
+                    unsampled: tuple[str, ...] = (), proxies: pd.DataFrame | None = None) -> str:
   """Markdown of the report.
 
   Sections: the verdict (`verdict`, decision.decide), mean alignment and teacher advantage per configuration x
@@ -57,7 +58,8 @@ def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: d
   (`predictors`, predictors.predictor_table), the router (`router`, router.route), the oracle filter, and last
   the run (`meta`: key -> value; a dict value, such as the config, becomes a collapsed key/value list). Groups in
   `unsampled` (budget.node_group="target": no node rollouts there by design) get one line saying so instead of
-  their UNDERPOWERED lines.
+  their UNDERPOWERED lines. `proxies` (proxies.proxy_table): each configuration's cheap proxies, after the
+  predictors.
 
   Returns:
     The markdown text, ending with a newline.
@@ -116,6 +118,10 @@ def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: d
              fmt(r.get("filter_mean"), 3), fmt(r.get("filter_capture"), 3)] for _, r in predictors.iterrows()]
     lines += table(["config", "predictor", "nodes", "Spearman", pct, "AUROC", pct, "filter mean align",
                     "filter capture"], body)
+  if proxies is not None and len(proxies):
+    lines += ["", "## Cheap proxies per configuration (no targeted rollouts)", "", proxy_lib.NOTE + f" {pct} by "
+              "cluster bootstrap over questions.", ""]
+    lines += table(*proxy_lib.wide(proxies))
   if router is not None and router.get("rows"):
     lines += ["", "## Router (cross-validated by question)", "", f"**{router['line']}**", "", rt.note(router), ""]
     lines += table(rt.ROUTER_HEADER, rt.table_rows(router))

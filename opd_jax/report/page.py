@@ -6,6 +6,7 @@ import html
 import pandas as pd
 
 from opd_jax.estimators import predictors
+from opd_jax.report import proxies as proxy_lib
 from opd_jax.report import router as rt
 from opd_jax.report import verdict_text
 from opd_jax.report.common import ci
@@ -56,6 +57,12 @@ _COLUMNS = {
                "configuration could show with this many continuations",
     "split-half": "mean split-half cosine cos(g*_A, g*_B) of two halves of the continuations: the reliability of "
                   "an estimate from half of them",
+    "view": "the teacher and context a configuration's q reads (teacher:context); its divergence is not part of it",
+    "tokens": "scored tokens of the view with a defined value (the proxies' sample)",
+    "minus_kl_qp": "-KL(q||p) per token, the view's mean over the scored rollouts [95% interval over questions]",
+    "minus_kl_pq": "-KL(p||q) per token, the view's mean over the scored rollouts [95% interval over questions]",
+    "minus_js": "-JS(p, q) (beta 0.5) per token, the view's mean over the scored rollouts [95% interval over "
+                "questions]",
     "predictor": "a per-token divergence between student p and teacher q (kl_pq = KL(p||q), entropy_p = H(p), "
                  "logq_minus_logp = log q(y) - log p(y), ...), cheap to compute without continuations",
     "Spearman": "rank correlation of the predictor with alignment over the nodes",
@@ -95,6 +102,7 @@ TABLE_TITLES = {
     "router": {"nodes": "nodes where the policy's configuration has a defined alignment",
                "CI": "cluster-bootstrap interval of the mean alignment over questions"},
     "oracle": {"CI": "cluster-bootstrap interval of the net share over questions"},
+    "proxies": {},
 }
 
 
@@ -131,10 +139,12 @@ def _img(png: bytes, alt: str) -> str:
 
 def render_html(*, title: str, verdict: dict, summary: pd.DataFrame, figures: dict[str, bytes],
                 where: pd.DataFrame | None, predictors: pd.DataFrame | None, meta: dict, notes: list[str],
-                router: dict | None = None, pages: list[tuple[str, str]] | None = None) -> str:
+                router: dict | None = None, pages: list[tuple[str, str]] | None = None,
+                proxies: pd.DataFrame | None = None) -> str:
   """The page as a string. `figures`: name -> PNG bytes ("alignment", "where_<split>", "predictors");
   `router`: router.route's result (a section after the predictors); `pages`: (relative link, label) of the
-  per-token pages (tokens_pages.write_pages; the first is the index)."""
+  per-token pages (tokens_pages.write_pages; the first is the index); `proxies`: proxies.proxy_table (a section
+  before the router)."""
   parts = [f"<h1>{html.escape(title)}</h1>", '<p class="note">Hover a column name for its meaning; all of them '
            'are in the <a href="#glossary">glossary</a> at the end.</p>']
   weak = "" if verdict.get("verdict") == "use" else " weak"
@@ -182,6 +192,10 @@ def render_html(*, title: str, verdict: dict, summary: pd.DataFrame, figures: di
                  "mean of all nodes) / (oracle kept mean - mean of all nodes): 1 = the predictor filters as well as "
                  "the oracle that sees the alignments, 0 = no better than keeping every node. See the "
                  '<a href="#glossary">glossary</a>.</p>')
+  if proxies is not None and len(proxies):
+    parts.append("<h2>Cheap proxies per configuration (no targeted rollouts)</h2>"
+                 f'<p class="note">{html.escape(proxy_lib.NOTE)} Intervals: cluster bootstrap over questions.</p>'
+                 + _table(*proxy_lib.wide(proxies), titles=TABLE_TITLES["proxies"]))
   if router is not None:
     parts.append("<h2>Router (cross-validated by question)</h2>")
     weak = "" if router.get("rows") and not router.get("underpowered") else " weak"
