@@ -353,6 +353,10 @@ def describe(config, name: str, variance_split: str | None = None) -> str:
   lines = [f"cost model ({where}; compile-only XLA FLOPs, decode bytes metered on the compiled HLO, other bytes "
            "analytic; upper bounds of planning.plan):"]
   lines += [fmt(head)] + [fmt(r) for r in rows]
+  cheap = cost([x for x in cs if x.stage != "continuations"], chip, chips)
+  lines.append(f"  without the targeted continuations (what the report's cheap proxies need: rollouts and scoring): "
+               f"CPU est {_secs(cheap.cpu_s)} ({cheap.cpu_s / total.cpu_s:.0%} of the total)"
+               + (f", roofline {_secs(cheap.acc_s)} ({cheap.acc_s / total.acc_s:.0%})" if chip else ""))
   lines.append(f"  CPU estimate, from the models' shapes (the plan's wall time above is at the measured rates of "
                f"the 0.5B student and 1.5B teacher): fp32 matmul rate at each program's M from CPU_MATMUL_GFLOPS "
                f"({min(CPU_MATMUL_GFLOPS.values()):.0f}-{max(CPU_MATMUL_GFLOPS.values()):.0f} GFLOP/s), "

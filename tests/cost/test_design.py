@@ -289,3 +289,17 @@ def test_the_floored_design_is_chosen_and_the_line_names_the_pure_continuation_p
   lines = design.describe(config, None, None, 1, str(path))
   assert lines[-1].startswith("  hours for R=64's precision: ") and lines[-1].endswith(
       "every pair, node rollouts from the verdict's group only)") and "floored" not in lines[-2]
+
+
+def test_the_dry_run_prices_the_study_without_its_continuations(monkeypatch):
+  """The cost model's line for the cheap proxies alone (issue 47, item 6): the rollouts' and scoring's rows summed,
+  against the total (the rows are parsed back from the table it prints)."""
+  from configs import smoke  # pylint: disable=g-import-not-at-top
+  from opd_jax.cost import estimate, programs  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(programs, "_compiled_flops", lambda kind, cfg, rows, tokens, slots, *_: float(rows * tokens))
+  config = smoke.get_config()
+  cs = estimate.calls(config, work=estimate.planned_work(config))
+  parts = {s: estimate.cost([c for c in cs if c.stage == s], None, 1).cpu_s for s in estimate.STAGES}
+  line = next(l for l in estimate.describe(config, "cpu").splitlines() if "without the targeted continuations" in l)
+  cheap = parts["rollouts"] + parts["scoring"]
+  assert f"CPU est {estimate._secs(cheap)} ({cheap / sum(parts.values()):.0%} of the total)" in line  # pylint: disable=protected-access
