@@ -57,15 +57,6 @@ def main(_):
   jax.effects_barrier()
 
 
-def _parse(argv):
-  """absl's parse: --help exits 0 (`terminal.help_exits_zero`), a bad flag is one `error:` line (exit 2)."""
-  from opd_jax import terminal  # pylint: disable=g-import-not-at-top
-  try:
-    with terminal.help_exits_zero(argv):
-      return flags.FLAGS(argv)
-  except flags.Error as e:
-    terminal.fail(terminal.flag_error(e, argv))
-
-
 if __name__ == "__main__":
-  app.run(main, flags_parser=_parse)
+  from opd_jax import terminal  # pylint: disable=g-import-not-at-top
+  app.run(main, flags_parser=terminal.parse_flags)

@@ -365,6 +365,16 @@ def help_exits_zero(argv: Sequence[str]):
     raise
 
 
+def parse_flags(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> list[str]:
+  """absl's parse for an `app.run(main, flags_parser=...)`: a flag error is one `error:` line (`flag_error`, exit 2)
+  instead of usage text, and --help exits 0 (`help_exits_zero`). Returns the arguments left after the flags."""
+  try:
+    with help_exits_zero(argv):
+      return flag_values(argv)
+  except flags.Error as e:
+    fail(flag_error(e, list(argv), flag_values))
+
+
 _KINDS = {"IntegerParser": "an integer", "FloatParser": "a number", "BooleanParser": "true or false",
           "_ConfigDictParser": "a dict literal, e.g. \"{'key': 1}\"", "TupleParser": "a tuple literal, e.g. '(1, 2)'",
           "EnumParser": "one of the listed values", "EnumClassParser": "one of the listed values"}

@@ -96,14 +96,5 @@ def main(argv) -> None:
                              records_dir=pathlib.Path(workdirs[0]) / "records" if out else None))
 
 
-def parse_flags(argv):
-  """absl's parse with a flag error as one `error:` line (exit 2) instead of usage text; --help exits 0."""
-  try:
-    with terminal.help_exits_zero(argv):
-      return flags.FLAGS(argv)
-  except flags.Error as e:
-    terminal.fail(terminal.flag_error(e, argv))
-
-
 if __name__ == "__main__":
-  app.run(main, flags_parser=parse_flags)
+  app.run(main, flags_parser=terminal.parse_flags)

@@ -16,6 +16,7 @@ from scipy import optimize
 
 from opd_jax import records
 from opd_jax import report
+from opd_jax import terminal
 from opd_jax.report import compare
 from opd_jax.report import decision
 from opd_jax.report import router
@@ -228,7 +229,7 @@ def _report_cli(argv: list[str]) -> dict:
           if "opd_jax.report.__main__" not in sys.modules and "workdir" in flags.FLAGS:
             delattr(flags.FLAGS, "workdir")        # opd_jax.main's flag, if a test imported it; the report has its own
           from opd_jax.report import __main__ as report_cli  # pylint: disable=g-import-not-at-top
-          report_cli.main(report_cli.parse_flags(["opd_jax.report", *argv]))
+          report_cli.main(terminal.parse_flags(["opd_jax.report", *argv]))
         except SystemExit as e:
           code = e.code if isinstance(e.code, int) else 1
       path.write_text(json.dumps({"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}))
