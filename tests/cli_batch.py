@@ -22,6 +22,7 @@ import sys
 import tempfile
 
 from opd_jax import main as cli
+from opd_jax import terminal
 from opd_jax.study import pipeline
 
 
@@ -40,7 +41,7 @@ def run_cli(argv: list[str], module: str = "main") -> dict:
         from absl import flags  # pylint: disable=g-import-not-at-top
         delattr(flags.FLAGS, "workdir")                # main's flag; the report CLI defines its own
         report_cli = importlib.import_module("opd_jax.report.__main__")
-        report_cli.main(report_cli.parse_flags(sys.argv))
+        report_cli.main(terminal.parse_flags(sys.argv))
       else:
         cli.main(cli.parse_flags(sys.argv))
     except SystemExit as e:
