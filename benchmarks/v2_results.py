@@ -89,7 +89,8 @@ def _expectations(gains: pd.DataFrame, tests: pd.DataFrame, pairs_summary: pd.Da
 def _secondary(out: dict[str, pd.DataFrame], primary: str) -> list[str]:
   tests, regret, collapse, noise = out["tests"], out["regret"], out["collapse"], out["noise"]
   lines = ["## Secondary analyses (hypothesis.md, reported whatever they show)", "",
-           "Every predictor with the primary's statistic, interval and p; minus the primary, paired by draw; the same "
+           "Every predictor with the primary's statistic, interval and p; minus primary: this predictor's statistic "
+           "minus the primary's, paired by draw; the same "
            "statistic against the change of the gold answer's log p (secondary 6).", "",
            "| predictor | statistic [95%] | p | minus primary [95%] | gold: statistic | gold: p |",
            "|---|---|---|---|---|---|"]

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from opd_jax import records
 from opd_jax.estimators import stats
@@ -57,13 +58,20 @@ def _flatten(tree, prefix: str = "") -> dict:
   return out
 
 
-def _proxies(workdir: str, nodes: pd.DataFrame, *, n_boot: int, seed: int) -> pd.DataFrame:
-  """proxies.proxy_table of the study's tokens table (an empty table where it has none)."""
-  try:
-    tokens = read_records(workdir, "tokens", columns=list(proxy_lib.COLUMNS))
-  except (FileNotFoundError, KeyError, ValueError):         # no tokens records, or older columns
-    return proxy_lib.proxy_table(pd.DataFrame(columns=list(proxy_lib.COLUMNS)), nodes.iloc[:0])
-  return proxy_lib.proxy_table(tokens, nodes, n_boot=n_boot, seed=seed)
+def _proxies(workdir: str, nodes: pd.DataFrame, *, n_boot: int, seed: int) -> tuple[pd.DataFrame, str]:
+  """(proxies.proxy_table of the study's tokens table, "" or why it is empty: the report's run facts say so)."""
+  empty = proxy_lib.proxy_table(pd.DataFrame(columns=list(proxy_lib.COLUMNS)), nodes.iloc[:0])
+  parts = records.part_files(workdir, "tokens")
+  if not parts:
+    return empty, "not shown: no records/tokens (the per-token divergences they average)"
+  have = set(pq.read_schema(parts[0]).names)
+  if not {"question_id", "teacher", "context"} <= have:
+    return empty, "not shown: records/tokens has no question_id, teacher or context column"
+  tokens = read_records(workdir, "tokens", columns=[c for c in proxy_lib.COLUMNS if c in have])
+  table = proxy_lib.proxy_table(tokens, nodes, n_boot=n_boot, seed=seed)
+  missing = sorted(set(proxy_lib.PROXIES) - set(table["proxy"]))
+  return table, (f"{', '.join(missing)} not shown: no finite value in records/tokens" if missing and len(table)
+                 else "" if len(table) else "not shown: no finite value in records/tokens")
 
 
 def success_rates(workdir, target: str) -> pd.Series | None:
@@ -157,7 +165,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
                             estimand=estimand, unplanned=unplanned, success_rates=success_rates(workdir, target),
                             **seq)
   predictor_rows = why.predictor_table(nodes, n_boot=n_boot_predictors, seed=seed)
-  proxy_rows = _proxies(workdir, nodes, n_boot=n_boot, seed=seed)
+  proxy_rows, proxy_note = _proxies(workdir, nodes, n_boot=n_boot, seed=seed)
   routed = rt.route(nodes, target="all" if target == common.TRAINED else target, n_boot=n_boot, seed=seed,
                     min_nodes=min_nodes, min_questions=min_questions)
   verdict = {**verdict, "validation": [validation_note.basis_line(verdict),
@@ -170,6 +178,8 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
                    f"{common.counted(nodes['question_id'].nunique(), 'question')}, "
                    f"{common.counted(nodes['config_id'].nunique(), 'configuration')}"}
   lengths = _rollout_lengths(workdir, meta)
+  if proxy_note:
+    meta["cheap proxies"] = proxy_note
   meta["intervals"] = (f"{100 * summary['ci_level'].iloc[0]:g}% percentile cluster bootstrap over questions, "
                        f"n_boot={n_boot}, seed={seed}; underpowered below {min_nodes} defined alignments or "
                        f"{min_questions} questions (intervals indicative)")

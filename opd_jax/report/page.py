@@ -102,7 +102,9 @@ TABLE_TITLES = {
     "router": {"nodes": "nodes where the policy's configuration has a defined alignment",
                "CI": "cluster-bootstrap interval of the mean alignment over questions"},
     "oracle": {"CI": "cluster-bootstrap interval of the net share over questions"},
-    "proxies": {},
+    "proxies": {"topk_overlap": "top-k overlap of p and q per token, the view's mean over the scored rollouts [95% "
+                                "interval over questions]",
+                "tokens": "scored tokens of the view with a finite value (the largest count over its proxies)"},
 }
 
 

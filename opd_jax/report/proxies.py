@@ -3,7 +3,9 @@ need no targeted rollouts (issue 47, item 6). Validation v2 tests them against t
 alignment (docs/data/validation_v2/hypothesis.md, secondary 2; the verdict's basis line reads the result).
 
 A configuration's proxy is its view's (teacher x context) mean per-token value over the study's scored rollouts'
-tokens (the tokens table; with scoring.all_rollouts, every rollout), signed so that higher means the teacher is
+tokens (the tokens table: the node rollouts, balanced correct / incorrect, unless scoring.all_rollouts scores every
+rollout), over the finite values (a cross-tokenizer view has none: its proxies are left out), signed so that higher
+means the teacher is
 closer to the student: -KL(q || p), -KL(p || q), -JS and top-k overlap, v2's `minus_kl_qp`, `minus_kl_pq`,
 `minus_js` and `topk_overlap` (benchmarks/validate_training.py `predictor_sums`: the ratio of per-question sums over
 the questions, the same number). Its interval resamples questions (stats.cluster_bootstrap_ci, mean of the drawn
@@ -20,7 +22,8 @@ from opd_jax.estimators import stats
 PROXIES = {"minus_kl_qp": ("kl_qp", -1.0), "minus_kl_pq": ("kl_pq", -1.0), "minus_js": ("js", -1.0),
            "topk_overlap": ("topk_overlap", 1.0)}
 COLUMNS = ("question_id", "teacher", "context", *dict.fromkeys(c for c, _ in PROXIES.values()))
-NOTE = ("A configuration's view (teacher x context), its mean per token over the scored rollouts: -KL(q||p), "
+NOTE = ("A configuration's view (teacher x context), its mean per token over the scored rollouts (the node rollouts "
+        "unless scoring.all_rollouts): -KL(q||p), "
         "-KL(p||q), -JS and top-k overlap, higher = the teacher closer to the student; no targeted rollouts, so "
         "cheap, and blind to the divergence (configurations of one view share them). Validation v2 tests whether "
         "they rank training gains within a teacher, beside the alignment (the verdict's first validation line).")
@@ -37,25 +40,38 @@ def proxy_table(tokens: pd.DataFrame, nodes: pd.DataFrame, *, n_boot: int = 2000
     n_boot, seed, level: the intervals (stats.cluster_bootstrap_ci).
   Returns:
     One row per configuration (nodes' order) and proxy (PROXIES' order): config_id, teacher, context, proxy, value,
-    ci_lo, ci_hi, tokens (with a finite value), questions; no rows for a view without tokens.
+    ci_lo, ci_hi, tokens (with a finite value), questions; no rows for a view without tokens, nor for a proxy
+    without a finite value there (a column the table lacks, a cross-tokenizer view).
   """
   views = nodes.drop_duplicates("config_id")[["config_id", "teacher", "context"]]
-  q = tokens["question_id"].astype(str)
+  q = tokens["question_id"].astype(str).to_numpy()
+  teachers, contexts = tokens["teacher"].astype(str).to_numpy(), tokens["context"].astype(str).to_numpy()
+  per_view = {}                                     # (teacher, context) -> its rows (configurations share a view)
   rows = []
   for conf, teacher, context in views.itertuples(index=False):
-    sel = ((tokens["teacher"].astype(str) == str(teacher)) & (tokens["context"].astype(str) == str(context))).to_numpy()
-    if not sel.any():
-      continue
-    for name, (col, sign) in PROXIES.items():
-      if col not in tokens.columns:
-        continue
-      v = sign * tokens[col].to_numpy(np.float64)[sel]
-      ok = np.isfinite(v)
-      value, lo, hi = stats.cluster_bootstrap_ci(v, q.to_numpy()[sel], n_boot=n_boot, level=level, seed=seed)
-      rows.append(dict(config_id=conf, teacher=teacher, context=context, proxy=name, value=value, ci_lo=lo,
-                       ci_hi=hi, tokens=int(ok.sum()), questions=int(q[sel][ok].nunique())))
+    key = (str(teacher), str(context))
+    if key not in per_view:
+      per_view[key] = _view_rows(tokens, q, (teachers == key[0]) & (contexts == key[1]), n_boot, seed, level)
+    rows += [dict(config_id=conf, teacher=teacher, context=context, **r) for r in per_view[key]]
   return pd.DataFrame(rows, columns=["config_id", "teacher", "context", "proxy", "value", "ci_lo", "ci_hi", "tokens",
                                      "questions"])
+
+
+def _view_rows(tokens: pd.DataFrame, q: np.ndarray, sel: np.ndarray, n_boot: int, seed: int, level: float) -> list:
+  """proxy_table's rows of one view (`sel`: its tokens): non-finite values (an infinite KL) are left out, as v2's
+  per-question sums leave them."""
+  out = []
+  for name, (col, sign) in PROXIES.items():
+    if col not in tokens.columns or not sel.any():
+      continue
+    v = sign * tokens[col].to_numpy(np.float64)[sel]
+    ok = np.isfinite(v)
+    if not ok.any():
+      continue
+    value, lo, hi = stats.cluster_bootstrap_ci(np.where(ok, v, np.nan), q[sel], n_boot=n_boot, level=level, seed=seed)
+    out.append(dict(proxy=name, value=value, ci_lo=lo, ci_hi=hi, tokens=int(ok.sum()),
+                    questions=len(np.unique(q[sel][ok]))))
+  return out
 
 
 def wide(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pathlib
 
+import numpy as np
 import pandas as pd
 
 from opd_jax.report import common
@@ -164,15 +165,19 @@ def basis_line(verdict: dict, root: pathlib.Path | None = None) -> str:
   else:
     text = f"{head} " + result(name) + ("" if name == PRIMARY or PRIMARY not in rows.index
                                         else f" (the primary, {PRIMARY}: {result(PRIMARY)})")
-  proxies = [k for k in PROXIES if k in rows.index]
-  if not proxies or PRIMARY not in rows.index or not {"minus_primary_lo", "minus_primary_hi"} <= set(rows.columns):
+  paired = ["statistic", "minus_primary", "minus_primary_lo", "minus_primary_hi"]
+  if PRIMARY not in rows.index or not set(paired) <= set(rows.columns):
+    return text
+  proxies = [k for k in PROXIES if k in rows.index and np.isfinite(rows.loc[k, paired].to_numpy(float)).all()]
+  if not proxies:
     return text
   best = max(proxies, key=lambda k: rows.at[k, "statistic"])
   r = rows.loc[best]
   than = ("above it" if r.minus_primary_lo > 0 else "below it" if r.minus_primary_hi < 0
           else "not distinguishable from it")
-  return (f"{text}; the best cheap proxy, {best} (no targeted rollouts), {result(best)}; minus the primary "
-          f"{r.minus_primary:+.2f} [{r.minus_primary_lo:+.2f}, {r.minus_primary_hi:+.2f}] (paired draws): {than}")
+  return (f"{text}; the best of {len(proxies)} cheap proxies (no targeted rollouts), {best}, {result(best)}; it "
+          f"minus the primary {r.minus_primary:+.2f} [{r.minus_primary_lo:+.2f}, {r.minus_primary_hi:+.2f}] (paired "
+          f"draws, not adjusted for picking the best): {than}")
 
 
 def lines(verdict: dict, selfs: list[str], root: pathlib.Path | None = None) -> list[str]:

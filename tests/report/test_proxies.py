@@ -50,3 +50,17 @@ def test_each_configuration_gets_its_views_token_means_with_question_intervals()
   first = got.iloc[0]
   assert rows[0][3] == f"{first.value:+.3f} [{first.ci_lo:+.3f}, {first.ci_hi:+.3f}]"
   assert proxies.proxy_table(tokens.iloc[:0], nodes).empty
+
+
+def test_infinite_values_are_left_out_and_a_view_without_finite_values_has_no_rows():
+  """An infinite KL is left out of the mean (as v2's sums leave it), and a view whose proxies are all NaN (a
+  cross-tokenizer teacher: no per-token divergences) gets no rows rather than NaN ones."""
+  tokens, nodes = _frames(1)
+  tokens.loc[tokens.index[0], "kl_qp"] = np.inf
+  cross = tokens[tokens.teacher == "t"].assign(teacher="other", kl_qp=np.nan, kl_pq=np.nan, js=np.nan,
+                                               topk_overlap=np.nan)
+  got = proxies.proxy_table(pd.concat([tokens, cross]), nodes, n_boot=50)
+  assert "ghost" not in set(got.config_id)
+  row = got[(got.config_id == "ext_rkl") & (got.proxy == "minus_kl_qp")].iloc[0]
+  view = tokens[(tokens.teacher == "t") & np.isfinite(tokens.kl_qp)]
+  assert np.isclose(row.value, -view.kl_qp.mean()) and row.tokens == len(view) and np.isfinite([row.ci_lo, row.ci_hi]).all()

@@ -85,7 +85,7 @@ RULE = {"student_top_k": 2, "teacher_top_k": 1, "views": ["self:solution", "t:pl
 
 def tiny_study(workdir, seed=0, schema_version=records.SCHEMA_VERSION, name="tiny", candidate_set=RULE):
   """crossing() records on 12 questions written as a study: nodes with candidates / P_succ columns, a tokens
-  table (8 positions, kl_pq), rollouts with text, config.json and manifest.json (with `candidate_set` unless
+  table (8 positions, kl_pq and the cheap proxies' kl_qp, js, topk_overlap), rollouts with text, config.json and manifest.json (with `candidate_set` unless
   None: a manifest written before the rule was recorded)."""
   rng = np.random.default_rng(seed)
   nodes = crossing(seed, n_questions=12, n_nodes=4)
@@ -104,7 +104,9 @@ def tiny_study(workdir, seed=0, schema_version=records.SCHEMA_VERSION, name="tin
       part.to_parquet(workdir / "records" / table / f"part-{q}.parquet")
   keys = nodes[["question_id", "rollout_id"]].drop_duplicates()
   tokens = pd.concat([keys.assign(position=t, token=int(t % 4), teacher="t", context="plain",
-                                  kl_pq=rng.exponential(size=len(keys))) for t in range(8)])
+                                  kl_pq=rng.exponential(size=len(keys)), kl_qp=rng.exponential(size=len(keys)),
+                                  js=rng.uniform(0, 0.69, len(keys)), topk_overlap=rng.integers(0, 5, len(keys)) / 4)
+                      for t in range(8)])
   (workdir / "records" / "tokens").mkdir()
   tokens.to_parquet(workdir / "records" / "tokens" / "part-all.parquet")
   (workdir / "records" / "rollouts").mkdir()

@@ -245,9 +245,19 @@ def test_the_basis_line_names_what_the_verdict_ranks_on_and_reads_v2s_test(tmp_p
     table.assign(minus_primary=[0.0, -0.41, -0.21], minus_primary_lo=[0.0, -0.9, lo],
                  minus_primary_hi=[0.0, 0.1, hi]).to_csv(tmp_path / validation_note.V2 / "stage3.csv", index=False)
     line = validation_note.basis_line({"estimand": "alignment", "target": "trained"}, root=tmp_path)
-    assert line.endswith(f"; the best cheap proxy, minus_js (no targeted rollouts), +0.40 [+0.05, +0.70], one-sided "
-                         f"permutation p 0.03; minus the primary -0.21 [{lo:+.2f}, {hi:+.2f}] (paired draws): {word}")
+    assert line.endswith(f"; the best of 1 cheap proxies (no targeted rollouts), minus_js, +0.40 [+0.05, +0.70], "
+                         f"one-sided permutation p 0.03; it minus the primary -0.21 [{lo:+.2f}, {hi:+.2f}] (paired "
+                         f"draws, not adjusted for picking the best): {word}")
   ratio = validation_note.basis_line({"estimand": "alignment_ratio", "target": "all"}, root=tmp_path)
   assert "no row for alignment_ratio_all; the primary, alignment_trained, +0.61" in ratio
   projection = validation_note.basis_line({"estimand": "projection", "target": "trained"}, root=tmp_path)
   assert "(v2's predictor projection_trained)" in projection and "no row for projection_trained" in projection
+  # A proxy without a statistic is never the best: the finite ones are compared (none: no clause).
+  nan_first = pd.DataFrame({"predictor": ["alignment_trained", "minus_kl_qp", "minus_js"], "statistic": [0.6, np.nan, 0.4],
+                            "lo": 0.0, "hi": 0.9, "p_value": 0.01, "configurations": 22, "minus_primary": [0, np.nan, -0.2],
+                            "minus_primary_lo": [0, np.nan, -0.5], "minus_primary_hi": [0, np.nan, 0.1]})
+  nan_first.to_csv(tmp_path / validation_note.V2 / "stage3.csv", index=False)
+  line = validation_note.basis_line({"estimand": "alignment", "target": "trained"}, root=tmp_path)
+  assert "the best of 1 cheap proxies (no targeted rollouts), minus_js" in line and "nan" not in line
+  nan_first.iloc[:2].to_csv(tmp_path / validation_note.V2 / "stage3.csv", index=False)
+  assert "cheap prox" not in validation_note.basis_line({"estimand": "alignment", "target": "trained"}, root=tmp_path)
