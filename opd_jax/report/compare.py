@@ -22,6 +22,7 @@ from opd_jax.report import build
 from opd_jax.report import common
 from opd_jax.report import decision
 from opd_jax.report import page
+from opd_jax.report import validation_note
 
 
 def expand(workdirs: list[str]) -> list[str]:
@@ -203,6 +204,8 @@ def render(table: pd.DataFrame, verdicts: list[dict]) -> str:
   parts.append(f'<p class="note">{html.escape(summary)}. Target group: {html.escape(group)}; means with '
                f"{100 * verdicts[0]['level']:g}% cluster-bootstrap intervals over each study's "
                f"questions (n_boot={verdicts[0]['n_boot']}, seed={verdicts[0]['seed']}).</p>")
+  if verdicts:                     # what every study's verdict ranks on, and what validation v2 showed of it
+    parts.append(f'<p class="note">{html.escape(validation_note.basis_line(verdicts[0]))}</p>')
   for w in verdicts[0].get("warnings", []):
     parts.append(f'<p class="note"><b>Flagged:</b> {html.escape(w)}.</p>')
   parts.append("<h2>Verdicts</h2>" + page.table_html(

@@ -1,6 +1,7 @@
 """Issue 14, item 1 and issue 25 (the decision): planted effects are found, null effects are not, the error rates
 hold with few questions and a best chosen from the data (a reduced run of benchmarks/verdict_calibration.py), and
 the decision table is recomputable from the parquet records with numpy and statsmodels."""
+import html
 import json
 
 import numpy as np
@@ -15,6 +16,7 @@ from opd_jax import records
 from opd_jax import report
 from opd_jax.report import compare
 from opd_jax.report import decision
+from opd_jax.report import validation_note
 from opd_jax.report import verdict_text
 
 
@@ -245,6 +247,7 @@ def test_comparison_page_stars_only_comparable_distinguishable_configurations(tm
   page = (tmp_path / "out" / "comparison.html").read_text()
   assert page.count(" *</td>") == 1 and "not comparable (1 shared questions)" in page
   assert [v["verdict"] for v in verdicts] == ["underpowered", "use"]
+  assert html.escape(validation_note.basis_line(verdicts[0])) in page        # what the verdicts rank on, once
 
 
 def test_intervals_stay_within_what_a_difference_of_cosines_can_be():
