@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import pandas as pd  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks import validate_training as vt  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.report import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.report import decision  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.report import sequential  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
   ap.add_argument("--subsets", default="all;external,misleading;external,solution;external,external_fkl,external_jsd",
                   help="';'-separated configuration lists ('all': every configuration)")
   args = ap.parse_args(argv)
-  bad = sorted(set(args.targets.split(",")) - {"incorrect", "correct", "all"})
+  bad = sorted(set(args.targets.split(",")) - set(common.GROUPS))
   if bad:
     print(f"error: --targets={args.targets}: {bad} not replayed; use incorrect, correct or all (the 'trained' group "
           "needs each question's base success rate, which the validation's study CSVs do not hold)", file=sys.stderr)

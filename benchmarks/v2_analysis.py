@@ -22,6 +22,7 @@ import pandas as pd
 import scipy.stats
 
 from benchmarks import validate_training
+from opd_jax.report import validation_note
 
 
 def stratum_rhos(x: np.ndarray, y: np.ndarray, strata) -> dict:
@@ -126,7 +127,7 @@ def interval(num: np.ndarray, den: np.ndarray, diffs: list[np.ndarray], strata, 
 # ---------------------------------------------------------------------------------------------------------------
 # The committed CSVs (docs/data/validation_v2/) read into the arrays above: stage 2's predictors, stage 3's gains.
 
-PRIMARY = "alignment_trained"          # the primary predictor (hypothesis.md)
+PRIMARY = validation_note.PRIMARY      # the primary predictor (hypothesis.md; one name for the report and here)
 RESAMPLED = "configurations within strata, study questions, evaluation questions, seed replicates"
 COLLAPSED = 0.10                       # a run whose held-out pass@1 after training is below this collapsed
 

@@ -21,6 +21,7 @@ run's workdir: the same model and keys give the same rewards (checked: each run'
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -28,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
+from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -501,14 +503,22 @@ def main(argv=None) -> int:
     return 2
   todo = pieces(args.tiny) if args.piece == "all" else [args.piece]
   data.mkdir(parents=True, exist_ok=True)
-  workdir.mkdir(parents=True, exist_ok=True)
+  return locked(workdir, lambda: _drive(todo, workdir, data, args, figure))
+
+
+def locked(workdir: pathlib.Path, drive: Callable[[], int]) -> int:
+  """drive()'s exit code, run while this driver holds `<workdir>/lock.0.json` (`runs.workdir_lock`: one driver per
+  workdir; each run holds its own folder's lock, the trainer's); a lock another live driver holds is one error
+  line, exit 2, and nothing runs. The v1 and v2 drivers both call it."""
   from opd_jax.study import runs as study_runs  # pylint: disable=g-import-not-at-top
-  try:
-    with study_runs.workdir_lock(workdir, 0):              # one driver per workdir (a run: the trainer's)
-      return _drive(todo, workdir, data, args, figure)
-  except study_runs.WorkdirInUse as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+  workdir.mkdir(parents=True, exist_ok=True)
+  with contextlib.ExitStack() as held:
+    try:
+      held.enter_context(study_runs.workdir_lock(workdir, 0))
+    except study_runs.WorkdirInUse as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
+    return drive()
 
 
 def _drive(todo: list[str], workdir: pathlib.Path, data: pathlib.Path, args, figure: pathlib.Path | None) -> int:

@@ -40,7 +40,6 @@ step's rollouts, where a collapse shows) and are never rerun: commit them as eac
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import pathlib
@@ -454,15 +453,7 @@ def main(argv=None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   data.mkdir(parents=True, exist_ok=True)
-  workdir.mkdir(parents=True, exist_ok=True)
-  from opd_jax.study import runs as study_runs  # pylint: disable=g-import-not-at-top
-  with contextlib.ExitStack() as held:
-    try:
-      held.enter_context(study_runs.workdir_lock(workdir, 0))   # one driver per workdir (a run: the trainer's)
-    except ValueError as e:                                     # another driver holds it
-      print(f"error: {e}", file=sys.stderr)
-      return 2
-    return drive(todo, workdir, data, args.tiny, args.interim)
+  return v1.locked(workdir, lambda: drive(todo, workdir, data, args.tiny, args.interim))
 
 
 def drive(todo: list[str], workdir: pathlib.Path, data: pathlib.Path, tiny: bool, interim: bool) -> int:
@@ -486,6 +477,7 @@ def drive(todo: list[str], workdir: pathlib.Path, data: pathlib.Path, tiny: bool
     if piece.startswith("train:"):
       print(add_run_row(workdir / "train" / piece.split(":", 1)[1], data, wall, peak), flush=True)
   return 0
+
 
 if __name__ == "__main__":
   sys.exit(main())

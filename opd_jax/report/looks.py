@@ -222,10 +222,13 @@ def take(workdir: pathlib.Path, seq: Looks, selected: list[str], look: int) -> d
   n = seq.design.looks[look - 1]
   nodes = records.read_table(workdir, "nodes")
   nodes = nodes[nodes["question_id"].isin(set(selected[:n]))].reset_index(drop=True)
+  rates = None
+  if seq.target == common.TRAINED:     # the report's reader of the rollouts' two columns, imported only here
+    from opd_jax.report import build  # pylint: disable=g-import-not-at-top  (it loads matplotlib)
+    rates = build.success_rates(workdir, seq.target)
   v = verdict(nodes, seq, look, n_boot=200,          # the bootstrap intervals are descriptive: few suffice
               question_order=selected,               # each pair's level from its own history of looks
-              success_rates=(common.success_rates(records.read_table(workdir, "rollouts"))
-                             if seq.target == common.TRAINED else None))
+              success_rates=rates)
   note_look(workdir, selected, n, seq.design.looks)
   return {"look": look, "questions": n, "decided": bool(v["decided"]), "decision": v["decision"], "line": v["line"]}
 

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from opd_jax.report import common
+from opd_jax.report import proxies
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]        # the repository (docs/ beside opd_jax/)
 V1 = "docs/data/validation"
@@ -119,7 +120,7 @@ def _predictor_line(root: pathlib.Path, estimand: str, target: str) -> str:
 
 
 PRIMARY = "alignment_trained"        # v2's primary predictor (docs/data/validation_v2/hypothesis.md)
-PROXIES = ("minus_kl_qp", "minus_kl_pq", "minus_js", "topk_overlap")   # v2's cheap per-token proxies of a view
+PROXIES = tuple(proxies.PROXIES)     # v2's cheap per-token proxies of a view (report/proxies.py, v2's names)
 
 
 def v2_predictor(estimand: str, target: str) -> str:

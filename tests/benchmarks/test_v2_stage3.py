@@ -1,6 +1,11 @@
 """Validation v2's stage-3 analysis (benchmarks/v2_analysis.py `stage3_tables`) on committed-form CSVs written here:
 each table against an independent pandas/scipy computation of what its docstring says, and the driver's refusal of a
 stage-3 run before hypothesis.md exists."""
+import json
+import os
+import socket
+import subprocess
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -295,3 +300,13 @@ def test_a_pair_without_a_predictor_value_has_no_sign_to_agree(tmp_path):
   pairs = out["pairs"][out["pairs"].predictor == "alignment_all"].set_index("view")
   assert pairs.loc["ext_plain", "agree"] is None and isinstance(pairs.loc["self_solution", "agree"], bool)
   assert out["pairs_summary"].set_index("predictor").loc["alignment_all", "pairs"] == 1
+
+
+def test_a_second_driver_on_a_workdir_is_one_error_line_and_starts_nothing(tmp_path, capsys, monkeypatch):
+  """The v2 driver holds its workdir's lock as the v1 driver does (validate_training.locked)."""
+  from opd_jax.study import runs  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"started {a}"))
+  runs.lock_path(tmp_path, 0).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+  assert validate_v2.main([f"--workdir={tmp_path}", "--tiny", "--piece=stage1"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith(f"error: --workdir={tmp_path} is in use by another run") and len(err.splitlines()) == 1
