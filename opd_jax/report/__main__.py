@@ -1,13 +1,16 @@
 """python -m opd_jax.report --workdir=... [--target=incorrect] [--tokenizer=<HF folder>]: rebuilds the report
 and prints the verdict, the alignment table and where summary.md, report.html and the records are. A --target or
 --estimand other than the study's planned config.report needs --out=<dir> (that report goes there: the study's
-own verdict files are never replaced by an unplanned one).
+own verdict files are never replaced by an unplanned one). Rebuilding a study's own report holds its workdir lock
+(`runs.workdir_lock`, process index 0, as the study does while it writes them): beside a running study it is
+refused in one line; `--out=<dir>` writes a report beside it instead.
 
 With several studies (--workdir repeated, or a glob such as --workdir='runs/*'), builds one comparison instead:
 `<out>/comparison.html` and `<out>/comparison.csv` (compare.write; --out is required). Studies whose candidate sets
 are formed differently (manifest.json "candidate_set": other views or top-k) are refused unless
 --allow_unlike_candidates, and then flagged (a `warning:` line; report/compare.py). Errors print one line
 `error: ...` (opd_jax.terminal.field_error's format, as `python -m opd_jax.main`) and exit 2."""
+import contextlib
 import pathlib
 
 from absl import app
@@ -20,6 +23,7 @@ from opd_jax.report import cli
 from opd_jax.report import compare
 from opd_jax.report import console
 from opd_jax.report import token_pages
+from opd_jax.study import runs
 
 flags.DEFINE_multi_string("workdir", None, "Study working directory holding records/nodes; repeat it (or pass a "
                           "glob) to compare several studies into --out.")
@@ -85,15 +89,30 @@ def main(argv) -> None:
           flag, f"differs from the study's planned config.report.{flag[2:]}={planned!r} and would replace its own "
           "verdict files", value, fix="pass --out=<folder> for this report (the study's own files stay as they are)"))
     decode = cli.token_decoder(f.tokenizer) if f.tokenizer else None
-    build.write_summary(workdirs[0], n_boot=f.n_boot, seed=f.seed, target=f.target, plot=f.plot,
-                        html=f.html, decode=decode, pages=f.pages, colour_by=f.colour_by,
-                        min_effect=f.min_effect, estimand=estimand,
-                        **cli.sequential_look(workdirs[0], f.min_effect, estimand),
-                        unplanned=cli.unplanned_reason(workdirs[0], f.target, estimand), out_dir=out)
+    with contextlib.nullcontext() if out else _own_report_lock(workdirs[0]):
+      build.write_summary(workdirs[0], n_boot=f.n_boot, seed=f.seed, target=f.target, plot=f.plot,
+                          html=f.html, decode=decode, pages=f.pages, colour_by=f.colour_by,
+                          min_effect=f.min_effect, estimand=estimand,
+                          **cli.sequential_look(workdirs[0], f.min_effect, estimand),
+                          unplanned=cli.unplanned_reason(workdirs[0], f.target, estimand), out_dir=out)
   except (OSError, ValueError) as e:
     terminal.fail(e)
   print(console.results_text(out or workdirs[0],    # the verdict, the table and where the files are (not summary.md)
                              records_dir=pathlib.Path(workdirs[0]) / "records" if out else None))
+
+
+@contextlib.contextmanager
+def _own_report_lock(workdir):
+  """The study's lock (process index 0, whose process writes the report) while its own report files are rebuilt.
+
+  Raises:
+    ValueError: a live run holds it; the message says to wait or to pass --out.
+  """
+  try:
+    with runs.workdir_lock(workdir, 0):
+      yield
+  except runs.WorkdirInUse as e:
+    raise ValueError(f"{e}; or pass --out=<folder> for a report beside the running study") from None
 
 
 if __name__ == "__main__":

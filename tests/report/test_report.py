@@ -3,6 +3,7 @@ import json
 import os
 import pathlib
 import re
+import socket
 import subprocess
 import sys
 
@@ -329,8 +330,12 @@ def test_write_summary_files_markdown_and_cli(tmp_path):
                        check=False)
   assert run.returncode == 0, run.stderr
   assert (workdir / "summary.md").read_text() == own and "NOT A DECISION" not in own
-  # With --out, a report at another target goes there; the study's own files stay as they are.
+  assert not (workdir / "lock.0.json").exists()          # the rebuild held the study's lock and let it go
+  # With --out, a report at another target goes there, also beside a running study (a live lock); the study's own
+  # files stay as they are.
   before = {f: (workdir / f).read_bytes() for f in ("summary.md", "summary.csv", "verdict.json")}
+  running = json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
+  (workdir / "lock.0.json").write_text(running)
   run = subprocess.run([sys.executable, "-m", "opd_jax.report", f"--workdir={workdir}", "--n_boot=300", "--seed=1",
                         "--nohtml", "--target=all", f"--out={tmp_path / 'other'}"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=60, check=False)
@@ -348,6 +353,14 @@ def test_write_summary_files_markdown_and_cli(tmp_path):
       "error: --target: differs from the study's planned config.report.target='correct' and would replace its own "
       "verdict files, got 'all'; pass --out=<folder> for this report (the study's own files stay as they are)\n")
   assert {f: (workdir / f).read_bytes() for f in before} == before
+  # Without --out, rebuilding the study's own report beside a running study is refused (its lock is left).
+  run = subprocess.run([sys.executable, "-m", "opd_jax.report", f"--workdir={workdir}", "--n_boot=300", "--nohtml"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+  assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+  assert run.stderr.startswith(f"error: --workdir={workdir} is in use by another run with process index 0 (pid "
+                               f"{os.getpid()}") and run.stderr.endswith("; or pass --out=<folder> for a report "
+                                                                         "beside the running study\n")
+  assert {f: (workdir / f).read_bytes() for f in before} == before and (workdir / "lock.0.json").read_text() == running
 
 
 def test_underpowered_lines_follow_min_nodes():
