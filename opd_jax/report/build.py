@@ -184,8 +184,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
                        f"n_boot={n_boot}, seed={seed}; underpowered below {min_nodes} defined alignments or "
                        f"{min_questions} questions (intervals indicative)")
   unsampled = ()
-  if (((config or {}).get("budget") or {}).get("node_group", "balanced") == "target"
-      and target in ("correct", "incorrect")):
+  if common.sampled_group(((config or {}).get("budget") or {}).get("node_group", "balanced"), target) != "all":
     unsampled = tuple(sorted({"correct", "incorrect"} - {target}))       # budget.node_group: not sampled on purpose
     meta["node rollouts"] = (f"from the {target} group only (budget.node_group=target): the {unsampled[0]} group "
                              "is empty by design")

@@ -27,6 +27,13 @@ ESTIMANDS = {
 }
 
 
+def sampled_group(node_group: str, target: str) -> str:
+  """The node group whose rollouts a study draws nodes from: the verdict's target under budget.node_group "target"
+  when it is a single group ("correct" or "incorrect"); otherwise "all" (both, balanced: "all" and "trained" read
+  both groups)."""
+  return target if node_group == "target" and target in ("correct", "incorrect") else "all"
+
+
 def duplicate_nodes(rows) -> tuple[int, dict | None]:
   """(how many node rows repeat a (config_id, question_id, rollout_id, position) key, the first repeated key as a
   dict, or None)."""

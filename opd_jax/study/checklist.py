@@ -16,6 +16,7 @@ from typing import Any
 
 from opd_jax import flops
 from opd_jax import models
+from opd_jax.report import common
 from opd_jax.study import model_specs
 from opd_jax.study import planning
 from opd_jax.study import question_pool
@@ -94,8 +95,8 @@ def describe(config, task: Any = None) -> str:
        "weighted": f"R weighted by p and q: mean {b.continuations_mean:g}, >= {b.get('allocation_minimum', 2)} per "
                    f"candidate run, <= {b.continuations_max}",
        "uniform": f"R = {b.continuations_per_candidate}"}[how]
-  group = (f" {config.report.target} only" if b.get("node_group", "balanced") == "target"
-           and config.report.target in ("correct", "incorrect") else "")
+  sampled = common.sampled_group(b.get("node_group", "balanced"), config.report.target)
+  group = f" {sampled} only" if sampled != "all" else ""
   lines.append(f"budget:   {b.rollouts_per_question} rollouts/question ({b.node_rollouts_per_question}{group} with nodes x "
                f"{b.nodes_per_rollout} nodes, {b.node_strategy}), <= {plan.candidates_per_node} candidates/node, "
                f"{r} continuations/candidate; {len(confs)} configurations")

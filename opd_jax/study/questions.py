@@ -18,6 +18,7 @@ from opd_jax import records
 from opd_jax import terminal
 from opd_jax.decode import sampling
 from opd_jax.decode import scoring
+from opd_jax.report import common
 from opd_jax.study import environment
 from opd_jax.study import nodes
 from opd_jax.study import targeted
@@ -235,8 +236,7 @@ def choose_node_rollouts(env: environment.Env, v: Verified) -> list[int]:
   groups are both, balanced)."""
   b = env.spec.budget
   order = sorted(range(len(v.responses)), key=lambda r: (bool(b.prefer_finished and not v.finished[r]), r))
-  target = env.spec.looks.target
-  group = target if b.node_group == "target" and target in ("correct", "incorrect") else "all"
+  group = common.sampled_group(b.node_group, env.spec.looks.target)
   return [r for r in node_rollouts(v.correct, b.node_rollouts_per_question, order, group) if v.responses[r]]
 
 

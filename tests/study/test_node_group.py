@@ -5,6 +5,8 @@ import json
 from configs import smoke as smoke_config
 from opd_jax import claim
 from opd_jax import records
+from opd_jax.report import common
+from opd_jax.study import checklist
 from opd_jax.study import pipeline
 from opd_jax.study import preflight
 
@@ -46,3 +48,17 @@ def test_a_bad_node_group_names_the_field_and_the_default_leaves_the_hash():
   d = smoke_config.get_config().to_dict()
   old = {**d, "budget": {k: v for k, v in d["budget"].items() if k != "node_group"}}
   assert claim.config_hash(d) == claim.config_hash(old)
+
+
+def test_the_sampled_group_and_the_dry_runs_budget_line():
+  pairs = [("target", "incorrect"), ("target", "correct"), ("target", "all"), ("target", "trained"),
+           ("balanced", "incorrect"), ("balanced", "correct")]
+  assert [common.sampled_group(g, t) for g, t in pairs] == ["incorrect", "correct", "all", "all", "all", "all"]
+  c = smoke_config.get_config()
+  c.budget.node_group = "target"
+  lines = {}
+  for target in ("correct", "trained"):
+    c.report.target = target
+    lines[target] = next(l for l in checklist.describe(c).splitlines() if l.startswith("budget:"))
+  assert f"({c.budget.node_rollouts_per_question} correct only with nodes x" in lines["correct"]
+  assert f"({c.budget.node_rollouts_per_question} with nodes x" in lines["trained"]
