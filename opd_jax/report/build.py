@@ -92,14 +92,20 @@ def _load_json(path: str) -> dict | None:
     return json.load(f)
 
 
-def _rollout_lengths(workdir: str, meta: dict) -> pd.DataFrame | None:
-  try:
-    rollouts = read_records(workdir, "rollouts", columns=["question_id", "rollout_id", "reward", "length"])
-  except (FileNotFoundError, KeyError, ValueError):        # no rollout records, or older columns
+def _read_rollouts(workdir: str) -> pd.DataFrame | None:
+  """The rollout records' question_id, rollout_id, reward and length columns (question_id and reward for older
+  records), or None without readable rollout records: read once per report."""
+  for columns in (["question_id", "rollout_id", "reward", "length"], ["question_id", "reward"]):
     try:
-      rollouts = read_records(workdir, "rollouts", columns=["question_id", "reward"])
-    except (FileNotFoundError, KeyError, ValueError):
-      return None
+      return read_records(workdir, "rollouts", columns=columns)
+    except (FileNotFoundError, KeyError, ValueError):        # no rollout records, or older columns
+      continue
+  return None
+
+
+def _rollout_lengths(rollouts: pd.DataFrame | None, meta: dict) -> pd.DataFrame | None:
+  if rollouts is None:
+    return None
   reward = rollouts["reward"].to_numpy(np.float64)
   meta["rollouts"] = (f"{common.counted(len(rollouts), 'rollout')}, "
                       f"{common.counted(rollouts['question_id'].nunique(), 'question')}, "
@@ -159,10 +165,13 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   summary = summ.summarize(nodes, n_boot=n_boot, seed=seed, min_nodes=min_nodes, min_questions=min_questions)
   seq = {} if design is None else {"design": design, "look": look, "final": final, "level": 1.0 - design.alpha,
                                    "question_order": question_order}
+  rollouts = _read_rollouts(workdir)
+  rates = (common.success_rates(rollouts) if rollouts is not None and target == common.TRAINED
+           else success_rates(workdir, target))       # None, or (no readable rollouts) the reader's error
   verdict = decision.decide(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
                             min_questions=min_questions,
                             min_effect=(min_effect or None) if design is None else design.margin,
-                            estimand=estimand, unplanned=unplanned, success_rates=success_rates(workdir, target),
+                            estimand=estimand, unplanned=unplanned, success_rates=rates,
                             **seq)
   predictor_rows = why.predictor_table(nodes, n_boot=n_boot_predictors, seed=seed)
   proxy_rows, proxy_note = _proxies(workdir, nodes, n_boot=n_boot, seed=seed)
@@ -177,7 +186,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   meta = {"nodes": f"{common.counted(len(nodes), 'node row')}, "
                    f"{common.counted(nodes['question_id'].nunique(), 'question')}, "
                    f"{common.counted(nodes['config_id'].nunique(), 'configuration')}"}
-  lengths = _rollout_lengths(workdir, meta)
+  lengths = _rollout_lengths(rollouts, meta)
   if proxy_note:
     meta["cheap proxies"] = proxy_note
   meta["intervals"] = (f"{100 * summary['ci_level'].iloc[0]:g}% percentile cluster bootstrap over questions, "

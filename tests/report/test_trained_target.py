@@ -2,6 +2,8 @@
 them, each question's correct and incorrect nodes by its base success rate. Checked against an independent pandas
 weighting and scipy's paired t test over questions, end to end through the report, and in the config checks."""
 import json
+import re
+import shutil
 import types
 
 import numpy as np
@@ -97,6 +99,10 @@ def test_the_report_reads_the_success_rates_from_the_rollout_records(tmp_path):
   assert v["target"] == "trained" and v["best"] == want["best"] and v["line"] == want["line"]
   assert v["router"]["target"] == "all" and "on all nodes as training weighs them" in v["validation"][0]
   assert "alignment_trained" in v["validation"][0]
+  shutil.rmtree(tmp_path / "records" / "rollouts")           # no rollout records: no rates, one error naming them
+  with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "records" / "rollouts"))):
+    report.write_summary(str(tmp_path), n_boot=30, n_boot_predictors=5, plot=False, html=False, pages=0,
+                         target="trained")
 
 
 def test_the_config_accepts_the_trained_target_and_balances_its_node_rollouts():
