@@ -38,6 +38,7 @@ import pandas as pd  # pylint: disable=g-import-not-at-top,wrong-import-position
 import scipy.stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from configs import validation  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax import claim  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax import records  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.report import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.report import decision  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -507,15 +508,14 @@ def main(argv=None) -> int:
 
 
 def locked(workdir: pathlib.Path, drive: Callable[[], int]) -> int:
-  """drive()'s exit code, run while this driver holds `<workdir>/lock.0.json` (`runs.workdir_lock`: one driver per
+  """drive()'s exit code, run while this driver holds `<workdir>/lock.0.json` (`claim.workdir_lock`: one driver per
   workdir; each run holds its own folder's lock, the trainer's); a lock another live driver holds is one error
   line, exit 2, and nothing runs. The v1 and v2 drivers both call it."""
-  from opd_jax.study import runs as study_runs  # pylint: disable=g-import-not-at-top
   workdir.mkdir(parents=True, exist_ok=True)
   with contextlib.ExitStack() as held:
     try:
-      held.enter_context(study_runs.workdir_lock(workdir, 0))
-    except study_runs.WorkdirInUse as e:
+      held.enter_context(claim.workdir_lock(workdir, 0))
+    except claim.WorkdirInUse as e:
       print(f"error: {e}", file=sys.stderr)
       return 2
     return drive()

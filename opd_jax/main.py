@@ -42,6 +42,8 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from opd_jax import atomic
+from opd_jax import claim
 from opd_jax import overrides
 from opd_jax import terminal
 
@@ -157,7 +159,7 @@ def failed_start_undone(workdir, enabled: bool = True):
   what it added: those files (a log that existed is cut back to its size before), the folders it created, and the
   workdir itself (with the parents it created) when it did not exist before. A failed start leaves no empty
   workdir behind; a run that wrote anything else keeps everything. A run refused because another live run holds
-  the workdir (`runs.WorkdirInUse`) removes only the files it created, never cutting a log that existed (the live
+  the workdir (`claim.WorkdirInUse`) removes only the files it created, never cutting a log that existed (the live
   run's lines since are its own) or removing a folder (the live run may have made it meanwhile). Off for multi-process runs (another process
   may be writing there). A Ctrl-C's line (`interrupted_line`) says what is left.
   """
@@ -178,7 +180,7 @@ def failed_start_undone(workdir, enabled: bool = True):
     new = _files(workdir) - before
     own = (pathlib.Path("config.json"), pathlib.Path(terminal.LOG_NAME))
     runs = sys.modules.get("opd_jax.study.runs")
-    in_use = runs is not None and isinstance(e, runs.WorkdirInUse)      # a live run holds the workdir
+    in_use = runs is not None and isinstance(e, claim.WorkdirInUse)      # a live run holds the workdir
     if enabled and workdir.is_dir() and all(p in own or (workdir / p).is_dir() for p in new):
       terminal.detach_log()
       if log_size is not None and not in_use:            # a live run's log: its lines since are its own
@@ -227,7 +229,7 @@ def record_train_config(workdir, config) -> None:
   if (workdir / "config.json").is_file() or (workdir / "train").is_dir():
     return
   workdir.mkdir(parents=True, exist_ok=True)
-  records.atomic_write_json(workdir / "config.json", config.to_dict())
+  atomic.write_json(workdir / "config.json", config.to_dict())
 
 
 def main(argv):
@@ -376,12 +378,12 @@ def exit_on_interrupt() -> None:
 
 
 def _force_exit(line: str | None = None) -> None:
-  """The `interrupted:` line (`line`, or the job's), this process's workdir locks released (`runs.release_locks`),
+  """The `interrupted:` line (`line`, or the job's), this process's workdir locks released (`claim.release_locks`),
   exit 130 at once."""
   terminal.last_line(line or interrupted_line())
   runs = sys.modules.get("opd_jax.study.runs")
   if runs is not None:
-    runs.release_locks()
+    claim.release_locks()
   os._exit(130)
 
 

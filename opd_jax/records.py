@@ -11,24 +11,19 @@ This module is the one definition of every table's columns, dtypes and meanings 
 of the predictor columns (`PREDICTORS`) and of the reasons an alignment is NaN (`NAN_REASONS`): the study, the
 teachers, the report and the tests import them from here. It also recomputes node rows' estimates from what they
 record (`estimates_from_rows`), claims a workdir for a config (`check_workdir`; the hash is opd_jax/claim.py's) and
-refuses a workdir whose bookkeeping JSON is damaged (`check_json_files`).
-It imports only opd_jax's estimators and claim.py (every package that reads or writes records sits above it).
+refuses a workdir whose bookkeeping JSON is damaged (`check_json_files`). It imports only opd_jax's estimators,
+claim.py and atomic.py (every package that reads or writes records sits above it).
 
-A question's parts are written first (each atomically: temporary file, then rename), then its progress file
+A question's parts are written first (each atomically: opd_jax/atomic.py), then its progress file
 (also atomically: `runs.write_progress`). A run killed anywhere and rerun redoes at most the question in flight,
 whose parts are deterministic, so the records end equal to an uninterrupted run's.
 """
 from __future__ import annotations
 
-import contextlib
-import errno
 import io
 import json
 import math
-import os
 import pathlib
-import tempfile
-from typing import Any, Mapping
 
 import jax
 import numpy as np
@@ -36,6 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from opd_jax import atomic
 from opd_jax import claim
 from opd_jax.estimators import divergences
 from opd_jax.estimators import gradients
@@ -183,115 +179,6 @@ def describe_schema() -> dict:
   return {"version": SCHEMA_VERSION, "tables": tables, "conventions": CONVENTIONS}
 
 
-class WriteError(OSError):
-  """A file that could not be written (a full disk, a quota, permissions): names the file and, once a caller
-  sets it (`writing`), the stage that wrote it; errno and strerror are the cause's."""
-
-  def __init__(self, path, cause: OSError, stage: str = ""):
-    super().__init__(cause.errno, cause.strerror or str(cause), str(path))
-    self.path, self.stage = str(path), stage
-
-  def __str__(self) -> str:
-    fix = {errno.ENOSPC: "free space on that disk", errno.EDQUOT: "free space under your quota",
-           errno.EACCES: "make the folder writable", errno.EROFS: "write to a writable disk (--workdir)"}.get(
-               self.errno, "check the disk")
-    code = errno.errorcode.get(self.errno, self.errno) if self.errno is not None else "no errno"
-    return (f"{self.stage + ': ' if self.stage else ''}cannot write {self.path}: {self.strerror} ({code}); {fix} "
-            "and rerun the same command (files already there are whole: each is replaced at once or not at all)")
-
-
-@contextlib.contextmanager
-def writing(stage: str):
-  """Name `stage` (e.g. "report", "records") in the `WriteError` of any write inside the block that has none."""
-  try:
-    yield
-  except WriteError as e:
-    e.stage = e.stage or stage
-    raise
-
-
-def _temporary(path: pathlib.Path, data: bytes | str) -> str:
-  """`data` in a new temporary file beside `path` (fsynced, usual umask permissions: mkstemp alone would leave
-  0600); its name. Raises WriteError naming `path` (nothing left behind)."""
-  tmp = None
-  try:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-      f.write(data.encode() if isinstance(data, str) else data)
-      f.flush()
-      os.fsync(f.fileno())
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    return tmp
-  except BaseException as e:
-    if tmp is not None and os.path.exists(tmp):
-      os.unlink(tmp)
-    if isinstance(e, OSError) and not isinstance(e, WriteError):
-      raise WriteError(path, e) from e
-    raise
-
-
-def atomic_write_files(files: Mapping[str | os.PathLike, bytes | str | None]) -> None:
-  """Write several files as one: each to a temporary file beside it (`_temporary`), and only when all are
-  written, each renamed over its path (`os.replace`); then the paths whose data is None are removed. A failure
-  while writing (a full disk) leaves every file as it was and no temporary file: files that belong together (a
-  report: summary.md, report.html, the csvs, html/) are never part new, part old, and readers never see half a
-  file.
-
-  Raises:
-    WriteError: naming the file that could not be written (`writing` adds the stage).
-  """
-  done = []
-  try:
-    for path, data in files.items():
-      if data is not None:
-        done.append((_temporary(pathlib.Path(path), data), path))
-  except BaseException:
-    for tmp, _ in done:
-      pathlib.Path(tmp).unlink(missing_ok=True)
-    raise
-  for tmp, path in done:
-    os.replace(tmp, path)
-  for path, data in files.items():
-    if data is None:
-      pathlib.Path(path).unlink(missing_ok=True)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes | str) -> None:
-  """Write `data` to `path` through a temporary file in the same directory and `os.replace` (readers never see
-  half a file); the file gets the usual umask permissions (mkstemp alone would leave 0600).
-
-  Raises:
-    WriteError: naming `path` (a full disk, ...); `path` is left as it was.
-  """
-  atomic_write_files({path: data})
-
-
-def strict_json(obj: Any) -> Any:
-  """`obj` with every non-finite float (NaN, +-inf; numpy's too) as None: strict JSON readers reject bare NaN."""
-  if isinstance(obj, dict):
-    return {k: strict_json(v) for k, v in obj.items()}
-  if isinstance(obj, (list, tuple)):
-    return [strict_json(v) for v in obj]
-  if isinstance(obj, float) and not math.isfinite(obj):
-    return None
-  if hasattr(obj, "dtype") and getattr(obj, "ndim", None) == 0 and obj.dtype.kind == "f":   # numpy scalars
-    return float(obj) if math.isfinite(float(obj)) else None
-  return obj
-
-
-def json_text(obj: Any) -> str:
-  """`obj` as the strict JSON text `atomic_write_json` writes (`strict_json`: NaN and inf become null)."""
-  return json.dumps(strict_json(obj), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n"
-
-
-def atomic_write_json(path, obj: Any) -> None:
-  """`obj` as strict JSON (`json_text`), written atomically."""
-  atomic_write_bytes(path, json_text(obj).encode())
-
-
 def to_arrow(table: str, frame: pd.DataFrame) -> pa.Table:
   """`frame` as an Arrow table of the table's one schema (SCHEMAS[table]; an empty frame gives an empty table).
 
@@ -325,7 +212,7 @@ def write_part(workdir, table: str, question_id: str, frame: pd.DataFrame,
   path = pathlib.Path(workdir) / "records" / table / f"part-{question_id}.parquet"
   buffer = io.BytesIO()
   pq.write_table(arrow, buffer)
-  atomic_write_bytes(path, buffer.getvalue())
+  atomic.write_bytes(path, buffer.getvalue())
   return path
 
 
@@ -479,7 +366,7 @@ def check_workdir(workdir, config_dict: dict) -> None:
                        f"(fields differ: {', '.join(changed) or 'nested values'}); pass a new --workdir or rerun "
                        "with the same config to resume")
   else:
-    atomic_write_json(cfg_path, config_dict)
+    atomic.write_json(cfg_path, config_dict)
 
 
 def json_object(path: pathlib.Path, fix: str) -> dict:

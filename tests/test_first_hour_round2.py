@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from configs import smoke
+from opd_jax import atomic
 from opd_jax import overrides
 from opd_jax import records
 from opd_jax import report
@@ -50,8 +51,8 @@ def test_a_full_disk_names_the_file_and_stage_and_leaves_the_report_whole(tmp_pa
     if len(calls) == 3:
       raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     return fsync(fd)
-  monkeypatch.setattr(records.os, "fsync", full)
-  with pytest.raises(records.WriteError) as e:
+  monkeypatch.setattr(atomic.os, "fsync", full)
+  with pytest.raises(atomic.WriteError) as e:
     report.write_summary(str(workdir), **{**options, "seed": 1})     # another seed: every file would change
   line = str(e.value)
   assert line.startswith(f"report: cannot write {workdir}/") and "No space left on device (ENOSPC)" in line, line
@@ -61,10 +62,10 @@ def test_a_full_disk_names_the_file_and_stage_and_leaves_the_report_whole(tmp_pa
   # A records part names its stage too (study.run_questions).
   calls.clear()
   calls += [0, 0]
-  with pytest.raises(records.WriteError, match=r"^records of question q9: cannot write .*part-q9\.parquet: No "):
-    with records.writing("records of question q9"):
+  with pytest.raises(atomic.WriteError, match=r"^records of question q9: cannot write .*part-q9\.parquet: No "):
+    with atomic.writing("records of question q9"):
       records.write_part(workdir, "nodes", "q9", pd.DataFrame())
-  monkeypatch.setattr(records.os, "fsync", fsync)
+  monkeypatch.setattr(atomic.os, "fsync", fsync)
   report.write_summary(str(workdir), **{**options, "seed": 1})
   assert _files(workdir) != before and not list(workdir.rglob("*.tmp"))
 

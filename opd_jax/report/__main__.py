@@ -2,7 +2,7 @@
 and prints the verdict, the alignment table and where summary.md, report.html and the records are. A --target or
 --estimand other than the study's planned config.report needs --out=<dir> (that report goes there: the study's
 own verdict files are never replaced by an unplanned one). Rebuilding a study's own report holds its workdir lock
-(`runs.workdir_lock`, process index 0, as the study does while it writes them): beside a running study it is
+(`claim.workdir_lock`, process index 0, as the study does while it writes them): beside a running study it is
 refused in one line; `--out=<dir>` writes a report beside it instead.
 
 With several studies (--workdir repeated, or a glob such as --workdir='runs/*'), builds one comparison instead:
@@ -16,6 +16,7 @@ import pathlib
 from absl import app
 from absl import flags
 
+from opd_jax import claim
 from opd_jax import records
 from opd_jax import terminal
 from opd_jax.report import build
@@ -23,7 +24,6 @@ from opd_jax.report import cli
 from opd_jax.report import compare
 from opd_jax.report import console
 from opd_jax.report import token_pages
-from opd_jax.study import runs
 
 flags.DEFINE_multi_string("workdir", None, "Study working directory holding records/nodes; repeat it (or pass a "
                           "glob) to compare several studies into --out.")
@@ -109,9 +109,9 @@ def _own_report_lock(workdir):
     ValueError: a live run holds it; the message says to wait or to pass --out.
   """
   try:
-    with runs.workdir_lock(workdir, 0):
+    with claim.workdir_lock(workdir, 0):
       yield
-  except runs.WorkdirInUse as e:
+  except claim.WorkdirInUse as e:
     raise ValueError(f"{e}; or pass --out=<folder> for a report beside the running study") from None
 
 

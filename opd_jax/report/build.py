@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from opd_jax import atomic
 from opd_jax import records
 from opd_jax.estimators import stats
 from opd_jax.report import ceiling
@@ -128,7 +129,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   about its self-distillation contexts under "validation": validation_note.lines), where.csv (where.where_table),
   predictors.csv (predictors.predictor_table), alignment.png (plot), report.html (html; figures inline) and
   html/ (html and pages > 0: token_pages.write_pages, linked from report.html), written as one set
-  (`records.atomic_write_files`): a failure (a full disk) leaves the previous report's files as they were.
+  (`atomic.write_files`): a failure (a full disk) leaves the previous report's files as they were.
 
   Args:
     workdir: the study's working directory (holds records/nodes).
@@ -156,7 +157,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   Raises:
     FileNotFoundError: records/nodes is missing or empty (the message names the directory).
     ValueError: inconsistent records (common.check_nodes) or an unknown target.
-    records.WriteError: a report file that could not be written (stage "report"; nothing was replaced).
+    atomic.WriteError: a report file that could not be written (stage "report"; nothing was replaced).
   """
   nodes = read_records(workdir, "nodes")
   common.check_nodes(nodes)
@@ -225,9 +226,9 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   files[os.path.join(dest, "where.csv")] = where_rows.to_csv(index=False)
   files[os.path.join(dest, "predictors.csv")] = predictor_rows.to_csv(index=False)
   files[os.path.join(dest, "proxies.csv")] = proxy_rows.to_csv(index=False)
-  files[os.path.join(dest, "verdict.json")] = records.json_text(_json_ready(verdict))
-  with records.writing("report"):
-    records.atomic_write_files(files)
+  files[os.path.join(dest, "verdict.json")] = atomic.json_text(_json_ready(verdict))
+  with atomic.writing("report"):
+    atomic.write_files(files)
   return markdown
 
 

@@ -17,6 +17,7 @@ import os
 
 import pandas as pd
 
+from opd_jax import atomic
 from opd_jax import records
 from opd_jax.report import build
 from opd_jax.report import common
@@ -251,6 +252,6 @@ def write(workdirs: list[str], out: str, **kw) -> tuple[pd.DataFrame, list[dict]
   """compare(...) (same keywords) written to `<out>/comparison.html` and `<out>/comparison.csv` (atomically)."""
   table, verdicts = compare(workdirs, **kw)
   os.makedirs(out, exist_ok=True)
-  records.atomic_write_bytes(os.path.join(out, "comparison.csv"), table.to_csv(index=False))
-  records.atomic_write_bytes(os.path.join(out, "comparison.html"), render(table, verdicts))
+  atomic.write_bytes(os.path.join(out, "comparison.csv"), table.to_csv(index=False))
+  atomic.write_bytes(os.path.join(out, "comparison.html"), render(table, verdicts))
   return table, verdicts

@@ -13,6 +13,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from opd_jax import atomic
 from opd_jax import records
 from opd_jax.report.rollout import colour as _colour
 from opd_jax.report.rollout import selector_spans
@@ -251,7 +252,7 @@ def write_pages(workdir: str, nodes: pd.DataFrame, tokens: pd.DataFrame, *, max_
                 colour_by: str = DEFAULT_COLOUR_BY, decode=None,
                 rollouts: pd.DataFrame | None = None, out: dict | None = None) -> list[tuple[str, str]]:
   """Writes `<workdir>/html/index.html` and one page per selected node rollout (select_rollouts), removing pages
-  of an earlier build that this one did not write, as one set (`records.atomic_write_files`).
+  of an earlier build that this one did not write, as one set (`atomic.write_files`).
 
   Args:
     workdir: the study directory.
@@ -277,7 +278,7 @@ def write_pages(workdir: str, nodes: pd.DataFrame, tokens: pd.DataFrame, *, max_
         files[os.path.join(directory, name)] = None
   if not len(chosen):
     if out is None:
-      records.atomic_write_files(files)
+      atomic.write_files(files)
     return []
   by_rollout = dict(tuple(tokens.groupby(["question_id", "rollout_id"], sort=False)))
   infos = rollout_info(rollouts, decode)
@@ -313,7 +314,7 @@ def write_pages(workdir: str, nodes: pd.DataFrame, tokens: pd.DataFrame, *, max_
       "each page shows the question, the answers, the response coloured by a configuration's alignment or by "
       f"{html.escape(colour_by)}, and the nodes. mean align: mean alignment over the rollout's nodes.</p>", table])
   if out is None:
-    records.atomic_write_files(files)
+    atomic.write_files(files)
   return links
 
 

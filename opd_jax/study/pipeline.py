@@ -33,6 +33,7 @@ import sys
 import jax
 from absl import logging
 
+from opd_jax import atomic
 from opd_jax import claim
 from opd_jax import records
 from opd_jax import report
@@ -88,8 +89,8 @@ def finish(workdir, *, rebuild: bool = True, tokenizer=None, options=None, seq=N
     if rebuild:
       markdown += f"\n**{warning}**\n"
   if warnings and rebuild:
-    with records.writing("report"):
-      records.atomic_write_bytes(workdir / "summary.md", markdown)
+    with atomic.writing("report"):
+      atomic.write_bytes(workdir / "summary.md", markdown)
   return markdown
 
 
@@ -97,7 +98,7 @@ def run(config, workdir: str, *, repair: bool = False) -> str:
   """Run (or resume) the study of `config` in `workdir`; returns the summary markdown.
 
   Order: config checks, the workdir (a writable directory, not another config's run, not locked by a live run
-  with this process index: `runs.workdir_lock`, which takes over a dead run's lock with a warning), the task and
+  with this process index: `claim.workdir_lock`, which takes over a dead run's lock with a warning), the task and
   context lengths (`preflight.check`), and only then the models. A finished run is not rerun: its parts are
   checked and its summary is rebuilt (when the workdir is writable) and returned.
 
@@ -108,7 +109,7 @@ def run(config, workdir: str, *, repair: bool = False) -> str:
     ValueError / FileNotFoundError: bad config, data or checkpoints (before any record is written), a workdir
       holding another config's run (left untouched), one in use by another run, or a damaged record part (the
       message says to rerun with --repair).
-    records.WriteError: a file that could not be written (a full disk), naming it and the stage (records of a
+    atomic.WriteError: a file that could not be written (a full disk), naming it and the stage (records of a
       question, progress, manifest, report); finished questions are kept.
   """
   cfg = config.to_dict()
@@ -125,7 +126,7 @@ def run(config, workdir: str, *, repair: bool = False) -> str:
     if runs.is_complete(workdir, pc) and not repair:
       return _finished(config, workdir, pi, pc, rebuild=False)
     raise ValueError(f"--workdir={workdir} is not writable; pass a writable directory")
-  with runs.workdir_lock(workdir, pi):
+  with claim.workdir_lock(workdir, pi):
     if unclaimed and runs.unclaimed(workdir, cfg):         # still so, now that this run holds the lock
       print(f"note: --workdir={workdir} held a run of another config that recorded no question (it failed or found "
             f"nothing informative); this run replaces its {', '.join(runs.release_claim(workdir))}", file=sys.stderr,
@@ -204,8 +205,8 @@ def _run_locked(config, cfg: dict, workdir: pathlib.Path, pi: int, pc: int) -> s
   write_manifest(env, cfg, workdir, processed=sum(len(s["processed"]) for s in states), selected=len(selected),
                  timings=timings, work=work, taken=states[0].get("looks") if env.spec.looks.sequential else None)
   processed = {str(q) for s in states for q in s["processed"]}    # what a new study must not see again (verdict_text)
-  records.atomic_write_json(pathlib.Path(workdir) / verdict_text.SEEN,
-                            [p.question for p in env.task.problems if str(p.id) in processed])
+  atomic.write_json(pathlib.Path(workdir) / verdict_text.SEEN,
+                    [p.question for p in env.task.problems if str(p.id) in processed])
   seq = looks.report_look(env.spec.looks, states[0])
   seq["unplanned"] = looks.unplanned(workdir, selected, env.spec.looks.design.looks)    # a look nobody planned
   markdown = finish(workdir, tokenizer=env.student.tokenizer, options=config.report, seq=seq)
@@ -276,7 +277,7 @@ def run_questions(env: environment.Env, workdir: pathlib.Path, config_hash: str,
           tables = questions.process_question(env, index, problem, out)
           env.count(**grading.since(before))              # grades that timed out or failed: manifest "work"
           if tables is not None:
-            with records.writing(f"records of question {problem.id}"):
+            with atomic.writing(f"records of question {problem.id}"):
               for name in records.TABLES:
                 records.write_part(workdir, name, problem.id, tables[name], config_hash=config_hash)
             if problem.id not in redo:
@@ -320,5 +321,5 @@ def write_manifest(env: environment.Env, cfg: dict, workdir: pathlib.Path, *, pr
       "candidate_set": environment.candidate_rule(env), "design": looks.design_record(cfg),
       "schema": records.describe_schema(), **({"looks": taken} if taken is not None else {}),
   }
-  with records.writing("manifest"):
-    records.atomic_write_json(workdir / "manifest.json", manifest)
+  with atomic.writing("manifest"):
+    atomic.write_json(workdir / "manifest.json", manifest)

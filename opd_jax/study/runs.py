@@ -6,7 +6,7 @@ question pool round-robin by pool index, each process runs its questions on its 
 and writes its own record parts and `progress.<i>-of-<n>.json` (`progress.json` with one process: the commit
 point of resume, written after the question's parts); every process marks itself done, `wait_for_processes`
 waits until all are, and then process 0 alone builds the summary from all parts. No collective crosses
-processes. `workdir_lock` keeps two runs with the same process index off one workdir; `check_workdir_for`
+processes. `claim.workdir_lock` keeps two runs with the same process index off one workdir; `check_workdir_for`
 refuses, before anything loads, a workdir that holds another kind of job, another config or damaged files.
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ import jax
 from absl import logging
 from jax.sharding import Mesh
 
+from opd_jax import atomic
 from opd_jax import claim
 from opd_jax import records
 
@@ -108,7 +109,7 @@ def read_progress(workdir, process_index: int, process_count: int) -> dict:
 
 def write_progress(workdir, progress: dict, process_index: int, process_count: int, *, done: bool = False,
                    error: str | None = None) -> None:
-  """Write this process's progress atomically (`records.atomic_write_json`), with its done / error status.
+  """Write this process's progress atomically (`atomic.write_json`), with its done / error status.
 
   Args:
     progress: {"processed": [...], "selected": [...]} plus anything else JSON-serialisable (e.g. timings).
@@ -116,8 +117,8 @@ def write_progress(workdir, progress: dict, process_index: int, process_count: i
     error: a one-line failure; the processes waiting for this one then raise instead of waiting forever.
   """
   status = {"done": bool(done), "error": error, "process_index": process_index, "process_count": process_count}
-  with records.writing("progress"):
-    records.atomic_write_json(progress_path(workdir, process_index, process_count), {**progress, **status})
+  with atomic.writing("progress"):
+    atomic.write_json(progress_path(workdir, process_index, process_count), {**progress, **status})
 
 
 def _read_json(path: pathlib.Path) -> dict | None:
@@ -298,77 +299,6 @@ def is_complete(workdir: pathlib.Path, process_count: int) -> bool:
   if not (workdir / "manifest.json").is_file():
     return False
   return all(read_progress(workdir, i, process_count)["done"] for i in range(process_count))
-
-
-def lock_path(workdir, process_index: int) -> pathlib.Path:
-  return pathlib.Path(workdir) / f"lock.{process_index}.json"
-
-
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:                      # another user's live process
-    return True
-  return True
-
-
-class WorkdirInUse(ValueError):
-  """`workdir_lock`'s refusal: another live run holds the workdir (what it wrote there is its own: leave it)."""
-
-
-@contextlib.contextmanager
-def workdir_lock(workdir, process_index: int):
-  """Hold `<workdir>/lock.<process_index>.json` (pid and hostname) while the block runs: one run per process
-  index on a workdir. Created with O_CREAT | O_EXCL, which NFS and gcsfuse honour (flock is unreliable there);
-  processes of one multi-process run hold different indices, so they share the workdir by design.
-
-  A lock whose pid is gone on this host is stale (a killed run): it is taken over with a warning. A lock held by
-  another host cannot be checked: it is refused like a live one.
-
-  Raises:
-    WorkdirInUse (a ValueError): the lock is held by a live run; the message names its pid, host and the lock file.
-  """
-  path, host = lock_path(workdir, process_index), socket.gethostname()
-  mine = json.dumps({"pid": os.getpid(), "host": host, "started": time.time()})
-  for _ in range(3):
-    try:
-      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-      holder = _read_json(path) or {}
-      pid, other = holder.get("pid"), holder.get("host")
-      if other == host and isinstance(pid, int) and not _alive(pid):
-        logging.warning("taking over the stale lock %s of pid %d on %s (that run is gone)", path, pid, host)
-        path.unlink(missing_ok=True)
-        continue
-      raise WorkdirInUse(f"--workdir={path.parent} is in use by another run with process index {process_index} "
-                       f"(pid {pid} on host {other}, lock {path}); wait for it to finish, or delete the lock "
-                       "file if that run is gone") from None
-    with os.fdopen(fd, "w") as f:
-      f.write(mine)
-    break
-  else:
-    raise WorkdirInUse(f"could not take the lock {path}: it keeps reappearing; another run is starting on this "
-                     "--workdir")
-  _HELD.add(path)
-  try:
-    yield path
-  finally:
-    _HELD.discard(path)
-    if (_read_json(path) or {}).get("pid") == os.getpid():
-      path.unlink(missing_ok=True)
-
-
-_HELD: set[pathlib.Path] = set()          # the locks `workdir_lock` holds in this process
-
-
-def release_locks() -> None:
-  """Remove the locks this process holds (`workdir_lock`), for an exit that skips their `finally` (main's
-  `os._exit` on Ctrl-C); safe from any thread."""
-  for path in list(_HELD):
-    if (_read_json(path) or {}).get("pid") == os.getpid():
-      path.unlink(missing_ok=True)
 
 
 def forget_damaged(workdir, process_index: int, process_count: int) -> list[str]:

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from opd_jax import atomic
 from opd_jax import claim
 from opd_jax import records
 from opd_jax import terminal
@@ -176,7 +177,7 @@ def divergence_spec(conf) -> str:
 
 
 def _write_csv(path: pathlib.Path, rows: list[dict]) -> None:
-  records.atomic_write_bytes(path, pd.DataFrame(rows).to_csv(index=False))
+  atomic.write_bytes(path, pd.DataFrame(rows).to_csv(index=False))
 
 
 def _plot(out: pathlib.Path, metrics: list[dict], evals: list[dict]) -> None:
@@ -201,7 +202,7 @@ def _plot(out: pathlib.Path, metrics: list[dict], evals: list[dict]) -> None:
 
 def run(config, workdir: str) -> str:
   """Train with config.train's configuration; returns a one-paragraph summary (also in summary.json). Holds the
-  workdir's lock (`runs.workdir_lock`, as a study does) from before the models load until it returns: a second run
+  workdir's lock (`claim.workdir_lock`, as a study does) from before the models load until it returns: a second run
   on the same workdir is refused instead of training beside the first (both would write the same checkpoints and
   samples).
 
@@ -213,7 +214,7 @@ def run(config, workdir: str) -> str:
   terminal.ENABLED = bool(config.logging.progress)       # the bars (one flag for every job: terminal.console)
   out = pathlib.Path(workdir) / "train"
   out.mkdir(parents=True, exist_ok=True)
-  with runs.workdir_lock(workdir, runs.process_index()):
+  with claim.workdir_lock(workdir, runs.process_index()):
     return _run(config, out)
 
 
@@ -288,11 +289,11 @@ def _run(config, out: pathlib.Path) -> str:
   else:
     with terminal.bar("evaluation before training"):
       before = evaluate_now()
-    records.atomic_write_bytes(before_path, _npy(before))
-  records.atomic_write_json(out / "eval_questions.json", [p.id for p in held])   # the rows of eval_*.npy
+    atomic.write_bytes(before_path, _npy(before))
+  atomic.write_json(out / "eval_questions.json", [p.id for p in held])   # the rows of eval_*.npy
   gold_now = lambda: evaluate.gold_logprob(current(), task, held, held_prompts)
   if not (out / "eval_gold_before.npy").exists():        # log p(gold answer | prompt) [Q]: cheap, deterministic
-    records.atomic_write_bytes(out / "eval_gold_before.npy", _npy(gold_now()))
+    atomic.write_bytes(out / "eval_gold_before.npy", _npy(gold_now()))
 
   # --- Steps ----------------------------------------------------------------------------------------------
   start = int(st["step"])
@@ -300,7 +301,7 @@ def _run(config, out: pathlib.Path) -> str:
   samples_path = out / "samples.jsonl"         # every step's rollouts as text: what a collapse looks like
   kept = [line for line in (samples_path.read_text().splitlines() if samples_path.exists() else [])
           if json.loads(line)["step"] <= start]   # a resumed run rewrites the steps after its checkpoint
-  records.atomic_write_bytes(samples_path, "".join(line + "\n" for line in kept).encode())
+  atomic.write_bytes(samples_path, "".join(line + "\n" for line in kept).encode())
   try:
     with terminal.bar("training", total=t.steps - start, unit="step") as bar:
       for s in range(start, t.steps):
@@ -338,8 +339,8 @@ def _run(config, out: pathlib.Path) -> str:
         if s + 1 in evals_at:
           with terminal.bar(f"evaluation at step {s + 1}"):
             after = evaluate_now()
-          records.atomic_write_bytes(out / f"eval_step{s + 1}.npy", _npy(after))   # [Q, S] rewards, as before's
-          records.atomic_write_bytes(out / f"eval_gold_step{s + 1}.npy", _npy(gold_now()))
+          atomic.write_bytes(out / f"eval_step{s + 1}.npy", _npy(after))   # [Q, S] rewards, as before's
+          atomic.write_bytes(out / f"eval_gold_step{s + 1}.npy", _npy(gold_now()))
           paired = evaluate.paired_difference(before, after)
           evals.append({"step": s + 1, **dataclasses.asdict(paired)})
         if (s + 1) % t.checkpoint_every == 0 or s + 1 == t.steps:
@@ -365,7 +366,7 @@ def _run(config, out: pathlib.Path) -> str:
   if warning:
     print(warning, file=sys.stderr)
     summary["text"] += f" {warning}"
-  records.atomic_write_json(out / "summary.json", summary)
+  atomic.write_json(out / "summary.json", summary)
   if t.export:
     export_student(student, st["params"], scale, out / "export")
   return summary["text"]

@@ -59,6 +59,8 @@ import ml_collections
 import numpy as np
 import pandas as pd
 
+from opd_jax import atomic
+from opd_jax import claim
 from opd_jax import records
 from opd_jax import terminal
 from opd_jax.decode import sampling
@@ -275,17 +277,17 @@ def validate(config) -> None:
 
 def run(config, workdir: str) -> str:
   """The lookahead of config.lookahead over a finished study; returns summary.md's text. Holds `workdir`'s lock
-  (`runs.workdir_lock`, as a study and the trainer do) from before the model loads until it returns: a second
+  (`claim.workdir_lock`, as a study and the trainer do) from before the model loads until it returns: a second
   lookahead on the same workdir is refused instead of overwriting the first's tables.
 
   Raises:
-    ValueError: a bad config.lookahead field, another live run in `workdir` (`runs.WorkdirInUse`), no study there,
+    ValueError: a bad config.lookahead field, another live run in `workdir` (`claim.WorkdirInUse`), no study there,
       an unknown configuration name, or an adaptive or weighted study with re-runs (only uniform continuations are
       re-run).
   """
   validate(config)
   pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
-  with runs.workdir_lock(workdir, runs.process_index()):
+  with claim.workdir_lock(workdir, runs.process_index()):
     return _run(config, workdir)
 
 
@@ -356,10 +358,10 @@ def _run(config, workdir: str) -> str:
 
 def _write(config, out_dir: pathlib.Path, frame: pd.DataFrame) -> str:
   summary = lookahead_summary.summarise(frame)
-  records.atomic_write_bytes(out_dir / "nodes.csv", frame.to_csv(index=False))
-  records.atomic_write_bytes(out_dir / "summary.csv", summary.to_csv(index=False))
+  atomic.write_bytes(out_dir / "nodes.csv", frame.to_csv(index=False))
+  atomic.write_bytes(out_dir / "summary.csv", summary.to_csv(index=False))
   text = lookahead_summary.summary_text(config, summary, frame)
-  records.atomic_write_bytes(out_dir / "summary.md", text)
+  atomic.write_bytes(out_dir / "summary.md", text)
   return text
 
 

@@ -304,9 +304,9 @@ def test_a_pair_without_a_predictor_value_has_no_sign_to_agree(tmp_path):
 
 def test_a_second_driver_on_a_workdir_is_one_error_line_and_starts_nothing(tmp_path, capsys, monkeypatch):
   """The v2 driver holds its workdir's lock as the v1 driver does (validate_training.locked)."""
-  from opd_jax.study import runs  # pylint: disable=g-import-not-at-top
+  from opd_jax import claim  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"started {a}"))
-  runs.lock_path(tmp_path, 0).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+  claim.lock_path(tmp_path, 0).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
   assert validate_v2.main([f"--workdir={tmp_path}", "--tiny", "--piece=stage1"]) == 2
   err = capsys.readouterr().err
   assert err.startswith(f"error: --workdir={tmp_path} is in use by another run") and len(err.splitlines()) == 1

@@ -15,6 +15,7 @@ import pytest
 import scipy.stats
 
 from benchmarks import validate_training as vt
+from opd_jax import atomic
 from opd_jax import records
 
 
@@ -170,9 +171,9 @@ def test_rank_correlations_equal_scipys_with_ties_and_undefined_values():
 
 
 def test_json_records_are_strict_json(tmp_path):
-  """records.atomic_write_json (summary.json, manifest.json, verdict.json): NaN and inf are written as null."""
-  records.atomic_write_json(tmp_path / "x.json", {"a": float("nan"), "b": [np.float32("inf"), 1.5, np.float64(2)],
-                                                  "c": {"d": -float("inf"), "e": "NaN"}})
+  """atomic.write_json (summary.json, manifest.json, verdict.json): NaN and inf are written as null."""
+  atomic.write_json(tmp_path / "x.json", {"a": float("nan"), "b": [np.float32("inf"), 1.5, np.float64(2)],
+                                          "c": {"d": -float("inf"), "e": "NaN"}})
   back = json.loads((tmp_path / "x.json").read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
   assert back == {"a": None, "b": [None, 1.5, 2.0], "c": {"d": None, "e": "NaN"}}
 
@@ -209,8 +210,8 @@ def test_tiny_runs_never_write_the_committed_record_and_one_driver_holds_a_workd
     err = capsys.readouterr().err
     assert err.startswith("error: --tiny writes random models' rows") and len(err.splitlines()) == 1
   assert not (tmp_path / "data").exists()
-  from opd_jax.study import runs  # pylint: disable=g-import-not-at-top
-  runs.lock_path(tmp_path, 0).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+  from opd_jax import claim  # pylint: disable=g-import-not-at-top
+  claim.lock_path(tmp_path, 0).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
   assert vt.main([f"--workdir={tmp_path}", "--tiny", "--piece=table"]) == 2
   err = capsys.readouterr().err
   assert err.startswith(f"error: --workdir={tmp_path} is in use by another run") and len(err.splitlines()) == 1

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from opd_jax import claim
 from opd_jax import records
 from opd_jax.study import runs
 
@@ -74,39 +75,6 @@ def test_progress_files_and_waiting_for_all_processes(tmp_path, monkeypatch):
     runs.read_progress(tmp_path, 0, 1)
 
 
-def test_workdir_lock_refuses_a_live_holder_and_takes_over_a_stale_one(tmp_path, caplog):
-  with runs.workdir_lock(tmp_path, 0) as path:
-    held = json.loads(path.read_text())
-    assert held["pid"] == os.getpid() and held["host"] == socket.gethostname()
-    with pytest.raises(ValueError, match=rf"in use by another run with process index 0 \(pid {os.getpid()} on "
-                                         rf"host {socket.gethostname()}"):
-      with runs.workdir_lock(tmp_path, 0):
-        pass
-    with runs.workdir_lock(tmp_path, 1):               # another process index of the same run: allowed
-      pass
-  assert not path.exists()                                  # released
-  dead = subprocess.Popen([sys.executable, "-c", "pass"])
-  dead.wait()
-  path.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
-  with caplog.at_level("WARNING"):
-    with runs.workdir_lock(tmp_path, 0):
-      assert json.loads(path.read_text())["pid"] == os.getpid()
-  assert "stale lock" in caplog.text
-  path.write_text(json.dumps({"pid": dead.pid, "host": "another-host"}))   # cannot check a pid elsewhere
-  with pytest.raises(ValueError, match="another-host"):
-    with runs.workdir_lock(tmp_path, 0):
-      pass
-
-
-def test_release_locks_removes_only_the_locks_this_process_holds(tmp_path):
-  (tmp_path / "a").mkdir()
-  with runs.workdir_lock(tmp_path / "a", 0) as mine:
-    other = runs.lock_path(tmp_path, 0)
-    other.write_text(json.dumps({"pid": os.getpid() + 1, "host": socket.gethostname()}))   # not held here
-    runs.release_locks()                                     # what main's forced exit on Ctrl-C calls
-    assert not mine.exists() and other.exists()
-
-
 def test_forget_damaged_drops_the_question_and_keeps_the_rest(tmp_path):
   """--repair (issue 35, item 3): a part that does not read takes its question's other parts with it, and the
   question is no longer processed (still selected: the run computes it again) nor done; the manifest goes."""
@@ -146,13 +114,13 @@ def test_a_run_refused_by_the_lock_leaves_the_live_runs_files(tmp_path):
   from opd_jax import main, terminal  # pylint: disable=g-import-not-at-top,multiple-imports
   log = tmp_path / terminal.LOG_NAME
   log.write_text("live 1\n")
-  with pytest.raises(runs.WorkdirInUse):
+  with pytest.raises(claim.WorkdirInUse):
     with main.failed_start_undone(tmp_path):
       with open(log, "a") as f:
         f.write("live 2\n")                                   # the live run writes meanwhile
       (tmp_path / "train").mkdir()
       (tmp_path / "config.json").write_text("{}")             # what the refused run wrote itself: removed
-      raise runs.WorkdirInUse("in use")
+      raise claim.WorkdirInUse("in use")
   assert log.read_text() == "live 1\nlive 2\n" and (tmp_path / "train").is_dir()
   assert not (tmp_path / "config.json").exists()
   with pytest.raises(ValueError):                             # any other failed start: undone
@@ -161,8 +129,8 @@ def test_a_run_refused_by_the_lock_leaves_the_live_runs_files(tmp_path):
         f.write("mine\n")
       raise ValueError("a failed start")
   assert log.read_text() == "live 1\nlive 2\n"
-  lock = runs.lock_path(tmp_path, 0)
+  lock = claim.lock_path(tmp_path, 0)
   lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
-  with pytest.raises(runs.WorkdirInUse):                      # what workdir_lock raises for a live holder
-    with runs.workdir_lock(tmp_path, 0):
+  with pytest.raises(claim.WorkdirInUse):                      # what workdir_lock raises for a live holder
+    with claim.workdir_lock(tmp_path, 0):
       pass

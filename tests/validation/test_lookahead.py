@@ -13,10 +13,10 @@ from scipy import stats
 
 from configs import lookahead as cfg_lookahead
 from opd_jax.teachers import contexts
+from opd_jax import claim
 from opd_jax import models
 from opd_jax.decode import sampling
 from opd_jax.estimators import success
-from opd_jax.study import runs
 from opd_jax.validation import lookahead
 from opd_jax.validation import lookahead_summary
 from opd_jax.training import lora
@@ -131,14 +131,14 @@ def test_summary_reports_a_gradient_check_and_agreement_against_chance():
 
 
 def test_a_second_lookahead_on_a_workdir_in_use_is_refused_before_the_study_is_read(tmp_path, monkeypatch):
-  """The lookahead holds its workdir's lock (runs.workdir_lock), as a study and the trainer do: two lookaheads on
+  """The lookahead holds its workdir's lock (claim.workdir_lock), as a study and the trainer do: two lookaheads on
   one workdir would each overwrite the other's tables."""
   config = cfg_lookahead.get_config()
   config.lookahead.study_workdir = str(tmp_path / "study")
-  lock = runs.lock_path(tmp_path, 0)
+  lock = claim.lock_path(tmp_path, 0)
   lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))    # a live run holds it
   monkeypatch.setattr(lookahead, "study_config", lambda *a, **k: pytest.fail("the study was read"))
-  with pytest.raises(runs.WorkdirInUse, match=rf"^--workdir={tmp_path} is in use by another run"):
+  with pytest.raises(claim.WorkdirInUse, match=rf"^--workdir={tmp_path} is in use by another run"):
     lookahead.run(config, str(tmp_path))
   assert lock.exists() and not (tmp_path / "lookahead").exists()
   lock.unlink()                                                        # free: the run goes on to read the study
