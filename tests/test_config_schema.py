@@ -2,6 +2,7 @@
 config file is one `error:` line with the nearest fields, a syntax error one line with file:line; every config
 variant the repository ships passes."""
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -35,7 +36,8 @@ def test_a_typo_in_a_config_file_and_a_syntax_error_are_one_line_each(tmp_path):
   (tmp_path / "cases.json").write_text(json.dumps(cases))
   subprocess.run([sys.executable, str(REPO / "tests/cli_batch.py"), str(tmp_path / "cases.json"),
                   str(tmp_path / "out.json")], check=True, cwd=REPO, timeout=300,
-                 env={"PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+                 env={"PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin",
+                      **{k: v for k, v in os.environ.items() if k.startswith("OPD_JAX_")}})
   got = json.loads((tmp_path / "out.json").read_text())
   want = ["error: config.budget.questoins: unknown config field", f"error: --config: {syntax}:3: "]
   for g, w in zip(got, want):

@@ -1,6 +1,7 @@
 """benchmarks/validate_v2.py on tiny random models (issue 47): every kind of piece writes its tables, and a finished
 piece is not rerun."""
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -28,7 +29,8 @@ def test_the_pieces_write_their_tables_and_a_finished_piece_is_not_rerun(tmp_pat
   cmd = [sys.executable, str(REPO / "benchmarks/validate_v2.py"), f"--workdir={work}", f"--data_dir={data}", "--tiny",
          "--piece=study:1,stage2,train:tiny_v2_rep,stage3"]
   env = {"PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin",
-         "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+         "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+         **{k: v for k, v in os.environ.items() if k.startswith("OPD_JAX_")}}   # the tests' cache, no looks ledger
   data.mkdir()
   (data / "hypothesis.md").write_text("the predictions\n")      # a stage-3 run waits for them (test_v2_stage3.py)
   first = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
