@@ -823,3 +823,38 @@ def test_the_four_block_design_and_subsampling_are_their_files():
         f"it holds {len(ratio['could_be_best_at_R'])} of the {d['configs']} configurations",
         source="docs/data/crossfit/v2_blocks1234_subsampled.json")
   assert all(ratio["max_mean_shift"][r] <= 2 * ratio["max_mean_shift_se"][r] for r in ("2", "4"))   # "within 2"
+
+
+def test_validation_v2_section_of_results_is_its_files():
+  """docs/results.md's validation v2 section: stage 1's table (runs.csv, stage1.csv), the split-half reliabilities
+  (stage2_reliability.csv), the primary's within-view contrasts and between-view spreads (stage2_contrasts.csv,
+  stage2.csv) and the study's verdicts named before training (study_verdict_<stratum>.csv and _line.txt)."""
+  v2 = DATA / "validation_v2"
+  runs = pd.read_csv(v2 / "runs.csv").set_index("configuration")
+  stage1 = pd.read_csv(v2 / "stage1.csv").set_index("configuration")
+  path = "docs/results.md"
+  for context in ("solution", "summary", "answer", "misleading"):
+    r, s = runs.loc[f"s1_{context}_frozen"], stage1.loc[f"s1_{context}_frozen"]
+    _has_line(path, f"| {r.spec}{' (a wrong reference)' if context == 'misleading' else ''} | "
+                    f"{_ci(r['diff'], r.lo, r.hi)} | {r.last_loss:.3f} | {_ci(s.minus_v1, s.minus_v1_lo, s.minus_v1_hi)} |")
+  rel = pd.read_csv(v2 / "stage2_reliability.csv").set_index(["stratum", "predictor"])["split_half_rho"]
+  for label, predictor in (("alignment as training weighs the nodes (primary)", "alignment_trained"),
+                           ("alignment, all nodes", "alignment_all"), ("alignment, correct nodes", "alignment_correct"),
+                           ("alignment, incorrect nodes (the default verdict's)", "alignment_incorrect"),
+                           ("teacher advantage", "teacher_advantage"), (r"-KL(q\|\|p) per token", "minus_kl_qp"),
+                           ("-JS per token", "minus_js")):
+    _has_line(path, f"| {label} | {rel['external', predictor]:.2f} | {rel['self', predictor]:.2f} |")
+  contrasts = pd.read_csv(v2 / "stage2_contrasts.csv").query("predictor == 'alignment_trained'")
+  values = pd.read_csv(v2 / "stage2.csv").query("predictor == 'alignment_trained' and divergence == 'rkl'")
+  spread = values.groupby("stratum")["value"].agg(lambda v: v.max() - v.min())
+  _says(path, f"largest difference {contrasts['diff'].abs().max():.3f} against spreads of {spread['external']:.2f} "
+              f"and {spread['self']:.2f} between the views' reverse-KL values", source="stage2_contrasts.csv, stage2.csv")
+  said = []
+  for stratum in ("external", "self"):
+    verdict = pd.read_csv(v2 / f"study_verdict_{stratum}.csv")
+    detectable = re.search(r"detectable with 80% expected power at this budget: ([\d.]+)",
+                           (v2 / f"study_verdict_{stratum}_line.txt").read_text()).group(1)
+    said.append((int(verdict.could_be_best.sum()), len(verdict), f"{float(detectable):.3f}"))
+  (a, n, d), (b, m, e) = said
+  _says(path, f"(external: {a} of {n} could be best, detectable difference {d}; self: {b} of {m}, {e})",
+        source="study_verdict_<stratum>.csv and _line.txt")
