@@ -122,14 +122,14 @@ def workdir_lock(workdir, process_index: int):
         path.unlink(missing_ok=True)
         continue
       raise WorkdirInUse(f"--workdir={path.parent} is in use by another run with process index {process_index} "
-                       f"(pid {pid} on host {other}, lock {path}); wait for it to finish, or delete the lock "
-                       "file if that run is gone") from None
+                         f"(pid {pid} on host {other}, lock {path}); wait for it to finish, or delete the lock "
+                         "file if that run is gone") from None
     with os.fdopen(fd, "w") as f:
       f.write(mine)
     break
   else:
     raise WorkdirInUse(f"could not take the lock {path}: it keeps reappearing; another run is starting on this "
-                     "--workdir")
+                       "--workdir")
   _HELD.add(path)
   try:
     yield path

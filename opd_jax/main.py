@@ -179,8 +179,7 @@ def failed_start_undone(workdir, enabled: bool = True):
   except BaseException as e:
     new = _files(workdir) - before
     own = (pathlib.Path("config.json"), pathlib.Path(terminal.LOG_NAME))
-    runs = sys.modules.get("opd_jax.study.runs")
-    in_use = runs is not None and isinstance(e, claim.WorkdirInUse)      # a live run holds the workdir
+    in_use = isinstance(e, claim.WorkdirInUse)              # a live run holds the workdir
     if enabled and workdir.is_dir() and all(p in own or (workdir / p).is_dir() for p in new):
       terminal.detach_log()
       if log_size is not None and not in_use:            # a live run's log: its lines since are its own
@@ -224,7 +223,6 @@ def record_train_config(workdir, config) -> None:
   `runs.check_workdir_for` compares a rerun with (naming the fields that differ; runs.RESUMABLE_FIELDS may
   change). Written once; left out in a trainer workdir of an older version (train/ without config.json), whose
   checkpoints' config hash (training/state.py) is the only record of its config."""
-  from opd_jax import records  # pylint: disable=g-import-not-at-top
   workdir = pathlib.Path(workdir)
   if (workdir / "config.json").is_file() or (workdir / "train").is_dir():
     return
@@ -381,9 +379,7 @@ def _force_exit(line: str | None = None) -> None:
   """The `interrupted:` line (`line`, or the job's), this process's workdir locks released (`claim.release_locks`),
   exit 130 at once."""
   terminal.last_line(line or interrupted_line())
-  runs = sys.modules.get("opd_jax.study.runs")
-  if runs is not None:
-    claim.release_locks()
+  claim.release_locks()
   os._exit(130)
 
 

@@ -10,7 +10,6 @@ import pathlib
 import re
 
 import pandas as pd
-import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DATA = REPO / "docs" / "data"

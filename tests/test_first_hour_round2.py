@@ -15,7 +15,6 @@ from opd_jax import atomic
 from opd_jax import overrides
 from opd_jax import records
 from opd_jax import report
-from opd_jax.estimators import stats
 from opd_jax.estimators import sample_size
 from opd_jax.report import console
 from opd_jax.report import decision

@@ -22,7 +22,6 @@ Reads `<workdir>/records/nodes/part-*.parquet` (one part per question, from ever
   console    what a run prints: the results table, and the warnings when nothing was measured or grades failed.
 paper.md, "What the paper reports" and "Where opd_jax goes further".
 """
-from opd_jax import atomic
 from opd_jax.records import NAN_REASONS
 from opd_jax.records import PREDICTORS
 from opd_jax.report.build import read_records
@@ -40,6 +39,6 @@ from opd_jax.report.summary import summarize
 
 def plot_alignment(summary, path: str) -> None:
   """Writes figures.alignment_by_config(summary) to `path` atomically (a PNG)."""
-  from opd_jax import records  # pylint: disable=g-import-not-at-top
+  from opd_jax import atomic  # pylint: disable=g-import-not-at-top
   from opd_jax.report import figures  # pylint: disable=g-import-not-at-top
   atomic.write_bytes(path, figures.alignment_by_config(summary))

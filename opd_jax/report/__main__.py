@@ -16,7 +16,6 @@ import pathlib
 from absl import app
 from absl import flags
 
-from opd_jax import claim
 from opd_jax import records
 from opd_jax import terminal
 from opd_jax.report import build
@@ -89,7 +88,7 @@ def main(argv) -> None:
           flag, f"differs from the study's planned config.report.{flag[2:]}={planned!r} and would replace its own "
           "verdict files", value, fix="pass --out=<folder> for this report (the study's own files stay as they are)"))
     decode = cli.token_decoder(f.tokenizer) if f.tokenizer else None
-    with contextlib.nullcontext() if out else _own_report_lock(workdirs[0]):
+    with contextlib.nullcontext() if out else cli.own_report_lock(workdirs[0]):
       build.write_summary(workdirs[0], n_boot=f.n_boot, seed=f.seed, target=f.target, plot=f.plot,
                           html=f.html, decode=decode, pages=f.pages, colour_by=f.colour_by,
                           min_effect=f.min_effect, estimand=estimand,
@@ -99,20 +98,6 @@ def main(argv) -> None:
     terminal.fail(e)
   print(console.results_text(out or workdirs[0],    # the verdict, the table and where the files are (not summary.md)
                              records_dir=pathlib.Path(workdirs[0]) / "records" if out else None))
-
-
-@contextlib.contextmanager
-def _own_report_lock(workdir):
-  """The study's lock (process index 0, whose process writes the report) while its own report files are rebuilt.
-
-  Raises:
-    ValueError: a live run holds it; the message says to wait or to pass --out.
-  """
-  try:
-    with claim.workdir_lock(workdir, 0):
-      yield
-  except claim.WorkdirInUse as e:
-    raise ValueError(f"{e}; or pass --out=<folder> for a report beside the running study") from None
 
 
 if __name__ == "__main__":

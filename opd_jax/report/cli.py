@@ -1,5 +1,6 @@
 """The report command's checks and helpers, apart from its absl flags (`opd_jax.report.__main__` defines those,
 and `opd_jax.main` defines a `--workdir` of its own), so that tests and other entry points can import them."""
+import contextlib
 import dataclasses
 import json
 import math
@@ -8,6 +9,8 @@ import pathlib
 
 import ml_collections
 
+from opd_jax import atomic
+from opd_jax import claim
 from opd_jax import records
 from opd_jax import terminal
 from opd_jax.report import common
@@ -142,3 +145,22 @@ def other_than_planned(workdir, target: str, estimand: str) -> tuple[str, str, s
     if value != planned:
       return flag, value, planned
   return None
+
+
+@contextlib.contextmanager
+def own_report_lock(workdir):
+  """Hold the study's workdir lock (`claim.workdir_lock`, process index 0: the process that writes the study's
+  report) while the study's own report files are rebuilt in `workdir`.
+
+  Raises:
+    ValueError: a live run holds it; the message says to wait for it or to pass --out.
+    atomic.WriteError: the lock file cannot be created (a read-only workdir): stage "report", the fix named.
+  """
+  with contextlib.ExitStack() as held:
+    try:
+      held.enter_context(claim.workdir_lock(workdir, 0))
+    except claim.WorkdirInUse as e:
+      raise ValueError(f"{e}; or pass --out=<folder> for a report beside the running study") from None
+    except OSError as e:
+      raise atomic.WriteError(claim.lock_path(workdir, 0), e, "report") from e
+    yield

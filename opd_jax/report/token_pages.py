@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 from opd_jax import atomic
-from opd_jax import records
 from opd_jax.report.rollout import colour as _colour
 from opd_jax.report.rollout import selector_spans
 

@@ -11,13 +11,11 @@ refuses, before anything loads, a workdir that holds another kind of job, anothe
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
 import pathlib
 import re
-import socket
 import time
 from typing import Any, Sequence
 

@@ -36,7 +36,6 @@ import pandas as pd
 
 from opd_jax import atomic
 from opd_jax import claim
-from opd_jax import records
 from opd_jax import terminal
 from opd_jax.decode import sampling
 from opd_jax.models import sharding

@@ -1,4 +1,5 @@
 """Tests for opd_jax.estimators.stats (bootstrap, Spearman, AUROC, oracle filter) and opd_jax.report (summary files, CLI)."""
+import errno
 import json
 import os
 import pathlib
@@ -12,6 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sp_stats
 
+from opd_jax import atomic
 from opd_jax import records
 from opd_jax.report import cli
 from opd_jax import report
@@ -431,3 +433,31 @@ def test_where_table_skips_nodes_without_a_bin():
   assert set(table["bin"]) == {"argmax", "not argmax"}
   got = table.query("group == 'correct' and bin == 'argmax'")
   assert got["n_defined"].tolist() == [1] and got["mean_alignment"].tolist() == [0.5]
+
+
+def test_the_reports_own_lock_refuses_a_live_run_names_an_unwritable_workdir_and_is_let_go(tmp_path, monkeypatch):
+  """cli.own_report_lock (the report CLI's rebuild of a study's own files): a live holder is one ValueError naming
+  --out; a lock file that cannot be created is the WriteError of stage "report" with its fix; a failure inside the
+  rebuild lets the lock go."""
+  lock = tmp_path / "lock.0.json"
+  with pytest.raises(RuntimeError, match="inside"):
+    with cli.own_report_lock(tmp_path):
+      assert json.loads(lock.read_text())["pid"] == os.getpid()
+      raise RuntimeError("inside the rebuild")
+  assert not lock.exists()
+  lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+  with pytest.raises(ValueError, match=r"is in use by another run .*; or pass --out=<folder> for a report beside the "
+                                       r"running study$"):
+    with cli.own_report_lock(tmp_path):
+      pytest.fail("entered")
+  lock.unlink()
+  real_open = os.open
+  def unwritable(path, *args, **kwargs):
+    if str(path) == str(lock):
+      raise PermissionError(errno.EACCES, "Permission denied", str(path))
+    return real_open(path, *args, **kwargs)
+  monkeypatch.setattr(os, "open", unwritable)
+  with pytest.raises(atomic.WriteError) as e:
+    with cli.own_report_lock(tmp_path):
+      pytest.fail("entered")
+  assert str(e.value).startswith(f"report: cannot write {lock}: Permission denied (EACCES); make the folder writable")

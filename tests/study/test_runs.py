@@ -1,4 +1,5 @@
-"""The process split, per-process progress files, waiting for every process, and the workdir lock (runs.py).
+"""The process split, per-process progress files and waiting for every process (runs.py); the workdir lock:
+tests/test_claim.py.
 
 Two real jax.distributed processes running them: tests/models/test_sharding.py.
 """
@@ -6,8 +7,6 @@ import json
 import os
 import re
 import socket
-import subprocess
-import sys
 
 import pytest
 

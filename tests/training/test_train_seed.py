@@ -83,7 +83,7 @@ def test_eval_steps_are_the_steps_asked_and_the_last():
 def test_a_second_run_on_a_workdir_in_use_is_refused_before_any_model_loads(tmp_path, monkeypatch):
   """The trainer holds the workdir's lock as a study does (claim.workdir_lock): two runs on one workdir once both
   trained, writing the same checkpoints and samples."""
-  from opd_jax.study import environment, runs  # pylint: disable=g-import-not-at-top
+  from opd_jax.study import environment  # pylint: disable=g-import-not-at-top
   lock = claim.lock_path(tmp_path, 0)
   lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))    # a live run holds it
   monkeypatch.setattr(environment, "setup", lambda *a, **k: pytest.fail("models loaded"))
