@@ -146,7 +146,6 @@ def parse_random(spec: str) -> tuple[str, int] | None:
 def random_config(name: str):
   """decoder.Config of a RANDOM entry (arch qwen3: q/k RMSNorm, no qkv bias)."""
   from opd_jax.models import decoder  # pylint: disable=g-import-not-at-top
-  from opd_jax.models import param_init
   return decoder.Config(arch="qwen3", qk_norm=True, qkv_bias=False, norm_eps=1e-6, **RANDOM[name])
 
 

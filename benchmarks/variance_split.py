@@ -46,7 +46,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from opd_jax import records  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.cost import design  # pylint: disable=g-import-not-at-top,wrong-import-position
-from opd_jax.estimators import success  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.estimators import variance  # pylint: disable=g-import-not-at-top,wrong-import-position
 from opd_jax.report import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 

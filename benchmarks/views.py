@@ -51,7 +51,7 @@ def main():
   contexts = [rows[args.rows + i][:C - P] for i in range(3)]           # three different preambles
   views = [(external, prompts)] + [(student, [ctx + p for p in prompts]) for ctx in contexts]
 
-  n_s, n_t = harness.matmul_params(student.config), harness.matmul_params(external.config)
+  n_s = harness.matmul_params(student.config)
   head_s = student.config.d_model * student.config.vocab_size
   student_sides = len(views) * 2 * n_s
   teacher_sides = sum(2 * harness.matmul_params(m.config) for m, _ in views)

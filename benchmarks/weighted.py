@@ -165,7 +165,7 @@ def main(argv=None):
     setup = toy_setup(seed)
     res = compare(setup, uniform=[int(x) for x in args.uniform.split(",")],
                   means=[float(x) for x in args.means.split(",")], draws=args.draws, min_mass=args.min_mass)
-    counts_of = res.pop("counts_of")
+    res.pop("counts_of")
     print(f"toy {seed}: {res['nodes']} nodes x 4 candidates, {args.draws} draws; dropped at mean "
           f"{min(float(x) for x in args.means.split(','))}: {res['dropped']}")
     print(f"  {'design':12s} {'cont.':>6s}  {'P bias':>8s} {'P rmse':>7s} {'max|z|':>6s}  {'V bias':>8s} "

@@ -402,7 +402,7 @@ def describe(config, work, chip, chips: int, path, field: str = "--variance_spli
 def _floor_line(c: Choice, verdict: str, runs: str) -> str:
   """The dry run's line for `floored`: the design for every pair floored and why the every-pair hours are what
   they are."""
-  fl, f = c.floor, c.fixed
+  fl = c.floor
   head = (f"  the cheapest design for its precision on every pair floored (each pair's SE at most the fixed "
           f"design's or {fl['floor']:.3g}, report.min_effect x {FLOOR_FRACTION:g} in {verdict} units, whichever is "
           "larger)")

@@ -51,7 +51,6 @@ def prefill_sequences(model, sequences: Sequence[Sequence[int]]):
 
   Returns the KV cache (rows = len(sequences), left-padded; each row's tokens sit at positions 0..).
   """
-  config = model.config
   B, P = len(sequences), sampling.bucket(max(len(s) for s in sequences), 16)
   tokens, positions = sampling.left_pad(sequences, P, 0)
   sampling.COUNTERS["prefill_calls"] += 1
