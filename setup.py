@@ -34,7 +34,8 @@ setuptools.setup(
         "orbax-checkpoint>=0.11",     # opd_jax.training checkpoints
     ],
     extras_require={
-        "test": ["pytest", "pytest-xdist", "torch==2.13.0", "accelerate", "tensorflow-datasets>=4.9", "array-record"],
+        "test": ["pytest", "pytest-xdist", "pyflakes>=3", "torch==2.13.0", "accelerate", "tensorflow-datasets>=4.9",
+                 "array-record"],
         "tfds": ["tensorflow-datasets>=4.9", "array-record"],  # `tfds:<name>` tasks (no tensorflow needed)
         "demo": STUDENT + TEACHER,
     },

@@ -20,7 +20,6 @@ from opd_jax import terminal
 from opd_jax.models import cache
 from opd_jax.models import decoder
 from opd_jax.models import gguf_file
-from opd_jax.models import hf
 from opd_jax.models import presets
 from opd_jax.models.cache import CACHE_ENV, CONVERTER_VERSION, converted_dir, file_sha256, params_dir, read_json
 from opd_jax.models.gguf_file import GGUF_ARCHITECTURES, config_from_gguf, load_gguf

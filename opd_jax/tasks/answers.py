@@ -316,5 +316,5 @@ def numbers_equal(gold: str, pred: str | None) -> bool:
 
 
 # math-verify's grading (MATH answers) lives in math_answers.py; these names are its public entry points.
-from opd_jax.tasks.math_answers import math_equal  # pylint: disable=g-import-not-at-top,wrong-import-position
-from opd_jax.tasks.math_answers import parse_math  # pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.tasks.math_answers import math_equal  # noqa: F401  pylint: disable=g-import-not-at-top,wrong-import-position
+from opd_jax.tasks.math_answers import parse_math  # noqa: F401  pylint: disable=g-import-not-at-top,wrong-import-position

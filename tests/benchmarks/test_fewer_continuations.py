@@ -9,7 +9,6 @@ import pytest
 
 from benchmarks import fewer_continuations as fc
 from opd_jax.teachers import contexts
-from opd_jax.estimators import gradients
 from opd_jax import claim
 from opd_jax import records
 from opd_jax.study import nodes, targeted

@@ -1,6 +1,5 @@
 """Sampler: exact distributions, stop handling, padding independence, prefix branching."""
 import re
-import types
 
 import jax
 import jax.numpy as jnp
@@ -301,7 +300,6 @@ def test_tempered_candidate_policy_gives_the_issue_value_and_ideal_gradient():
   # Raw p on C = (0.6, 0.3, 0.1), P_succ = (0, 1, 1), T = 0.5: the sampled p is (0.7826, 0.1957, 0.0217),
   # V = 0.2174, g* = (-0.1701, 0.1531, 0.0170) (the raw p would give V = 0.4, g* = (-0.24, 0.18, 0.06)).
   from opd_jax.estimators import gradients  # pylint: disable=g-import-not-at-top
-  from opd_jax.study import targeted
   from opd_jax.estimators import success
   tempered = sampling.SamplingParams(temperature=0.5)
   logp = sampling.policy_logprobs(jnp.log(jnp.array([[0.6, 0.3, 0.1]])), tempered)

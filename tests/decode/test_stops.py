@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 
 from opd_jax import models
-from opd_jax.decode import sampling
-from opd_jax.decode import branching
 from opd_jax.decode import stops
 from opd_jax.study import targeted
 from opd_jax.models import decoder

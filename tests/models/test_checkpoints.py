@@ -8,7 +8,6 @@ import types
 import jax
 import numpy as np
 import pytest
-import tokenizers
 
 from opd_jax import models
 from opd_jax.models import checkpoints

@@ -7,7 +7,6 @@ import shutil
 import subprocess
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from opd_jax import report

@@ -9,7 +9,6 @@ from scipy import integrate
 from scipy import stats as sp_stats
 
 from benchmarks import verdict_calibration as calibration
-from opd_jax.estimators import stats
 from opd_jax.estimators import sample_size
 from opd_jax.report import decision
 from opd_jax.report import sequential

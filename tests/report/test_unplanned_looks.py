@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from configs import smoke
 from opd_jax.report import cli

@@ -23,7 +23,6 @@ from opd_jax import models
 from opd_jax.study import nodes
 from opd_jax.study import preflight
 from opd_jax.decode import sampling
-from opd_jax.study import targeted
 from opd_jax.estimators import success
 from opd_jax.models import token_bytes
 from opd_jax.models import tokenizer as tokenizer_lib

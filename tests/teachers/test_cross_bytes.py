@@ -31,7 +31,6 @@ from opd_jax.study import nodes
 from opd_jax import records
 from opd_jax.study import targeted
 from opd_jax.models import checkpoints
-from opd_jax.models import decoder
 from opd_jax.models import param_init
 from opd_jax.models import presets
 from opd_jax.models import token_bytes

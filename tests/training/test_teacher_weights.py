@@ -3,9 +3,7 @@ student, frozen: what the study diagnoses), `current` (the student being trained
 trainable params). Checked against independent forwards (`models.logits` row by row, numpy reverse KL) of the
 model each teacher should be, and the EMA against its formula applied in numpy to the params' snapshots."""
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from opd_jax import models

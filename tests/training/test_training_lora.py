@@ -9,7 +9,6 @@ import pytest
 
 from opd_jax import models
 from opd_jax.decode import sampling
-from opd_jax.models import decoder
 from opd_jax.models import param_init
 from opd_jax.models import model as model_lib
 from opd_jax.training import lora
