@@ -836,7 +836,19 @@ def test_validation_v2_section_of_results_is_its_files():
     r, s = runs.loc[f"s1_{context}_frozen"], stage1.loc[f"s1_{context}_frozen"]
     _has_line(path, f"| {r.spec}{' (a wrong reference)' if context == 'misleading' else ''} | "
                     f"{_ci(r['diff'], r.lo, r.hi)} | {r.last_loss:.3f} | {_ci(s.minus_v1, s.minus_v1_lo, s.minus_v1_hi)} |")
-  rel = pd.read_csv(v2 / "stage2_reliability.csv").set_index(["stratum", "predictor"])["split_half_rho"]
+  frozen = runs.loc[[f"s1_{c}_frozen" for c in ("solution", "summary", "answer", "misleading")]]
+  v1 = pd.read_csv(DATA / "validation" / "runs.csv").set_index("configuration").loc[
+      ["solution", "summary", "answer", "misleading"], "last_loss"]
+  _says(path, f"the losses stayed at {frozen.last_loss.min():.2f}-{frozen.last_loss.max():.2f} (v1's paired runs: "
+              f"{v1.min():.0e} to {v1.max():.0e})", source="runs.csv of v2 and of v1")
+  reliability = pd.read_csv(v2 / "stage2_reliability.csv")
+  shape = reliability.groupby("stratum")[["configurations", "questions"]].max()
+  blocks = [len(pd.read_csv(f)) for f in sorted(v2.glob("study_questions_*.csv"))]
+  assert len(blocks) == 4 and set(blocks) == {20} and shape.questions.tolist() == [80, 80], (blocks, shape)
+  _says(path, "four blocks of 20 questions", "split-half Spearman over random halves of the 80 questions (external, "
+              f"{shape.configurations['external']} configurations / self, {shape.configurations['self']};",
+        source="stage2_reliability.csv, study_questions_<b>.csv")
+  rel = reliability.set_index(["stratum", "predictor"])["split_half_rho"]
   for label, predictor in (("alignment as training weighs the nodes (primary)", "alignment_trained"),
                            ("alignment, all nodes", "alignment_all"), ("alignment, correct nodes", "alignment_correct"),
                            ("alignment, incorrect nodes (the default verdict's)", "alignment_incorrect"),
@@ -846,8 +858,17 @@ def test_validation_v2_section_of_results_is_its_files():
   contrasts = pd.read_csv(v2 / "stage2_contrasts.csv").query("predictor == 'alignment_trained'")
   values = pd.read_csv(v2 / "stage2.csv").query("predictor == 'alignment_trained' and divergence == 'rkl'")
   spread = values.groupby("stratum")["value"].agg(lambda v: v.max() - v.min())
-  _says(path, f"largest difference {contrasts['diff'].abs().max():.3f} against spreads of {spread['external']:.2f} "
-              f"and {spread['self']:.2f} between the views' reverse-KL values", source="stage2_contrasts.csv, stage2.csv")
+  excludes = int(((contrasts.lo > 0) | (contrasts.hi < 0)).sum())
+  honest = values[(values.stratum == "self") & ~values.view.isin(["self_misleading", "self_contrastive"])]["value"]
+  _says(path, f"{excludes} of the {len(contrasts)} within-view pairs have a 95% interval (resampling questions) that "
+              f"excludes 0, the largest difference {contrasts['diff'].abs().max():.3f}, against spreads of "
+              f"{spread['external']:.2f} and {spread['self']:.2f} between the views' reverse-KL values",
+        f"the three other views' reverse-KL values lie within {honest.max() - honest.min():.3f} of one another",
+        source="stage2_contrasts.csv, stage2.csv")
+  from benchmarks import validate_v2  # pylint: disable=g-import-not-at-top  (the planned runs)
+  kinds = [("replicate" if seed == 1 else c.split("_")[0]) for c, seed in validate_v2.STAGE3]
+  _says(path, f"({len(kinds)} runs: {kinds.count('ext')} external, {kinds.count('self')} self, "
+              f"{kinds.count('replicate')} seed replicates;", source="benchmarks/validate_v2.py STAGE3")
   said = []
   for stratum in ("external", "self"):
     verdict = pd.read_csv(v2 / f"study_verdict_{stratum}.csv")

@@ -445,6 +445,11 @@ def test_the_reports_own_lock_refuses_a_live_run_names_an_unwritable_workdir_and
       assert json.loads(lock.read_text())["pid"] == os.getpid()
       raise RuntimeError("inside the rebuild")
   assert not lock.exists()
+  disk_full = OSError(errno.ENOSPC, "No space left on device")       # the rebuild's own OSError: passed on as it is
+  with pytest.raises(OSError) as raised:
+    with cli.own_report_lock(tmp_path):
+      raise disk_full
+  assert raised.value is disk_full and not lock.exists()
   lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
   with pytest.raises(ValueError, match=r"is in use by another run .*; or pass --out=<folder> for a report beside the "
                                        r"running study$"):
