@@ -71,8 +71,9 @@ def whose(old: dict, new: dict) -> str:
   return f" ({names[0]!r}; this one is {names[1]!r})" if names[0] != names[1] else ""
 
 
-def _holder(path: pathlib.Path) -> dict | None:
-  """The lock file's JSON, or None while it is absent or half written."""
+def read_json(path: pathlib.Path) -> dict | None:
+  """A workdir bookkeeping file's JSON (a lock, a process's progress), or None while it is absent or (on a
+  filesystem without atomic rename) half written."""
   try:
     return json.loads(path.read_text())
   except (FileNotFoundError, json.JSONDecodeError):
@@ -115,7 +116,7 @@ def workdir_lock(workdir, process_index: int):
     try:
       fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
-      holder = _holder(path) or {}
+      holder = read_json(path) or {}
       pid, other = holder.get("pid"), holder.get("host")
       if other == host and isinstance(pid, int) and not _alive(pid):
         logging.warning("taking over the stale lock %s of pid %d on %s (that run is gone)", path, pid, host)
@@ -135,7 +136,7 @@ def workdir_lock(workdir, process_index: int):
     yield path
   finally:
     _HELD.discard(path)
-    if (_holder(path) or {}).get("pid") == os.getpid():
+    if (read_json(path) or {}).get("pid") == os.getpid():
       path.unlink(missing_ok=True)
 
 
@@ -146,5 +147,5 @@ def release_locks() -> None:
   """Remove the locks this process holds (`workdir_lock`), for an exit that skips their `finally` (main's
   `os._exit` on Ctrl-C); safe from any thread."""
   for path in list(_HELD):
-    if (_holder(path) or {}).get("pid") == os.getpid():
+    if (read_json(path) or {}).get("pid") == os.getpid():
       path.unlink(missing_ok=True)

@@ -119,14 +119,6 @@ def write_progress(workdir, progress: dict, process_index: int, process_count: i
     atomic.write_json(progress_path(workdir, process_index, process_count), {**progress, **status})
 
 
-def _read_json(path: pathlib.Path) -> dict | None:
-  """The file's JSON, or None while it is absent or (on a filesystem without atomic rename) half written."""
-  try:
-    return json.loads(path.read_text())
-  except (FileNotFoundError, json.JSONDecodeError):
-    return None
-
-
 def wait_for_processes(workdir, process_count: int, *, timeout_s: float | None = None,
                        poll_s: float = 1.0) -> list[dict]:
   """Block until every process has written its progress with done=True; returns them in process order.
@@ -146,7 +138,7 @@ def wait_for_processes(workdir, process_count: int, *, timeout_s: float | None =
     return [json.loads(paths[0].read_text()) if paths[0].exists() else {}]
   start, last_log = time.monotonic(), time.monotonic()
   while True:
-    states = [_read_json(p) for p in paths]
+    states = [claim.read_json(p) for p in paths]
     failed = [(i, s["error"]) for i, s in enumerate(states) if s and s.get("error")]
     if failed:
       raise RuntimeError(f"process {failed[0][0]} of {process_count} failed: {failed[0][1]}; fix it and rerun all "
