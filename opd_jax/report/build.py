@@ -75,15 +75,17 @@ def _proxies(workdir: str, nodes: pd.DataFrame, *, n_boot: int, seed: int) -> tu
                  else "" if len(table) else "not shown: no finite value in records/tokens")
 
 
-def success_rates(workdir, target: str) -> pd.Series | None:
+def success_rates(workdir, target: str, rollouts: pd.DataFrame | None = None) -> pd.Series | None:
   """With target "trained", each question's base success rate from `workdir`'s rollout records
-  (common.success_rates), else None.
+  (common.success_rates; `rollouts`: that table when already read), else None.
 
   Raises:
     FileNotFoundError: target "trained" and no rollout records (the message names the directory)."""
   if target != common.TRAINED:
     return None
-  return common.success_rates(read_records(str(workdir), "rollouts", columns=["question_id", "reward"]))
+  if rollouts is None:
+    rollouts = read_records(str(workdir), "rollouts", columns=["question_id", "reward"])
+  return common.success_rates(rollouts)
 
 
 def _load_json(path: str) -> dict | None:
@@ -167,8 +169,7 @@ def write_summary(workdir: str, *, n_boot: int = 2000, seed: int = 0, min_nodes:
   seq = {} if design is None else {"design": design, "look": look, "final": final, "level": 1.0 - design.alpha,
                                    "question_order": question_order}
   rollouts = _read_rollouts(workdir)
-  rates = (common.success_rates(rollouts) if rollouts is not None and target == common.TRAINED
-           else success_rates(workdir, target))       # None, or (no readable rollouts) the reader's error
+  rates = success_rates(workdir, target, rollouts)
   verdict = decision.decide(nodes, target=target, n_boot=n_boot, seed=seed, min_nodes=min_nodes,
                             min_questions=min_questions,
                             min_effect=(min_effect or None) if design is None else design.margin,
