@@ -225,8 +225,9 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
   """Stage 4 (issue 47, item 5) from the committed CSVs in `data`; writes (into `out`, default `data`) and returns:
     stage3_gains.csv: per configuration trained, its stratum, replicates, gain (mean over replicates of the mean
       held-out after - before) with a 95% interval resampling evaluation questions and replicates, gold_gain (the
-      same mean of the change of log p(gold answer), nats; NaN for runs without it), the lowest
-      after over its replicates and whether it collapsed (below COLLAPSED), and every predictor's value;
+      same mean of the change of log p(gold answer), nats; NaN for runs without it), the lowest gain of one of its
+      runs (lowest_run_gain), the lowest after over its replicates and whether it collapsed (below COLLAPSED: any
+      of its runs), and every predictor's value;
     stage3.csv: per predictor, the mean within-stratum Spearman with the gain (each stratum's rho too), its interval
       (`draws`: RESAMPLED), its one-sided permutation p within strata, and its difference from PRIMARY's with the
       paired interval of the same draws, and the same statistic against gold_gain with its permutation p (a
@@ -252,7 +253,7 @@ def stage3_tables(data: pathlib.Path, specs: dict[str, str], n_boot: int = 2000,
   gold = gains(gold_diffs)
   table = pd.DataFrame({"configuration": confs, "stratum": strata, "replicates": [len(d) for d in diffs], "gain": g,
                         "lo": np.quantile(boot, 0.025, axis=0), "hi": np.quantile(boot, 0.975, axis=0),
-                        "gold_gain": gold,
+                        "gold_gain": gold, "lowest_run_gain": [float(d.mean(axis=1).min()) for d in diffs],
                         "lowest_after": [after[c] for c in confs],
                         "collapsed": [bool(after[c] < COLLAPSED) for c in confs],
                         **values})

@@ -30,13 +30,18 @@ def _p(p: float) -> str:
   return "n/a" if not np.isfinite(p) else f"{p:.3g}"
 
 
-def _primary(tests: pd.DataFrame, primary: str, interim: bool) -> list[str]:
+def _primary(tests: pd.DataFrame, primary: str, interim: bool, left_out: dict[str, str]) -> list[str]:
   row = tests.set_index("predictor").loc[primary]
   rhos = ", ".join(f"{c[4:]} {_num(row[c])}" for c in tests.columns if c.startswith("rho_"))
   shown = np.isfinite(row.p_value) and row.p_value < ALPHA
   return [
       "## The primary test (hypothesis.md)", "",
-      f"- Predictor `{primary}`; statistic: the mean over strata of Spearman's rho with the gain within the stratum: "
+      "- Runs left out (hypothesis.md's rule: a run that failed twice for a cause of its own; excluded.csv): " + (
+          "; ".join(f"{k} ({v})" for k, v in left_out.items()) if left_out else "none") + ".",
+      f"- Predictor `{primary}` (per question s_q x the mean over its correct-rollout nodes + (1 - s_q) x the mean "
+      "over its incorrect ones; where a configuration has no node of one group for a question, the other group's "
+      "mean, as in hypothesis.md's stage-2 values); statistic: the mean over strata of Spearman's rho with the gain "
+      "within the stratum: "
       f"**{_num(row.statistic)}** {_interval(row)} (95% percentile bootstrap, {int(row.draws)} draws resampling "
       f"{row.resampled}); per stratum: {rhos}.",
       f"- One-sided permutation p (gains permuted within strata, {int(row.permutations)} permutations): "
@@ -77,7 +82,8 @@ def _expectations(gains: pd.DataFrame, tests: pd.DataFrame, pairs_summary: pd.Da
       "## hypothesis.md's expectations, against the result", "",
       f"1. External stratum, every run gains: {int((ext.gain > 0).sum())} of {len(ext)} configurations' gains (their "
       f"replicates averaged) are above 0, "
-      f"{int((ext.lo > 0).sum())} with an interval above 0; rho_external {_num(row.get('rho_external', np.nan))}.",
+      f"{int((ext.lo > 0).sum())} with an interval above 0; every run of {int((ext.lowest_run_gain > 0).sum())} of "
+      f"them gains; rho_external {_num(row.get('rho_external', np.nan))}.",
       f"2. Self stratum, most gains within noise (|gain| < {NOISE:g}): {int((slf.gain.abs() < NOISE).sum())} of "
       f"{len(slf)}; {int(((slf.lo > 0) | (slf.hi < 0)).sum())} with an interval excluding 0; rho_self "
       f"{_num(row.get('rho_self', np.nan))}.",
@@ -90,7 +96,9 @@ def _secondary(out: dict[str, pd.DataFrame], primary: str) -> list[str]:
   tests, regret, collapse, noise = out["tests"], out["regret"], out["collapse"], out["noise"]
   lines = ["## Secondary analyses (hypothesis.md, reported whatever they show)", "",
            "Every predictor with the primary's statistic, interval and p; minus primary: this predictor's statistic "
-           "minus the primary's, paired by draw; the same "
+           "minus the primary's, paired by draw (hypothesis.md's secondary 2 words it the other way round, the "
+           "primary minus each: here a positive difference means the predictor ranked the gains better than the "
+           "primary); the same "
            "statistic against the change of the gold answer's log p (secondary 6).", "",
            "| predictor | statistic [95%] | p | minus primary [95%] | gold: statistic | gold: p |",
            "|---|---|---|---|---|---|"]
@@ -106,7 +114,8 @@ def _secondary(out: dict[str, pd.DataFrame], primary: str) -> list[str]:
             "|---|---|---|---|---|---|---|"]
   lines += [f"| {r.stratum} | {r.rule} | {r.named} | {_num(r.gain)} | {r.best} | {_num(r.best_gain)} | "
             f"{_num(r.regret, False)} |" for r in regret.itertuples()]
-  lines += ["", f"Collapse (secondary 5; held-out pass@1 after below {v2_analysis.COLLAPSED:g}): " + (
+  lines += ["", f"Collapse (secondary 5; held-out pass@1 after below {v2_analysis.COLLAPSED:g} in any of a "
+            "configuration's runs): " + (
       "none." if collapse.empty else "; ".join(
           f"{r.configuration} ({r.stratum}, lowest after {_num(r.lowest_after, False)}): the primary ranks it "
           f"{r.rank:g} of {int(r.of)}{', last' if r.last else ', not last'}" for r in collapse.itertuples()) + ".")]
@@ -118,15 +127,18 @@ def _secondary(out: dict[str, pd.DataFrame], primary: str) -> list[str]:
   return lines + [""]
 
 
-def markdown(out: dict[str, pd.DataFrame], primary: str = v2_analysis.PRIMARY, interim: str = "") -> str:
+def markdown(out: dict[str, pd.DataFrame], primary: str = v2_analysis.PRIMARY, interim: str = "",
+             left_out: dict[str, str] | None = None) -> str:
   """stage3_results.md's text from `v2_analysis.stage3_tables`' output (`out`: gains, tests, pairs_summary, regret,
-  collapse, noise); `interim`: "" for the test, else the line that says why these are interim numbers (put first)."""
+  collapse, noise); `interim`: "" for the test, else the line that says why these are interim numbers (put first);
+  `left_out`: the runs hypothesis.md's rule left out, name -> reason (validate_v2.excluded)."""
   head = ["# Validation v2, stage 3: the results", "",
           "Written by `benchmarks/validate_v2.py --piece=stage3` from the data folder's CSVs "
           "(`v2_analysis.stage3_tables`; each number is a cell of the stage3*.csv beside this file), against "
           "hypothesis.md.", ""]
   if interim:
     head += [f"**INTERIM: {interim}**", ""]
-  return "\n".join(head + _primary(out["tests"], primary, bool(interim)) + _order(out["gains"], primary)
+  return "\n".join(head + _primary(out["tests"], primary, bool(interim), left_out or {})
+                   + _order(out["gains"], primary)
                    + _expectations(out["gains"], out["tests"], out["pairs_summary"], primary)
                    + _secondary(out, primary))

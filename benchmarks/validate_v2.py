@@ -146,10 +146,41 @@ def check_order(piece: str, data: pathlib.Path, tiny: bool) -> None:
                      "commit the predictions (hypothesis.md) before any stage-3 run")
 
 
+def excluded(data: pathlib.Path, tiny: bool) -> dict[str, str]:
+  """The stage-3 runs left out by hypothesis.md's rule ("a run that fails twice for a cause of its own (e.g.
+  memory) is reported and left out, never replaced by another configuration"): data/excluded.csv, one row per run
+  (columns configuration: its STAGE3 name; reason: what failed, both times), committed by hand when it happens; {}
+  while the file is absent.
+
+  Raises:
+    ValueError: the file lacks a column, names a run that is not a planned stage-3 run or twice, names a run whose
+      row is in runs.csv (it finished: nothing to leave out), or gives no reason.
+  """
+  path = data / "excluded.csv"
+  if not path.exists():
+    return {}
+  table = pd.read_csv(path, dtype=str, keep_default_na=False)
+  if not {"configuration", "reason"} <= set(table.columns):
+    raise ValueError(f"{path}: needs the columns configuration and reason (one row per stage-3 run left out)")
+  done_runs = set(pd.read_csv(data / "runs.csv").configuration) if (data / "runs.csv").exists() else set()
+  for name, reason in zip(table.configuration, table.reason):
+    if name not in planned(3, tiny):
+      raise ValueError(f"{path}: {name!r} is no planned stage-3 run (STAGE3's names)")
+    if name in done_runs:
+      raise ValueError(f"{path}: {name} has its row in runs.csv: a finished run is not left out (remove its row here)")
+    if not reason.strip():
+      raise ValueError(f"{path}: {name} has no reason: say what failed, both times (hypothesis.md's rule)")
+  if table.configuration.duplicated().any():
+    raise ValueError(f"{path}: {sorted(set(table.configuration[table.configuration.duplicated()]))} listed twice")
+  return dict(zip(table.configuration, table.reason))
+
+
 def stage3_missing(data: pathlib.Path, tiny: bool) -> list[str]:
-  """The planned stage-3 runs (STAGE3's names, or --tiny's) without their row in data/runs.csv."""
+  """The planned stage-3 runs (STAGE3's names, or --tiny's) without their row in data/runs.csv, less those left out
+  (`excluded`)."""
   path = data / "runs.csv"
   have = set(pd.read_csv(path).configuration) if path.exists() else set()
+  have |= set(excluded(data, tiny))
   return [n for n in planned(3, tiny) if n not in have]
 
 
@@ -160,7 +191,7 @@ def check_ready(piece: str, data: pathlib.Path, tiny: bool, interim: bool) -> No
     raise ValueError(f"--piece={piece} reads {data / 'runs.csv'}, which does not exist: run its training pieces "
                      "first (or point --data_dir at the folder that holds them)")
   missing = stage3_missing(data, tiny) if piece == "stage3" else []
-  n = len(planned(3, tiny))
+  n = len(planned(3, tiny)) - (len(excluded(data, tiny)) if piece == "stage3" else 0)
   if piece == "stage3" and len(missing) == n:
     raise ValueError(f"--piece=stage3: no stage-3 run is in {data / 'runs.csv'} yet: nothing to analyse")
   if missing and not interim:
@@ -395,7 +426,8 @@ def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool,
   elif piece == "stage3":
     specs = validation.V2_TINY if tiny else validation.V2_CONFIGURATIONS
     check_ready(piece, data, tiny, interim)       # the parent checked; a direct call is refused alike
-    missing, n = stage3_missing(data, tiny), len(planned(3, tiny))
+    left_out = excluded(data, tiny)
+    missing, n = stage3_missing(data, tiny), len(planned(3, tiny)) - len(left_out)
     out_dir = data
     if missing:                                   # --interim (check_ready): never the data folder's stage3*.csv
       out_dir = workdir / "interim"
@@ -405,7 +437,7 @@ def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool,
     out = v2_analysis.stage3_tables(data, specs, n_boot=50 if tiny else 2000, n_perm=200 if tiny else 10_000,
                                     out=out_dir)
     label = f"{n - len(missing)} of {n} stage-3 runs; not the primary test (computed once, at all {n})"
-    text = v2_results.markdown(out, v2_analysis.PRIMARY, label if missing else "")
+    text = v2_results.markdown(out, v2_analysis.PRIMARY, label if missing else "", left_out)
     (out_dir / "stage3_results.md").write_text(text)
     print(text, flush=True)
 

@@ -135,7 +135,9 @@ def basis_line(verdict: dict, root: pathlib.Path | None = None) -> str:
   estimand on the target group (the verdict ranks configurations by their paired differences in it), and, once
   v2's primary test is in (stage3.csv), that predictor's mean within-teacher Spearman with the training gains, its
   interval and one-sided permutation p, beside the primary's, and the best of the cheap proxies (PROXIES: no
-  targeted rollouts) with its difference from the primary (paired draws); before that, that v2 tests it. Numbers
+  targeted rollouts; the best of those whose paired difference from the primary has its interval above 0 where
+  any has: PLAN.md's item 6, rule 1) with its difference from the primary (paired draws); before that, that v2
+  tests it. Numbers
   are read from the committed files (`lines`' module docstring); none where they cannot be.
 
   Args:
@@ -159,7 +161,7 @@ def basis_line(verdict: dict, root: pathlib.Path | None = None) -> str:
 
   head = (f"{what}. Validation v2 ({V2}/stage3.csv; {int(rows['configurations'].iloc[0])} trained configurations in "
           "two strata, each with one teacher): mean within-teacher Spearman with the training gain (95% interval "
-          "resampling configurations, questions and seeds)")
+          "resampling configurations, questions and the replicated configurations' seeds)")
   if name not in rows.index:
     text = f"{head}: no row for {name}; the primary, {PRIMARY}, " + (result(PRIMARY) if PRIMARY in rows.index
                                                                      else "n/a")
@@ -172,11 +174,13 @@ def basis_line(verdict: dict, root: pathlib.Path | None = None) -> str:
   proxies = [k for k in PROXIES if k in rows.index and np.isfinite(rows.loc[k, paired].to_numpy(float)).all()]
   if not proxies:
     return text
-  best = max(proxies, key=lambda k: rows.at[k, "statistic"])
+  above = [k for k in proxies if rows.at[k, "minus_primary_lo"] > 0]     # item 6, rule 1: any proxy above the primary
+  best = max(above or proxies, key=lambda k: rows.at[k, "statistic"])
   r = rows.loc[best]
   than = ("above it" if r.minus_primary_lo > 0 else "below it" if r.minus_primary_hi < 0
           else "not distinguishable from it")
-  return (f"{text}; the best of {len(proxies)} cheap proxies (no targeted rollouts), {best}, {result(best)}; it "
+  which = "of those above the primary, the best" if above and len(above) < len(proxies) else "the best"
+  return (f"{text}; {which} of {len(proxies)} cheap proxies (no targeted rollouts), {best}, {result(best)}; it "
           f"minus the primary {r.minus_primary:+.2f} [{r.minus_primary_lo:+.2f}, {r.minus_primary_hi:+.2f}] (paired "
           f"draws, not adjusted for picking the best): {than}")
 

@@ -83,6 +83,7 @@ def test_stage3_tables_against_pandas_and_scipy(tmp_path):
     assert np.isclose(gains.loc[c, "gold_gain"], np.mean([(e.gold_after - e.gold_before).mean() for e in evals]))
     assert gains.loc[c, "replicates"] == len(names)
     assert gains.loc[c, "lowest_after"] == runs[runs.configuration.isin(names)].after.min()
+    assert np.isclose(gains.loc[c, "lowest_run_gain"], min((e.after - e.before).mean() for e in evals))
   trained = _trained(nodes, rates)
   assert np.allclose(gains.loc[list(SPECS), "alignment_trained"], trained.loc[list(SPECS)])
   assert np.allclose(gains.alignment_all, nodes.groupby("config_id").alignment.mean().loc[gains.index])
@@ -152,6 +153,17 @@ def test_the_results_text_holds_the_tables_cells_against_the_hypothesis(tmp_path
   ext, slf = gains[gains.stratum == "external"], gains[gains.stratum == "self"]
   assert (f"{(ext.gain > 0).sum()} of {len(ext)} configurations' gains (their replicates averaged) are above 0, "
           f"{(ext.lo > 0).sum()} with an interval") in text
+  def run_gain(name):
+    e = pd.read_csv(tmp_path / f"eval_{name}.csv")
+    return (e.after - e.before).mean()
+  every_run = sum(all(run_gain(validate_v2.stage3_name(c, k)) > 0 for k in ((-1, 1) if c == "ext_plain_rkl" else (-1,)))
+                  for c in ext.configuration)
+  assert f"; every run of {every_run} of them gains;" in text
+  assert ("- Runs left out (hypothesis.md's rule: a run that failed twice for a cause of its own; excluded.csv): "
+          "none.") in text
+  assert "here a positive difference means the predictor ranked the gains better than the primary" in text
+  left = v2_results.markdown(out, left_out={"s3_a": "memory, twice", "s3_b": "a crash, twice"})
+  assert "excluded.csv): s3_a (memory, twice); s3_b (a crash, twice)." in left
   assert f"(|gain| < 0.05): {(slf.gain.abs() < 0.05).sum()} of {len(slf)}" in text
   pooled = scipy.stats.spearmanr(gains.alignment_trained, gains.gain)[0]
   assert f"over all {len(gains)} configurations pooled, {pooled:+.3f}" in text
@@ -276,6 +288,38 @@ def test_stage3_waits_for_every_run_or_writes_an_interim_elsewhere(tmp_path, cap
       "stage3_pairs_summary.csv", "stage3_regret.csv", "stage3_results.md"]
   assert (work / "interim" / "stage3_results.md").read_text().splitlines()[4] == (
       f"**INTERIM: {n_in} of 28 stage-3 runs; not the primary test (computed once, at all 28)**")
+
+
+def test_runs_left_out_by_the_rule_are_listed_and_the_test_runs_without_them(tmp_path, capsys, monkeypatch):
+  """hypothesis.md: a run that fails twice for a cause of its own is reported and left out. excluded.csv (committed
+  by hand) names it: `--piece=stage3` then runs at the rest, into the data folder, and stage3_results.md lists it;
+  a malformed file is one error line naming it."""
+  data, work = tmp_path / "d", tmp_path / "w"
+  data.mkdir()
+  _write(data, np.random.default_rng(5), lambda c: 0.0)
+  missing = validate_v2.stage3_missing(data, tiny=False)
+  pd.DataFrame({"configuration": missing[:-1], "reason": "out of memory, twice"}).to_csv(data / "excluded.csv",
+                                                                                          index=False)
+  assert validate_v2.stage3_missing(data, tiny=False) == missing[-1:]
+  assert validate_v2.main([f"--workdir={work}", f"--data_dir={data}", "--piece=stage3"]) == 2      # one still due
+  assert capsys.readouterr().err.startswith(f"error: --piece=stage3: {28 - len(missing)} of {29 - len(missing)} ")
+  for bad, match in (({"configuration": ["s3_nope"], "reason": ["x"]}, "'s3_nope' is no planned stage-3 run"),
+                     ({"configuration": ["s3_ext_plain_rkl"], "reason": ["x"]}, "has its row in runs.csv"),
+                     ({"configuration": missing[:1], "reason": [" "]}, "has no reason"),
+                     ({"configuration": missing[:1] * 2, "reason": ["x", "y"]}, "listed twice"),
+                     ({"configuration": missing[:1]}, "needs the columns configuration and reason")):
+    pd.DataFrame(bad).to_csv(data / "excluded.csv", index=False)
+    with pytest.raises(ValueError, match=match):
+      validate_v2.stage3_missing(data, tiny=False)
+  pd.DataFrame({"configuration": missing, "reason": "out of memory, twice"}).to_csv(data / "excluded.csv", index=False)
+  stage3_tables = v2_analysis.stage3_tables
+  monkeypatch.setattr(v2_analysis, "stage3_tables", lambda *a, **k: stage3_tables(*a, **{**k, "n_boot": 20,
+                                                                                          "n_perm": 50}))
+  monkeypatch.setattr(validate_v2.validation, "V2_CONFIGURATIONS", SPECS)
+  validate_v2.run_piece("stage3", work, data, tiny=False)
+  text = (data / "stage3_results.md").read_text()
+  assert "INTERIM" not in text and not (work / "interim").exists()
+  assert f"excluded.csv): {missing[0]} (out of memory, twice); {missing[1]} (out of memory, twice);" in text
 
 
 def test_tiny_runs_never_write_the_committed_record_and_a_missing_runs_csv_is_one_line(tmp_path, capsys):

@@ -236,7 +236,8 @@ def test_the_basis_line_names_what_the_verdict_ranks_on_and_reads_v2s_test(tmp_p
   table.to_csv(tmp_path / validation_note.V2 / "stage3.csv", index=False)
   line = validation_note.basis_line({"estimand": "alignment", "target": "incorrect"}, root=tmp_path)
   assert "22 trained configurations" in line and line.endswith(
-      "gain (95% interval resampling configurations, questions and seeds) +0.20 [-0.25, +0.55], one-sided "
+      "gain (95% interval resampling configurations, questions and the replicated configurations' seeds) +0.20 "
+      "[-0.25, +0.55], one-sided "
       "permutation p 0.21 (the primary, alignment_trained: +0.61 [+0.30, +0.80], one-sided permutation p 0.004)")
   trained = validation_note.basis_line({"estimand": "alignment", "target": "trained"}, root=tmp_path)
   assert trained.endswith("seeds) +0.61 [+0.30, +0.80], one-sided permutation p 0.004") and "(the primary" not in trained
@@ -248,6 +249,20 @@ def test_the_basis_line_names_what_the_verdict_ranks_on_and_reads_v2s_test(tmp_p
     assert line.endswith(f"; the best of 1 cheap proxies (no targeted rollouts), minus_js, +0.40 [+0.05, +0.70], "
                          f"one-sided permutation p 0.03; it minus the primary -0.21 [{lo:+.2f}, {hi:+.2f}] (paired "
                          f"draws, not adjusted for picking the best): {word}")
+  # PLAN.md's item 6, rule 1: a proxy above the primary (paired interval above 0) is named before a higher one that
+  # is not distinguishable from it.
+  three = pd.DataFrame({"predictor": ["alignment_trained", "minus_js", "minus_kl_qp"], "statistic": [0.5, 0.9, 0.7],
+                        "lo": 0.0, "hi": 0.95, "p_value": 0.01, "configurations": 22, "minus_primary": [0, 0.4, 0.2],
+                        "minus_primary_lo": [0, -0.1, 0.05], "minus_primary_hi": [0, 0.8, 0.4]})
+  three.to_csv(tmp_path / validation_note.V2 / "stage3.csv", index=False)
+  line = validation_note.basis_line({"estimand": "alignment", "target": "trained"}, root=tmp_path)
+  assert line.endswith("; of those above the primary, the best of 2 cheap proxies (no targeted rollouts), minus_kl_qp, "
+                       "+0.70 [+0.00, +0.95], one-sided permutation p 0.01; it minus the primary +0.20 [+0.05, +0.40] "
+                       "(paired draws, not adjusted for picking the best): above it")
+  three.assign(minus_primary_lo=[0, 0.1, 0.05]).to_csv(tmp_path / validation_note.V2 / "stage3.csv", index=False)
+  assert "; the best of 2 cheap proxies (no targeted rollouts), minus_js, +0.90" in validation_note.basis_line(
+      {"estimand": "alignment", "target": "trained"}, root=tmp_path)
+  table.to_csv(tmp_path / validation_note.V2 / "stage3.csv", index=False)
   ratio = validation_note.basis_line({"estimand": "alignment_ratio", "target": "all"}, root=tmp_path)
   assert "no row for alignment_ratio_all; the primary, alignment_trained, +0.61" in ratio
   projection = validation_note.basis_line({"estimand": "projection", "target": "trained"}, root=tmp_path)
