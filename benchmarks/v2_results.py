@@ -16,6 +16,9 @@ from benchmarks import v2_analysis
 ALPHA = 0.05                    # hypothesis.md: the primary test's level (one-sided permutation p)
 NOISE = 0.05                    # hypothesis.md, expectation 2: |gain| below this is "within noise"
 DEFAULT_VERDICT = "alignment_incorrect"      # the default verdict's estimand (secondary 1)
+TRAINED = (" (per question s_q x the mean over its correct-rollout nodes + (1 - s_q) x the mean over its incorrect "
+           "ones, then the mean over questions; where a configuration has no node of one group for a question, the "
+           "other group's mean, as in hypothesis.md's stage-2 values)")     # v2_analysis.trained_alignment
 
 
 def _num(x: float, signed: bool = True) -> str:
@@ -38,10 +41,8 @@ def _primary(tests: pd.DataFrame, primary: str, interim: bool, left_out: dict[st
       "## The primary test (hypothesis.md)", "",
       "- Runs left out (hypothesis.md's rule: a run that failed twice for a cause of its own; excluded.csv): " + (
           "; ".join(f"{k} ({v})" for k, v in left_out.items()) if left_out else "none") + ".",
-      f"- Predictor `{primary}` (per question s_q x the mean over its correct-rollout nodes + (1 - s_q) x the mean "
-      "over its incorrect ones; where a configuration has no node of one group for a question, the other group's "
-      "mean, as in hypothesis.md's stage-2 values); statistic: the mean over strata of Spearman's rho with the gain "
-      "within the stratum: "
+      f"- Predictor `{primary}`" + (TRAINED if primary == v2_analysis.PRIMARY else "") + "; statistic: the mean "
+      "over strata of Spearman's rho with the gain within the stratum: "
       f"**{_num(row.statistic)}** {_interval(row)} (95% percentile bootstrap, {int(row.draws)} draws resampling "
       f"{row.resampled}); per stratum: {rhos}.",
       f"- One-sided permutation p (gains permuted within strata, {int(row.permutations)} permutations): "
