@@ -175,13 +175,18 @@ def excluded(data: pathlib.Path, tiny: bool) -> dict[str, str]:
   return dict(zip(table.configuration, table.reason))
 
 
-def stage3_missing(data: pathlib.Path, tiny: bool) -> list[str]:
-  """The planned stage-3 runs (STAGE3's names, or --tiny's) without their row in data/runs.csv, less those left out
+def stage3_due(data: pathlib.Path, tiny: bool) -> list[str]:
+  """The stage-3 runs the primary test waits for: the planned ones (STAGE3's names, or --tiny's) less those left out
   (`excluded`)."""
+  left_out = excluded(data, tiny)
+  return [n for n in planned(3, tiny) if n not in left_out]
+
+
+def stage3_missing(data: pathlib.Path, tiny: bool) -> list[str]:
+  """The runs of `stage3_due` without their row in data/runs.csv."""
   path = data / "runs.csv"
   have = set(pd.read_csv(path).configuration) if path.exists() else set()
-  have |= set(excluded(data, tiny))
-  return [n for n in planned(3, tiny) if n not in have]
+  return [n for n in stage3_due(data, tiny) if n not in have]
 
 
 def check_ready(piece: str, data: pathlib.Path, tiny: bool, interim: bool) -> None:
@@ -191,7 +196,7 @@ def check_ready(piece: str, data: pathlib.Path, tiny: bool, interim: bool) -> No
     raise ValueError(f"--piece={piece} reads {data / 'runs.csv'}, which does not exist: run its training pieces "
                      "first (or point --data_dir at the folder that holds them)")
   missing = stage3_missing(data, tiny) if piece == "stage3" else []
-  n = len(planned(3, tiny)) - (len(excluded(data, tiny)) if piece == "stage3" else 0)
+  n = len(stage3_due(data, tiny)) if piece == "stage3" else 0
   if piece == "stage3" and len(missing) == n:
     raise ValueError(f"--piece=stage3: no stage-3 run is in {data / 'runs.csv'} yet: nothing to analyse")
   if missing and not interim:
@@ -426,8 +431,7 @@ def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool,
   elif piece == "stage3":
     specs = validation.V2_TINY if tiny else validation.V2_CONFIGURATIONS
     check_ready(piece, data, tiny, interim)       # the parent checked; a direct call is refused alike
-    left_out = excluded(data, tiny)
-    missing, n = stage3_missing(data, tiny), len(planned(3, tiny)) - len(left_out)
+    missing, n = stage3_missing(data, tiny), len(stage3_due(data, tiny))
     out_dir = data
     if missing:                                   # --interim (check_ready): never the data folder's stage3*.csv
       out_dir = workdir / "interim"
@@ -437,7 +441,7 @@ def run_piece(piece: str, workdir: pathlib.Path, data: pathlib.Path, tiny: bool,
     out = v2_analysis.stage3_tables(data, specs, n_boot=50 if tiny else 2000, n_perm=200 if tiny else 10_000,
                                     out=out_dir)
     label = f"{n - len(missing)} of {n} stage-3 runs; not the primary test (computed once, at all {n})"
-    text = v2_results.markdown(out, v2_analysis.PRIMARY, label if missing else "", left_out)
+    text = v2_results.markdown(out, v2_analysis.PRIMARY, label if missing else "", excluded(data, tiny))
     (out_dir / "stage3_results.md").write_text(text)
     print(text, flush=True)
 
