@@ -10,6 +10,7 @@ import pathlib
 import re
 
 import pandas as pd
+import scipy.stats
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DATA = REPO / "docs" / "data"
@@ -878,3 +879,54 @@ def test_validation_v2_section_of_results_is_its_files():
   (a, n, d), (b, m, e) = said
   _says(path, f"(external: {a} of {n} could be best, detectable difference {d}; self: {b} of {m}, {e})",
         source="study_verdict_<stratum>.csv and _line.txt")
+
+
+def test_validation_v2_stage3_figures_are_its_tables():
+  """docs/results.md's stage-3 paragraph and README's v2 sentence: the primary test (stage3.csv's primary row: the
+  statistic, its interval, its permutation p, each stratum's rho), the secondary predictors quoted, the regret of
+  each rule named before training (stage3_regret.csv), the training noise (stage3_noise.csv), the expectations'
+  counts and the exploratory rho (stage3_gains.csv, scipy), and the training's wall (runs.csv)."""
+  v2 = DATA / "validation_v2"
+  tests = pd.read_csv(v2 / "stage3.csv").set_index("predictor")
+  p = tests[tests.primary].iloc[0]
+  primary = (f"mean within-stratum Spearman {_ci(p.statistic, p.lo, p.hi, '+.2f')}, one-sided permutation p "
+             f"{p.p_value:.2g}")
+  _says("docs/results.md", primary, f"(external {p.rho_external:+.2f}, self {p.rho_self:+.2f}; "
+        f"{int(p.configurations)} configurations;", source="stage3.csv")
+  for name in ("alignment_incorrect", "alignment_correct", "minus_kl_qp", "minus_js", "minus_kl_pq", "topk_overlap"):
+    _says("docs/results.md", f"{name} {tests.at[name, 'statistic']:+.2f} (p {tests.at[name, 'p_value']:.2g})",
+          source="stage3.csv")
+  qp, js = tests.loc["minus_kl_qp"], tests.loc["minus_js"]
+  assert f"{qp.minus_primary:+.2f}" == f"{js.minus_primary:+.2f}"
+  proxies = ("minus_kl_qp", "minus_kl_pq", "minus_js", "topk_overlap")      # item 6, rule 1: none above the primary
+  assert not (tests.loc[list(proxies), "minus_primary_lo"] > 0).any()
+  _says("docs/results.md", f"(minus the primary {qp.minus_primary:+.2f} [{qp.minus_primary_lo:+.2f}, "
+        f"{qp.minus_primary_hi:+.2f}] and [{js.minus_primary_lo:+.2f}, {js.minus_primary_hi:+.2f}]", source="stage3.csv")
+  regret = pd.read_csv(v2 / "stage3_regret.csv")
+  for r in regret.itertuples():
+    _says("docs/results.md", f"{r.named} ({r.gain:+.3f}; regret {r.regret:.3f})", source="stage3_regret.csv")
+  ext = regret[regret.stratum == "external"].set_index("rule").regret
+  no_study, study = ext.filter(like="no study").iloc[0], ext["the study's verdict"]
+  _says("README.md", primary, f"fell {no_study:.3f} short of the best external configuration, the study's pick "
+        f"{study:.3f}", source="stage3.csv, stage3_regret.csv")
+  noise = pd.read_csv(v2 / "stage3_noise.csv").set_index("stratum")
+  _says("docs/results.md", f"SD of {noise.at['external', 'between_sd']:.3f} against one run's training SD of "
+        f"{noise.at['external', 'training_sd']:.3f}", f"(self: {noise.at['self', 'between_sd']:.3f} against "
+        f"{noise.at['self', 'training_sd']:.3f})", source="stage3_noise.csv")
+  gains = pd.read_csv(v2 / "stage3_gains.csv")
+  e, s = gains[gains.stratum == "external"], gains[gains.stratum == "self"]
+  honest = s[~s.configuration.str.contains("misleading|contrastive")]
+  rho, p_honest = scipy.stats.spearmanr(honest.alignment_trained, honest.gain)
+  pooled = scipy.stats.spearmanr(gains.alignment_trained, gains.gain)[0]
+  agree = pd.read_csv(v2 / "stage3_pairs_summary.csv").set_index("predictor").loc[p.name]
+  _says("docs/results.md", f"all {len(e)} configurations gained ({int((e.lo > 0).sum())} with an interval above 0)",
+        f"{int((s.gain.abs() < 0.05).sum())} of the {len(s)} self gains sit within noise",
+        f"the rho is {rho:+.2f} (p {p_honest:.2f}, {len(honest)} configurations)",
+        f"in {int(agree.agree)} of {int(agree.pairs)} pairs", f"(not tested) the rho is {pooled:+.2f}",
+        source="stage3_gains.csv, stage3_pairs_summary.csv")
+  assert (e.gain > 0).all() and (e.lowest_run_gain > 0).all()
+  runs = pd.read_csv(v2 / "runs.csv")
+  first = runs[(runs.stage == 3) & (runs.train_seed == -1)]
+  assert len(first) == int(p.configurations)
+  _says("docs/results.md", f"took at least {first.wall_s.sum():.0f} s ({first.wall_s.sum() / 3600:.1f} h;",
+        source="runs.csv")
