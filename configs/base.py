@@ -117,14 +117,15 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
                             Logical axes: vocab, embed, q_heads, kv_heads, mlp, layers, norm, head_dim (left out:
                             replicated), e.g. --config.mesh.rules='(("embed", None), ("mlp", "model"))' (no FSDP,
                             MLP tensor-parallel only); a dim the mesh axis does not divide is replicated
-  report.target             node group the verdict decides on: incorrect | correct | all | trained
-                            (incorrect: where OPD is meant to help; in the validation experiment, docs/results.md,
-                            correct nodes' alignment ranked the configurations as training did, incorrect nodes'
-                            did not: one task, one student; trained: all nodes as training weighs them, per
-                            question s_q x its correct nodes' mean + (1 - s_q) x its incorrect ones', s_q the base
-                            success rate: validation v2's primary predictor, docs/data/validation_v2/hypothesis.md;
-                            configurations compared by paired per-question differences, each configuration's
-                            question value over the nodes it defines; the power rule counts questions)
+  report.target             node group the verdict decides on: trained (default) | incorrect | correct | all
+                            (trained: all nodes as training weighs them, per question s_q x its correct nodes'
+                            mean + (1 - s_q) x its incorrect ones', s_q the base success rate; configurations
+                            compared by paired per-question differences, each configuration's question value over
+                            the nodes it defines; the power rule counts questions. The default since validation
+                            v2, whose primary predictor it is: within one teacher its ranking predicted the
+                            training gains, stage3.csv, by the rule committed before the test, PLAN.md's Item 6;
+                            incorrect, the default before: where OPD is meant to help, and it ranked v2's
+                            external teacher's configurations least reliably)
   report.pages              per-token pages written to html/ (node rollouts, incorrect first; 0 = none)
   report.colour_by          predictor that colours the per-token pages' view rows (records.PREDICTORS)
   report.min_effect         smallest difference in mean alignment worth detecting (> 0): the verdict then says how
@@ -181,6 +182,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.scoring = dict(chunk=128, top_k=8, beta=0.5, all_rollouts=False, teacher_temperature=0.0,
                    cross_tokenizer=dict(mode="exact", prune=10.0, max_tree_nodes=512, force=False))
   c.mesh = dict(data=-1, model=1, rules=())
-  c.report = dict(target="incorrect", pages=20, colour_by="kl_pq", min_effect=0.0, estimand="alignment")
+  c.report = dict(target="trained", pages=20, colour_by="kl_pq", min_effect=0.0, estimand="alignment")
   c.logging = dict(verbosity=1, progress=True)
   return c

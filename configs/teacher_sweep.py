@@ -137,6 +137,8 @@ def get_config(arg: str | None = None):
     config.budget.node_rollouts_per_question = 4
     config.budget.nodes_per_rollout = 16
     config.budget.prefer_finished = False
+    config.report.target = "incorrect"     # the group its design was chosen for (issue 48), kept after the default
+                                           # became "trained" (validation v2): re-deriving the design is its own step
     config.task.template = ("{question}\nSolve it step by step. Then write the final answer inside <answer></answer> "
                             "tags.")
     config.budget.node_strategy = "exponential"

@@ -128,6 +128,7 @@ def get_config(arg: str | None = None):
     config.task.exclude = ""                 # the driver: a JSON list of the trainer's pool's questions
     config.budget.questions = BLOCK_QUESTIONS
     config.budget.looks = ()                 # a fixed design: every configuration on the same questions
+    config.report.target = "incorrect"       # the group v1's and v2's verdicts named before training were read on
     if tiny:
       config.task.num_problems = 24
       config.budget.update(questions=2, rollouts_per_question=4, node_rollouts_per_question=2, nodes_per_rollout=1,

@@ -117,6 +117,7 @@ def stopped_run(tmp_path_factory):
   c.configurations = {"solution": "self:solution:reverse_kl", "solution_fkl": "self:solution:forward_kl"}
   c.logging.progress = False
   c.report.pages = 0
+  c.report.target = "incorrect"               # the group the test's planted look decides on
   real = looks.take
   calls = []
 

@@ -44,7 +44,7 @@ def test_the_report_labels_another_target_and_decide_labels_the_verdict(tmp_path
   (tmp_path / "w" / "progress.json").write_text(json.dumps({"selected": ["q1"]}))
   assert cli.unplanned_reason(tmp_path / "w", c.report.target, c.report.estimand) is None
   why = cli.unplanned_reason(tmp_path / "w", "all", c.report.estimand)
-  assert why == "--target=all is not the study's planned config.report.target='incorrect'"
+  assert why == f"--target=all is not the study's planned config.report.target={c.report.target!r}"
   rng = np.random.default_rng(0)
   rows = pd.DataFrame([dict(config_id=c_, question_id=f"q{q}", rollout_id=0, position=t, teacher="t", context="plain",
                             divergence="reverse_kl", correct=False, alignment=rng.normal(0.1 * (c_ == "a"), 0.3),

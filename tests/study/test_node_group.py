@@ -15,6 +15,7 @@ def test_target_group_node_rollouts_only_and_the_report_reads_them(tmp_path):
   c = smoke_config.get_config()
   c.budget.update(questions=2, rollouts_per_question=4, node_rollouts_per_question=2, nodes_per_rollout=2,
                   continuations_per_candidate=2, node_group="target")
+  c.report.target = "incorrect"                   # the verdict's group the node rollouts are drawn from
   c.configurations = {"solution": "self:solution:reverse_kl"}
   c.logging.progress = False
   c.report.pages = 0
