@@ -30,8 +30,8 @@ Fields (override any of them on the command line, e.g. `--config.budget.continua
   budget.node_group                     "balanced" (default): node rollouts half correct, half incorrect;
                                         "target": only rollouts of report.target's group (fewer where a
                                         question has fewer), so no node is paid for outside the verdict's group
-                                        (issue 48; the report's other group is then empty; report.target all
-                                        or trained: both groups, balanced)
+                                        (issue 48; the report's other group is then empty; refused with
+                                        report.target all or trained, which read both groups)
   budget.prefer_finished                False: node rollouts are the lowest ids of each group; True: rollouts that
                                         stopped (answered) come before truncated ones (cheaper continuations,
                                         and a truncated rollout's late nodes rarely lead to a success; a bias of

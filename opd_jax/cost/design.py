@@ -37,6 +37,7 @@ import dataclasses
 import math
 
 from opd_jax.estimators import variance
+from opd_jax.report import common
 
 R_GRID = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 NODES_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
@@ -79,12 +80,13 @@ def read_split(path, field: str = "--variance_split") -> tuple[dict, dict[str, v
 
 def group_rollouts(config, target: str, node_group: str | None = None) -> float:
   """Node rollouts per question whose nodes are in the node group `target` (the split's): all of
-  budget.node_rollouts_per_question for target "all" or with `node_group` (default config.budget.node_group)
-  "target" (node rollouts drawn from the verdict's group only: `questions.choose_node_rollouts`; a question with
-  fewer rollouts in the group has fewer), else half of them (balanced)."""
+  budget.node_rollouts_per_question for target "all" or "trained" (both groups' nodes) or with `node_group`
+  (default config.budget.node_group) "target" (node rollouts drawn from the verdict's group only:
+  `questions.choose_node_rollouts`; a question with fewer rollouts in the group has fewer), else half of them
+  (balanced)."""
   m = config.budget.node_rollouts_per_question
   node_group = config.budget.get("node_group", "balanced") if node_group is None else node_group
-  return float(m) if target == "all" or node_group == "target" else m / 2
+  return float(m) if target in common.BOTH_GROUPS or node_group == "target" else m / 2
 
 
 def reference(config) -> tuple[int, int, int]:
@@ -366,7 +368,7 @@ def describe(config, work, chip, chips: int, path, field: str = "--variance_spli
   out = [f"  variance split ({m.get('estimand', '?')} on {m.get('target', '?')} nodes, {c.pairs} pairs, from "
          f"{m.get('source', path)}; {field.removeprefix('--').removeprefix('config.')}={path}): unit costs "
          f"{c.costs[0]:.3g} h per question, {c.costs[1]:.3g} per node, {c.costs[2]:.3g} per node-continuation"]
-  if b.get("node_group", "balanced") == "target" and m.get("target", "incorrect") != "all":
+  if b.get("node_group", "balanced") == "target" and m.get("target", "incorrect") not in common.BOTH_GROUPS:
     out.append(f"  node rollouts: {b.node_rollouts_per_question} per question, all from the {m.get('target')} "
                "group (budget.node_group='target'; the fixed design's are balanced, half in it)")
   if c.ends:
@@ -393,7 +395,7 @@ def describe(config, work, chip, chips: int, path, field: str = "--variance_spli
            f"{low.hours:.3g} h ({low.hours / f.hours:.3g}) would do, and a pilot with rewards measures the share: "
            "benchmarks/variance_split.py --workdir=<its records>")
   how = (f"every pair floored at {c.floor['floor']:.3g}" if floor else "every pair") + (", node rollouts from the verdict's group only" if (
-      b.get("node_group", "balanced") == "target" and m.get("target", "incorrect") != "all") else "")
+      b.get("node_group", "balanced") == "target" and m.get("target", "incorrect") not in common.BOTH_GROUPS) else "")
   out.append(f"  hours for R={f.r}'s precision: {d.hours:.3g} ({d.hours / f.hours:.3g} of the fixed design's "
              f"{f.hours:.3g} h; {how}{why})")
   return out

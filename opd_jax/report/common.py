@@ -9,6 +9,7 @@ import pandas as pd
 GROUPS = ("correct", "incorrect", "all")
 TRAINED = "trained"  # the verdict's group of all nodes as training weighs them (`trained_rows`)
 TARGETS = ("incorrect", "correct", "all", TRAINED)    # the verdict's target groups (config.report.target)
+BOTH_GROUPS = ("all", TRAINED)  # the targets that read both groups' nodes (correct and incorrect)
 NODE_KEY = ("question_id", "rollout_id", "position")
 REQUIRED_COLUMNS = ("config_id", "question_id", "rollout_id", "position", "teacher", "context", "divergence",
                     "correct", "alignment", "alignment_nan_reason", "degenerate", "teacher_advantage")
@@ -31,7 +32,7 @@ def sampled_group(node_group: str, target: str) -> str:
   """The node group whose rollouts a study draws nodes from: the verdict's target under budget.node_group "target"
   when it is a single group ("correct" or "incorrect"); otherwise "all" (both, balanced: "all" and "trained" read
   both groups)."""
-  return target if node_group == "target" and target in ("correct", "incorrect") else "all"
+  return "all" if node_group != "target" or target in BOTH_GROUPS else target
 
 
 def duplicate_nodes(rows) -> tuple[int, dict | None]:

@@ -206,6 +206,11 @@ def validate(config) -> None:
   if b.get("node_group", "balanced") not in NODE_GROUPS:
     raise _bad("config.budget.node_group", f"must be one of {NODE_GROUPS}", b.node_group, choices=NODE_GROUPS,
                fix="the group itself is report.target's: e.g. node_group=target with report.target=incorrect")
+  if b.get("node_group", "balanced") == "target" and r.target in common.BOTH_GROUPS:
+    raise _bad("config.budget.node_group", f"'target' draws node rollouts from report.target's group only, but "
+               f"report.target={r.target!r} reads both groups", "target",
+               fix="set budget.node_group='balanced' (the same node rollouts), or report.target='incorrect' or "
+               "'correct' (configs/base.py's default target is 'trained')")
   if not isinstance(b.get("adaptive", False), bool):
     raise _bad("config.budget.adaptive", "must be True or False", b.adaptive)
   r_max = b.continuations_max

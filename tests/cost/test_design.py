@@ -303,3 +303,17 @@ def test_the_dry_run_prices_the_study_without_its_continuations(monkeypatch):
   line = next(l for l in estimate.describe(config, "cpu").splitlines() if "without the targeted continuations" in l)
   cheap = parts["rollouts"] + parts["scoring"]
   assert f"CPU est {estimate._secs(cheap)} ({cheap / sum(parts.values()):.0%} of the total)" in line  # pylint: disable=protected-access
+
+
+def test_group_rollouts_counts_both_groups_for_all_and_trained():
+  """Node rollouts per question in the split's group: a single group gets half of the balanced node rollouts and
+  all of them under node_group "target"; "all" and "trained" (training's weighting of every node) read both."""
+  from configs import smoke  # pylint: disable=g-import-not-at-top
+  config = smoke.get_config()
+  m = config.budget.node_rollouts_per_question
+  config.budget.node_group = "balanced"
+  assert [design.group_rollouts(config, t) for t in ("incorrect", "correct", "all", "trained")] == [
+      m / 2, m / 2, m, m]
+  config.budget.node_group = "target"
+  assert [design.group_rollouts(config, t) for t in ("incorrect", "all", "trained")] == [m, m, m]
+  assert design.group_rollouts(config, "incorrect", "balanced") == m / 2

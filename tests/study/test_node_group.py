@@ -56,10 +56,29 @@ def test_the_sampled_group_and_the_dry_runs_budget_line():
            ("balanced", "incorrect"), ("balanced", "correct")]
   assert [common.sampled_group(g, t) for g, t in pairs] == ["incorrect", "correct", "all", "all", "all", "all"]
   c = smoke_config.get_config()
-  c.budget.node_group = "target"
   lines = {}
-  for target in ("correct", "trained"):
-    c.report.target = target
+  for group, target in (("target", "correct"), ("balanced", "trained")):   # target with trained: refused (below)
+    c.budget.node_group, c.report.target = group, target
     lines[target] = next(l for l in checklist.describe(c).splitlines() if l.startswith("budget:"))
   assert f"({c.budget.node_rollouts_per_question} correct only with nodes x" in lines["correct"]
   assert f"({c.budget.node_rollouts_per_question} with nodes x" in lines["trained"]
+
+
+def test_target_node_group_is_refused_where_the_verdict_reads_both_groups():
+  """node_group="target" with report.target all or trained would draw the same balanced rollouts as "balanced":
+  one error line names the field, the target and the fix, instead of a setting that does nothing."""
+  c = smoke_config.get_config()
+  c.budget.node_group = "target"
+  for target in ("trained", "all"):
+    c.report.target = target
+    try:
+      preflight.validate(c)
+    except ValueError as e:
+      assert str(e).startswith("config.budget.node_group: 'target' draws node rollouts from report.target's group "
+                               f"only, but report.target={target!r} reads both groups, got 'target'"), e
+      assert "set budget.node_group='balanced'" in str(e) and "\n" not in str(e), e
+    else:
+      raise AssertionError(f"node_group='target' with report.target={target!r} was accepted")
+  for target in ("incorrect", "correct"):
+    c.report.target = target
+    preflight.validate(c)                                            # a single group: accepted
