@@ -683,7 +683,10 @@ def test_validation_v2_stage1_figures_are_runs_csv():
   phrases += [f"{c} {_f(runs.loc[f's1_{c}_frozen', 'diff'], '+.3f')}" for c in ("summary", "answer")]
   moving = set(stage1.loc[[f"s1_{c}_frozen" for c in ("solution", "summary", "answer")], "v1_diff"].round(3))
   assert len(moving) == 1
-  phrases.append(f"moving: {_f(moving.pop(), '+.3f')} each")
+  slow = runs.loc["s1_solution_moving_lr3e-5"]                   # stage 1's fifth run: the moving teacher, lr 3e-5
+  assert round(slow["diff"], 3) in moving and (slow.learning_rate, runs.loc["s1_solution_frozen"].learning_rate) == (
+      3e-5, 1e-4)
+  phrases.append(f"moving: {_f(moving.pop(), '+.3f')} each, at lr 1e-4 and at 3e-5")
   phrases.append(f"misleading (a wrong reference) {_f(runs.loc['s1_misleading_frozen', 'diff'], '+.3f')}")
   _says("README.md", *phrases, source="docs/data/validation_v2/runs.csv and stage1.csv")
 
@@ -777,7 +780,9 @@ def test_stage1_outcomes_table_is_runs_csv_and_stage1_csv():
   runs = pd.read_csv(DATA / "validation_v2" / "runs.csv").set_index("configuration")
   stage1 = pd.read_csv(DATA / "validation_v2" / "stage1.csv").set_index("configuration")
   path = "docs/data/validation_v2/stage1_expectations.md"
-  for name in [n for n in stage1.index if n in runs.index and n.endswith("_frozen")]:
+  names = [n for n in stage1.index if n in runs.index]
+  assert len(names) == 5 and "s1_solution_moving_lr3e-5" in names, names
+  for name in names:
     r, s = runs.loc[name], stage1.loc[name]
     row = _row(path, f"| {name} |")
     assert row == (f"| {name} | {_ci(r['diff'], r.lo, r.hi)} | {r.last_loss:.3f} | "
