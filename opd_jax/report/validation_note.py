@@ -3,15 +3,15 @@ validation v2 showed of that ranking (`basis_line`, issue 47 item 6); and when t
 configuration that could be best) is a self-distillation context, the student as its own teacher (issue 50, item 8),
 three more (`lines`).
 
-Until validation v2 decides which configurations a study may recommend (docs/data/validation_v2/PLAN.md), a
-verdict that names a self context says, beside it:
+A verdict that names a self context says, beside it:
   - v1 (docs/data/validation/runs.csv): the self-teacher runs' held-out pass@1 before and after training, which
     fell to 0.000 in every one, and the external teacher's gains; v1's self-teacher was the moving student
     (README.md, "Does the study predict training?"), where the study diagnoses the initial one;
-  - v2 (docs/data/validation_v2/runs.csv), the self-teacher frozen (the trainer's default since): under way, and
-    its self-teacher runs so far;
+  - v2 (docs/data/validation_v2/runs.csv), the self-teacher frozen (the trainer's default since): its self-teacher
+    runs by stage; "under way" until its test's table (stage3.csv) is in;
   - v1's predictors (docs/data/validation/predictors.csv): the Spearman of the gains with the verdict's estimand
-    on its target group, and with the teacher's identity alone (external or self).
+    on its target group, and with the teacher's identity alone (external or self), which v1 could not separate
+    (v2's within-teacher test is `basis_line`).
 Every number is read from those committed files (the repository's docs/, beside this package); where they cannot
 be read (an install without docs/), the lines name the files and state no number.
 """
@@ -81,17 +81,25 @@ def _runs_text(runs: pd.DataFrame) -> str:
           "below 0 by their 95% intervals")
 
 
+def _v2_done(root: pathlib.Path) -> bool:
+  """Whether validation v2's test is in: its table, stage3.csv, is readable (what `basis_line` reports)."""
+  return _read(root, f"{V2}/stage3.csv") is not None
+
+
 def _v2_line(root: pathlib.Path) -> str:
-  """v2: under way, and its frozen self-teacher runs so far (runs.csv), by stage where runs.csv has one (stage 1
-  on v1's protocol, stage 3 the test: hypothesis.md), each with its held-out questions x samples."""
-  text = f"Validation v2 (the self-teacher frozen, the trainer's default now) is under way ({V2}/PLAN.md)"
+  """v2's frozen self-teacher runs (runs.csv), by stage where runs.csv has one (stage 1 on v1's protocol, stage 3
+  the test: hypothesis.md), each with its held-out questions x samples; "under way" and "so far" until stage3.csv
+  is in (`_v2_done`)."""
+  done = _v2_done(root)
+  text = "Validation v2 (the self-teacher frozen, the trainer's default now)" + (
+      f", its test done ({V2}/stage3.csv)" if done else f" is under way ({V2}/PLAN.md)")
   runs = _read(root, f"{V2}/runs.csv")
   if runs is None or not {"spec", "teacher_weights", "diff", "lo", "hi"} <= set(runs.columns):
     return text
   own = runs[(runs["spec"].map(_teacher) == SELF) & (runs["teacher_weights"] == "initial")]
   if not len(own):
     return text
-  head = f"; its self-teacher runs so far ({V2}/runs.csv), held-out pass@1 change: "
+  head = f"; its self-teacher runs{'' if done else ' so far'} ({V2}/runs.csv), held-out pass@1 change: "
   if "stage" not in own.columns:
     return text + head + _runs_text(own)
   parts = []
@@ -104,8 +112,13 @@ def _v2_line(root: pathlib.Path) -> str:
 
 
 def _predictor_line(root: pathlib.Path, estimand: str, target: str) -> str:
-  """v1's Spearman of the gains with the verdict's estimand on its target group, against the teacher's identity."""
-  claim = "The study's ranking was not shown to predict training gains beyond the teacher's identity"
+  """v1's Spearman of the gains with the verdict's estimand on its target group, against the teacher's identity;
+  once v2's test is in (`_v2_done`), said as v1's alone, v2's result being the verdict's first validation line."""
+  if _v2_done(root):
+    claim = ("Validation v1 could not show the ranking predicts training gains beyond the teacher's identity (v2 "
+             "tested it within one teacher: the first validation line above)")
+  else:
+    claim = "The study's ranking was not shown to predict training gains beyond the teacher's identity"
   table = _read(root, f"{V1}/predictors.csv")
   if table is None or not {"predictor", "spearman", "n_configurations"} <= set(table.columns):
     return f"{claim} ({README})"
@@ -116,7 +129,7 @@ def _predictor_line(root: pathlib.Path, estimand: str, target: str) -> str:
   mine, teacher = float(rows.at[name, "spearman"]), float(rows.at[ref, "spearman"])
   numbers = (f"Spearman with v1's {int(rows.at[name, 'n_configurations'])} gains {mine:+.2f} (mean {estimand}, "
              f"{target} nodes), {teacher:+.2f} (teacher external or self) ({V1}/predictors.csv)")
-  return f"{claim}: {numbers}" if mine <= teacher else "Validation v1's " + numbers
+  return f"{claim}: {numbers}" if mine <= teacher or _v2_done(root) else "Validation v1's " + numbers
 
 
 PRIMARY = "alignment_trained"        # v2's primary predictor (docs/data/validation_v2/hypothesis.md)

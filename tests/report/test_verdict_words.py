@@ -162,6 +162,31 @@ def test_validation_numbers_are_read_from_the_committed_files(tmp_path):
   assert len(bare) == 3 and not any(re.search(r"\d\.\d", line) for line in bare), bare
 
 
+def test_validation_lines_say_v2_is_done_once_its_test_table_is_in(tmp_path):
+  """Before stage3.csv: v2 "under way", its runs "so far", v1's claim as the project's; with it (the repository
+  now): neither, and v1's claim said as v1's alone, pointing at the first validation line (v2's result)."""
+  for folder in (validation_note.V1, validation_note.V2):
+    (tmp_path / folder).mkdir(parents=True)
+  pd.DataFrame({"spec": ["self:a:reverse_kl"], "teacher_weights": ["initial"], "diff": [0.125], "lo": [0.0],
+                "hi": [0.25]}).to_csv(tmp_path / validation_note.V2 / "runs.csv", index=False)
+  for name in ("runs.csv", "predictors.csv"):
+    (tmp_path / validation_note.V1 / name).write_text((validation_note.ROOT / validation_note.V1 / name).read_text())
+  before = validation_note.lines(_verdict("a", ["a"]), ["a"], root=tmp_path)
+  assert "is under way" in before[1] and "runs so far" in before[1]
+  assert before[2].startswith("The study's ranking was not shown to predict")
+  (tmp_path / validation_note.V2 / "stage3.csv").write_text(
+      (validation_note.ROOT / validation_note.V2 / "stage3.csv").read_text())
+  after = validation_note.lines(_verdict("a", ["a"]), ["a"], root=tmp_path)
+  assert after[0] == before[0] and after[1] == before[1].replace(
+      f" is under way ({validation_note.V2}/PLAN.md)", f", its test done ({validation_note.V2}/stage3.csv)").replace(
+          "runs so far", "runs")
+  assert after[2].startswith("Validation v1 could not show the ranking predicts training gains beyond the teacher's "
+                             "identity (v2 tested it within one teacher: the first validation line above): Spearman")
+  assert after[2].rsplit("): ", 1)[1] == before[2].split(": ", 1)[1]                 # the same v1 numbers
+  repo = validation_note.lines(_verdict("a", ["a"]), ["a"])                        # the committed files: v2 done
+  assert not any("under way" in line or "so far" in line or "was not shown" in line for line in repo), repo
+
+
 FORBIDDEN = [re.compile(p) for p in (r"\(\d+ more\)", r"\braise\b", r"\brun more\b", r"\badd (a|more|another) "
                                      r"configuration", r"--configuration=", r"\brerun\b", r"\(now \d+\)")]
 
