@@ -114,22 +114,21 @@ def _v2_line(root: pathlib.Path) -> str:
 def _predictor_line(root: pathlib.Path, estimand: str, target: str) -> str:
   """v1's Spearman of the gains with the verdict's estimand on its target group, against the teacher's identity;
   once v2's test is in (`_v2_done`), said as v1's alone, v2's result being the verdict's first validation line."""
-  if _v2_done(root):
-    claim = ("Validation v1 could not show the ranking predicts training gains beyond the teacher's identity (v2 "
-             "tested it within one teacher: the first validation line above)")
-  else:
-    claim = "The study's ranking was not shown to predict training gains beyond the teacher's identity"
+  done = _v2_done(root)
+  claim, v2 = (("Validation v1 could not show the ranking predicts training gains beyond the teacher's identity",
+                "; v2 tested it within one teacher (the first validation line above)") if done else
+               ("The study's ranking was not shown to predict training gains beyond the teacher's identity", ""))
   table = _read(root, f"{V1}/predictors.csv")
   if table is None or not {"predictor", "spearman", "n_configurations"} <= set(table.columns):
-    return f"{claim} ({README})"
+    return f"{claim} ({README}){v2}"
   rows = table.set_index("predictor")
   name, ref = f"{estimand}_{target}", "reference_external_teacher"
   if name not in rows.index or ref not in rows.index:
-    return f"{claim} ({README})"
+    return f"{claim} ({README}){v2}"
   mine, teacher = float(rows.at[name, "spearman"]), float(rows.at[ref, "spearman"])
   numbers = (f"Spearman with v1's {int(rows.at[name, 'n_configurations'])} gains {mine:+.2f} (mean {estimand}, "
              f"{target} nodes), {teacher:+.2f} (teacher external or self) ({V1}/predictors.csv)")
-  return f"{claim}: {numbers}" if mine <= teacher or _v2_done(root) else "Validation v1's " + numbers
+  return f"{claim}: {numbers}{v2}" if mine <= teacher or done else "Validation v1's " + numbers
 
 
 PRIMARY = "alignment_trained"        # v2's primary predictor (docs/data/validation_v2/hypothesis.md)

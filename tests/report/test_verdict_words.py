@@ -180,9 +180,11 @@ def test_validation_lines_say_v2_is_done_once_its_test_table_is_in(tmp_path):
   assert after[0] == before[0] and after[1] == before[1].replace(
       f" is under way ({validation_note.V2}/PLAN.md)", f", its test done ({validation_note.V2}/stage3.csv)").replace(
           "runs so far", "runs")
-  assert after[2].startswith("Validation v1 could not show the ranking predicts training gains beyond the teacher's "
-                             "identity (v2 tested it within one teacher: the first validation line above): Spearman")
-  assert after[2].rsplit("): ", 1)[1] == before[2].split(": ", 1)[1]                 # the same v1 numbers
+  v2 = "; v2 tested it within one teacher (the first validation line above)"
+  assert after[2] == ("Validation v1 could not show the ranking predicts training gains beyond the teacher's identity"
+                      ": " + before[2].split(": ", 1)[1] + v2)                      # the same v1 numbers
+  trained = validation_note.lines(_verdict("a", ["a"], "trained"), ["a"], root=tmp_path)[2]   # not in v1's table
+  assert trained.endswith(f'(README.md, "Does the study predict training?"){v2}') and not re.search(r"\d\.\d", trained)
   repo = validation_note.lines(_verdict("a", ["a"]), ["a"])                        # the committed files: v2 done
   assert not any("under way" in line or "so far" in line or "was not shown" in line for line in repo), repo
 
