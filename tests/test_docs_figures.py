@@ -105,23 +105,35 @@ def test_default_study_counts_and_verdict_are_its_committed_files():
   incorrect = summary.xs("incorrect", level="group")["n_defined"]
   _says("docs/results.md", f"the incorrect group ({int(incorrect.min())}-{int(incorrect.max())} defined nodes per "
         "configuration)")
-  # The verdict: the README quotes its line's head and the questions its two ends would need.
+  # The verdict: its line (README and results.md), and the questions its two ends would need (README).
   line = verdict["line"]
-  head = re.match(r"(.*?undecided against \w+: \w+ \(~\d+ questions to detect [0-9.]+)", line).group(1)
-  last = re.findall(r"(\w+) \(~(\d+) questions to detect", line)[-1]
-  underpowered = re.search(r"(UNDERPOWERED on incorrect nodes \(\w+: \d+ questions with a defined alignment, "
-                           r"need \d+\))", line).group(1)
-  _says("README.md", f"`{head}), ..., {last[0]} (~{last[1]} ...); {underpowered}`")
-  _says("docs/results.md", line)
-  # The intervals against the best, the widest of the best-shared ones and the contrastive's, and the power.
+  against = next(d for d in verdict["details"] if d.startswith("undecided against "))
+  first = re.match(r"(undecided against \w+: \w+ \(~\d+ questions to detect [0-9.]+)", against).group(1)
+  last = re.findall(r"(\w+) \(~(\d+) questions to detect", against)[-1]
+  from opd_jax.report import common  # pylint: disable=g-import-not-at-top
+  on = common.on_nodes(verdict["target"])
+  assert verdict["target"] == _default_target() and on in line
+  _says("README.md", f"its verdict ({on}, the default) reads `{line}`, `{first}), ..., {last[0]} (~{last[1]} ...)`")
+  _says("docs/results.md", line, against)
+  # The intervals against the best (every comparison on the same questions, as the prose says), the best's and the
+  # lowest's means, and the power.
   comps = [c for c in verdict["comparisons"] if c["comparable"]]
-  most = max(c["n_shared_questions"] for c in comps)
-  wide = [c for c in comps if c["n_shared_questions"] == most]
-  few = min(comps, key=lambda c: c["n_shared_questions"])
-  _says("docs/results.md", f"span [{min(c['ci_lo'] for c in wide):+.2f}, {max(c['ci_hi'] for c in wide):+.2f}] "
-        f"({most} shared questions) to the whole [{few['ci_lo']:g}, {few['ci_hi']:g}] ({few['config_id']}, "
-        f"{few['n_shared_questions']} shared questions)",
-        f"detects with 80% power is {verdict['power']['detectable_difference']:.2f}")
+  shared = {c["n_shared_questions"] for c in comps}
+  assert len(comps) == len(verdict["comparisons"]) and len(shared) == 1, "the prose says one count for all"
+  rank = {r["config_id"]: r for r in verdict["ranking"]}
+  low = min(verdict["ranking"], key=lambda r: r["mean_alignment"])
+  mean = lambda r: f"{r['mean_alignment']:.3f} [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}]"
+  _says("docs/results.md", f"the paired intervals of each minus {verdict['best']} (the highest mean, "
+        f"{mean(rank[verdict['best']])}; {low['config_id']} the lowest, {mean(low)}) span "
+        f"[{min(c['ci_lo'] for c in comps):+.2f}, {max(c['ci_hi'] for c in comps):+.2f}] ({shared.pop()} shared "
+        f"questions each)", f"detects with 80% power is {verdict['power']['detectable_difference']:.2f}")
+  assert max(r["mean_alignment"] for r in verdict["ranking"]) == rank[verdict["best"]]["mean_alignment"]
+
+
+def _default_target() -> str:
+  """The verdict's default node group, config.report.target of configs/base.py (the default study's)."""
+  from configs import teacher_sweep  # pylint: disable=g-import-not-at-top
+  return teacher_sweep.get_config().report.target
 
 
 def test_default_study_time_work_and_stages_are_its_manifest():
