@@ -927,6 +927,14 @@ def test_validation_v2_stage3_figures_are_its_tables():
   no_study, study = ext.filter(like="no study").iloc[0], ext["the study's verdict"]
   _says("README.md", primary, f"fell {no_study:.3f} short of the best external configuration, the study's pick "
         f"{study:.3f}", source="stage3.csv, stage3_regret.csv")
+  runs = pd.read_csv(v2 / "runs.csv").query("stage == 3")        # every stage-3 run, replicates included
+  ext, own = runs[runs.stratum == "external"], runs[runs.stratum == "self"]
+  controls = own[own.configuration.str.contains("misleading|contrastive")]
+  assert (own.teacher_weights == "initial").all() and (controls.hi < 0).all()
+  _says("README.md", f"all {len(ext)} external runs gained ({(ext.lo > 0).sum()} by their 95% intervals)"
+        if (ext["diff"] > 0).all() else "external runs gained: not all", f"by theirs, {(own.hi < 0).sum()} of "
+        f"{len(own)} frozen self runs lost ({len(controls)} of them the controls, down to {own['diff'].min():+.3f}) "
+        f"and {(own.lo > 0).sum()} gained", source="runs.csv")
   noise = pd.read_csv(v2 / "stage3_noise.csv").set_index("stratum")
   _says("docs/results.md", f"SD of {noise.at['external', 'between_sd']:.3f} against one run's training SD of "
         f"{noise.at['external', 'training_sd']:.3f}", f"(self: {noise.at['self', 'between_sd']:.3f} against "

@@ -40,7 +40,7 @@ def verdict_lines(verdict: dict) -> list[str]:
   details = [f"- {line}" for line in verdict.get("details", ())]
   checked = [f"- {line}" for line in verdict.get("validation", ())]
   lines = ["## Verdict", "", f"**{verdict['line']}**", "", *([*details, ""] if details else []),
-           *(["What training showed for self-distillation:", "", *checked, ""] if checked else []),
+           *(["What the training validation showed:", "", *checked, ""] if checked else []),
            *([step, ""] if step else []), verdict_text.table_note(verdict), ""]
   lines += table(verdict_text.TABLE_HEADER, verdict_text.table_rows(verdict))
   power = verdict_text.power_text(verdict.get("power"))
@@ -103,7 +103,8 @@ def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: d
               "ceiling = direct estimate of E cos(g*_R, g*) (parametric bootstrap from each node's counts with "
               "Jeffreys-shrunk P_succ; within 0.05 of the truth on the exact toy at R = 4, 8, 16): the mean "
               "alignment a perfect distillation direction would reach. split-half = mean cos of g* from two "
-              "halves of the replicates: the reliability of an R/2 estimate (lower; not the ceiling).", ""]
+              "halves of the replicates: the reliability of an R/2 estimate (lower in expectation; on few nodes or few "
+              "replicates it can come out above the ceiling: not the ceiling).", ""]
     body = [[str(r["config_id"]), r["group"], fmt(r.get("mean_ceiling"), 3),
              fmt(r.get("mean_split_half_ceiling"), 3)] for _, r in summary.iterrows()]
     lines += table(["config", "group", "ceiling", "split-half (R/2)"], body)
@@ -123,7 +124,8 @@ def render_markdown(summary: pd.DataFrame, *, title: str, meta: dict, verdict: d
               "cluster bootstrap over questions.", ""]
     lines += table(*proxy_lib.wide(proxies))
   if router is not None and router.get("rows"):
-    lines += ["", "## Router (cross-validated by question)", "", f"**{router['line']}**", "", rt.note(router), ""]
+    lines += ["", "## Router (cross-validated by question; exploratory, not the verdict)", "", router["line"], "",
+              rt.note(router), ""]
     lines += table(rt.ROUTER_HEADER, rt.table_rows(router))
   elif router is not None:
     lines += ["", "## Router", "", router["line"]]

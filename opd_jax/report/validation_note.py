@@ -60,7 +60,8 @@ def _v1_line(root: pathlib.Path) -> str:
   before = sorted(set(own["before"].round(3)))
   own_text = ((f"all {len(own)}" if len(fell) == len(own) else f"{len(fell)} of {len(own)}")
               + " self-teacher runs fell" + (f" from {before[0]:.3f}" if len(before) == 1 else "")
-              + " to 0.000 held-out pass@1, with a moving self-teacher (the student being trained: README.md)")
+              + " to 0.000 held-out pass@1, with a moving self-teacher (the student being trained, a trainer fault "
+              "since mended: the teacher is frozen by default, as in v2: README.md)")
   ext_text = ""
   if len(ext):
     lo, hi = float(ext["diff"].min()), float(ext["diff"].max())
