@@ -13,6 +13,7 @@ import sys
 import threading
 import types
 
+import pandas as pd
 import pytest
 from absl import logging
 
@@ -234,3 +235,24 @@ def test_help_exits_zero_and_every_other_exit_passes_through():
                          timeout=60, check=False)
     assert run.returncode == 0 and run.stdout.startswith(first), (module, run.returncode, run.stderr[-300:])
     assert "--workdir" in run.stdout
+
+
+def test_the_verdicts_means_are_printed_where_its_group_is_not_a_table_row(tmp_path):
+  """The default study's committed verdict (target "trained": each question's groups weighed by its success rate)
+  ranks on means that no row of summary.csv holds: the console prints them, from verdict.json's ranking, before the
+  table; for a verdict on a group the table has (incorrect), no such line."""
+  data = REPO / "docs" / "data" / "default_study"
+  for name in ("verdict.json", "summary.csv"):
+    (tmp_path / name).write_text((data / name).read_text())
+  verdict = json.loads((data / "verdict.json").read_text())
+  assert verdict["target"] == "trained" and "trained" not in set(pd.read_csv(data / "summary.csv").group)
+  lines = console.results_text(tmp_path).splitlines()
+  means = [l for l in lines if l.startswith("the verdict's means ")]
+  assert len(means) == 1 and lines.index(means[0]) < lines.index(next(l for l in lines if l.startswith("config_id")))
+  got = re.findall(r"(\w+) (-?\d\.\d{3}) \[(-?\d\.\d{3}), (-?\d\.\d{3})\]", means[0])
+  assert [g[0] for g in got] == [r["config_id"] for r in verdict["ranking"]]
+  for g, r in zip(got, verdict["ranking"]):
+    assert [float(x) for x in g[1:]] == [round(r[k], 3) for k in ("mean_alignment", "ci_lo", "ci_hi")]
+  assert "on all nodes as training weighs them (95% cluster bootstrap over questions)" in means[0]
+  (tmp_path / "verdict.json").write_text(json.dumps({**verdict, "target": "incorrect"}))
+  assert not any(l.startswith("the verdict's means") for l in console.results_text(tmp_path).splitlines())

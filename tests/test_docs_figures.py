@@ -124,7 +124,8 @@ def test_default_study_counts_and_verdict_are_its_committed_files():
   low = min(verdict["ranking"], key=lambda r: r["mean_alignment"])
   mean = lambda r: f"{r['mean_alignment']:.3f} [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}]"
   _says("docs/results.md", f"the paired intervals of each minus {verdict['best']} (the highest mean, "
-        f"{mean(rank[verdict['best']])}; {low['config_id']} the lowest, {mean(low)}) span "
+        f"{mean(rank[verdict['best']])}; {low['config_id']} the lowest, {mean(low)}: "
+        f"{100 * verdict['level']:g}% cluster bootstrap over questions, as stdout prints them) span "
         f"[{min(c['ci_lo'] for c in comps):+.2f}, {max(c['ci_hi'] for c in comps):+.2f}] ({shared.pop()} shared "
         f"questions each)", f"detects with 80% power is {verdict['power']['detectable_difference']:.2f}")
   assert max(r["mean_alignment"] for r in verdict["ranking"]) == rank[verdict["best"]]["mean_alignment"]

@@ -7,6 +7,7 @@ import pathlib
 import pandas as pd
 
 from opd_jax.estimators import gradients
+from opd_jax.report import common
 
 
 def diagnose(nodes: pd.DataFrame) -> str | None:
@@ -63,21 +64,42 @@ def next_line(verdict: dict, larger: str = "") -> str:
   return text
 
 
+def _verdict(workdir: pathlib.Path) -> dict:
+  path = workdir / "verdict.json"
+  return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def verdict_means(verdict: dict, table: pd.DataFrame) -> str:
+  """One line with each configuration's mean alignment on the verdict's node group and its 95% cluster-bootstrap
+  interval over questions (verdict["ranking"], best first), when that group is not one of the table's rows
+  (summary.csv's groups correct / incorrect / all: the "trained" group weighs each question's two groups by its
+  success rate, so its means are none of those rows); "" otherwise."""
+  target = verdict.get("target")
+  if not verdict.get("ranking") or target is None or target in set(table.get("group", ())):
+    return ""
+  means = ", ".join(f"{r['config_id']} {r['mean_alignment']:.3f} [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}]"
+                    for r in verdict["ranking"])
+  return (f"the verdict's means {common.on_nodes(target)} ({100 * verdict.get('level', 0.95):g}% cluster bootstrap "
+          f"over questions): {means}; the table below: unweighted means by node group")
+
+
 def results_text(workdir, larger: str = "", records_dir=None) -> str:
   """What a finished run prints on stdout: the verdict (verdict.json's line; its details and what the training
   validation showed, indented) and what would decide it (`next_line`: a new study's questions, also those for
-  config.report.min_effect, then `larger`), the alignment table
-  (`TABLE_COLUMNS` of summary.csv that exist), then one line saying where the records, report and figures are."""
+  config.report.min_effect, then `larger`), the verdict's means where its group is not a row of the table
+  (`verdict_means`), the alignment table (`TABLE_COLUMNS` of summary.csv that exist), then one line saying where
+  the records, report and figures are."""
   workdir = pathlib.Path(workdir)
-  lines = []
-  if (workdir / "verdict.json").is_file():
-    verdict = json.loads((workdir / "verdict.json").read_text())
+  lines, verdict = [], _verdict(workdir)
+  if verdict:
     lines += [verdict["line"], *(f"  {line}" for line in verdict.get("details", ())),
               *(f"  {line}" for line in verdict.get("validation", ())), *filter(None, [next_line(verdict, larger)]),
               ""]
   csv = workdir / "summary.csv"
   if csv.is_file():
     table = pd.read_csv(csv)
+    means = verdict_means(verdict, table)
+    lines += [means, ""] if means else []
     cols = [c for c in TABLE_COLUMNS if c in table.columns]
     fmt = lambda v: f"{v:.3f}" if isinstance(v, float) and not isinstance(v, bool) else str(v)
     body = [[fmt(v) for v in row] for row in table[cols].itertuples(index=False)]
