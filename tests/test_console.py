@@ -254,5 +254,10 @@ def test_the_verdicts_means_are_printed_where_its_group_is_not_a_table_row(tmp_p
   for g, r in zip(got, verdict["ranking"]):
     assert [float(x) for x in g[1:]] == [round(r[k], 3) for k in ("mean_alignment", "ci_lo", "ci_hi")]
   assert "on all nodes as training weighs them (95% cluster bootstrap over questions)" in means[0]
+  # A configuration with no defined alignment (JSON null, as verdict.json writes NaN) reads n/a, not a crash.
+  empty = {**verdict["ranking"][-1], "mean_alignment": None, "ci_lo": None, "ci_hi": None}
+  (tmp_path / "verdict.json").write_text(json.dumps({**verdict, "ranking": verdict["ranking"][:-1] + [empty]}))
+  assert console.verdict_means(json.loads((tmp_path / "verdict.json").read_text()), pd.read_csv(
+      tmp_path / "summary.csv")).endswith(f", {empty['config_id']} n/a; the table below: unweighted means by node group")
   (tmp_path / "verdict.json").write_text(json.dumps({**verdict, "target": "incorrect"}))
   assert not any(l.startswith("the verdict's means") for l in console.results_text(tmp_path).splitlines())

@@ -77,7 +77,9 @@ def verdict_means(verdict: dict, table: pd.DataFrame) -> str:
   target = verdict.get("target")
   if not verdict.get("ranking") or target is None or target in set(table.get("group", ())):
     return ""
-  means = ", ".join(f"{r['config_id']} {r['mean_alignment']:.3f} [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}]"
+  num = lambda v: "n/a" if v is None or v != v else f"{v:.3f}"        # JSON null / NaN: no defined alignment
+  means = ", ".join(f"{r['config_id']} {num(r.get('mean_alignment'))}" + (
+      f" [{num(r['ci_lo'])}, {num(r['ci_hi'])}]" if r.get("ci_lo") is not None and r["ci_lo"] == r["ci_lo"] else "")
                     for r in verdict["ranking"])
   return (f"the verdict's means {common.on_nodes(target)} ({100 * verdict.get('level', 0.95):g}% cluster bootstrap "
           f"over questions): {means}; the table below: unweighted means by node group")
