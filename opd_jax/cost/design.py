@@ -368,7 +368,8 @@ def describe(config, work, chip, chips: int, path, field: str = "--variance_spli
   out = [f"  variance split ({m.get('estimand', '?')} on {m.get('target', '?')} nodes, {c.pairs} pairs, from "
          f"{m.get('source', path)}; {field.removeprefix('--').removeprefix('config.')}={path}): unit costs "
          f"{c.costs[0]:.3g} h per question, {c.costs[1]:.3g} per node, {c.costs[2]:.3g} per node-continuation"]
-  if b.get("node_group", "balanced") == "target" and m.get("target", "incorrect") not in common.BOTH_GROUPS:
+  own_group = common.sampled_group(b.get("node_group", "balanced"), m.get("target", "incorrect")) != "all"
+  if own_group:                                    # node rollouts from the split's group only
     out.append(f"  node rollouts: {b.node_rollouts_per_question} per question, all from the {m.get('target')} "
                "group (budget.node_group='target'; the fixed design's are balanced, half in it)")
   if c.ends:
@@ -394,8 +395,8 @@ def describe(config, work, chip, chips: int, path, field: str = "--variance_spli
     why = (f"; it must hold at both ends of the unmeasured continuation share: at the end without continuation noise "
            f"{low.hours:.3g} h ({low.hours / f.hours:.3g}) would do, and a pilot with rewards measures the share: "
            "benchmarks/variance_split.py --workdir=<its records>")
-  how = (f"every pair floored at {c.floor['floor']:.3g}" if floor else "every pair") + (", node rollouts from the verdict's group only" if (
-      b.get("node_group", "balanced") == "target" and m.get("target", "incorrect") not in common.BOTH_GROUPS) else "")
+  how = (f"every pair floored at {c.floor['floor']:.3g}" if floor else "every pair") + (
+      ", node rollouts from the verdict's group only" if own_group else "")
   out.append(f"  hours for R={f.r}'s precision: {d.hours:.3g} ({d.hours / f.hours:.3g} of the fixed design's "
              f"{f.hours:.3g} h; {how}{why})")
   return out

@@ -77,10 +77,10 @@ def verdict_means(verdict: dict, table: pd.DataFrame) -> str:
   target = verdict.get("target")
   if not verdict.get("ranking") or target is None or target in set(table.get("group", ())):
     return ""
-  num = lambda v: "n/a" if v is None or v != v else f"{v:.3f}"        # JSON null / NaN: no defined alignment
-  means = ", ".join(f"{r['config_id']} {num(r.get('mean_alignment'))}" + (
-      f" [{num(r['ci_lo'])}, {num(r['ci_hi'])}]" if r.get("ci_lo") is not None and r["ci_lo"] == r["ci_lo"] else "")
-                    for r in verdict["ranking"])
+  def mean(r: dict) -> str:             # JSON null / NaN (no defined alignment): n/a, no interval
+    interval = common.ci(r.get("ci_lo"), r.get("ci_hi"), 3)
+    return f"{r['config_id']} {common.fmt(r.get('mean_alignment'), 3)}" + ("" if interval == "n/a" else f" {interval}")
+  means = ", ".join(mean(r) for r in verdict["ranking"])
   return (f"the verdict's means {common.on_nodes(target)} ({100 * verdict.get('level', 0.95):g}% cluster bootstrap "
           f"over questions): {means}; the table below: unweighted means by node group")
 

@@ -87,11 +87,10 @@ def _v2_done(root: pathlib.Path) -> bool:
   return _read(root, f"{V2}/stage3.csv") is not None
 
 
-def _v2_line(root: pathlib.Path) -> str:
+def _v2_line(root: pathlib.Path, done: bool) -> str:
   """v2's frozen self-teacher runs (runs.csv), by stage where runs.csv has one (stage 1 on v1's protocol, stage 3
   the test: hypothesis.md), each with its held-out questions x samples; "under way" and "so far" until stage3.csv
-  is in (`_v2_done`)."""
-  done = _v2_done(root)
+  is in (`done`: `_v2_done`)."""
   text = "Validation v2 (the self-teacher frozen, the trainer's default now)" + (
       f", its test done ({V2}/stage3.csv)" if done else f" is under way ({V2}/PLAN.md)")
   runs = _read(root, f"{V2}/runs.csv")
@@ -112,10 +111,10 @@ def _v2_line(root: pathlib.Path) -> str:
   return text + head + "; ".join(parts)
 
 
-def _predictor_line(root: pathlib.Path, estimand: str, target: str) -> str:
+def _predictor_line(root: pathlib.Path, estimand: str, target: str, done: bool) -> str:
   """v1's Spearman of the gains with the verdict's estimand on its target group, against the teacher's identity;
-  once v2's test is in (`_v2_done`), said as v1's alone, v2's result being the verdict's first validation line."""
-  done = _v2_done(root)
+  once v2's test is in (`done`: `_v2_done`), said as v1's alone, v2's result being the verdict's first validation
+  line."""
   claim, v2 = (("Validation v1 could not show the ranking predicts training gains beyond the teacher's identity",
                 "; v2 tested it within one teacher (the first validation line above)") if done else
                ("The study's ranking was not shown to predict training gains beyond the teacher's identity", ""))
@@ -218,5 +217,6 @@ def lines(verdict: dict, selfs: list[str], root: pathlib.Path | None = None) -> 
   others = [c for c in named if c != verdict.get("best")]
   lead = "the best" if verdict.get("verdict") == "use" else "the highest mean, not a decision"
   who = ", ".join([*(f"{c} ({lead})" for c in best), *([f"{', '.join(others)} (could be best)"] if others else [])])
-  return [f"{who}: self-distillation. " + _v1_line(root), _v2_line(root),
-          _predictor_line(root, verdict.get("estimand", "alignment"), verdict.get("target", "incorrect"))]
+  done = _v2_done(root)
+  return [f"{who}: self-distillation. " + _v1_line(root), _v2_line(root, done),
+          _predictor_line(root, verdict.get("estimand", "alignment"), verdict.get("target", "incorrect"), done)]
