@@ -928,14 +928,14 @@ def test_validation_v2_stage3_figures_are_its_tables():
   no_study, study = ext.filter(like="no study").iloc[0], ext["the study's verdict"]
   _says("README.md", primary, f"fell {no_study:.3f} short of the best external configuration, the study's pick "
         f"{study:.3f}", source="stage3.csv, stage3_regret.csv")
-  runs = pd.read_csv(v2 / "runs.csv").query("stage == 3")        # every stage-3 run, replicates included
-  ext, own = runs[runs.stratum == "external"], runs[runs.stratum == "self"]
+  runs = pd.read_csv(v2 / "runs.csv")
+  stage3 = runs[runs.stage == 3]                                 # every stage-3 run, replicates included
+  ext, own = stage3[stage3.stratum == "external"], stage3[stage3.stratum == "self"]
   controls = own[own.configuration.str.contains("misleading|contrastive")]
-  assert (own.teacher_weights == "initial").all() and (controls.hi < 0).all()
-  _says("README.md", f"all {len(ext)} external runs gained ({(ext.lo > 0).sum()} by their 95% intervals)"
-        if (ext["diff"] > 0).all() else "external runs gained: not all", f"by theirs, {(own.hi < 0).sum()} of "
-        f"{len(own)} frozen self runs lost ({len(controls)} of them the controls, down to {own['diff'].min():+.3f}) "
-        f"and {(own.lo > 0).sum()} gained", source="runs.csv")
+  assert (ext["diff"] > 0).all() and (own.teacher_weights == "initial").all() and (controls.hi < 0).all()
+  _says("README.md", f"all {len(ext)} external runs gained ({(ext.lo > 0).sum()} by their 95% intervals)",
+        f"by theirs, {(own.hi < 0).sum()} of {len(own)} frozen self runs lost ({len(controls)} of them the controls, "
+        f"down to {own['diff'].min():+.3f}) and {(own.lo > 0).sum()} gained", source="runs.csv")
   noise = pd.read_csv(v2 / "stage3_noise.csv").set_index("stratum")
   _says("docs/results.md", f"SD of {noise.at['external', 'between_sd']:.3f} against one run's training SD of "
         f"{noise.at['external', 'training_sd']:.3f}", f"(self: {noise.at['self', 'between_sd']:.3f} against "
@@ -953,8 +953,7 @@ def test_validation_v2_stage3_figures_are_its_tables():
         f"in {int(agree.agree)} of {int(agree.pairs)} pairs", f"(not tested) the rho is {pooled:+.2f}",
         source="stage3_gains.csv, stage3_pairs_summary.csv")
   assert (e.gain > 0).all() and (e.lowest_run_gain > 0).all()
-  runs = pd.read_csv(v2 / "runs.csv")
-  first = runs[(runs.stage == 3) & (runs.train_seed == -1)]
+  first = stage3[stage3.train_seed == -1]
   assert len(first) == int(p.configurations)
   _says("docs/results.md", f"took at least {first.wall_s.sum():.0f} s ({first.wall_s.sum() / 3600:.1f} h;",
         source="runs.csv")
